@@ -1,0 +1,199 @@
+//! The journal: an append-only msgpack stream beside a snapshot, so recording a result
+//! costs what the result costs, not what the cache costs.
+//!
+//! ```text
+//! [ "tunecache-journal", format_version, header: bin, header_crc32: uint ]   (once)
+//! [ payload: bin, payload_crc32: uint ]                                      (per record)
+//! ```
+//!
+//! Each record's payload has the same layout as a snapshot payload (a subset of the cache).
+//! A record is all-or-nothing: a crash mid-append leaves a torn tail that fails its length
+//! or checksum and is dropped; every record before it is intact (FORMAT.md, "Journal").
+
+use std::ops::Range;
+
+use crate::envelope::{
+    FORMAT_VERSION, FormatVersion, Reader, value_from_bytes, write_checksummed, write_str,
+};
+use crate::error::FormatError;
+use crate::model::CacheData;
+use crate::scan::{Limits, scan_value};
+use crate::wire::{self, JournalHeaderV1};
+
+/// The first element of every journal.
+pub const JOURNAL_MARKER: &str = "tunecache-journal";
+
+/// What a journal's header says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalHeader {
+    /// The application, as in the snapshot header.
+    pub app: String,
+    /// The application schema version of the records.
+    pub schema: u32,
+    /// The generation of the snapshot this journal extends. A journal whose base is not the
+    /// current snapshot's generation is stale: its records are already in the snapshot.
+    pub base: u64,
+}
+
+/// Encodes a journal header (the first bytes of a new journal).
+pub fn encode_journal_header(header: &JournalHeader) -> Vec<u8> {
+    let bytes = wire::to_named(&JournalHeaderV1 {
+        app: header.app.clone(),
+        schema: header.schema,
+        base: header.base,
+    });
+    let mut out = Vec::with_capacity(bytes.len() + 32);
+    out.push(0x94);
+    write_str(&mut out, JOURNAL_MARKER);
+    rmp::encode::write_uint(&mut out, u64::from(FORMAT_VERSION)).expect("Vec write");
+    write_checksummed(&mut out, &bytes);
+    out
+}
+
+/// Reads a journal header; returns it with the container version and where records start.
+pub fn read_journal_header(
+    bytes: &[u8],
+    limits: &Limits,
+) -> Result<(FormatVersion, JournalHeader, usize), FormatError> {
+    let mut rd = Reader::new(bytes, "journal");
+    let (format, len) = rd.preamble(JOURNAL_MARKER, "journal")?;
+    if len != 4 {
+        return Err(rd.malformed(format!(
+            "a format 1 journal header is an array of 4 elements, this one has {len}"
+        )));
+    }
+    let header_bytes = rd.checksummed("journal header", limits.max_header_bytes)?;
+    scan_value(header_bytes, 0, "journal header", limits.max_depth)?;
+    let h: JournalHeaderV1 = rmp_serde::from_slice(header_bytes)
+        .map_err(|e| FormatError::invalid("journal header", e))?;
+    Ok((
+        format,
+        JournalHeader {
+            app: h.app,
+            schema: h.schema,
+            base: h.base,
+        },
+        rd.pos,
+    ))
+}
+
+/// Encodes one record holding `data`: `[bin32 payload, uint32 crc]`.
+pub fn encode_record(data: &CacheData) -> Vec<u8> {
+    let payload = wire::encode_payload(data);
+    let mut out = Vec::with_capacity(payload.len() + 11);
+    out.push(0x92);
+    write_checksummed(&mut out, &payload);
+    out
+}
+
+/// A record whose frame was intact but whose content could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// Where the record starts.
+    pub offset: u64,
+    /// What is wrong with it.
+    pub error: FormatError,
+}
+
+/// What follows the last complete record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tail {
+    /// Nothing: the journal ends at a record boundary.
+    Clean,
+    /// Bytes that do not form a complete record, from `offset` to the end.
+    Torn {
+        /// Where the incomplete bytes start.
+        offset: u64,
+        /// How many bytes there are.
+        len: u64,
+        /// Whether they look like an interrupted append (a frame that runs past the end, or
+        /// only zero bytes, as a crash can leave) rather than foreign garbage.
+        interrupted: bool,
+    },
+}
+
+/// The records found in a journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalScan {
+    /// Payload byte ranges of the records that passed their checksum, in order.
+    pub records: Vec<Range<usize>>,
+    /// Records with an intact frame but a bad checksum, skipped.
+    pub damaged: Vec<Damage>,
+    /// End of the last complete frame: a writer truncates the journal here before appending.
+    pub end: usize,
+    /// What follows `end`.
+    pub tail: Tail,
+}
+
+/// Scans the records of a journal from `start` (just after the header, or a cursor saved
+/// by an earlier scan). Never fails: damage is reported in the result.
+pub fn scan_records(bytes: &[u8], start: usize, limits: &Limits) -> JournalScan {
+    let mut scan = JournalScan {
+        records: Vec::new(),
+        damaged: Vec::new(),
+        end: start.min(bytes.len()),
+        tail: Tail::Clean,
+    };
+    let mut pos = scan.end;
+    while pos < bytes.len() {
+        let mut rd = Reader::new(bytes, "journal record");
+        rd.pos = pos;
+        let frame = (|| {
+            if rd.array_len()? != 2 {
+                return Err(rd.malformed("a record is an array of 2 elements"));
+            }
+            let payload = rd.bin("journal record", limits.max_file_bytes)?;
+            let payload_start = rd.pos - payload.len();
+            let stored = rd.uint()?;
+            Ok((payload_start..payload_start + payload.len(), stored))
+        })();
+        match frame {
+            Ok((range, stored)) => {
+                let computed = crc32fast::hash(&bytes[range.clone()]);
+                if stored != u64::from(computed) {
+                    scan.damaged.push(Damage {
+                        offset: pos as u64,
+                        error: FormatError::Checksum {
+                            what: "journal record",
+                            stored: stored as u32,
+                            computed,
+                        },
+                    });
+                } else if let Err(error) =
+                    scan_value(&bytes[range.clone()], 0, "journal record", limits.max_depth)
+                {
+                    scan.damaged.push(Damage {
+                        offset: pos as u64,
+                        error,
+                    });
+                } else {
+                    scan.records.push(range);
+                }
+                pos = rd.pos;
+                scan.end = pos;
+            }
+            Err(err) => {
+                let rest = &bytes[pos..];
+                let interrupted =
+                    matches!(err, FormatError::Truncated { .. }) || rest.iter().all(|b| *b == 0);
+                scan.tail = Tail::Torn {
+                    offset: pos as u64,
+                    len: rest.len() as u64,
+                    interrupted,
+                };
+                break;
+            }
+        }
+    }
+    scan
+}
+
+/// Decodes one record's payload (as returned by [`scan_records`]) at the current format.
+pub fn decode_record(payload: &[u8]) -> Result<CacheData, FormatError> {
+    wire::decode_payload(payload, "journal record")
+}
+
+/// Decodes one record's payload into the schema-less view, for migrations.
+pub fn record_value(payload: &[u8]) -> Result<rmpv::Value, FormatError> {
+    value_from_bytes(payload, "journal record")
+}

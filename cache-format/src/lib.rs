@@ -1,0 +1,48 @@
+//! The tunecache file format: what the bytes on disk are, and nothing about where they live.
+//!
+//! This crate defines
+//! - the canonical [`Value`]s allowed in keys, scopes and params, their canonical msgpack
+//!   encoding, and the 128-bit [`Fingerprint`]s computed from it (identical for a Rust
+//!   struct and for the same key given as JSON);
+//! - the domain model: [`Key`], [`Scope`], [`Entry`] with ranked [`Candidate`]s, and
+//!   [`CacheData`], with the one merge rule every layer uses ([`Entry::merge`]);
+//! - the versioned snapshot envelope ([`encode_snapshot`], [`read_snapshot`]) and the
+//!   append-only journal ([`encode_record`], [`scan_records`]), both valid msgpack end to end;
+//! - bounded decoding ([`Limits`]): a hostile length prefix or nesting gives an error, never
+//!   a large allocation or a panic.
+//!
+//! It does no I/O, takes no locks and knows nothing of GPUs; cache-core does the file
+//! handling. The byte layout is specified in `FORMAT.md` at the repository root.
+#![deny(missing_docs)]
+
+mod envelope;
+mod error;
+mod fingerprint;
+mod journal;
+mod model;
+mod scan;
+mod ser;
+mod value;
+mod wire;
+
+pub use envelope::{
+    FORMAT_VERSION, FormatVersion, Header, SNAPSHOT_MARKER, Snapshot, data_from_value,
+    encode_payload, encode_snapshot, generation_of, peek_header, read_snapshot,
+};
+pub use error::FormatError;
+pub use fingerprint::{
+    CANDIDATES_TAG, Fingerprint, KEY_TAG, ParseFingerprintError, SCOPE_TAG, candidate_identity,
+};
+pub use journal::{
+    Damage, JOURNAL_MARKER, JournalHeader, JournalScan, Tail, decode_record, encode_journal_header,
+    encode_record, read_journal_header, record_value, scan_records,
+};
+pub use model::{
+    CacheData, Candidate, Entry, Key, Millis, Origin, Outcome, Scope, ScopeData, Stats, now_millis,
+};
+pub use scan::Limits;
+pub use ser::{ValueError, to_fields, to_value};
+pub use value::{Fields, Value, encode_fields, encode_value};
+
+/// Re-exported so callers of the schema-less API need not depend on rmpv themselves.
+pub use rmpv;

@@ -1,0 +1,487 @@
+//! The public domain model: keys, scopes, entries with ranked candidates, and the contents
+//! of a cache file. These types are independent of the bytes on disk (see `wire`).
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::fingerprint::Fingerprint;
+use crate::ser::{ValueError, to_fields};
+use crate::value::{Fields, write_fields};
+
+macro_rules! fingerprinted_record {
+    ($(#[$doc:meta])* $name:ident, $fp:path) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name {
+            fingerprint: Fingerprint,
+            fields: Fields,
+        }
+
+        impl $name {
+            /// Builds it from canonical fields, computing the fingerprint once.
+            pub fn new(fields: Fields) -> Self {
+                let fingerprint = $fp(&fields);
+                Self { fingerprint, fields }
+            }
+
+            /// Builds it from any `Serialize` struct or map (see [`crate::to_fields`]).
+            pub fn from_serialize<T: Serialize + ?Sized>(value: &T) -> Result<Self, ValueError> {
+                to_fields(value).map(Self::new)
+            }
+
+            /// Its fields, ordered by name.
+            pub fn fields(&self) -> &Fields {
+                &self.fields
+            }
+
+            /// Its fingerprint (FORMAT.md, "Fingerprints").
+            pub fn fingerprint(&self) -> Fingerprint {
+                self.fingerprint
+            }
+
+            /// Gives back the fields.
+            pub fn into_fields(self) -> Fields {
+                self.fields
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({self})", stringify!($name))
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write_fields(f, &self.fields)
+            }
+        }
+    };
+}
+
+fingerprinted_record!(
+    /// The problem signature of one lookup: shapes, dtypes, layouts, flags.
+    Key,
+    Fingerprint::of_key
+);
+
+fingerprinted_record!(
+    /// The environment a measurement is valid for: device, toolkit, library, policy.
+    ///
+    /// One file may hold many scopes; a store looks up entries of its current scope only.
+    Scope,
+    Fingerprint::of_scope
+);
+
+impl Default for Scope {
+    fn default() -> Self {
+        Scope::new(Fields::new())
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub type Millis = u64;
+
+/// The current time in [`Millis`] (0 if the clock is before 1970).
+pub fn now_millis() -> Millis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Timing statistics of one candidate, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stats {
+    /// Median of the samples.
+    pub median_ns: f64,
+    /// Fastest sample.
+    pub min_ns: f64,
+    /// Spread of the samples (the tuner records the median absolute deviation).
+    pub spread_ns: f64,
+    /// Number of timed samples (warm-up runs excluded).
+    pub samples: u32,
+}
+
+/// What happened when a candidate was measured.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// It ran and was timed.
+    Measured(Stats),
+    /// It failed to compile or launch; the reason is kept for inspection. A failed candidate
+    /// ranks after every measured one and is never chosen.
+    Failed(String),
+}
+
+/// One candidate implementation and its measurement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// Stable algorithm name (never a position in a list).
+    pub algorithm: String,
+    /// Launch or tuning parameters, e.g. tile sizes.
+    pub params: Fields,
+    /// The measurement, or why there is none.
+    pub outcome: Outcome,
+    /// When it was measured.
+    pub measured_at: Millis,
+}
+
+impl Candidate {
+    /// A measured candidate.
+    pub fn measured(algorithm: impl Into<String>, params: Fields, stats: Stats) -> Self {
+        Candidate {
+            algorithm: algorithm.into(),
+            params,
+            outcome: Outcome::Measured(stats),
+            measured_at: now_millis(),
+        }
+    }
+
+    /// A candidate that failed to run.
+    pub fn failed(algorithm: impl Into<String>, params: Fields, reason: impl Into<String>) -> Self {
+        Candidate {
+            algorithm: algorithm.into(),
+            params,
+            outcome: Outcome::Failed(reason.into()),
+            measured_at: now_millis(),
+        }
+    }
+
+    /// Its statistics, if it was measured.
+    pub fn stats(&self) -> Option<&Stats> {
+        match &self.outcome {
+            Outcome::Measured(stats) => Some(stats),
+            Outcome::Failed(_) => None,
+        }
+    }
+
+    /// Whether this is the same candidate (algorithm and params) as `other`.
+    pub fn same_identity(&self, other: &Candidate) -> bool {
+        self.algorithm == other.algorithm && self.params == other.params
+    }
+
+    fn identity_cmp(&self, other: &Candidate) -> Ordering {
+        self.algorithm
+            .cmp(&other.algorithm)
+            .then_with(|| self.params.cmp(&other.params))
+    }
+
+    /// Ranking order: measured before failed, then by median, then by fastest sample,
+    /// then by identity, so the order is total and the same on every machine.
+    fn rank_cmp(&self, other: &Candidate) -> Ordering {
+        match (&self.outcome, &other.outcome) {
+            (Outcome::Measured(a), Outcome::Measured(b)) => a
+                .median_ns
+                .total_cmp(&b.median_ns)
+                .then_with(|| a.min_ns.total_cmp(&b.min_ns))
+                .then_with(|| self.identity_cmp(other)),
+            (Outcome::Measured(_), Outcome::Failed(_)) => Ordering::Less,
+            (Outcome::Failed(_), Outcome::Measured(_)) => Ordering::Greater,
+            (Outcome::Failed(_), Outcome::Failed(_)) => self.identity_cmp(other),
+        }
+    }
+
+    /// Which of two measurements of the same candidate is kept: the later one, with a total
+    /// tie-break over every field so merging is deterministic and order-independent.
+    fn version_cmp(&self, other: &Candidate) -> Ordering {
+        self.measured_at.cmp(&other.measured_at).then_with(|| {
+            match (&self.outcome, &other.outcome) {
+                (Outcome::Measured(a), Outcome::Measured(b)) => a
+                    .samples
+                    .cmp(&b.samples)
+                    .then_with(|| b.median_ns.total_cmp(&a.median_ns))
+                    .then_with(|| b.min_ns.total_cmp(&a.min_ns))
+                    .then_with(|| b.spread_ns.total_cmp(&a.spread_ns)),
+                (Outcome::Measured(_), Outcome::Failed(_)) => Ordering::Less,
+                (Outcome::Failed(_), Outcome::Measured(_)) => Ordering::Greater,
+                (Outcome::Failed(a), Outcome::Failed(b)) => a.cmp(b),
+            }
+        })
+    }
+}
+
+/// Where an entry came from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Origin {
+    /// Measured by a process on this or another machine; the text says which (host, pid).
+    Measured(String),
+    /// Imported from a file or bundle; the text names it.
+    Imported(String),
+    /// Fetched from a shared (remote) tier; the text names it.
+    Remote(String),
+}
+
+impl Origin {
+    /// `measured on <host> by pid <pid>` for the running process.
+    pub fn here() -> Self {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "unknown-host".to_owned());
+        Origin::Measured(format!("{host} pid {}", std::process::id()))
+    }
+
+    /// The kind as written in files: `measured`, `imported` or `remote`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Origin::Measured(_) => "measured",
+            Origin::Imported(_) => "imported",
+            Origin::Remote(_) => "remote",
+        }
+    }
+
+    /// The free-form detail.
+    pub fn detail(&self) -> &str {
+        match self {
+            Origin::Measured(s) | Origin::Imported(s) | Origin::Remote(s) => s,
+        }
+    }
+
+    /// Rebuilds an origin from its kind and detail.
+    pub fn from_parts(kind: &str, detail: String) -> Option<Self> {
+        match kind {
+            "measured" => Some(Origin::Measured(detail)),
+            "imported" => Some(Origin::Imported(detail)),
+            "remote" => Some(Origin::Remote(detail)),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.kind(), self.detail())
+    }
+}
+
+/// The ranked candidates for one key, best first, with where and when they were measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    key: Key,
+    candidates: Vec<Candidate>,
+    candidate_set: Fingerprint,
+    recorded_at: Millis,
+    origin: Origin,
+}
+
+impl Entry {
+    /// An entry with the given candidates (ranked here; duplicates keep the later
+    /// measurement).
+    pub fn new(
+        key: Key,
+        candidate_set: Fingerprint,
+        origin: Origin,
+        recorded_at: Millis,
+        candidates: impl IntoIterator<Item = Candidate>,
+    ) -> Self {
+        let mut entry = Entry {
+            key,
+            candidates: Vec::new(),
+            candidate_set,
+            recorded_at,
+            origin,
+        };
+        for candidate in candidates {
+            entry.absorb(candidate);
+        }
+        entry.rank();
+        entry
+    }
+
+    /// The key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The key's fingerprint.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.key.fingerprint()
+    }
+
+    /// The candidates, best first.
+    pub fn candidates(&self) -> &[Candidate] {
+        &self.candidates
+    }
+
+    /// The best measured candidate, if any candidate was measured.
+    pub fn best(&self) -> Option<&Candidate> {
+        self.candidates.first().filter(|c| c.stats().is_some())
+    }
+
+    /// The checksum of the candidate set that the latest tuning run measured against.
+    pub fn candidate_set(&self) -> Fingerprint {
+        self.candidate_set
+    }
+
+    /// When the entry was last recorded.
+    pub fn recorded_at(&self) -> Millis {
+        self.recorded_at
+    }
+
+    /// Where it came from.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// Replaces the origin (e.g. when importing).
+    pub fn set_origin(&mut self, origin: Origin) {
+        self.origin = origin;
+    }
+
+    /// Adds or replaces one candidate's measurement and re-ranks.
+    pub fn record(&mut self, candidate: Candidate) {
+        self.absorb(candidate);
+        self.rank();
+    }
+
+    fn absorb(&mut self, candidate: Candidate) {
+        match self
+            .candidates
+            .iter_mut()
+            .find(|c| c.same_identity(&candidate))
+        {
+            Some(existing) => {
+                if candidate.version_cmp(existing) == Ordering::Greater {
+                    *existing = candidate;
+                }
+            }
+            None => self.candidates.push(candidate),
+        }
+    }
+
+    fn rank(&mut self) {
+        self.candidates.sort_by(Candidate::rank_cmp);
+    }
+
+    fn header_cmp(&self, other: &Entry) -> Ordering {
+        self.recorded_at
+            .cmp(&other.recorded_at)
+            .then_with(|| self.candidate_set.cmp(&other.candidate_set))
+            .then_with(|| self.origin.cmp(&other.origin))
+    }
+
+    /// Merges another entry for the same key into this one.
+    ///
+    /// This is the one merge rule used everywhere (memory, journal replay, merge-on-save,
+    /// import): candidates are united by identity, a candidate measured twice keeps the later
+    /// measurement, and the entry's candidate-set checksum, timestamp and origin come from
+    /// the later entry. Ties are broken by comparing every field, so the result does not
+    /// depend on the order merges happen in (it is commutative, associative and idempotent).
+    pub fn merge(&mut self, other: Entry) {
+        debug_assert_eq!(self.key, other.key, "merging entries of different keys");
+        if other.header_cmp(self) == Ordering::Greater {
+            self.candidate_set = other.candidate_set;
+            self.recorded_at = other.recorded_at;
+            self.origin = other.origin;
+        }
+        for candidate in other.candidates {
+            self.absorb(candidate);
+        }
+        self.rank();
+    }
+}
+
+/// The entries of one scope, by namespace and key fingerprint.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ScopeData {
+    /// Namespace name → key fingerprint → entry.
+    pub namespaces: BTreeMap<String, BTreeMap<Fingerprint, Entry>>,
+}
+
+/// Everything a cache file (or one journal record) holds, at the current format version.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CacheData {
+    scopes: BTreeMap<Scope, ScopeData>,
+}
+
+impl CacheData {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Merges `entry` into the given scope and namespace (see [`Entry::merge`]).
+    pub fn insert(&mut self, scope: &Scope, namespace: &str, entry: Entry) {
+        let scope_data = match self.scopes.get_mut(scope) {
+            Some(s) => s,
+            None => self.scopes.entry(scope.clone()).or_default(),
+        };
+        let entries = match scope_data.namespaces.get_mut(namespace) {
+            Some(n) => n,
+            None => scope_data
+                .namespaces
+                .entry(namespace.to_owned())
+                .or_default(),
+        };
+        match entries.get_mut(&entry.fingerprint()) {
+            Some(existing) => existing.merge(entry),
+            None => {
+                entries.insert(entry.fingerprint(), entry);
+            }
+        }
+    }
+
+    /// Merges every entry of `other` into this cache.
+    pub fn merge(&mut self, other: CacheData) {
+        for (scope, data) in other.scopes {
+            for (namespace, entries) in data.namespaces {
+                for (_, entry) in entries {
+                    self.insert(&scope, &namespace, entry);
+                }
+            }
+        }
+    }
+
+    /// Looks an entry up.
+    pub fn get(&self, scope: &Scope, namespace: &str, fingerprint: &Fingerprint) -> Option<&Entry> {
+        self.scopes
+            .get(scope)?
+            .namespaces
+            .get(namespace)?
+            .get(fingerprint)
+    }
+
+    /// The scopes and their entries, in fingerprint order of nothing in particular but
+    /// deterministic (scopes sorted by fingerprint, then fields).
+    pub fn scopes(&self) -> impl Iterator<Item = (&Scope, &ScopeData)> {
+        self.scopes.iter()
+    }
+
+    /// Takes the scopes out.
+    pub fn into_scopes(self) -> impl Iterator<Item = (Scope, ScopeData)> {
+        self.scopes.into_iter()
+    }
+
+    /// Every entry as `(scope, namespace, entry)`, in a deterministic order.
+    pub fn entries(&self) -> impl Iterator<Item = (&Scope, &str, &Entry)> {
+        self.scopes.iter().flat_map(|(scope, data)| {
+            data.namespaces.iter().flat_map(move |(ns, entries)| {
+                entries.values().map(move |e| (scope, ns.as_str(), e))
+            })
+        })
+    }
+
+    /// Number of entries over all scopes and namespaces.
+    pub fn len(&self) -> usize {
+        self.scopes
+            .values()
+            .flat_map(|s| s.namespaces.values())
+            .map(BTreeMap::len)
+            .sum()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of scopes.
+    pub fn scope_count(&self) -> usize {
+        self.scopes.len()
+    }
+}

@@ -1,0 +1,343 @@
+//! Canonical values: the only data that may appear in keys, scopes and candidate params,
+//! and their canonical msgpack encoding (the input of every fingerprint).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A named record of canonical values, ordered by field name.
+///
+/// Keys, scopes and candidate params are all `Fields`. The ordering is the byte order of
+/// the UTF-8 names, which is also the order of the canonical encoding.
+pub type Fields = BTreeMap<String, Value>;
+
+/// A canonical value.
+///
+/// Deliberately small: booleans, signed 64-bit integers, strings, lists and maps with string
+/// keys. There are no floats (two equal-looking floats may differ in their bits, and a key
+/// must hash the same everywhere) and no null (an absent optional field is simply absent,
+/// so adding an optional field to a key type does not change existing fingerprints).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Value {
+    /// `true` or `false`.
+    Bool(bool),
+    /// A signed integer; unsigned values above `i64::MAX` are rejected.
+    Int(i64),
+    /// A UTF-8 string.
+    Str(String),
+    /// An ordered list.
+    List(Vec<Value>),
+    /// A map from field names to values, ordered by name.
+    Map(Fields),
+}
+
+impl From<bool> for Value {
+    fn from(v: bool) -> Self {
+        Value::Bool(v)
+    }
+}
+
+impl From<&str> for Value {
+    fn from(v: &str) -> Self {
+        Value::Str(v.to_owned())
+    }
+}
+
+impl From<String> for Value {
+    fn from(v: String) -> Self {
+        Value::Str(v)
+    }
+}
+
+macro_rules! from_int {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Value {
+            fn from(v: $t) -> Self {
+                Value::Int(i64::from(v))
+            }
+        }
+    )*};
+}
+from_int!(i8, i16, i32, i64, u8, u16, u32);
+
+impl<T: Into<Value>> From<Vec<T>> for Value {
+    fn from(v: Vec<T>) -> Self {
+        Value::List(v.into_iter().map(Into::into).collect())
+    }
+}
+
+impl fmt::Display for Value {
+    /// Compact JSON-like rendering, used in messages and by the CLI's table output.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Str(s) => write!(f, "{s:?}"),
+            Value::List(items) => {
+                f.write_str("[")?;
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, "{item}")?;
+                }
+                f.write_str("]")
+            }
+            Value::Map(fields) => write_fields(f, fields),
+        }
+    }
+}
+
+/// Writes `fields` as a compact JSON-like object.
+pub(crate) fn write_fields(f: &mut fmt::Formatter<'_>, fields: &Fields) -> fmt::Result {
+    f.write_str("{")?;
+    for (i, (name, value)) in fields.iter().enumerate() {
+        if i > 0 {
+            f.write_str(",")?;
+        }
+        write!(f, "{name:?}:{value}")?;
+    }
+    f.write_str("}")
+}
+
+/// Appends the canonical msgpack encoding of `fields` (a map) to `out`.
+///
+/// The rules (FORMAT.md, "Canonical encoding"): maps with keys sorted by their UTF-8 bytes,
+/// integers in the smallest msgpack representation (non-negative values as positive fixint or
+/// uint8/16/32/64, negative values as negative fixint or int8/16/32/64), strings as
+/// fixstr/str8/str16/str32 and lists and maps with the smallest length header. This is what
+/// common msgpack libraries produce for a map whose keys were inserted in sorted order.
+pub fn encode_fields(fields: &Fields, out: &mut Vec<u8>) {
+    write_map_len(out, fields.len());
+    for (name, value) in fields {
+        write_str(out, name);
+        encode_value(value, out);
+    }
+}
+
+/// Appends the canonical msgpack encoding of `value` to `out`; see [`encode_fields`].
+pub fn encode_value(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Bool(false) => out.push(0xc2),
+        Value::Bool(true) => out.push(0xc3),
+        Value::Int(i) => write_int(out, *i),
+        Value::Str(s) => write_str(out, s),
+        Value::List(items) => {
+            write_array_len(out, items.len());
+            for item in items {
+                encode_value(item, out);
+            }
+        }
+        Value::Map(fields) => encode_fields(fields, out),
+    }
+}
+
+fn write_int(out: &mut Vec<u8>, v: i64) {
+    if v >= 0 {
+        let u = v as u64;
+        if u < 0x80 {
+            out.push(u as u8);
+        } else if u <= u64::from(u8::MAX) {
+            out.extend_from_slice(&[0xcc, u as u8]);
+        } else if u <= u64::from(u16::MAX) {
+            out.push(0xcd);
+            out.extend_from_slice(&(u as u16).to_be_bytes());
+        } else if u <= u64::from(u32::MAX) {
+            out.push(0xce);
+            out.extend_from_slice(&(u as u32).to_be_bytes());
+        } else {
+            out.push(0xcf);
+            out.extend_from_slice(&u.to_be_bytes());
+        }
+    } else if v >= -32 {
+        out.push(v as i8 as u8);
+    } else if v >= i64::from(i8::MIN) {
+        out.extend_from_slice(&[0xd0, v as i8 as u8]);
+    } else if v >= i64::from(i16::MIN) {
+        out.push(0xd1);
+        out.extend_from_slice(&(v as i16).to_be_bytes());
+    } else if v >= i64::from(i32::MIN) {
+        out.push(0xd2);
+        out.extend_from_slice(&(v as i32).to_be_bytes());
+    } else {
+        out.push(0xd3);
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+}
+
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    let len = s.len();
+    if len < 32 {
+        out.push(0xa0 | len as u8);
+    } else if len <= usize::from(u8::MAX) {
+        out.extend_from_slice(&[0xd9, len as u8]);
+    } else if len <= usize::from(u16::MAX) {
+        out.push(0xda);
+        out.extend_from_slice(&(len as u16).to_be_bytes());
+    } else {
+        out.push(0xdb);
+        out.extend_from_slice(&(len as u32).to_be_bytes());
+    }
+    out.extend_from_slice(s.as_bytes());
+}
+
+pub(crate) fn write_array_len(out: &mut Vec<u8>, len: usize) {
+    if len < 16 {
+        out.push(0x90 | len as u8);
+    } else if len <= usize::from(u16::MAX) {
+        out.push(0xdc);
+        out.extend_from_slice(&(len as u16).to_be_bytes());
+    } else {
+        out.push(0xdd);
+        out.extend_from_slice(&(len as u32).to_be_bytes());
+    }
+}
+
+fn write_map_len(out: &mut Vec<u8>, len: usize) {
+    if len < 16 {
+        out.push(0x80 | len as u8);
+    } else if len <= usize::from(u16::MAX) {
+        out.push(0xde);
+        out.extend_from_slice(&(len as u16).to_be_bytes());
+    } else {
+        out.push(0xdf);
+        out.extend_from_slice(&(len as u32).to_be_bytes());
+    }
+}
+
+impl Serialize for Value {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Bool(b) => serializer.serialize_bool(*b),
+            Value::Int(i) => serializer.serialize_i64(*i),
+            Value::Str(s) => serializer.serialize_str(s),
+            Value::List(items) => items.serialize(serializer),
+            Value::Map(fields) => fields.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Value {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ValueVisitor)
+    }
+}
+
+struct ValueVisitor;
+
+impl<'de> Visitor<'de> for ValueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a boolean, an integer, a string, a list or a map with string keys")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Int(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        i64::try_from(v)
+            .map(Value::Int)
+            .map_err(|_| E::custom(format_args!("integer {v} is larger than i64::MAX")))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Err(E::custom(format_args!(
+            "floats are not allowed in keys, scopes or params (got {v}); use an integer or a string"
+        )))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::Str(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::Str(v))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Err(E::custom(
+            "null is not allowed in keys, scopes or params; leave the field out",
+        ))
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        self.visit_unit()
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::List(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut fields = Fields::new();
+        while let Some(name) = map.next_key::<String>()? {
+            let value = map.next_value()?;
+            if fields.insert(name.clone(), value).is_some() {
+                return Err(de::Error::custom(format_args!("duplicate field {name:?}")));
+            }
+        }
+        Ok(Value::Map(fields))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enc(v: Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_value(&v, &mut out);
+        out
+    }
+
+    #[test]
+    fn integers_use_the_smallest_representation() {
+        assert_eq!(enc(Value::Int(0)), [0x00]);
+        assert_eq!(enc(Value::Int(127)), [0x7f]);
+        assert_eq!(enc(Value::Int(128)), [0xcc, 0x80]);
+        assert_eq!(enc(Value::Int(256)), [0xcd, 0x01, 0x00]);
+        assert_eq!(enc(Value::Int(65536)), [0xce, 0, 1, 0, 0]);
+        assert_eq!(enc(Value::Int(1 << 32)), [0xcf, 0, 0, 0, 1, 0, 0, 0, 0]);
+        assert_eq!(enc(Value::Int(-1)), [0xff]);
+        assert_eq!(enc(Value::Int(-32)), [0xe0]);
+        assert_eq!(enc(Value::Int(-33)), [0xd0, 0xdf]);
+        assert_eq!(enc(Value::Int(-129)), [0xd1, 0xff, 0x7f]);
+        assert_eq!(enc(Value::Int(i64::MIN))[0], 0xd3);
+    }
+
+    #[test]
+    fn strings_and_containers_use_the_smallest_header() {
+        assert_eq!(enc(Value::from("ab")), [0xa2, b'a', b'b']);
+        assert_eq!(enc(Value::from("x".repeat(32)))[..2], [0xd9, 32]);
+        assert_eq!(enc(Value::from("x".repeat(256)))[..3], [0xda, 1, 0]);
+        assert_eq!(enc(Value::List(vec![Value::Int(1); 15]))[0], 0x9f);
+        assert_eq!(
+            enc(Value::List(vec![Value::Int(1); 16]))[..3],
+            [0xdc, 0, 16]
+        );
+    }
+
+    #[test]
+    fn map_fields_are_sorted_by_name() {
+        let mut fields = Fields::new();
+        fields.insert("n".into(), Value::Int(2));
+        fields.insert("k".into(), Value::Int(3));
+        fields.insert("m".into(), Value::Int(1));
+        assert_eq!(
+            enc(Value::Map(fields)),
+            [0x83, 0xa1, b'k', 3, 0xa1, b'm', 1, 0xa1, b'n', 2]
+        );
+    }
+}

@@ -1,0 +1,241 @@
+//! Any mutation of a valid file gives an error (or, rarely, another valid file), never a panic
+//! and never a large allocation: truncation, flipped bytes, inserted bytes, huge length
+//! prefixes, with and without the checksums recomputed to match (an attacker can do that).
+
+use cache_format::{
+    CacheData, JournalHeader, Limits, decode_record, encode_journal_header, encode_record,
+    encode_snapshot, read_journal_header, read_snapshot, scan_records,
+};
+use proptest::prelude::*;
+
+use crate::alloc_guard::largest_allocation;
+use crate::strategies::cache_data;
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    Truncate(usize),
+    Flip(usize, u8),
+    Insert(usize, Vec<u8>),
+    HugePrefix(usize, usize),
+}
+
+/// Length prefixes and headers that announce far more than the data holds.
+const HUGE: [&[u8]; 6] = [
+    &[0xdd, 0xff, 0xff, 0xff, 0xff],
+    &[0xdf, 0x7f, 0xff, 0xff, 0xff],
+    &[0xdb, 0xff, 0xff, 0xff, 0xf0],
+    &[0xc6, 0xff, 0xff, 0xff, 0xff],
+    &[0xc9, 0x7f, 0xff, 0xff, 0xff, 0x01],
+    &[
+        0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91,
+        0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91,
+        0x91, 0x91, 0x91, 0x91, 0x91,
+    ],
+];
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        any::<usize>().prop_map(Mutation::Truncate),
+        (any::<usize>(), 1u8..=255).prop_map(|(i, x)| Mutation::Flip(i, x)),
+        (any::<usize>(), prop::collection::vec(any::<u8>(), 1..16))
+            .prop_map(|(i, b)| Mutation::Insert(i, b)),
+        (any::<usize>(), 0..HUGE.len()).prop_map(|(i, h)| Mutation::HugePrefix(i, h)),
+    ]
+}
+
+fn apply(bytes: &mut Vec<u8>, m: &Mutation) {
+    if bytes.is_empty() {
+        return;
+    }
+    match m {
+        Mutation::Truncate(i) => bytes.truncate(i % bytes.len()),
+        Mutation::Flip(i, x) => {
+            let n = bytes.len();
+            bytes[i % n] ^= x;
+        }
+        Mutation::Insert(i, b) => {
+            let at = i % (bytes.len() + 1);
+            bytes.splice(at..at, b.iter().copied());
+        }
+        Mutation::HugePrefix(i, h) => {
+            let prefix = HUGE[*h];
+            let at = i % bytes.len();
+            let end = (at + prefix.len()).min(bytes.len());
+            bytes.splice(at..end, prefix.iter().copied());
+        }
+    }
+}
+
+/// Wraps arbitrary payload bytes in a snapshot envelope with correct checksums.
+fn rewrap(header: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x96, 0xa9];
+    out.extend_from_slice(b"tunecache");
+    out.push(0x01);
+    for part in [header, payload] {
+        out.push(0xc6);
+        out.extend_from_slice(&(part.len() as u32).to_be_bytes());
+        out.extend_from_slice(part);
+        out.push(0xce);
+        out.extend_from_slice(&crc32fast::hash(part).to_be_bytes());
+    }
+    out
+}
+
+/// Reads a snapshot fully; returns whether it was accepted.
+fn try_read(bytes: &[u8]) -> bool {
+    match read_snapshot(bytes, &Limits::default()) {
+        Ok(snap) => {
+            let typed = snap.decode().is_ok();
+            let _ = snap.payload_value();
+            typed
+        }
+        Err(err) => {
+            // Every error renders to a message (no panic in Display either).
+            assert!(!err.to_string().is_empty());
+            false
+        }
+    }
+}
+
+fn bound(len: usize) -> usize {
+    // Decoding may copy the input a few times; it must never ask for more than that.
+    8 * len + (256 << 10)
+}
+
+fn split_snapshot(bytes: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let snap = read_snapshot(bytes, &Limits::default()).expect("valid");
+    // The header bin follows [0x96, 0xa9 "tunecache", 0x01, 0xc6, len: u32].
+    assert_eq!(bytes[12], 0xc6);
+    let hlen = u32::from_be_bytes(bytes[13..17].try_into().expect("4 bytes")) as usize;
+    (bytes[17..17 + hlen].to_vec(), snap.payload_bytes().to_vec())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn mutated_snapshots_never_panic_or_allocate_hugely(data in cache_data(), muts in prop::collection::vec(mutation(), 1..4)) {
+        let mut bytes = encode_snapshot("app", 7, &data);
+        for m in &muts {
+            apply(&mut bytes, m);
+        }
+        let (_, largest) = largest_allocation(|| try_read(&bytes));
+        prop_assert!(largest <= bound(bytes.len()), "allocated {largest} bytes for a {}-byte file", bytes.len());
+    }
+
+    #[test]
+    fn mutated_payloads_with_valid_checksums_never_panic_or_allocate_hugely(data in cache_data(), muts in prop::collection::vec(mutation(), 1..4)) {
+        let (header, mut payload) = split_snapshot(&encode_snapshot("app", 7, &data));
+        for m in &muts {
+            apply(&mut payload, m);
+        }
+        let bytes = rewrap(&header, &payload);
+        let (_, largest) = largest_allocation(|| try_read(&bytes));
+        prop_assert!(largest <= bound(bytes.len()), "allocated {largest} bytes for a {}-byte file", bytes.len());
+    }
+
+    #[test]
+    fn mutated_headers_with_valid_checksums_never_panic(data in cache_data(), muts in prop::collection::vec(mutation(), 1..4)) {
+        let (mut header, payload) = split_snapshot(&encode_snapshot("app", 7, &data));
+        for m in &muts {
+            apply(&mut header, m);
+        }
+        let bytes = rewrap(&header, &payload);
+        let (_, largest) = largest_allocation(|| try_read(&bytes));
+        prop_assert!(largest <= bound(bytes.len()));
+    }
+
+    #[test]
+    fn mutated_journals_never_panic_and_keep_every_record_before_the_damage(
+        records in prop::collection::vec(cache_data(), 1..4),
+        muts in prop::collection::vec(mutation(), 1..3),
+    ) {
+        let mut bytes = encode_journal_header(&JournalHeader { app: "app".into(), schema: 1, base: 9 });
+        let mut ends = Vec::new();
+        for r in &records {
+            bytes.extend_from_slice(&encode_record(r));
+            ends.push(bytes.len());
+        }
+        let original = bytes.clone();
+        for m in &muts {
+            apply(&mut bytes, m);
+        }
+        let first_diff = original.iter().zip(&bytes).position(|(a, b)| a != b).unwrap_or(original.len().min(bytes.len()));
+        let ((), largest) = largest_allocation(|| {
+            if let Ok((_, _, start)) = read_journal_header(&bytes, &Limits::default()) {
+                let scan = scan_records(&bytes, start, &Limits::default());
+                for r in &scan.records {
+                    let _ = decode_record(&bytes[r.clone()]);
+                }
+                // Records that ended before the first changed byte are all still found.
+                let intact = ends.iter().filter(|&&e| e <= first_diff).count();
+                assert!(scan.records.len() >= intact, "lost intact records: {} < {intact}", scan.records.len());
+                assert!(scan.end <= bytes.len());
+            }
+        });
+        prop_assert!(largest <= bound(bytes.len()));
+    }
+}
+
+#[test]
+fn a_truncated_file_names_what_is_missing() {
+    let mut data = CacheData::new();
+    let key = cache_format::Key::new(cache_format::Fields::from([("m".to_owned(), 1.into())]));
+    data.insert(
+        &cache_format::Scope::default(),
+        "ns",
+        cache_format::Entry::new(
+            key,
+            Default::default(),
+            cache_format::Origin::Measured("x".into()),
+            0,
+            [],
+        ),
+    );
+    let bytes = encode_snapshot("app", 1, &data);
+    let err = read_snapshot(&bytes[..bytes.len() - 3], &Limits::default()).expect_err("truncated");
+    assert!(err.to_string().contains("truncated"), "{err}");
+}
+
+#[test]
+fn a_newer_format_is_reported_as_newer_not_as_corrupt() {
+    let mut bytes = encode_snapshot("app", 1, &CacheData::new());
+    bytes[11] = 0x09; // the format version (positive fixint after the marker)
+    let err = read_snapshot(&bytes, &Limits::default()).expect_err("newer");
+    assert_eq!(
+        err,
+        cache_format::FormatError::NewerFormat {
+            found: 9,
+            supported: 1
+        }
+    );
+}
+
+#[test]
+fn a_foreign_file_is_not_mistaken_for_a_cache() {
+    for bytes in [
+        &b"{\"json\": true}"[..],
+        &[0x93, 0x01, 0x02, 0x03][..],
+        b"",
+        &[0x92, 0xa3, b'a', b'b', b'c', 0x01][..],
+    ] {
+        let err = read_snapshot(bytes, &Limits::default()).expect_err("not ours");
+        assert!(
+            matches!(err, cache_format::FormatError::NotTunecache { .. }),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_file_over_the_size_limit_is_refused_before_decoding() {
+    let bytes = encode_snapshot("app", 1, &CacheData::new());
+    let limits = Limits {
+        max_file_bytes: 10,
+        ..Limits::default()
+    };
+    assert!(matches!(
+        read_snapshot(&bytes, &limits),
+        Err(cache_format::FormatError::TooLarge { .. })
+    ));
+}

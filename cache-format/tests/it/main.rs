@@ -1,0 +1,8 @@
+//! Integration tests of cache-format: one binary, a module per concern.
+
+mod alloc_guard;
+mod fingerprint;
+mod hostile;
+mod merge;
+mod roundtrip;
+mod strategies;

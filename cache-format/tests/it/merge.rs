@@ -1,0 +1,88 @@
+//! The merge rule is a join: commutative, associative and idempotent, so the order in which
+//! processes, journal records and imports are merged never changes the result.
+
+use cache_format::{Candidate, Entry, Fields, Fingerprint, Key, Origin, Stats};
+use proptest::prelude::*;
+
+use crate::strategies::entry_for;
+
+fn key() -> Key {
+    Key::new(Fields::from([("m".to_owned(), 64.into())]))
+}
+
+fn merged(mut a: Entry, b: Entry) -> Entry {
+    a.merge(b);
+    a
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    #[test]
+    fn merge_is_commutative(a in entry_for(key()), b in entry_for(key())) {
+        prop_assert_eq!(merged(a.clone(), b.clone()), merged(b, a));
+    }
+
+    #[test]
+    fn merge_is_associative(a in entry_for(key()), b in entry_for(key()), c in entry_for(key())) {
+        prop_assert_eq!(
+            merged(merged(a.clone(), b.clone()), c.clone()),
+            merged(a, merged(b, c))
+        );
+    }
+
+    #[test]
+    fn merge_is_idempotent(a in entry_for(key()), b in entry_for(key())) {
+        let ab = merged(a.clone(), b.clone());
+        prop_assert_eq!(merged(ab.clone(), b), ab.clone());
+        prop_assert_eq!(merged(a.clone(), a.clone()), a);
+    }
+}
+
+fn stats(median: f64) -> Stats {
+    Stats {
+        median_ns: median,
+        min_ns: median * 0.9,
+        spread_ns: 1.0,
+        samples: 10,
+    }
+}
+
+#[test]
+fn candidates_are_ranked_measured_first_fastest_first() {
+    let entry = Entry::new(
+        key(),
+        Fingerprint::default(),
+        Origin::Measured("t".into()),
+        1,
+        [
+            Candidate::measured("slow", Fields::new(), stats(300.0)),
+            Candidate::failed("broken", Fields::new(), "launch failed"),
+            Candidate::measured("fast", Fields::new(), stats(100.0)),
+        ],
+    );
+    let names: Vec<_> = entry
+        .candidates()
+        .iter()
+        .map(|c| c.algorithm.as_str())
+        .collect();
+    assert_eq!(names, ["fast", "slow", "broken"]);
+    assert_eq!(entry.best().map(|c| c.algorithm.as_str()), Some("fast"));
+}
+
+#[test]
+fn a_later_measurement_of_the_same_candidate_replaces_the_earlier_one() {
+    let mut early = Candidate::measured("tiled", Fields::new(), stats(100.0));
+    early.measured_at = 1;
+    let mut late = Candidate::measured("tiled", Fields::new(), stats(500.0));
+    late.measured_at = 2;
+    let mut entry = Entry::new(
+        key(),
+        Fingerprint::default(),
+        Origin::Measured("t".into()),
+        1,
+        [late.clone()],
+    );
+    entry.record(early);
+    assert_eq!(entry.candidates(), [late]);
+}
