@@ -123,6 +123,31 @@ pub fn data_from_value(value: &rmpv::Value) -> Result<CacheData, FormatError> {
     wire::decode_payload(&bytes, "payload")
 }
 
+/// Decodes payload bytes (of a snapshot or a journal record) at the current format, after
+/// the bounded scan.
+pub fn decode_payload(bytes: &[u8], limits: &Limits) -> Result<CacheData, FormatError> {
+    scan_whole(bytes, "payload", limits)?;
+    wire::decode_payload(bytes, "payload")
+}
+
+/// Decodes payload bytes into the schema-less view, after the bounded scan.
+pub fn payload_value(bytes: &[u8], limits: &Limits) -> Result<rmpv::Value, FormatError> {
+    scan_whole(bytes, "payload", limits)?;
+    value_from_bytes(bytes, "payload")
+}
+
+fn scan_whole(bytes: &[u8], what: &'static str, limits: &Limits) -> Result<(), FormatError> {
+    let end = scan_value(bytes, 0, what, limits.max_depth)?;
+    if end != bytes.len() {
+        return Err(FormatError::malformed(
+            what,
+            end,
+            "trailing bytes after the document",
+        ));
+    }
+    Ok(())
+}
+
 /// Encodes `data` to the current format's payload bytes (the bytes a snapshot wraps).
 pub fn encode_payload(data: &CacheData) -> Vec<u8> {
     wire::encode_payload(data)
@@ -199,17 +224,7 @@ pub fn read_snapshot<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Snapshot<'a
             bytes.len() - rd.pos
         )));
     }
-    scan_value(payload, 0, "payload", limits.max_depth).and_then(|end| {
-        if end == payload.len() {
-            Ok(())
-        } else {
-            Err(FormatError::malformed(
-                "payload",
-                end,
-                "trailing bytes after the document",
-            ))
-        }
-    })?;
+    scan_whole(payload, "payload", limits)?;
     let header = decode_header(header_bytes, limits)?;
     Ok(Snapshot {
         format,

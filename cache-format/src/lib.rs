@@ -27,7 +27,8 @@ mod wire;
 
 pub use envelope::{
     FORMAT_VERSION, FormatVersion, Header, SNAPSHOT_MARKER, Snapshot, data_from_value,
-    encode_payload, encode_snapshot, generation_of, peek_header, read_snapshot,
+    decode_payload, encode_payload, encode_snapshot, generation_of, payload_value, peek_header,
+    read_snapshot,
 };
 pub use error::FormatError;
 pub use fingerprint::{

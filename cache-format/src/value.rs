@@ -207,6 +207,72 @@ fn write_map_len(out: &mut Vec<u8>, len: usize) {
     }
 }
 
+impl TryFrom<&rmpv::Value> for Value {
+    type Error = String;
+
+    /// Converts a schema-less value, applying the same rules as decoding (no floats, no nil,
+    /// string map keys, integers within i64).
+    fn try_from(v: &rmpv::Value) -> Result<Self, String> {
+        Ok(match v {
+            rmpv::Value::Boolean(b) => Value::Bool(*b),
+            rmpv::Value::Integer(i) => Value::Int(
+                i.as_i64()
+                    .ok_or_else(|| format!("integer {i} is larger than i64::MAX"))?,
+            ),
+            rmpv::Value::String(s) => Value::Str(
+                s.as_str()
+                    .ok_or_else(|| "a string is not valid UTF-8".to_owned())?
+                    .to_owned(),
+            ),
+            rmpv::Value::Array(items) => Value::List(
+                items
+                    .iter()
+                    .map(Value::try_from)
+                    .collect::<Result<_, _>>()?,
+            ),
+            rmpv::Value::Map(items) => {
+                let mut fields = Fields::new();
+                for (k, v) in items {
+                    let name = k
+                        .as_str()
+                        .ok_or_else(|| "a map key is not a string".to_owned())?;
+                    if fields
+                        .insert(name.to_owned(), Value::try_from(v)?)
+                        .is_some()
+                    {
+                        return Err(format!("duplicate field {name:?}"));
+                    }
+                }
+                Value::Map(fields)
+            }
+            rmpv::Value::Nil => return Err("null is not allowed in keys, scopes or params".into()),
+            rmpv::Value::F32(_) | rmpv::Value::F64(_) => {
+                return Err("floats are not allowed in keys, scopes or params".into());
+            }
+            rmpv::Value::Binary(_) | rmpv::Value::Ext(..) => {
+                return Err("binary data is not allowed in keys, scopes or params".into());
+            }
+        })
+    }
+}
+
+impl From<&Value> for rmpv::Value {
+    fn from(v: &Value) -> Self {
+        match v {
+            Value::Bool(b) => rmpv::Value::Boolean(*b),
+            Value::Int(i) => rmpv::Value::from(*i),
+            Value::Str(s) => rmpv::Value::from(s.as_str()),
+            Value::List(items) => rmpv::Value::Array(items.iter().map(Into::into).collect()),
+            Value::Map(fields) => rmpv::Value::Map(
+                fields
+                    .iter()
+                    .map(|(k, v)| (rmpv::Value::from(k.as_str()), v.into()))
+                    .collect(),
+            ),
+        }
+    }
+}
+
 impl Serialize for Value {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {

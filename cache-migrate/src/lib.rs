@@ -1,1 +1,23 @@
-//! placeholder
+//! Pure migrations of tunecache data between schema versions: no I/O, no locks, no clock.
+//!
+//! An application registers [`Step`]s in a [`Migrations`] registry; [`upgrade`] gates a
+//! payload by application and version, chains the steps from the file's version to the
+//! current one over the schema-less [`PayloadView`], recomputes fingerprints, reports what
+//! changed ([`Report`]) and decodes the result. cache-core calls [`upgrade`] on every read
+//! path, including the read inside merge-on-save, so no path can skip the gate.
+//!
+//! What this crate is not: it does not read or write files (cache-core does, and keeps
+//! backups), and it does not know what any application's algorithms mean.
+#![deny(missing_docs)]
+
+mod error;
+mod registry;
+mod report;
+mod upgrade;
+mod view;
+
+pub use error::MigrateError;
+pub use registry::{Gate, Migrations, Step, StepFn};
+pub use report::{Change, Collision, Report, StepReport};
+pub use upgrade::{Upgraded, upgrade};
+pub use view::{NamespaceView, PayloadView, ScopeView, field, field_mut, remove_field, set_field};

@@ -1,0 +1,119 @@
+//! What a migration did, for logs, the CLI and callers.
+
+use std::fmt;
+
+use cache_format::Fingerprint;
+
+/// One kind of change a step made, and to how many entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The verb, e.g. `renamed`.
+    pub action: String,
+    /// The object, e.g. `production→mask_gemm`.
+    pub detail: String,
+    /// How many entries it touched.
+    pub entries: u64,
+}
+
+impl Change {
+    /// A change touching `entries` entries.
+    pub fn new(action: impl Into<String>, detail: impl Into<String>, entries: u64) -> Self {
+        Change {
+            action: action.into(),
+            detail: detail.into(),
+            entries,
+        }
+    }
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} entries ({})",
+            self.action, self.entries, self.detail
+        )
+    }
+}
+
+/// What one step did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepReport {
+    /// Source version.
+    pub from: u32,
+    /// Target version.
+    pub to: u32,
+    /// The step's description.
+    pub description: String,
+    /// Its changes.
+    pub changes: Vec<Change>,
+}
+
+impl fmt::Display for StepReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}→v{}", self.from, self.to)?;
+        if self.changes.is_empty() {
+            write!(f, " {}: no entries changed", self.description)
+        } else {
+            for (i, c) in self.changes.iter().enumerate() {
+                f.write_str(if i == 0 { " " } else { "; " })?;
+                write!(f, "{c}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Two entries whose keys became equal after a step changed key fields; they were merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collision {
+    /// The namespace.
+    pub namespace: String,
+    /// The fingerprint both keys now have.
+    pub fingerprint: Fingerprint,
+    /// How many entries ended up under it.
+    pub merged: u64,
+}
+
+impl fmt::Display for Collision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} entries of namespace {:?} now share key {} and were merged",
+            self.merged, self.namespace, self.fingerprint
+        )
+    }
+}
+
+/// What a whole migration did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The application.
+    pub app: String,
+    /// The schema the data had.
+    pub from: u32,
+    /// The schema it has now.
+    pub to: u32,
+    /// Number of entries migrated.
+    pub entries: u64,
+    /// One report per step, in order.
+    pub steps: Vec<StepReport>,
+    /// Keys that collided after a step changed key fields.
+    pub collisions: Vec<Collision>,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for step in &self.steps {
+            writeln!(f, "cache migration {step}")?;
+        }
+        for c in &self.collisions {
+            writeln!(f, "cache migration collision: {c}")?;
+        }
+        write!(
+            f,
+            "migrated {} cache v{} → v{} ({} entries)",
+            self.app, self.from, self.to, self.entries
+        )
+    }
+}

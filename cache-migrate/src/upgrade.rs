@@ -1,0 +1,98 @@
+//! The one function every read path calls: version gate, then migration, then typed decode.
+
+use std::collections::HashMap;
+
+use cache_format::rmpv::Value as Raw;
+use cache_format::{CacheData, Fields, Fingerprint, FormatVersion, Limits, Value};
+
+use crate::error::MigrateError;
+use crate::registry::Migrations;
+use crate::report::{Collision, Report};
+use crate::view::{PayloadView, field, set_field};
+
+/// Data brought to the current format and schema.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upgraded {
+    /// The entries, at the current versions.
+    pub data: CacheData,
+    /// What was migrated; `None` when the data was already current.
+    pub report: Option<Report>,
+}
+
+/// Gates, migrates and decodes the payload of a snapshot or journal record.
+///
+/// `app` and `schema` come from the header the payload was found under, `format` from its
+/// envelope. Already-current data is decoded directly; older data goes through the
+/// schema-less view and the registry's chain of steps; anything else is an error value
+/// (another application, a newer schema, no path), never a panic. Pure: no I/O.
+pub fn upgrade(
+    registry: &Migrations,
+    format: FormatVersion,
+    app: &str,
+    schema: u32,
+    payload: &[u8],
+    limits: &Limits,
+) -> Result<Upgraded, MigrateError> {
+    registry.check(app, schema)?;
+    if format == FormatVersion::CURRENT && schema == registry.current() {
+        return Ok(Upgraded {
+            data: cache_format::decode_payload(payload, limits)?,
+            report: None,
+        });
+    }
+    let value = cache_format::payload_value(payload, limits)?;
+    // Container format migrations lift the payload to the current format's layout first.
+    let value = match format {
+        FormatVersion::V1 => value,
+    };
+    let mut view = PayloadView::from_value(value)?;
+    let mut report = registry.migrate_view(schema, &mut view)?;
+    report.collisions = refingerprint(&mut view)?;
+    let data = cache_format::data_from_value(&view.into_value())?;
+    Ok(Upgraded {
+        data,
+        report: Some(report),
+    })
+}
+
+/// Recomputes every entry's fingerprint from its (possibly migrated) key and reports keys
+/// that now coincide within a namespace. Colliding entries are merged by the usual merge
+/// rule when the payload is decoded; the report makes that visible.
+pub(crate) fn refingerprint(view: &mut PayloadView) -> Result<Vec<Collision>, MigrateError> {
+    let mut collisions = Vec::new();
+    for scope in &mut view.scopes {
+        for ns in &mut scope.namespaces {
+            let mut seen: HashMap<Fingerprint, u64> = HashMap::with_capacity(ns.entries.len());
+            for entry in &mut ns.entries {
+                let key = field(entry, "key").ok_or_else(|| {
+                    MigrateError::shape("entry", format!("in namespace {:?} has no key", ns.name))
+                })?;
+                let fields = match Value::try_from(key) {
+                    Ok(Value::Map(fields)) => fields,
+                    Ok(_) => Fields::new(),
+                    Err(e) => {
+                        return Err(MigrateError::shape(
+                            "entry",
+                            format!("in namespace {:?} has an invalid key: {e}", ns.name),
+                        ));
+                    }
+                };
+                let fp = Fingerprint::of_key(&fields);
+                set_field(entry, "fp", Raw::Binary(fp.0.to_vec()));
+                *seen.entry(fp).or_default() += 1;
+            }
+            let mut here: Vec<Collision> = seen
+                .into_iter()
+                .filter(|(_, n)| *n > 1)
+                .map(|(fingerprint, merged)| Collision {
+                    namespace: ns.name.clone(),
+                    fingerprint,
+                    merged,
+                })
+                .collect();
+            here.sort_by_key(|c| c.fingerprint);
+            collisions.extend(here);
+        }
+    }
+    Ok(collisions)
+}

@@ -1,0 +1,4 @@
+//! Integration tests of cache-migrate: one binary, a module per concern.
+
+mod chain;
+mod support;
