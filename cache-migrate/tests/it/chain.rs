@@ -20,11 +20,11 @@ fn rename(v_from: u32, old: &'static str, new: &'static str) -> Step {
                 let mut touched = false;
                 if let Some(Raw::Array(cands)) = field_mut(e, "candidates") {
                     for c in cands {
-                        if let Some(algo) = field_mut(c, "algo") {
-                            if algo.as_str() == Some(old) {
-                                *algo = Raw::from(new);
-                                touched = true;
-                            }
+                        if let Some(algo) = field_mut(c, "algo")
+                            && algo.as_str() == Some(old)
+                        {
+                            *algo = Raw::from(new);
+                            touched = true;
                         }
                     }
                 }
