@@ -1,1 +1,40 @@
-//! placeholder
+//! The tunecache store: remembers, per application and scope, the ranked candidates measured
+//! for each problem key, and keeps them safe on disk across threads, processes, crashes and
+//! upgrades.
+//!
+//! - [`Store`] is the small trait every tier implements; [`MemoryStore`] is the in-memory
+//!   tier (sharded, lock-per-shard, no allocation on a hit).
+//! - [`Cache`] puts a `MemoryStore` in front of a file: a snapshot plus an append-only
+//!   journal, written under a cross-process lock with a bounded wait by one background
+//!   saver per cache, durable within about `save_delay` of a change or at once on
+//!   [`Store::flush`]. Every read path goes through the same version gate and migration
+//!   ([`cache_migrate::upgrade`]). An unusable file is moved aside, a newer one is left
+//!   untouched, an unwritable location degrades to memory: each with one warning.
+//! - [`CacheBuilder`] configures it, with `TUNECACHE_*` environment overrides.
+//!
+//! What it is not: it does not measure anything (gpu-tuner does) and knows nothing of GPUs.
+#![deny(missing_docs)]
+
+mod cache;
+mod config;
+mod disk;
+mod error;
+mod fsio;
+mod lock;
+mod memory;
+mod namespace;
+mod store;
+
+pub use cache::{Cache, Health, Mode};
+pub use config::{
+    CacheBuilder, ENV_DIR, ENV_DISABLE, ENV_FILE, ENV_READ_ONLY, FILE_EXTENSION, Location,
+    default_dir, file_name,
+};
+pub use error::StoreError;
+pub use lock::FileLock;
+pub use memory::MemoryStore;
+pub use namespace::{MAX_NAMESPACE_LEN, MAX_NAMESPACES, Namespace};
+pub use store::Store;
+
+pub use cache_format;
+pub use cache_migrate;

@@ -1,0 +1,253 @@
+//! Configuration: a builder, environment overrides, and the default location.
+//!
+//! Precedence, highest first: `TUNECACHE_FILE`, `TUNECACHE_DIR`, the builder's `file`, the
+//! builder's `dir`, the user's cache directory (`$XDG_CACHE_HOME/tunecache` or
+//! `~/.cache/tunecache` on Linux). The environment wins over code so an operator can move,
+//! disable or freeze a cache without rebuilding (`TUNECACHE_DISABLE`, `TUNECACHE_READ_ONLY`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cache_format::{Limits, Scope};
+use cache_migrate::Migrations;
+
+use crate::cache::Cache;
+
+/// Overrides the cache file.
+pub const ENV_FILE: &str = "TUNECACHE_FILE";
+/// Overrides the cache directory (the file is `<dir>/<app>.tcache`).
+pub const ENV_DIR: &str = "TUNECACHE_DIR";
+/// `1` keeps everything in memory and touches no file.
+pub const ENV_DISABLE: &str = "TUNECACHE_DISABLE";
+/// `1` reads the file but never writes it.
+pub const ENV_READ_ONLY: &str = "TUNECACHE_READ_ONLY";
+/// Extension of cache files.
+pub const FILE_EXTENSION: &str = "tcache";
+
+/// The default cache directory, if the platform has one.
+pub fn default_dir() -> Option<PathBuf> {
+    directories::BaseDirs::new().map(|d| d.cache_dir().join("tunecache"))
+}
+
+/// The file name of an application's cache: `<app>.tcache`, with characters that are not
+/// safe in file names replaced by `_`.
+pub fn file_name(app: &str) -> String {
+    let safe: String = app
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let safe = safe.trim_start_matches('.');
+    format!(
+        "{}.{FILE_EXTENSION}",
+        if safe.is_empty() { "cache" } else { safe }
+    )
+}
+
+/// How a cache will be opened.
+#[derive(Debug, Clone)]
+pub struct CacheBuilder {
+    pub(crate) registry: Migrations,
+    pub(crate) scope: Scope,
+    dir: Option<PathBuf>,
+    file: Option<PathBuf>,
+    disabled: bool,
+    read_only: bool,
+    use_env: bool,
+    pub(crate) lock_timeout: Duration,
+    flush_timeout: Option<Duration>,
+    pub(crate) save_delay: Duration,
+    pub(crate) refresh_interval: Option<Duration>,
+    pub(crate) max_retry_delay: Duration,
+    pub(crate) limits: Limits,
+    pub(crate) compact_ratio: f64,
+    pub(crate) compact_min_bytes: u64,
+}
+
+/// Where the entries live, once configuration is resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// In the given file.
+    File {
+        /// The snapshot file.
+        path: PathBuf,
+        /// Whether writes are off.
+        read_only: bool,
+    },
+    /// In memory only, for the given reason.
+    Memory(String),
+}
+
+impl CacheBuilder {
+    /// A builder for the application described by `registry` (its name, current schema and
+    /// migration steps), with the defaults: the user's cache directory, the empty scope, a
+    /// 2 s lock bound, durable within about 250 ms of a change, refresh from other processes
+    /// every 2 s, and the environment applied.
+    pub fn new(registry: Migrations) -> Self {
+        CacheBuilder {
+            registry,
+            scope: Scope::default(),
+            dir: None,
+            file: None,
+            disabled: false,
+            read_only: false,
+            use_env: true,
+            lock_timeout: Duration::from_secs(2),
+            flush_timeout: None,
+            save_delay: Duration::from_millis(250),
+            refresh_interval: Some(Duration::from_secs(2)),
+            max_retry_delay: Duration::from_secs(10),
+            limits: Limits::default(),
+            compact_ratio: 0.5,
+            compact_min_bytes: 1 << 20,
+        }
+    }
+
+    /// The scope lookups and records of this cache belong to.
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// Puts the file in `dir` as `<app>.tcache`.
+    pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    /// Uses exactly this file.
+    pub fn file(mut self, file: impl Into<PathBuf>) -> Self {
+        self.file = Some(file.into());
+        self
+    }
+
+    /// Keeps everything in memory; touches no file.
+    pub fn disabled(mut self, disabled: bool) -> Self {
+        self.disabled = disabled;
+        self
+    }
+
+    /// Reads the file but never writes it.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Ignores the `TUNECACHE_*` environment variables.
+    pub fn ignore_env(mut self) -> Self {
+        self.use_env = false;
+        self
+    }
+
+    /// Longest wait for another process's lock before a save is retried later.
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    /// Longest time `flush` (and drop) waits; defaults to twice the lock timeout plus 1 s.
+    pub fn flush_timeout(mut self, timeout: Duration) -> Self {
+        self.flush_timeout = Some(timeout);
+        self
+    }
+
+    /// How long the saver gathers changes before writing them.
+    pub fn save_delay(mut self, delay: Duration) -> Self {
+        self.save_delay = delay;
+        self
+    }
+
+    /// How often other processes' results are read in; `None` reads them only on flush.
+    pub fn refresh_interval(mut self, interval: Option<Duration>) -> Self {
+        self.refresh_interval = interval;
+        self
+    }
+
+    /// Decoding bounds.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// When the journal is compacted into the snapshot: once it would exceed both `ratio`
+    /// times the snapshot's size and `min_bytes`.
+    pub fn compaction(mut self, ratio: f64, min_bytes: u64) -> Self {
+        self.compact_ratio = ratio;
+        self.compact_min_bytes = min_bytes;
+        self
+    }
+
+    pub(crate) fn effective_flush_timeout(&self) -> Duration {
+        self.flush_timeout
+            .unwrap_or(self.lock_timeout * 2 + Duration::from_secs(1))
+    }
+
+    /// Resolves where the cache lives; the strings are warnings about ignored settings.
+    pub fn resolve(&self) -> (Location, Vec<String>) {
+        let mut warnings = Vec::new();
+        let env = |name: &str| -> Option<String> {
+            if self.use_env {
+                std::env::var(name).ok()
+            } else {
+                None
+            }
+        };
+        let mut flag = |name: &'static str, default: bool| -> bool {
+            match env(name) {
+                None => default,
+                Some(v) => match parse_bool(&v) {
+                    Some(b) => b,
+                    None => {
+                        warnings.push(format!(
+                            "ignoring {name}={v:?}: expected 1/0, true/false, yes/no or on/off"
+                        ));
+                        default
+                    }
+                },
+            }
+        };
+        let disabled = flag(ENV_DISABLE, self.disabled);
+        let read_only = flag(ENV_READ_ONLY, self.read_only);
+        if disabled {
+            return (Location::Memory("disabled".to_owned()), warnings);
+        }
+        let name = file_name(self.registry.app());
+        let path = if let Some(f) = env(ENV_FILE).filter(|s| !s.is_empty()) {
+            Some(PathBuf::from(f))
+        } else if let Some(d) = env(ENV_DIR).filter(|s| !s.is_empty()) {
+            Some(PathBuf::from(d).join(&name))
+        } else if let Some(f) = &self.file {
+            Some(f.clone())
+        } else if let Some(d) = &self.dir {
+            Some(d.join(&name))
+        } else {
+            default_dir().map(|d| d.join(&name))
+        };
+        match path {
+            Some(path) => (Location::File { path, read_only }, warnings),
+            None => (
+                Location::Memory("no cache directory on this system; set TUNECACHE_DIR".into()),
+                warnings,
+            ),
+        }
+    }
+
+    /// Opens the cache. Never fails: a location that cannot be used degrades to memory with
+    /// one warning, visible afterwards in [`Cache::health`].
+    pub fn open(self) -> Cache {
+        Cache::open(self)
+    }
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => None,
+    }
+}

@@ -1,0 +1,154 @@
+//! Small durable-file helpers: atomic replace, directory sync, bounded reads, file identity.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::StoreError;
+
+/// Identifies one version of a file: a replaced file (rename over it) gets a new inode, an
+/// appended one a new length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileId {
+    dev: u64,
+    ino: u64,
+    pub(crate) len: u64,
+    mtime_ns: i128,
+}
+
+impl FileId {
+    pub(crate) fn of(meta: &fs::Metadata) -> Self {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            FileId {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                len: meta.len(),
+                mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let mtime_ns = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_nanos() as i128)
+                .unwrap_or(0);
+            FileId {
+                dev: 0,
+                ino: 0,
+                len: meta.len(),
+                mtime_ns,
+            }
+        }
+    }
+
+    /// Whether both describe the same inode (content may have grown).
+    pub(crate) fn same_file(&self, other: &FileId) -> bool {
+        self.dev == other.dev && self.ino == other.ino && (self.dev, self.ino) != (0, 0)
+    }
+}
+
+/// Metadata of `path`, or `None` if it does not exist.
+pub(crate) fn stat(path: &Path) -> Result<Option<fs::Metadata>, StoreError> {
+    match fs::metadata(path) {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StoreError::io("inspect", path, e)),
+    }
+}
+
+/// Syncs a directory so a rename in it is durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    #[cfg(unix)]
+    {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| StoreError::io("sync the directory", dir, e))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Ok(())
+    }
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The prefix of every temporary file tunecache creates beside `target`.
+pub(crate) fn tmp_prefix(target: &Path) -> String {
+    format!(
+        ".{}.tmp.",
+        target
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default()
+    )
+}
+
+/// Replaces `target` with `bytes` atomically: write a temporary file in the same
+/// directory, sync it, rename it over `target`, sync the directory. On any error the
+/// temporary file is removed and `target` is untouched.
+pub(crate) fn atomic_write(target: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let dir = parent_dir(target);
+    let tmp = dir.join(format!(
+        "{}{}.{}",
+        tmp_prefix(target),
+        std::process::id(),
+        TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| StoreError::io("create", &tmp, e))?;
+        file.write_all(bytes)
+            .map_err(|e| StoreError::io("write", &tmp, e))?;
+        file.sync_all()
+            .map_err(|e| StoreError::io("sync", &tmp, e))?;
+        drop(file);
+        fs::rename(&tmp, target).map_err(|e| StoreError::io("rename into place", target, e))?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+        return result;
+    }
+    sync_dir(&dir)
+}
+
+/// Removes temporary files left beside `target` by writers that crashed. Call only while
+/// holding the cache lock: every live writer creates its temporaries under the lock.
+pub(crate) fn remove_stale_temporaries(target: &Path) {
+    let dir = parent_dir(target);
+    let prefix = tmp_prefix(target);
+    if let Ok(entries) = fs::read_dir(&dir) {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+pub(crate) fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// `path` with `suffix` appended to its file name.
+pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    name.push(suffix);
+    path.with_file_name(name)
+}

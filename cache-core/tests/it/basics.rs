@@ -1,0 +1,156 @@
+//! Recording, reading back, scopes, the journal, compaction.
+
+use std::time::Duration;
+
+use cache_core::{Mode, Namespace, Store};
+
+use crate::support::{
+    builder, entry, has, ids_on_disk, key, ns, path_in, scope, temp_dir, wait_until,
+};
+
+#[test]
+fn results_survive_a_reopen() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let cache = builder(&path).open();
+    assert_eq!(cache.health().mode, Mode::Persistent);
+    for i in 0..100 {
+        cache.put(ns(), entry(1, i));
+    }
+    cache.flush().expect("flush");
+    drop(cache);
+    assert_eq!(ids_on_disk(&path, 1, 100).len(), 100);
+}
+
+#[test]
+fn a_result_becomes_durable_without_an_explicit_flush() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let cache = builder(&path).save_delay(Duration::from_millis(250)).open();
+    cache.put(ns(), entry(1, 7));
+    // No flush: the background saver must write it on its own.
+    assert!(wait_until(Duration::from_secs(20), || ids_on_disk(
+        &path, 1, 8
+    ) == [7]));
+    drop(cache);
+}
+
+#[test]
+fn a_hit_returns_the_recorded_ranking_and_a_miss_is_none() {
+    let dir = temp_dir();
+    let cache = builder(&path_in(&dir, "c.tcache")).open();
+    assert!(cache.lookup(ns(), &key(1, 1)).is_none());
+    cache.put(ns(), entry(1, 1));
+    let hit = cache.get(ns(), &key(1, 1).fingerprint()).expect("hit");
+    assert_eq!(hit.best().map(|c| c.algorithm.as_str()), Some("tiled"));
+    let other = Namespace::new("conv_fwd").expect("valid");
+    assert!(
+        cache.lookup(other, &key(1, 1)).is_none(),
+        "namespaces are separate"
+    );
+}
+
+#[test]
+fn scopes_are_separate_and_all_survive_compaction() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let h100 = builder(&path)
+        .scope(scope("H100"))
+        .compaction(0.0, 0)
+        .open();
+    h100.put(ns(), entry(1, 1));
+    h100.flush().expect("flush");
+    drop(h100);
+    let a100 = builder(&path)
+        .scope(scope("A100"))
+        .compaction(0.0, 0)
+        .open();
+    assert!(!has(&a100, 1, 1), "another scope's result is not used");
+    a100.put(ns(), entry(1, 2));
+    a100.flush().expect("flush (a compaction: ratio 0)");
+    drop(a100);
+    let h100 = builder(&path).scope(scope("H100")).open();
+    assert!(
+        has(&h100, 1, 1) && !has(&h100, 1, 2),
+        "the H100 entry survived the A100 compaction"
+    );
+}
+
+#[test]
+fn recording_into_a_large_cache_appends_instead_of_rewriting() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let journal = path_in(&dir, "c.tcache.journal");
+    let cache = builder(&path).compaction(0.0, 0).open();
+    for i in 0..2000 {
+        cache.put(ns(), entry(1, i));
+    }
+    cache.flush().expect("flush");
+    drop(cache);
+    let snapshot_before = std::fs::read(&path).expect("snapshot");
+    assert!(!journal.exists(), "the first save wrote a snapshot");
+
+    let cache = builder(&path).open();
+    cache.put(ns(), entry(1, 5000));
+    cache.flush().expect("flush");
+    assert_eq!(
+        std::fs::read(&path).expect("snapshot"),
+        snapshot_before,
+        "the snapshot was not rewritten"
+    );
+    let journal_len = std::fs::metadata(&journal).expect("journal").len();
+    assert!(
+        journal_len < 1024,
+        "one small record appended ({journal_len} bytes), not the cache"
+    );
+    drop(cache);
+    assert_eq!(ids_on_disk(&path, 1, 5001).len(), 2001);
+}
+
+#[test]
+fn a_growing_journal_is_compacted_into_the_snapshot() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let journal = path_in(&dir, "c.tcache.journal");
+    let cache = builder(&path).compaction(0.5, 4096).open();
+    let mut compacted = false;
+    for round in 0..40 {
+        for i in 0..20 {
+            cache.put(ns(), entry(1, round * 20 + i));
+        }
+        cache.flush().expect("flush");
+        if round > 0 && !journal.exists() {
+            compacted = true;
+        }
+    }
+    assert!(
+        compacted,
+        "the journal was folded into the snapshot at least once"
+    );
+    drop(cache);
+    assert_eq!(ids_on_disk(&path, 1, 800).len(), 800);
+}
+
+#[test]
+fn another_process_results_arrive_by_refresh() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let reader = builder(&path)
+        .refresh_interval(Some(Duration::from_millis(50)))
+        .open();
+    let writer = builder(&path).open();
+    writer.put(ns(), entry(3, 3));
+    writer.flush().expect("flush");
+    assert!(wait_until(Duration::from_secs(10), || has(&reader, 3, 3)));
+}
+
+#[test]
+fn bad_namespace_names_are_refused() {
+    assert!(Namespace::new("").is_err());
+    assert!(Namespace::new(&"x".repeat(200)).is_err());
+    assert!(Namespace::new("a\nb").is_err());
+    assert_eq!(
+        Namespace::new("conv_fwd").expect("ok"),
+        Namespace::new("conv_fwd").expect("ok")
+    );
+}

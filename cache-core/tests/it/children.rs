@@ -1,0 +1,169 @@
+//! The code child processes run. The parent starts this test binary filtered to
+//! `child_process_entry` with `TUNECACHE_TEST_CHILD` naming a role; in a normal test run the
+//! variable is absent and the entry point returns at once (it is a harness hook, not a test).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cache_core::{Cache, FileLock, Store, StoreError};
+
+use crate::support::{MARK, builder, entry, ns, registry};
+
+/// Prints one protocol line for the parent (see `support::MARK`).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{MARK}{}", format_args!($($arg)*))
+    };
+}
+
+#[test]
+fn child_process_entry() {
+    let Ok(role) = std::env::var("TUNECACHE_TEST_CHILD") else {
+        return;
+    };
+    let path = PathBuf::from(std::env::var("TUNECACHE_TEST_PATH").expect("path"));
+    let args: Vec<String> = std::env::var("TUNECACHE_TEST_ARGS")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let num = |i: usize| -> u64 { args[i].parse().expect("numeric child argument") };
+    match role.as_str() {
+        "writer" => writer(path, num(0), num(1), num(2)),
+        "killable" => killable(path, num(0), num(1), num(2)),
+        "hold-lock" => hold_lock(path, num(0)),
+        "fsize" => fsize(path, num(0), &args[1]),
+        "env-open" => env_open(),
+        other => panic!("unknown child role {other}"),
+    }
+}
+
+/// Flushes until it succeeds: a busy lock only delays durability, it never loses a result.
+fn flush_until_ok(cache: &Cache) {
+    let start = Instant::now();
+    loop {
+        match cache.flush() {
+            Ok(()) => return,
+            Err(e @ (StoreError::LockTimeout { .. } | StoreError::FlushTimeout(_)))
+                if start.elapsed() < Duration::from_secs(300) =>
+            {
+                eprintln!("child {}: retrying flush after: {e}", std::process::id());
+            }
+            Err(e) => panic!("flush failed: {e}"),
+        }
+    }
+}
+
+/// Records `count` results as `writer`, flushing every `every`.
+fn writer(path: PathBuf, writer: u64, count: u64, every: u64) {
+    let cache = builder(&path).compaction(0.5, 16 << 10).open();
+    for i in 0..count {
+        cache.put(ns(), entry(writer, i));
+        if (i + 1) % every == 0 {
+            flush_until_ok(&cache);
+            say!("flushed {i}");
+        }
+    }
+    flush_until_ok(&cache);
+    say!("done");
+}
+
+/// Records batches forever, printing the last id of each batch once it is durable; the parent
+/// kills it with SIGKILL at a random moment. Tiny compaction thresholds make many kills land
+/// in the middle of a compaction.
+fn killable(path: PathBuf, writer: u64, start: u64, batch: u64) {
+    let cache = builder(&path)
+        .compaction(0.05, 2 << 10)
+        .save_delay(Duration::from_millis(1))
+        .open();
+    let mut next = start;
+    loop {
+        for _ in 0..batch {
+            cache.put(ns(), entry(writer, next));
+            next += 1;
+        }
+        flush_until_ok(&cache);
+        say!("flushed {}", next - 1);
+    }
+}
+
+/// Holds the cache lock for `secs` seconds.
+fn hold_lock(path: PathBuf, secs: u64) {
+    let lock_path = PathBuf::from(format!("{}.lock", path.display()));
+    let _lock = FileLock::acquire(&lock_path, Duration::from_secs(10)).expect("take the lock");
+    say!("locked");
+    std::thread::sleep(Duration::from_secs(secs));
+}
+
+/// Records results with a file-size limit (RLIMIT_FSIZE) that makes the write fail as a full
+/// disk would; checks the files are intact, lifts the limit and saves again.
+fn fsize(path: PathBuf, limit: u64, how: &str) {
+    let journal = PathBuf::from(format!("{}.journal", path.display()));
+    let read = |p: &PathBuf| std::fs::read(p).unwrap_or_default();
+    let cache = match how {
+        "compact" => builder(&path).compaction(0.0, 0).open(),
+        _ => builder(&path).open(),
+    };
+    // SAFETY: plain libc calls with valid arguments; SIGXFSZ would otherwise kill us.
+    let old = unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        let mut old = std::mem::zeroed::<libc::rlimit>();
+        assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &mut old), 0);
+        old
+    };
+    let (snap_before, journal_before) = (read(&path), read(&journal));
+    for i in 0..300 {
+        cache.put(ns(), entry(2, i));
+    }
+    let limited = libc::rlimit {
+        rlim_cur: limit as libc::rlim_t,
+        rlim_max: old.rlim_max,
+    };
+    // SAFETY: valid pointer to a valid rlimit.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limited) }, 0);
+    match cache.flush() {
+        Ok(()) => say!("flush-unexpectedly-ok"),
+        Err(e) => say!("flush-failed {e}"),
+    }
+    // The snapshot is untouched, and the journal holds exactly the records it held (a new,
+    // empty journal may have been started; no partial record may remain).
+    let limits = cache_core::cache_format::Limits::default();
+    let records = |bytes: &[u8]| -> Option<(usize, bool)> {
+        if bytes.is_empty() {
+            return Some((0, true));
+        }
+        let (_, _, start) = cache_core::cache_format::read_journal_header(bytes, &limits).ok()?;
+        let scan = cache_core::cache_format::scan_records(bytes, start, &limits);
+        Some((
+            scan.records.len(),
+            scan.tail == cache_core::cache_format::Tail::Clean && scan.damaged.is_empty(),
+        ))
+    };
+    let intact = read(&path) == snap_before && records(&read(&journal)) == records(&journal_before);
+    say!("intact {intact}");
+    // SAFETY: raising the soft limit back to the (unchanged) hard limit is always allowed.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &old) }, 0);
+    match cache.flush() {
+        Ok(()) => say!("flush-ok"),
+        Err(e) => say!("flush-still-failing {e}"),
+    }
+}
+
+/// Opens a cache configured only by the environment, records one result and reports.
+fn env_open() {
+    let cache = Cache::builder(registry(1))
+        .save_delay(Duration::from_millis(10))
+        .open();
+    cache.put(ns(), entry(9, 9));
+    let flushed = cache.flush();
+    let health = cache.health();
+    say!("mode {:?}", health.mode);
+    say!(
+        "path {}",
+        health
+            .path
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "none".into())
+    );
+    say!("flush {}", if flushed.is_ok() { "ok" } else { "err" });
+}

@@ -1,0 +1,148 @@
+//! Corrupt, truncated and torn files: kept aside or repaired, one clear warning, nothing
+//! flushed is lost, nothing panics.
+
+use std::io::Write;
+
+use cache_core::cache_format::{CacheData, Scope, encode_record};
+use cache_core::{Mode, Store};
+
+use crate::support::{
+    builder, capture_logs, entry, has, ids_on_disk, ns, path_in, temp_dir, warnings_about,
+};
+
+fn quarantines(bytes: &[u8], why: &str) {
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    std::fs::write(&path, bytes).expect("write");
+    let cache = builder(&path).open();
+    let health = cache.health();
+    assert_eq!(health.mode, Mode::Persistent, "{why}: keeps working");
+    assert_eq!(health.quarantined.len(), 1, "{why}: {health:?}");
+    let moved = &health.quarantined[0];
+    assert_eq!(
+        std::fs::read(moved).expect("kept aside"),
+        bytes,
+        "{why}: kept byte for byte"
+    );
+    let warned = warnings_about(&moved.display().to_string());
+    assert_eq!(
+        warned.len(),
+        1,
+        "{why}: one warning naming the new path: {warned:?}"
+    );
+    cache.put(ns(), entry(1, 1));
+    cache.flush().expect("a fresh file is written");
+    drop(cache);
+    assert_eq!(ids_on_disk(&path, 1, 2), [1], "{why}");
+}
+
+fn valid_file() -> Vec<u8> {
+    let mut data = CacheData::new();
+    for i in 0..50 {
+        data.insert(&Scope::default(), "matmul", entry(4, i));
+    }
+    cache_core::cache_format::encode_snapshot(crate::support::APP, 1, &data)
+}
+
+#[test]
+fn a_garbage_file_is_kept_aside_with_one_warning() {
+    quarantines(b"this is not a cache file at all", "garbage");
+}
+
+#[test]
+fn a_truncated_file_is_kept_aside() {
+    let bytes = valid_file();
+    quarantines(&bytes[..bytes.len() / 2], "truncated");
+}
+
+#[test]
+fn a_bit_flip_in_the_payload_is_caught_by_the_checksum() {
+    let mut bytes = valid_file();
+    let at = bytes.len() - 100;
+    bytes[at] ^= 0x40;
+    quarantines(&bytes, "flipped byte");
+}
+
+#[test]
+fn an_empty_file_is_kept_aside() {
+    quarantines(b"", "empty");
+}
+
+#[test]
+fn a_file_over_the_size_limit_is_kept_aside_without_being_read() {
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    std::fs::write(&path, valid_file()).expect("write");
+    let limits = cache_core::cache_format::Limits {
+        max_file_bytes: 100,
+        ..Default::default()
+    };
+    let cache = builder(&path).limits(limits).open();
+    assert_eq!(cache.health().quarantined.len(), 1);
+}
+
+#[test]
+fn a_torn_journal_tail_is_dropped_and_earlier_records_kept() {
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let journal = path_in(&dir, "c.tcache.journal");
+    let cache = builder(&path).open();
+    cache.put(ns(), entry(1, 0));
+    cache.flush().expect("snapshot");
+    cache.put(ns(), entry(1, 1));
+    cache.flush().expect("journal record");
+    drop(cache);
+    assert!(journal.exists());
+    // An interrupted append: the first half of a record.
+    let mut torn = CacheData::new();
+    torn.insert(&Scope::default(), "matmul", entry(1, 99));
+    let record = encode_record(&torn);
+    let good_len = std::fs::metadata(&journal).expect("journal").len();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&journal)
+        .and_then(|mut f| f.write_all(&record[..record.len() / 2]))
+        .expect("append half a record");
+
+    let cache = builder(&path).open();
+    assert!(has(&cache, 1, 0) && has(&cache, 1, 1) && !has(&cache, 1, 99));
+    assert_eq!(
+        std::fs::metadata(&journal).expect("journal").len(),
+        good_len,
+        "the torn tail was cut"
+    );
+    cache.put(ns(), entry(1, 2));
+    cache.flush().expect("append after the repair");
+    drop(cache);
+    assert_eq!(ids_on_disk(&path, 1, 100), [0, 1, 2]);
+}
+
+#[test]
+fn a_corrupt_snapshot_keeps_the_valid_journal_records() {
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let cache = builder(&path).open();
+    cache.put(ns(), entry(1, 0));
+    cache.flush().expect("snapshot");
+    cache.put(ns(), entry(1, 1));
+    cache.flush().expect("journal record");
+    drop(cache);
+    let mut bytes = std::fs::read(&path).expect("snapshot");
+    let at = bytes.len() - 10;
+    bytes[at] ^= 0xff;
+    std::fs::write(&path, &bytes).expect("corrupt the snapshot");
+    let cache = builder(&path).open();
+    assert!(has(&cache, 1, 1), "the journal's record was rescued");
+    assert_eq!(
+        cache.health().quarantined.len(),
+        2,
+        "snapshot and journal both kept aside"
+    );
+    cache.flush().expect("the rescued record is saved again");
+    drop(cache);
+    assert_eq!(ids_on_disk(&path, 1, 2), [1]);
+}

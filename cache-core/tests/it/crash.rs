@@ -1,0 +1,100 @@
+//! A writer killed with SIGKILL at random moments, many times: the file always opens and every
+//! result that was flushed before the kill is there.
+
+use std::collections::BTreeSet;
+use std::io::BufRead;
+use std::time::{Duration, Instant};
+
+use cache_core::Mode;
+
+use crate::support::{builder, has, path_in, spawn_child, temp_dir};
+
+/// A small deterministic generator; the seed is printed so a failure can be replayed.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % below
+    }
+}
+
+#[test]
+fn sigkill_at_random_moments_never_loses_a_flushed_result() {
+    let seed = std::env::var("TUNECACHE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(cache_core::cache_format::now_millis);
+    println!("crash test seed {seed} (set TUNECACHE_TEST_SEED to replay)");
+    let mut rng = Lcg(seed);
+    let dir = temp_dir();
+    let path = path_in(&dir, "crash.tcache");
+    let mut flushed: BTreeSet<u64> = BTreeSet::new();
+    let mut next_id = 0u64;
+    const ROUNDS: usize = 30;
+    for round in 0..ROUNDS {
+        let mut child = spawn_child(
+            "killable",
+            &path,
+            &[7.to_string(), next_id.to_string(), "25".into()],
+            &[],
+        );
+        let out = child.stdout.take().expect("stdout");
+        // Read "flushed N" lines on a thread so the parent can kill at any moment.
+        let reader = std::thread::spawn(move || {
+            std::io::BufReader::new(out)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|l| {
+                    crate::support::message(&l)
+                        .and_then(|m| m.strip_prefix("flushed "))
+                        .and_then(|n| n.parse::<u64>().ok())
+                })
+                .collect::<Vec<_>>()
+        });
+        let delay = Duration::from_millis(30 + rng.next(400));
+        let start = Instant::now();
+        while start.elapsed() < delay {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.kill().expect("SIGKILL the writer");
+        child.wait().expect("reap");
+        let reported = reader.join().expect("reader thread");
+        let last = reported.last().copied();
+        if let Some(last) = last {
+            // Every id up to the last reported flush was durable before the kill.
+            flushed.extend(next_id..=last);
+        }
+        // The next writer continues after everything this one may have recorded.
+        next_id += 10_000;
+
+        let cache = builder(&path).open();
+        let health = cache.health();
+        assert_eq!(
+            health.mode,
+            Mode::Persistent,
+            "round {round}: the file did not open cleanly: {health:?}"
+        );
+        assert!(
+            health.quarantined.is_empty(),
+            "round {round}: a file was quarantined: {health:?}"
+        );
+        let lost: Vec<_> = flushed
+            .iter()
+            .filter(|&&id| !has(&cache, 7, id))
+            .take(5)
+            .collect();
+        assert!(
+            lost.is_empty(),
+            "round {round} (seed {seed}): flushed results lost, e.g. {lost:?}"
+        );
+    }
+    assert!(
+        flushed.len() > 100,
+        "the writers flushed too little to prove anything ({})",
+        flushed.len()
+    );
+}

@@ -1,0 +1,199 @@
+//! Unusable locations and switches: read-only, disabled, unwritable, full disk, environment.
+
+use std::collections::HashMap;
+
+use cache_core::{Cache, Location, Mode, Store, StoreError};
+
+use crate::support::{
+    builder, capture_logs, child_lines, entry, has, ids_on_disk, ns, path_in, registry,
+    spawn_child, temp_dir, warnings_about,
+};
+
+#[test]
+fn an_unwritable_location_degrades_to_memory_with_one_warning() {
+    capture_logs();
+    let dir = temp_dir();
+    let blocker = path_in(&dir, "a-file");
+    std::fs::write(&blocker, b"x").expect("write");
+    // A directory cannot be created under a regular file, even by root.
+    let path = blocker.join("sub").join("c.tcache");
+    let cache = builder(&path).open();
+    assert_eq!(cache.health().mode, Mode::Memory);
+    cache.put(ns(), entry(1, 1));
+    assert!(has(&cache, 1, 1), "still caches in memory");
+    assert!(matches!(
+        cache.flush(),
+        Err(StoreError::NotPersistent { .. })
+    ));
+    assert!(matches!(
+        cache.flush(),
+        Err(StoreError::NotPersistent { .. })
+    ));
+    drop(cache);
+    let warned = warnings_about(&path.display().to_string());
+    assert_eq!(warned.len(), 1, "{warned:?}");
+}
+
+#[test]
+fn read_only_reads_the_file_and_never_writes_it() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let writer = builder(&path).open();
+    writer.put(ns(), entry(1, 1));
+    writer.flush().expect("flush");
+    drop(writer);
+    let before = std::fs::read(&path).expect("file");
+    let cache = builder(&path).read_only(true).open();
+    assert_eq!(cache.health().mode, Mode::ReadOnly);
+    assert!(has(&cache, 1, 1));
+    cache.put(ns(), entry(1, 2));
+    assert!(matches!(
+        cache.flush(),
+        Err(StoreError::NotPersistent { .. })
+    ));
+    drop(cache);
+    assert_eq!(std::fs::read(&path).expect("file"), before);
+    assert!(!path_in(&dir, "c.tcache.journal").exists());
+}
+
+#[test]
+fn disabled_touches_no_file() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "sub").join("c.tcache");
+    let cache = builder(&path).disabled(true).open();
+    assert_eq!(cache.health().mode, Mode::Memory);
+    cache.put(ns(), entry(1, 1));
+    assert!(has(&cache, 1, 1));
+    drop(cache);
+    assert!(!path_in(&dir, "sub").exists(), "nothing was created");
+}
+
+#[test]
+fn the_default_file_lives_in_the_user_cache_directory() {
+    let (location, _) = Cache::builder(registry(1)).ignore_env().resolve();
+    let Location::File { path, read_only } = location else {
+        panic!("expected a file: {location:?}")
+    };
+    assert!(!read_only);
+    assert!(
+        path.ends_with("tunecache/testapp.tcache"),
+        "{}",
+        path.display()
+    );
+    assert_eq!(path.parent(), cache_core::default_dir().as_deref());
+}
+
+fn env_child(env: &[(&str, &str)]) -> HashMap<String, String> {
+    let dir = temp_dir();
+    let mut child = spawn_child("env-open", &path_in(&dir, "unused"), &[], env);
+    let lines = child_lines(&mut child);
+    assert!(child.wait().expect("wait").success());
+    lines
+        .iter()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+#[test]
+fn the_environment_overrides_location_and_switches() {
+    let dir = temp_dir();
+    let d = dir.path().display().to_string();
+    let f = path_in(&dir, "explicit.tcache").display().to_string();
+
+    let out = env_child(&[("TUNECACHE_DIR", &d)]);
+    assert_eq!(out["path"], format!("{d}/testapp.tcache"));
+    assert_eq!(
+        (out["mode"].as_str(), out["flush"].as_str()),
+        ("Persistent", "ok")
+    );
+    assert!(path_in(&dir, "testapp.tcache").exists());
+
+    let out = env_child(&[("TUNECACHE_DIR", &d), ("TUNECACHE_FILE", &f)]);
+    assert_eq!(out["path"], f, "the file override wins over the directory");
+
+    let out = env_child(&[("TUNECACHE_DIR", &d), ("TUNECACHE_DISABLE", "1")]);
+    assert_eq!(
+        (
+            out["mode"].as_str(),
+            out["path"].as_str(),
+            out["flush"].as_str()
+        ),
+        ("Memory", "none", "err")
+    );
+
+    let out = env_child(&[("TUNECACHE_FILE", &f), ("TUNECACHE_READ_ONLY", "true")]);
+    assert_eq!(
+        (out["mode"].as_str(), out["flush"].as_str()),
+        ("ReadOnly", "err")
+    );
+}
+
+#[test]
+fn an_invalid_switch_value_is_named_in_a_warning_and_ignored() {
+    capture_logs();
+    let b = Cache::builder(registry(1)).file("/nonexistent/x.tcache");
+    // resolve() reads the real environment; use a value no test sets.
+    let (location, warnings) = b.resolve();
+    assert!(matches!(location, Location::File { .. }));
+    assert!(warnings.is_empty() || warnings.iter().all(|w| w.contains("TUNECACHE_")));
+    let dir = temp_dir();
+    let mut child = spawn_child(
+        "env-open",
+        &path_in(&dir, "x"),
+        &[],
+        &[
+            ("TUNECACHE_DISABLE", "maybe"),
+            ("TUNECACHE_DIR", &dir.path().display().to_string()),
+        ],
+    );
+    let lines = child_lines(&mut child);
+    assert!(child.wait().expect("wait").success());
+    assert!(
+        lines.contains(&"mode Persistent".to_owned()),
+        "an unknown value does not disable: {lines:?}"
+    );
+}
+
+fn full_disk(how: &str) {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let cache = builder(&path).open();
+    for i in 0..200 {
+        cache.put(ns(), entry(1, i));
+    }
+    cache.flush().expect("flush");
+    drop(cache);
+    let limit = std::fs::metadata(&path).expect("snapshot").len() + 2048;
+    let mut child = spawn_child("fsize", &path, &[limit.to_string(), how.to_owned()], &[]);
+    let lines = child_lines(&mut child);
+    assert!(child.wait().expect("wait").success(), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("flush-failed")),
+        "the write hit the limit: {lines:?}"
+    );
+    assert!(
+        lines.contains(&"intact true".to_owned()),
+        "the files were left intact: {lines:?}"
+    );
+    assert!(
+        lines.contains(&"flush-ok".to_owned()),
+        "saved once space returned: {lines:?}"
+    );
+    assert_eq!(
+        ids_on_disk(&path, 1, 200).len(),
+        200,
+        "the old results are all there"
+    );
+    assert_eq!(ids_on_disk(&path, 2, 300).len(), 300, "and the new ones");
+}
+
+#[test]
+fn a_full_disk_during_an_append_loses_nothing() {
+    full_disk("append");
+}
+
+#[test]
+fn a_full_disk_during_a_compaction_loses_nothing() {
+    full_disk("compact");
+}

@@ -1,0 +1,16 @@
+#![allow(
+    clippy::print_stdout,
+    reason = "tests and child processes report on stdout"
+)]
+//! Integration tests of cache-core: one binary, a module per concern. Concurrency, crash and
+//! lock tests use real child processes (this binary re-executed, see `children`).
+
+mod basics;
+mod children;
+mod concurrency;
+mod corrupt;
+mod crash;
+mod degrade;
+mod lock;
+mod support;
+mod versions;

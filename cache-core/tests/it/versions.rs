@@ -1,0 +1,191 @@
+//! Versions: a newer or foreign file is never written; a file with no migration path is kept
+//! aside and never merged back in, on load or on save; a migrated file is rewritten with a
+//! backup of the original.
+
+use cache_core::cache_format::rmpv::Value as Raw;
+use cache_core::cache_format::{CacheData, Scope, encode_snapshot};
+use cache_core::cache_migrate::{Change, Migrations, PayloadView, Step, field_mut};
+use cache_core::{Cache, Mode, Store, StoreError};
+
+use crate::support::{
+    APP, builder, capture_logs, entry, has, ns, path_in, temp_dir, warnings_about,
+};
+
+fn file_with(app: &str, schema: u32, ids: std::ops::Range<u64>) -> Vec<u8> {
+    let mut data = CacheData::new();
+    for i in ids {
+        data.insert(&Scope::default(), "matmul", entry(5, i));
+    }
+    encode_snapshot(app, schema, &data)
+}
+
+fn assert_left_untouched(bytes: Vec<u8>, why: &str) {
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    std::fs::write(&path, &bytes).expect("write file");
+    let cache = builder(&path).open();
+    cache.put(ns(), entry(1, 1));
+    let flushed = cache.flush();
+    assert!(
+        matches!(flushed, Err(StoreError::NotPersistent { .. })),
+        "{why}: flush must say it is not persistent: {flushed:?}"
+    );
+    assert_eq!(cache.health().mode, Mode::Memory, "{why}");
+    assert!(has(&cache, 1, 1), "{why}: results still work in memory");
+    drop(cache);
+    assert_eq!(
+        std::fs::read(&path).expect("file"),
+        bytes,
+        "{why}: the file changed"
+    );
+    assert!(
+        !path_in(&dir, "c.tcache.journal").exists(),
+        "{why}: a journal was written beside it"
+    );
+    let warned = warnings_about(&path.display().to_string());
+    assert_eq!(
+        warned.len(),
+        1,
+        "{why}: exactly one warning naming the file: {warned:?}"
+    );
+    assert!(warned[0].contains("untouched"), "{}", warned[0]);
+}
+
+#[test]
+fn a_newer_schema_file_is_left_byte_for_byte_unchanged() {
+    assert_left_untouched(file_with(APP, 99, 0..10), "newer schema");
+}
+
+#[test]
+fn a_newer_format_file_is_left_byte_for_byte_unchanged() {
+    let mut bytes = file_with(APP, 1, 0..10);
+    assert_eq!(bytes[11], 0x01, "format version byte");
+    bytes[11] = 0x02;
+    assert_left_untouched(bytes, "newer format");
+}
+
+#[test]
+fn another_applications_file_is_left_byte_for_byte_unchanged() {
+    assert_left_untouched(file_with("someone-else", 1, 0..10), "foreign application");
+}
+
+#[test]
+fn a_file_with_no_migration_path_is_kept_aside_and_not_merged_back_on_save() {
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let stale = file_with(APP, 0, 0..10); // schema 0; the registry is at 1 with no step 0→1
+    std::fs::write(&path, &stale).expect("write");
+    let cache = builder(&path).open();
+    assert!(!has(&cache, 5, 0), "stale entries are not loaded");
+    cache.put(ns(), entry(1, 1));
+    cache.flush().expect("flush");
+    let moved = cache.health().quarantined;
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    assert_eq!(
+        std::fs::read(&moved[0]).expect("kept aside"),
+        stale,
+        "kept byte for byte"
+    );
+    drop(cache);
+    let reopened = builder(&path).open();
+    assert!(has(&reopened, 1, 1));
+    assert!(
+        (0..10).all(|i| !has(&reopened, 5, i)),
+        "stale entries came back"
+    );
+    let warned = warnings_about(&moved[0].display().to_string());
+    assert_eq!(
+        warned.len(),
+        1,
+        "one warning naming where the file went: {warned:?}"
+    );
+}
+
+#[test]
+fn merge_on_save_applies_the_version_gate_too() {
+    // The WarpConvNet bug: the read inside merge-on-save skipped the version check and
+    // resurrected stale entries. Here a stale file appears *after* the cache was opened.
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let cache = builder(&path).open();
+    cache.put(ns(), entry(1, 1));
+    cache.flush().expect("first save");
+    std::fs::write(&path, file_with(APP, 0, 0..10)).expect("replace with a stale file");
+    cache.put(ns(), entry(1, 2));
+    cache.flush().expect("second save");
+    drop(cache);
+    let reopened = builder(&path).open();
+    assert!(has(&reopened, 1, 2));
+    assert!(
+        (0..10).all(|i| !has(&reopened, 5, i)),
+        "the save merged stale entries back in"
+    );
+}
+
+fn rename_step() -> Step {
+    Step::coded(1, 2, "rename tiled→blocked", |view: &mut PayloadView| {
+        let mut n = 0;
+        for (_, e) in view.entries_mut() {
+            if let Some(Raw::Array(cands)) = field_mut(e, "candidates") {
+                for c in cands {
+                    if let Some(algo) = field_mut(c, "algo")
+                        && algo.as_str() == Some("tiled")
+                    {
+                        *algo = Raw::from("blocked");
+                        n += 1;
+                    }
+                }
+            }
+        }
+        Ok(vec![Change::new("renamed", "tiled→blocked", n)])
+    })
+}
+
+#[test]
+fn an_older_file_is_migrated_rewritten_and_backed_up() {
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let old = file_with(APP, 1, 0..10);
+    std::fs::write(&path, &old).expect("write");
+    let registry = Migrations::new(APP, 2)
+        .with(rename_step())
+        .expect("registry");
+    let cache = Cache::builder(registry.clone())
+        .file(&path)
+        .ignore_env()
+        .refresh_interval(None)
+        .save_delay(std::time::Duration::from_millis(10))
+        .open();
+    let e = cache
+        .lookup(ns(), &crate::support::key(5, 3))
+        .expect("migrated entry");
+    assert_eq!(e.best().map(|c| c.algorithm.as_str()), Some("blocked"));
+    let report = cache.health().migration.expect("a migration report");
+    assert_eq!(
+        report.steps[0].to_string(),
+        "v1→v2 renamed 10 entries (tiled→blocked)"
+    );
+    cache.flush().expect("the migrated file is written");
+    drop(cache);
+    let rewritten = std::fs::read(&path).expect("file");
+    let snap =
+        cache_core::cache_format::read_snapshot(&rewritten, &Default::default()).expect("valid");
+    assert_eq!(snap.header.schema, 2, "rewritten at the current schema");
+    let backups: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .filter(|f| f.file_name().to_string_lossy().contains(".v1.bak-"))
+        .collect();
+    assert_eq!(backups.len(), 1, "one backup of the pre-migration file");
+    assert_eq!(std::fs::read(backups[0].path()).expect("backup"), old);
+    assert!(
+        crate::support::logs_about("renamed 10 entries (tiled→blocked)")
+            .iter()
+            .any(|l| l.contains("INFO")),
+        "the migration is logged at info level"
+    );
+}
