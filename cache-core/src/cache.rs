@@ -300,6 +300,32 @@ impl Cache {
         }
     }
 
+    /// Queues entries of any scope for saving (e.g. an import); entries of the current scope
+    /// are also merged into memory. Returns the namespace names that were refused (see
+    /// [`Namespace::new`]); their entries are skipped.
+    pub fn import(&self, data: CacheData) -> Vec<String> {
+        let mut refused = Vec::new();
+        let mut queued = CacheData::new();
+        for (scope, ns_name, entry) in data.entries() {
+            let Ok(ns) = Namespace::new(ns_name) else {
+                if !refused.iter().any(|r| r == ns_name) {
+                    refused.push(ns_name.to_owned());
+                }
+                continue;
+            };
+            if scope == &self.shared.scope {
+                self.shared.memory.merge(ns, entry.clone());
+            }
+            queued.insert(scope, ns_name, entry.clone());
+        }
+        let mut st = lock(&self.shared.state);
+        st.pending.merge(queued);
+        st.put_seq += 1;
+        st.dirty_since.get_or_insert_with(Instant::now);
+        self.shared.cv.notify_all();
+        refused
+    }
+
     /// Flushes, then stops the saver. Equivalent to dropping, but reports the outcome.
     pub fn close(mut self) -> Result<(), StoreError> {
         let result = self.flush_inner();

@@ -20,6 +20,7 @@ mod config;
 mod disk;
 mod error;
 mod fsio;
+mod inspect;
 mod lock;
 mod memory;
 mod namespace;
@@ -31,6 +32,7 @@ pub use config::{
     default_dir, file_name,
 };
 pub use error::StoreError;
+pub use inspect::{Inspection, JournalInfo, SnapshotInfo, inspect};
 pub use lock::FileLock;
 pub use memory::MemoryStore;
 pub use namespace::{MAX_NAMESPACE_LEN, MAX_NAMESPACES, Namespace};

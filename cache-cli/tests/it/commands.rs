@@ -1,0 +1,319 @@
+//! Each command end to end, its exit codes, and bad input.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const KEY: &str = r#"{"m":128,"n":256,"k":64,"dtype":"float16"}"#;
+
+fn tunecache(file: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tunecache"))
+        .arg("--cache-file")
+        .arg(file)
+        .args(args)
+        .env_remove("TUNECACHE_DIR")
+        .env_remove("TUNECACHE_FILE")
+        .output()
+        .expect("run tunecache")
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn file() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("c.tcache");
+    (dir, path)
+}
+
+fn put(path: &Path, algo: &str, median: &str) {
+    let o = tunecache(
+        path,
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            KEY,
+            "--algo",
+            algo,
+            "--params",
+            r#"{"tile":32}"#,
+            "--median-ns",
+            median,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+}
+
+#[test]
+fn put_then_get_list_stats_show_the_ranking() {
+    let (_d, path) = file();
+    put(&path, "tiled", "1200");
+    put(&path, "naive", "5000");
+    let o = tunecache(
+        &path,
+        &[
+            "get",
+            "-n",
+            "matmul",
+            "-k",
+            r#"{"dtype":"float16","k":64,"n":256,"m":128}"#,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0));
+    let out = text(&o);
+    let tiled = out.find("tiled").expect("tiled listed");
+    let naive = out.find("naive").expect("naive listed");
+    assert!(tiled < naive, "best first: {out}");
+    assert!(
+        out.contains("0e1b3268bc863dcd8fc87916d051a86e"),
+        "the documented fingerprint: {out}"
+    );
+
+    let o = tunecache(&path, &["list"]);
+    assert!(text(&o).contains("tiled"), "{}", text(&o));
+    let o = tunecache(&path, &["--json", "stats"]);
+    let v: serde_json::Value = serde_json::from_str(&text(&o)).expect("stats --json is JSON");
+    assert_eq!(v["entries"], 1);
+    assert_eq!(v["app"], "tunecache");
+}
+
+#[test]
+fn get_of_a_missing_key_exits_4() {
+    let (_d, path) = file();
+    put(&path, "tiled", "1200");
+    let o = tunecache(&path, &["get", "-n", "matmul", "-k", r#"{"m":1}"#]);
+    assert_eq!(o.status.code(), Some(4));
+    assert!(err(&o).contains("no entry"), "{}", err(&o));
+}
+
+#[test]
+fn a_missing_file_is_an_error_naming_it() {
+    let (_d, path) = file();
+    let o = tunecache(&path, &["stats"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err(&o).contains(&path.display().to_string()) && err(&o).contains("no such cache file"),
+        "{}",
+        err(&o)
+    );
+}
+
+#[test]
+fn a_wrong_flag_is_a_usage_error() {
+    let (_d, path) = file();
+    let o = tunecache(&path, &["list", "--no-such-flag"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = tunecache(
+        &path,
+        &[
+            "put",
+            "-n",
+            "x",
+            "-k",
+            "{}",
+            "--algo",
+            "a",
+            "--median-ns",
+            "-5",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a negative time is refused: {}",
+        err(&o)
+    );
+}
+
+#[test]
+fn a_float_in_a_key_is_refused_with_the_reason() {
+    let (_d, path) = file();
+    let o = tunecache(
+        &path,
+        &[
+            "put",
+            "-n",
+            "x",
+            "-k",
+            r#"{"alpha":0.5}"#,
+            "--algo",
+            "a",
+            "--median-ns",
+            "5",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("floats are not allowed"), "{}", err(&o));
+    assert!(!path.exists(), "nothing was written");
+}
+
+#[test]
+fn verify_passes_a_healthy_cache_and_fails_a_damaged_one_without_touching_it() {
+    let (_d, path) = file();
+    put(&path, "tiled", "1200");
+    put(&path, "naive", "5000");
+    let o = tunecache(&path, &["verify"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let mut bytes = std::fs::read(&path).expect("snapshot");
+    let at = bytes.len() - 20;
+    bytes[at] ^= 0x10;
+    std::fs::write(&path, &bytes).expect("damage it");
+    let o = tunecache(&path, &["verify"]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(
+        text(&o).contains("checksum mismatch") && text(&o).contains(&path.display().to_string()),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read(&path).expect("snapshot"),
+        bytes,
+        "verify changed the file"
+    );
+}
+
+#[test]
+fn export_then_import_carries_every_entry() {
+    let (dir, path) = file();
+    put(&path, "tiled", "1200");
+    let o = tunecache(
+        &path,
+        &[
+            "put",
+            "-n",
+            "conv",
+            "-k",
+            r#"{"c":3}"#,
+            "--algo",
+            "winograd",
+            "--median-ns",
+            "7",
+            "--scope",
+            r#"{"device":"H100"}"#,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let exported = dir.path().join("e.jsonl");
+    let o = tunecache(&path, &["export", "-o", exported.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let other = dir.path().join("other.tcache");
+    let o = tunecache(&other, &["import", exported.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(text(&o).contains("imported 2 entries"));
+    let a = text(&tunecache(&path, &["list"]));
+    let b = text(&tunecache(&other, &["list"]));
+    assert_eq!(a, b, "same entries, scopes and winners");
+}
+
+#[test]
+fn an_import_with_a_bad_line_names_it_and_imports_nothing() {
+    let (dir, path) = file();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(
+        &input,
+        concat!(
+            r#"{"scope":{},"namespace":"matmul","key":{"m":1},"candidates":[{"algo":"a","median_ns":5}]}"#,
+            "\n",
+            r#"{"scope":{},"namespace":"matmul","key":{"m":2},"candidates":[{"algo":"a","median":5}]}"#,
+            "\n"
+        ),
+    )
+    .expect("write");
+    let o = tunecache(&path, &["import", input.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err(&o).contains("line 2") && err(&o).contains("median"),
+        "{}",
+        err(&o)
+    );
+    assert!(!path.exists(), "nothing was imported");
+}
+
+#[test]
+fn import_reads_stdin() {
+    let (_d, path) = file();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tunecache"))
+        .arg("--cache-file")
+        .arg(&path)
+        .arg("import")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(br#"{"scope":{},"namespace":"matmul","key":{"m":1},"candidates":[{"algo":"a","median_ns":5}]}"#)
+        .expect("write");
+    assert!(child.wait().expect("wait").success());
+    let o = tunecache(&path, &["get", "-n", "matmul", "-k", r#"{"m":1}"#]);
+    assert_eq!(o.status.code(), Some(0));
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    let (_d, path) = file();
+    let mut lines = String::new();
+    for i in 0..3000 {
+        lines.push_str(&format!(
+            "{{\"scope\":{{}},\"namespace\":\"matmul\",\"key\":{{\"m\":{i}}},\"candidates\":[{{\"algo\":\"a\",\"median_ns\":5}}]}}\n"
+        ));
+    }
+    let input = path.with_extension("jsonl");
+    std::fs::write(&input, lines).expect("write");
+    assert!(
+        tunecache(&path, &["import", input.to_str().expect("utf-8")])
+            .status
+            .success()
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tunecache"))
+        .arg("--cache-file")
+        .arg(&path)
+        .arg("list")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("one line");
+    // The reader is dropped here: the rest of the output hits a closed pipe.
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(!err(&o).contains("panicked"), "{}", err(&o));
+}
+
+#[test]
+fn a_newer_file_is_not_written_and_the_error_says_why() {
+    let (_d, path) = file();
+    put(&path, "tiled", "1200");
+    let mut bytes = std::fs::read(&path).expect("snapshot");
+    bytes[11] = 0x07; // a future format version
+    std::fs::write(&path, &bytes).expect("write");
+    let o = tunecache(
+        &path,
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            KEY,
+            "--algo",
+            "x",
+            "--median-ns",
+            "1",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("newer"), "{}", err(&o));
+    assert_eq!(std::fs::read(&path).expect("snapshot"), bytes);
+}

@@ -1,0 +1,3 @@
+//! Integration tests of the `tunecache` binary: real processes, real files.
+
+mod commands;
