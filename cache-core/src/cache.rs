@@ -56,7 +56,11 @@ pub struct Health {
 }
 
 struct State {
-    pending: CacheData,
+    /// Keys of the current scope changed in memory and not yet durable; the saver reads
+    /// their merged entries from memory when it writes, so `put` copies nothing.
+    dirty: HashSet<(Namespace, Fingerprint)>,
+    /// Entries of other scopes waiting to be written (imports).
+    other: CacheData,
     put_seq: u64,
     durable_seq: u64,
     dirty_since: Option<Instant>,
@@ -137,7 +141,8 @@ impl Cache {
             refresh_interval: builder.refresh_interval,
             max_retry_delay: builder.max_retry_delay,
             state: Mutex::new(State {
-                pending: CacheData::new(),
+                dirty: HashSet::new(),
+                other: CacheData::new(),
                 put_seq: 0,
                 durable_seq: 0,
                 dirty_since: None,
@@ -296,7 +301,7 @@ impl Cache {
             last_error: st.last_error.as_ref().map(ToString::to_string),
             quarantined: diag.quarantined.clone(),
             migration: diag.migration.clone(),
-            pending: st.pending.len(),
+            pending: st.dirty.len() + st.other.len(),
         }
     }
 
@@ -305,24 +310,29 @@ impl Cache {
     /// [`Namespace::new`]); their entries are skipped.
     pub fn import(&self, data: CacheData) -> Vec<String> {
         let mut refused = Vec::new();
-        let mut queued = CacheData::new();
-        for (scope, ns_name, entry) in data.entries() {
-            let Ok(ns) = Namespace::new(ns_name) else {
-                if !refused.iter().any(|r| r == ns_name) {
-                    refused.push(ns_name.to_owned());
+        let mut mine = Vec::new();
+        let mut others = CacheData::new();
+        for (scope, data) in data.into_scopes() {
+            for (ns_name, entries) in data.namespaces {
+                let Ok(ns) = Namespace::new(&ns_name) else {
+                    refused.push(ns_name);
+                    continue;
+                };
+                for entry in entries.into_values() {
+                    if scope == self.shared.scope {
+                        mine.push((ns, entry));
+                    } else {
+                        others.insert(&scope, &ns_name, entry);
+                    }
                 }
-                continue;
-            };
-            if scope == &self.shared.scope {
-                self.shared.memory.merge(ns, entry.clone());
             }
-            queued.insert(scope, ns_name, entry.clone());
         }
+        let keys: Vec<_> = mine.iter().map(|(ns, e)| (*ns, e.fingerprint())).collect();
+        self.shared.memory.merge_many(mine);
         let mut st = lock(&self.shared.state);
-        st.pending.merge(queued);
-        st.put_seq += 1;
-        st.dirty_since.get_or_insert_with(Instant::now);
-        self.shared.cv.notify_all();
+        st.dirty.extend(keys);
+        st.other.merge(others);
+        self.shared.mark_dirty(&mut st);
         refused
     }
 
@@ -392,7 +402,7 @@ impl Cache {
         while st.saver_running {
             let now = Instant::now();
             if now >= deadline {
-                let pending = st.pending.len();
+                let pending = st.dirty.len() + st.other.len();
                 drop(st);
                 self.shared.warn_once(
                     "unsaved".into(),
@@ -425,13 +435,11 @@ impl Store for Cache {
     }
 
     fn put(&self, ns: Namespace, entry: Entry) {
-        let queued = entry.clone();
+        let fp = entry.fingerprint();
         self.shared.memory.merge(ns, entry);
         let mut st = lock(&self.shared.state);
-        st.pending.insert(&self.shared.scope, ns.name(), queued);
-        st.put_seq += 1;
-        st.dirty_since.get_or_insert_with(Instant::now);
-        self.shared.cv.notify_all();
+        st.dirty.insert((ns, fp));
+        self.shared.mark_dirty(&mut st);
     }
 
     fn flush(&self) -> Result<(), StoreError> {
@@ -453,6 +461,46 @@ fn prepare_dir(paths: &Paths) -> Result<(), String> {
 }
 
 impl Shared {
+    /// Counts a change; wakes the saver only when the cache goes from clean to dirty (it
+    /// then sleeps until the save is due, so later changes need no wake-up).
+    fn mark_dirty(&self, st: &mut State) {
+        st.put_seq += 1;
+        if st.dirty_since.is_none() {
+            st.dirty_since = Some(Instant::now());
+            self.cv.notify_all();
+        }
+    }
+
+    /// The entries to write for the queued keys (read from memory now), plus other scopes.
+    fn take_batch(&self, st: &mut State) -> CacheData {
+        let mut batch = std::mem::take(&mut st.other);
+        for (ns, fp) in st.dirty.drain() {
+            if let Some(entry) = self.memory.get(ns, &fp) {
+                batch.insert(&self.scope, ns.name(), Entry::clone(&entry));
+            }
+        }
+        batch
+    }
+
+    /// Puts a batch that could not be written back in the queue.
+    fn requeue(&self, st: &mut State, batch: CacheData) {
+        for (scope, data) in batch.into_scopes() {
+            for (ns_name, entries) in data.namespaces {
+                match (scope == self.scope)
+                    .then(|| Namespace::new(&ns_name).ok())
+                    .flatten()
+                {
+                    Some(ns) => st.dirty.extend(entries.keys().map(|fp| (ns, *fp))),
+                    None => {
+                        for entry in entries.into_values() {
+                            st.other.insert(&scope, &ns_name, entry);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     fn warn_once(&self, key: String, message: &str) {
         if lock(&self.diag).warned.insert(key) {
             tracing::warn!("{message}");
@@ -481,6 +529,7 @@ impl Shared {
             events,
             needs_rewrite,
         } = inc;
+        let mut mine = Vec::new();
         for (scope, scope_data) in data.into_scopes().chain(salvaged.clone().into_scopes()) {
             if scope != self.scope {
                 continue;
@@ -493,17 +542,15 @@ impl Shared {
                     );
                     continue;
                 };
-                for entry in entries.into_values() {
-                    self.memory.merge(ns, entry);
-                }
+                mine.extend(entries.into_values().map(|e| (ns, e)));
             }
         }
+        self.memory.merge_many(mine);
         if persistent && (needs_rewrite || !salvaged.is_empty()) {
             let mut st = lock(&self.state);
             st.rewrite |= needs_rewrite;
-            st.pending.merge(salvaged);
-            st.dirty_since.get_or_insert_with(Instant::now);
-            self.cv.notify_all();
+            self.requeue(&mut st, salvaged);
+            self.mark_dirty(&mut st);
         }
         for event in events {
             self.report(event);
@@ -592,7 +639,7 @@ impl Shared {
                 None
             };
             if save_due.is_some_and(|d| d <= now) {
-                let batch = std::mem::take(&mut st.pending);
+                let batch = self.take_batch(&mut st);
                 let seq = st.put_seq;
                 let rewrite = st.rewrite;
                 let served = st.flush_requested;
@@ -617,7 +664,7 @@ impl Shared {
                         }
                     }
                     Err((failure, batch)) => {
-                        st.pending.merge(batch);
+                        self.requeue(&mut st, batch);
                         st.rewrite |= rewrite;
                         st.dirty_since.get_or_insert_with(Instant::now);
                         match failure {
@@ -683,7 +730,7 @@ impl Shared {
                 None => self.cv.wait(st).unwrap_or_else(|p| p.into_inner()),
             };
         }
-        let unsaved = st.pending.len();
+        let unsaved = st.dirty.len() + st.other.len();
         st.saver_running = false;
         self.cv.notify_all();
         drop(st);

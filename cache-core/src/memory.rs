@@ -1,21 +1,26 @@
 //! The in-memory tier: a sharded table of `Arc<Entry>` keyed by namespace and fingerprint.
 //!
-//! A hit is one shard read-lock, one hash probe and one reference-count increment: no
-//! allocation and no hashing beyond mixing two integers, because the fingerprint is already
-//! a uniform 128-bit digest. Readers of different keys land on different shards (64 of
-//! them), so many threads do not serialise on one lock.
+//! Each shard is an immutable hash map behind an `ArcSwap`: a reader loads the current map
+//! (no lock, and no write to memory shared with other threads), probes it and lets go. A
+//! writer copies the shard, changes the copy and publishes it (read-copy-update), serialised
+//! per shard by a mutex readers never touch. So a hit costs one atomic load, one hash probe
+//! and, for [`MemoryStore::get`], one reference-count increment; [`MemoryStore::with_entry`]
+//! skips even that, so threads hitting the same key do not contend at all. The fingerprint
+//! is already a uniform digest, so hashing is a multiply.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex};
 
+use arc_swap::ArcSwap;
 use cache_format::{Entry, Fingerprint};
 
 use crate::error::StoreError;
 use crate::namespace::Namespace;
 use crate::store::Store;
 
-const SHARDS: usize = 64;
+/// Enough shards that copying one on a write stays cheap for a large cache.
+const SHARDS: usize = 1024;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Slot {
@@ -80,9 +85,14 @@ impl BuildHasher for BuildPassThrough {
 
 type Shard = HashMap<Slot, (Namespace, Arc<Entry>), BuildPassThrough>;
 
+struct ShardCell {
+    map: ArcSwap<Shard>,
+    writer: Mutex<()>,
+}
+
 /// An in-memory store: concurrent readers, merge-on-insert, nothing persisted.
 pub struct MemoryStore {
-    shards: Box<[RwLock<Shard>]>,
+    shards: Box<[ShardCell]>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -104,60 +114,99 @@ impl MemoryStore {
     pub fn new() -> Self {
         MemoryStore {
             shards: (0..SHARDS)
-                .map(|_| RwLock::new(Shard::with_hasher(BuildPassThrough)))
+                .map(|_| ShardCell {
+                    map: ArcSwap::from_pointee(Shard::with_hasher(BuildPassThrough)),
+                    writer: Mutex::new(()),
+                })
                 .collect(),
         }
     }
 
-    fn shard(&self, slot: &Slot) -> &RwLock<Shard> {
+    fn shard(&self, slot: &Slot) -> &ShardCell {
         &self.shards[(slot.hi as usize) % SHARDS]
     }
 
-    fn read(&self, slot: &Slot) -> RwLockReadGuard<'_, Shard> {
-        // Writers never leave a shard half-updated (one insert per lock), so a poisoned
-        // shard is still consistent.
-        self.shard(slot).read().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn write(&self, slot: &Slot) -> RwLockWriteGuard<'_, Shard> {
-        self.shard(slot).write().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The entry for `fp` in `ns`, if any. The hot path: no allocation.
+    /// The entry for `fp` in `ns`, if any. No allocation, no lock.
     #[inline]
     pub fn get(&self, ns: Namespace, fp: &Fingerprint) -> Option<Arc<Entry>> {
         let slot = Slot::new(ns, fp);
-        self.read(&slot).get(&slot).map(|(_, e)| Arc::clone(e))
+        self.shard(&slot)
+            .map
+            .load()
+            .get(&slot)
+            .map(|(_, e)| Arc::clone(e))
+    }
+
+    /// Calls `f` with the entry for `fp` in `ns`, if any, without touching its reference
+    /// count: the contention-free form of [`MemoryStore::get`].
+    #[inline]
+    pub fn with_entry<R>(
+        &self,
+        ns: Namespace,
+        fp: &Fingerprint,
+        f: impl FnOnce(&Entry) -> R,
+    ) -> Option<R> {
+        let slot = Slot::new(ns, fp);
+        self.shard(&slot).map.load().get(&slot).map(|(_, e)| f(e))
     }
 
     /// Merges `entry` into the store; returns whether the stored entry changed.
     pub fn merge(&self, ns: Namespace, entry: Entry) -> bool {
-        let slot = Slot::new(ns, &entry.fingerprint());
-        let mut shard = self.write(&slot);
-        match shard.get_mut(&slot) {
-            Some((_, existing)) => {
-                let mut merged = Entry::clone(existing);
-                merged.merge(entry);
-                if merged == **existing {
-                    false
-                } else {
-                    *existing = Arc::new(merged);
-                    true
+        self.merge_many(std::iter::once((ns, entry))) > 0
+    }
+
+    /// Merges many entries, copying each affected shard once; returns how many changed.
+    pub fn merge_many(&self, entries: impl IntoIterator<Item = (Namespace, Entry)>) -> usize {
+        let mut by_shard: HashMap<usize, Vec<(Slot, Namespace, Entry)>> = HashMap::new();
+        for (ns, entry) in entries {
+            let slot = Slot::new(ns, &entry.fingerprint());
+            by_shard
+                .entry((slot.hi as usize) % SHARDS)
+                .or_default()
+                .push((slot, ns, entry));
+        }
+        let mut changed = 0;
+        for (index, items) in by_shard {
+            let cell = &self.shards[index];
+            // The writer mutex guards no data, only the order of publications; a panic
+            // while holding it cannot leave anything half-done.
+            let _writer = cell.writer.lock().unwrap_or_else(|p| p.into_inner());
+            let current = cell.map.load_full();
+            // Work out the changes against the published map first: merging what is already
+            // known (a refresh re-reading our own records) then copies nothing.
+            let mut updates: HashMap<Slot, (Namespace, Entry), BuildPassThrough> =
+                HashMap::with_hasher(BuildPassThrough);
+            for (slot, ns, entry) in items {
+                match (updates.get_mut(&slot), current.get(&slot)) {
+                    (Some((_, queued)), _) => queued.merge(entry),
+                    (None, Some((_, existing))) => {
+                        let mut merged = Entry::clone(existing);
+                        merged.merge(entry);
+                        if merged != **existing {
+                            updates.insert(slot, (ns, merged));
+                        }
+                    }
+                    (None, None) => {
+                        updates.insert(slot, (ns, entry));
+                    }
                 }
             }
-            None => {
-                shard.insert(slot, (ns, Arc::new(entry)));
-                true
+            if updates.is_empty() {
+                continue;
             }
+            changed += updates.len();
+            let mut map = Shard::clone(&current);
+            for (slot, (ns, entry)) in updates {
+                map.insert(slot, (ns, Arc::new(entry)));
+            }
+            cell.map.store(Arc::new(map));
         }
+        changed
     }
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.read().unwrap_or_else(|p| p.into_inner()).len())
-            .sum()
+        self.shards.iter().map(|s| s.map.load().len()).sum()
     }
 
     /// Whether it is empty.
@@ -165,12 +214,17 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    /// A copy of every entry with its namespace (not for the hot path).
+    /// A copy of every entry with its namespace, sorted (not for the hot path).
     pub fn snapshot(&self) -> Vec<(Namespace, Arc<Entry>)> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
-            let shard = shard.read().unwrap_or_else(|p| p.into_inner());
-            out.extend(shard.values().map(|(ns, e)| (*ns, Arc::clone(e))));
+            out.extend(
+                shard
+                    .map
+                    .load()
+                    .values()
+                    .map(|(ns, e)| (*ns, Arc::clone(e))),
+            );
         }
         out.sort_by(|a, b| (a.0.name(), a.1.fingerprint()).cmp(&(b.0.name(), b.1.fingerprint())));
         out

@@ -1,17 +1,143 @@
 //! Canonical values: the only data that may appear in keys, scopes and candidate params,
 //! and their canonical msgpack encoding (the input of every fingerprint).
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A named record of canonical values, ordered by field name.
+/// A named record of canonical values, ordered by field name, each name at most once.
 ///
-/// Keys, scopes and candidate params are all `Fields`. The ordering is the byte order of
-/// the UTF-8 names, which is also the order of the canonical encoding.
-pub type Fields = BTreeMap<String, Value>;
+/// Keys, scopes and candidate params are all `Fields`. The order is the byte order of the
+/// UTF-8 names, which is also the order of the canonical encoding. It is a sorted vector, not
+/// a tree: these records have a handful of fields, and a B-tree node costs several hundred
+/// bytes even for two of them.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Fields(Vec<(String, Value)>);
+
+impl Fields {
+    /// No fields.
+    pub fn new() -> Self {
+        Fields(Vec::new())
+    }
+
+    fn position(&self, name: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(n, _)| n.as_str().cmp(name))
+    }
+
+    /// Sets a field; returns the value it replaces.
+    pub fn insert(&mut self, name: impl Into<String>, value: Value) -> Option<Value> {
+        let name = name.into();
+        // Fast path: fields usually arrive in order (files and structs keep them sorted).
+        if self.0.last().is_none_or(|(last, _)| *last < name) {
+            self.0.push((name, value));
+            return None;
+        }
+        match self.position(&name) {
+            Ok(at) => Some(std::mem::replace(&mut self.0[at].1, value)),
+            Err(at) => {
+                self.0.insert(at, (name, value));
+                None
+            }
+        }
+    }
+
+    /// The value of a field.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.position(name).ok().map(|at| &self.0[at].1)
+    }
+
+    /// The value of a field, mutably.
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut Value> {
+        self.position(name).ok().map(|at| &mut self.0[at].1)
+    }
+
+    /// Removes a field; returns its value.
+    pub fn remove(&mut self, name: &str) -> Option<Value> {
+        self.position(name).ok().map(|at| self.0.remove(at).1)
+    }
+
+    /// Whether the field is present.
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.position(name).is_ok()
+    }
+
+    /// Number of fields.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are no fields.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The fields in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&String, &Value)> {
+        self.0.iter().map(|(n, v)| (n, v))
+    }
+
+    /// The names in order.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &String> {
+        self.0.iter().map(|(n, _)| n)
+    }
+}
+
+impl FromIterator<(String, Value)> for Fields {
+    /// Like collecting into a map: sorted by name, a repeated name keeps its last value.
+    fn from_iter<I: IntoIterator<Item = (String, Value)>>(iter: I) -> Self {
+        let mut fields = Fields::new();
+        for (n, v) in iter {
+            fields.insert(n, v);
+        }
+        fields
+    }
+}
+
+impl<const N: usize> From<[(String, Value); N]> for Fields {
+    fn from(items: [(String, Value); N]) -> Self {
+        items.into_iter().collect()
+    }
+}
+
+impl IntoIterator for Fields {
+    type Item = (String, Value);
+    type IntoIter = std::vec::IntoIter<(String, Value)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Fields {
+    type Item = (&'a String, &'a Value);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (String, Value)>,
+        fn(&'a (String, Value)) -> (&'a String, &'a Value),
+    >;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(n, v)| (n, v))
+    }
+}
+
+impl Serialize for Fields {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (n, v) in &self.0 {
+            map.serialize_entry(n, v)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Fields {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match deserializer.deserialize_map(ValueVisitor)? {
+            Value::Map(fields) => Ok(fields),
+            _ => Err(de::Error::custom("expected a map of named fields")),
+        }
+    }
+}
 
 /// A canonical value.
 ///
@@ -398,9 +524,9 @@ mod tests {
     #[test]
     fn map_fields_are_sorted_by_name() {
         let mut fields = Fields::new();
-        fields.insert("n".into(), Value::Int(2));
-        fields.insert("k".into(), Value::Int(3));
-        fields.insert("m".into(), Value::Int(1));
+        fields.insert("n", Value::Int(2));
+        fields.insert("k", Value::Int(3));
+        fields.insert("m", Value::Int(1));
         assert_eq!(
             enc(Value::Map(fields)),
             [0x83, 0xa1, b'k', 3, 0xa1, b'm', 1, 0xa1, b'n', 2]

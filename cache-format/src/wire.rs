@@ -180,38 +180,42 @@ pub(crate) fn to_named<T: Serialize>(value: &T) -> Vec<u8> {
 // ---- deserialization (owned, checked) ----
 
 #[derive(Deserialize)]
-struct PayloadIn {
-    scopes: Vec<ScopeIn>,
+struct PayloadIn<'a> {
+    #[serde(borrow)]
+    scopes: Vec<ScopeIn<'a>>,
 }
 
 #[derive(Deserialize)]
-struct ScopeIn {
+struct ScopeIn<'a> {
     scope: Fields,
-    namespaces: BTreeMap<String, Vec<EntryIn>>,
+    #[serde(borrow)]
+    namespaces: BTreeMap<String, Vec<EntryIn<'a>>>,
 }
 
 #[derive(Deserialize)]
-struct EntryIn {
+struct EntryIn<'a> {
     fp: Fp,
     key: Fields,
     candidate_set: Fp,
     recorded_at: u64,
-    origin: OriginIn,
-    candidates: Vec<CandidateIn>,
+    #[serde(borrow)]
+    origin: OriginIn<'a>,
+    #[serde(borrow)]
+    candidates: Vec<CandidateIn<'a>>,
 }
 
 #[derive(Deserialize)]
-struct OriginIn {
-    kind: String,
+struct OriginIn<'a> {
+    kind: &'a str,
     from: String,
 }
 
 #[derive(Deserialize)]
-struct CandidateIn {
+struct CandidateIn<'a> {
     algo: String,
     params: Fields,
     measured_at: u64,
-    status: String,
+    status: &'a str,
     #[serde(default)]
     median_ns: Option<f64>,
     #[serde(default)]
@@ -226,7 +230,7 @@ struct CandidateIn {
 
 /// Decodes a format-1 payload (already scanned and checksummed) into the model.
 pub(crate) fn decode_payload(bytes: &[u8], what: &'static str) -> Result<CacheData, FormatError> {
-    let payload: PayloadIn =
+    let payload: PayloadIn<'_> =
         rmp_serde::from_slice(bytes).map_err(|e| FormatError::invalid(what, e))?;
     let mut data = CacheData::new();
     for scope_in in payload.scopes {
@@ -244,7 +248,7 @@ pub(crate) fn decode_payload(bytes: &[u8], what: &'static str) -> Result<CacheDa
     Ok(data)
 }
 
-fn entry_from_wire(e: EntryIn, ns: &str, what: &'static str) -> Result<Entry, FormatError> {
+fn entry_from_wire(e: EntryIn<'_>, ns: &str, what: &'static str) -> Result<Entry, FormatError> {
     let key = Key::new(e.key);
     if key.fingerprint() != e.fp.0 {
         return Err(FormatError::invalid(
@@ -257,7 +261,7 @@ fn entry_from_wire(e: EntryIn, ns: &str, what: &'static str) -> Result<Entry, Fo
             ),
         ));
     }
-    let origin = Origin::from_parts(&e.origin.kind, e.origin.from).ok_or_else(|| {
+    let origin = Origin::from_parts(e.origin.kind, e.origin.from).ok_or_else(|| {
         FormatError::invalid(
             what,
             format_args!("unknown origin kind {:?}", e.origin.kind),
@@ -277,8 +281,8 @@ fn entry_from_wire(e: EntryIn, ns: &str, what: &'static str) -> Result<Entry, Fo
     ))
 }
 
-fn candidate_from_wire(c: CandidateIn, what: &'static str) -> Result<Candidate, FormatError> {
-    let outcome = match c.status.as_str() {
+fn candidate_from_wire(c: CandidateIn<'_>, what: &'static str) -> Result<Candidate, FormatError> {
+    let outcome = match c.status {
         "ok" => match (c.median_ns, c.min_ns, c.spread_ns, c.samples) {
             (Some(median_ns), Some(min_ns), Some(spread_ns), Some(samples))
                 if median_ns.is_finite() && min_ns.is_finite() && spread_ns.is_finite() =>

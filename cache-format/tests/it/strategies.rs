@@ -16,13 +16,14 @@ pub(crate) fn value() -> impl Strategy<Value = Value> {
     leaf.prop_recursive(3, 24, 6, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..6).prop_map(Value::List),
-            prop::collection::btree_map("[a-z]{1,6}", inner, 0..4).prop_map(Value::Map),
+            prop::collection::btree_map("[a-z]{1,6}", inner, 0..4)
+                .prop_map(|m| Value::Map(m.into_iter().collect())),
         ]
     })
 }
 
 pub(crate) fn fields() -> impl Strategy<Value = Fields> {
-    prop::collection::btree_map("[a-z_]{1,10}", value(), 0..6)
+    prop::collection::btree_map("[a-z_]{1,10}", value(), 0..6).prop_map(|m| m.into_iter().collect())
 }
 
 fn stats() -> impl Strategy<Value = Stats> {

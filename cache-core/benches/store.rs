@@ -1,0 +1,279 @@
+//! Benchmarks of the store: hits, recording, loading and saving a 100k-entry cache.
+//!
+//! Run with `cargo bench -p cache-core`. Figures go in the issue notes, as ratios against a
+//! baseline measured in the same run where one exists (this machine is shared and noisy).
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use cache_core::cache_format::{
+    CacheData, Candidate, Entry, Fields, Fingerprint, Key, Origin, Scope, Stats, Value,
+    encode_snapshot,
+};
+use cache_core::cache_migrate::Migrations;
+use cache_core::{Cache, MemoryStore, Namespace, Store};
+use criterion::{Criterion, criterion_group, criterion_main};
+use serde::Serialize;
+
+#[derive(Serialize, Clone, Copy)]
+struct MatmulKey {
+    m: u32,
+    n: u32,
+    k: u32,
+    dtype: &'static str,
+}
+
+fn key_of(i: u64) -> MatmulKey {
+    MatmulKey {
+        m: 64 + (i % 97) as u32 * 16,
+        n: 64 + (i / 97 % 101) as u32 * 16,
+        k: 64 + (i / 9797) as u32 * 16,
+        dtype: "float16",
+    }
+}
+
+fn entry(i: u64) -> Entry {
+    let key = Key::from_serialize(&key_of(i)).expect("valid key");
+    let cand = |algo: &str, tile: i64, t: f64| {
+        Candidate::measured(
+            algo,
+            Fields::from([
+                ("tile".to_owned(), Value::Int(tile)),
+                ("order".to_owned(), Value::from("ikj")),
+            ]),
+            Stats {
+                median_ns: t,
+                min_ns: t * 0.95,
+                spread_ns: t * 0.01,
+                samples: 15,
+            },
+        )
+    };
+    Entry::new(
+        key,
+        Fingerprint([7; 16]),
+        Origin::Measured("bench".into()),
+        1_700_000_000_000 + i,
+        [
+            cand("tiled", 32, 1000.0 + i as f64),
+            cand("tiled", 64, 1100.0),
+            cand("naive", 0, 5000.0),
+        ],
+    )
+}
+
+fn big_file(n: u64) -> Vec<u8> {
+    let mut data = CacheData::new();
+    for i in 0..n {
+        data.insert(&Scope::default(), "matmul", entry(i));
+    }
+    encode_snapshot("bench", 1, &data)
+}
+
+fn registry() -> Migrations {
+    Migrations::new("bench", 1)
+}
+
+fn hits(c: &mut Criterion) {
+    let ns = Namespace::new("matmul").expect("valid");
+    let store = MemoryStore::new();
+    for i in 0..10_000 {
+        store.merge(ns, entry(i));
+    }
+    let fp = Key::from_serialize(&key_of(4242))
+        .expect("key")
+        .fingerprint();
+    let mut group = c.benchmark_group("hit");
+    group.bench_function("precomputed_fingerprint", |b| {
+        b.iter(|| store.get(black_box(ns), black_box(&fp)))
+    });
+    let k = key_of(4242);
+    group.bench_function("from_key_struct", |b| {
+        b.iter(|| {
+            let key = Key::from_serialize(black_box(&k)).expect("key");
+            store.get(ns, &key.fingerprint())
+        })
+    });
+    group.bench_function("precomputed_fingerprint_2_threads", |b| {
+        // A second thread hits the same key the whole time; we time this thread's hits.
+        b.iter_custom(|iters| {
+            let stop = Arc::new(AtomicBool::new(false));
+            std::thread::scope(|s| {
+                let stop2 = Arc::clone(&stop);
+                let store = &store;
+                s.spawn(move || {
+                    while !stop2.load(Ordering::Relaxed) {
+                        black_box(store.get(ns, &fp));
+                    }
+                });
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(store.get(black_box(ns), black_box(&fp)));
+                }
+                let took = start.elapsed();
+                stop.store(true, Ordering::Relaxed);
+                took
+            })
+        })
+    });
+    let other_fp = Key::from_serialize(&key_of(777))
+        .expect("key")
+        .fingerprint();
+    group.bench_function("precomputed_fingerprint_2_threads_other_key", |b| {
+        b.iter_custom(|iters| {
+            let stop = Arc::new(AtomicBool::new(false));
+            std::thread::scope(|s| {
+                let stop2 = Arc::clone(&stop);
+                let store = &store;
+                s.spawn(move || {
+                    while !stop2.load(Ordering::Relaxed) {
+                        black_box(store.get(ns, &other_fp));
+                    }
+                });
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(store.get(black_box(ns), black_box(&fp)));
+                }
+                let took = start.elapsed();
+                stop.store(true, Ordering::Relaxed);
+                took
+            })
+        })
+    });
+    group.bench_function("with_entry_2_threads", |b| {
+        // The same key from both threads, through the accessor that takes no reference.
+        b.iter_custom(|iters| {
+            let stop = Arc::new(AtomicBool::new(false));
+            std::thread::scope(|s| {
+                let stop2 = Arc::clone(&stop);
+                let store = &store;
+                s.spawn(move || {
+                    while !stop2.load(Ordering::Relaxed) {
+                        black_box(store.with_entry(ns, &fp, |e| e.candidates().len()));
+                    }
+                });
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(
+                        store.with_entry(black_box(ns), black_box(&fp), |e| e.candidates().len()),
+                    );
+                }
+                let took = start.elapsed();
+                stop.store(true, Ordering::Relaxed);
+                took
+            })
+        })
+    });
+    let miss = Key::from_serialize(&MatmulKey {
+        m: 1,
+        n: 1,
+        k: 1,
+        dtype: "x",
+    })
+    .expect("key")
+    .fingerprint();
+    group.bench_function("miss", |b| {
+        b.iter(|| store.get(black_box(ns), black_box(&miss)))
+    });
+    group.finish();
+}
+
+fn record(c: &mut Criterion) {
+    let ns = Namespace::new("matmul").expect("valid");
+    let dir = tempfile::tempdir().expect("dir");
+    // A long save delay keeps the saver out of the measurement: this is the caller's cost.
+    let cache = Cache::builder(registry())
+        .file(dir.path().join("r.tcache"))
+        .ignore_env()
+        .save_delay(Duration::from_secs(3600))
+        .refresh_interval(None)
+        .open();
+    let mut i = 0u64;
+    c.bench_function("record_one_result", |b| {
+        b.iter_batched(
+            || {
+                i += 1;
+                entry(i % 50_000)
+            },
+            |e| cache.put(ns, e),
+            criterion::BatchSize::SmallInput,
+        )
+    });
+}
+
+fn load_and_save(c: &mut Criterion) {
+    let ns = Namespace::new("matmul").expect("valid");
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("big.tcache");
+    let bytes = big_file(100_000);
+    std::fs::write(&path, &bytes).expect("write");
+    println!("100k-entry file: {} bytes", bytes.len());
+    if let Ok(out) = std::env::var("TUNECACHE_BENCH_WRITE_FILE") {
+        std::fs::write(&out, &bytes).expect("write the file for the Python baseline");
+    }
+    let mut group = c.benchmark_group("load_100k");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(20));
+    group.bench_function("decode_only", |b| {
+        b.iter(|| {
+            let snap =
+                cache_core::cache_format::read_snapshot(black_box(&bytes), &Default::default())
+                    .expect("valid");
+            snap.decode().expect("decodes").len()
+        })
+    });
+    group.bench_function("open_cache", |b| {
+        b.iter(|| {
+            let cache = Cache::builder(registry())
+                .file(&path)
+                .ignore_env()
+                .read_only(true)
+                .refresh_interval(None)
+                .open();
+            assert_eq!(cache.len(), 100_000);
+            cache
+        })
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("save_one_change_100k");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(20));
+    let mut i = 1_000_000u64;
+    let appender = Cache::builder(registry())
+        .file(&path)
+        .ignore_env()
+        .save_delay(Duration::from_secs(3600))
+        .refresh_interval(None)
+        .open();
+    group.bench_function("journal_append", |b| {
+        b.iter(|| {
+            i += 1;
+            appender.put(ns, entry(i));
+            appender.flush().expect("flush")
+        })
+    });
+    drop(appender);
+    let rewriter = Cache::builder(registry())
+        .file(&path)
+        .ignore_env()
+        .save_delay(Duration::from_secs(3600))
+        .refresh_interval(None)
+        .compaction(0.0, 0)
+        .open();
+    group.bench_function("full_rewrite", |b| {
+        b.iter(|| {
+            i += 1;
+            rewriter.put(ns, entry(i));
+            rewriter.flush().expect("flush")
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, hits, record, load_and_save);
+criterion_main!(benches);
