@@ -2,6 +2,10 @@
 //!
 //! Run with `cargo bench -p cache-core`. Figures go in the issue notes, as ratios against a
 //! baseline measured in the same run where one exists (this machine is shared and noisy).
+#![allow(
+    clippy::print_stdout,
+    reason = "benchmarks report the size of their inputs"
+)]
 
 use std::hint::black_box;
 use std::sync::Arc;

@@ -5,6 +5,7 @@
 //!   down the layers; cudarc is reachable from no crate below gpu-tuner).
 //!
 //! Each task is a module; the project root is found from `CARGO_MANIFEST_DIR`.
+#![allow(clippy::print_stdout, reason = "a command-line tool reports on stdout")]
 
 mod layering;
 
