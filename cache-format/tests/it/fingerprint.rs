@@ -184,3 +184,33 @@ fn fingerprints_parse_back_from_hex() {
             .is_err()
     );
 }
+
+/// The vectors recomputed by an independent implementation: Python's hashlib and msgpack,
+/// sharing no code with this crate. Outside CI a missing Python or msgpack is a loud skip;
+/// in CI (`CI=true`) it is a failure.
+#[test]
+fn python_reproduces_the_vectors_from_the_spec() {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/check_vectors.py");
+    let in_ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let output = std::process::Command::new("python3").arg(&script).output();
+    let missing = match &output {
+        Err(e) => Some(format!("python3 cannot run: {e}")),
+        Ok(o) if String::from_utf8_lossy(&o.stderr).contains("No module named 'msgpack'") => {
+            Some("the Python msgpack package is missing (pip install msgpack)".to_owned())
+        }
+        Ok(_) => None,
+    };
+    if let Some(why) = missing {
+        assert!(!in_ci, "CI must run the cross-language check, but {why}");
+        eprintln!("SKIPPED python_reproduces_the_vectors_from_the_spec: {why}");
+        return;
+    }
+    let o = output.expect("checked above");
+    assert!(
+        o.status.success(),
+        "the Python implementation disagrees:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
