@@ -104,6 +104,22 @@ pub(crate) enum Command {
         #[arg(long, short = 'o', default_value = "-")]
         output: PathBuf,
     },
+    /// Migrate a cache to the current schema and format, exactly as the library does on load
+    Migrate {
+        /// The application's migration file (JSON); needed unless the embedding tool
+        /// provides the registry
+        #[arg(long, value_name = "FILE")]
+        migrations: Option<PathBuf>,
+        /// Also keep the file as it was, as <file>.bak.<ms>
+        #[arg(long)]
+        backup: bool,
+        /// Report the plan and what would change; write nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Longest wait, in seconds, for another process holding the cache lock
+        #[arg(long, default_value_t = 10.0, value_parser = nonneg_f64)]
+        lock_timeout: f64,
+    },
     /// Merge entries from JSON lines (all lines or none)
     Import {
         /// Input file ("-" for stdin)

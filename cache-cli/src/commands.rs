@@ -17,17 +17,37 @@ use serde_json::json;
 use crate::Config;
 use crate::args::{Cli, Command};
 use crate::exit;
-use crate::jsonl;
 use crate::output::Out;
 
 pub(crate) fn dispatch(cli: &Cli, config: &Config) -> anyhow::Result<u8> {
+    let mut out = Out::new();
+    if let Command::Migrate {
+        migrations,
+        backup,
+        dry_run,
+        lock_timeout,
+    } = &cli.command
+    {
+        // The application (and so the default file) may come from the migration file.
+        let code = migrate(
+            cli,
+            config,
+            migrations.as_deref(),
+            *backup,
+            *dry_run,
+            *lock_timeout,
+            &mut out,
+        )?;
+        out.finish()?;
+        return Ok(code);
+    }
     let app = cli
         .app
         .clone()
         .unwrap_or_else(|| config.default_app.clone());
     let path = cache_path(cli, &app)?;
-    let mut out = Out::new();
     let code = match &cli.command {
+        Command::Migrate { .. } => exit::OK, // handled above
         Command::Stats => stats(&path, cli.json, &mut out)?,
         Command::List {
             namespace,
@@ -288,7 +308,10 @@ fn list(
         .take(limit.unwrap_or(usize::MAX));
     for (s, n, e) in entries {
         if as_json {
-            let best = e.candidates().first().map(jsonl::candidate_json);
+            let best = e
+                .candidates()
+                .first()
+                .map(cache_format::json::candidate_json);
             out.json(&json!({
                 "scope": short(s.fingerprint()),
                 "namespace": n,
@@ -334,7 +357,9 @@ fn get(
         };
         hits += 1;
         if as_json {
-            out.json(&serde_json::to_value(jsonl::record(s, namespace, entry))?)?;
+            out.json(&serde_json::to_value(cache_format::json::record(
+                s, namespace, entry,
+            ))?)?;
             continue;
         }
         out.line(format!("scope {} {s}", short(s.fingerprint())))?;
@@ -490,11 +515,7 @@ fn export(path: &Path, output: &Path, out: &mut Out) -> anyhow::Result<u8> {
             found.problems.len()
         );
     }
-    let mut lines = String::new();
-    for (s, n, e) in found.data.entries() {
-        lines.push_str(&serde_json::to_string(&jsonl::record(s, n, e))?);
-        lines.push('\n');
-    }
+    let lines = cache_format::json::to_lines(&found.data);
     if output == Path::new("-") {
         for line in lines.lines() {
             out.line(line)?;
@@ -530,7 +551,11 @@ fn import(
             .with_context(|| format!("cannot read {}", input.display()))?;
         (text, input.display().to_string())
     };
-    let data: CacheData = jsonl::parse_all(&text, &source)?;
+    let data: CacheData = cache_format::json::parse_lines(
+        &text,
+        &source,
+        cache_format::json::ImportOrigin::MarkImported,
+    )?;
     // All or nothing: refuse bad namespace names before anything is queued.
     for (_, ns, _) in data.entries() {
         cache_core::Namespace::new(ns)
@@ -549,6 +574,134 @@ fn import(
         out.line(format!("imported {count} entries into {}", path.display()))?;
     }
     Ok(exit::OK)
+}
+
+fn migrate(
+    cli: &Cli,
+    config: &Config,
+    migrations: Option<&Path>,
+    backup: bool,
+    dry_run: bool,
+    lock_timeout: f64,
+    out: &mut Out,
+) -> anyhow::Result<u8> {
+    let from_file = migrations
+        .map(|f| -> anyhow::Result<Migrations> {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read {}", f.display()))?;
+            Migrations::from_json(&text).with_context(|| format!("{}", f.display()))
+        })
+        .transpose()?;
+    let app = cli
+        .app
+        .clone()
+        .or_else(|| from_file.as_ref().map(|r| r.app().to_owned()))
+        .unwrap_or_else(|| config.default_app.clone());
+    let path = cache_path(cli, &app)?;
+    let file_app = inspect(&path, &Limits::default())?
+        .snapshot
+        .header
+        .map(|h| h.app)
+        .unwrap_or(app);
+    let registry = match from_file {
+        Some(r) => r,
+        None => config
+            .registries
+            .iter()
+            .find(|r| r.app() == file_app)
+            .cloned()
+            .with_context(|| {
+                format!(
+                    "no migration registry for application {file_app:?}: pass --migrations FILE"
+                )
+            })?,
+    };
+    let options = cache_core::MigrateOptions {
+        backup,
+        dry_run,
+        lock_timeout: Duration::from_secs_f64(lock_timeout),
+        limits: Limits::default(),
+    };
+    let started = std::time::Instant::now();
+    let outcome = cache_core::migrate_file(&path, &registry, &options)?;
+    let took = started.elapsed();
+    match outcome {
+        cache_core::MigrateOutcome::Missing => {
+            emit(
+                out,
+                cli.json,
+                json!({"path": path, "outcome": "missing"}),
+                &format!("no cache file at {}; nothing to migrate", path.display()),
+            )?;
+        }
+        cache_core::MigrateOutcome::Current { entries } => {
+            emit(
+                out,
+                cli.json,
+                json!({"path": path, "outcome": "current", "schema": registry.current(), "entries": entries}),
+                &format!(
+                    "{} is already at schema {} ({entries} entries); nothing to do",
+                    path.display(),
+                    registry.current()
+                ),
+            )?;
+        }
+        cache_core::MigrateOutcome::Migrated {
+            report,
+            written,
+            backups,
+            entries,
+        } => {
+            if cli.json {
+                out.json(&json!({
+                    "path": path,
+                    "outcome": if written { "migrated" } else { "dry-run" },
+                    "app": report.app,
+                    "from": report.from,
+                    "to": report.to,
+                    "entries": entries,
+                    "steps": report.steps.iter().map(|s| json!({"from": s.from, "to": s.to, "description": s.description, "lines": s.lines()})).collect::<Vec<_>>(),
+                    "collisions": report.collisions.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    "backups": backups,
+                    "seconds": took.as_secs_f64(),
+                }))?;
+            } else {
+                if !written {
+                    out.line(format!(
+                        "plan for {} (schema {} → {}):",
+                        path.display(),
+                        report.from,
+                        report.to
+                    ))?;
+                    for step in registry.path(report.from).unwrap_or_default() {
+                        out.line(step)?;
+                    }
+                }
+                out.line(report.to_string())?;
+                if written {
+                    out.line(format!(
+                        "wrote {} ({entries} entries) in {:.3} s",
+                        path.display(),
+                        took.as_secs_f64()
+                    ))?;
+                    for b in &backups {
+                        out.line(format!("backup: {}", b.display()))?;
+                    }
+                } else {
+                    out.line("dry run: nothing was written")?;
+                }
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn emit(out: &mut Out, as_json: bool, value: serde_json::Value, text: &str) -> anyhow::Result<()> {
+    if as_json {
+        out.json(&value)
+    } else {
+        out.line(text)
+    }
 }
 
 #[cfg(test)]

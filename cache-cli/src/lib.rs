@@ -1,7 +1,7 @@
 //! The `tunecache` command line, as a library so a kernel library can build its own CLI on
 //! it (passing its migration registry in [`Config`]).
 //!
-//! Commands: `stats`, `list`, `get`, `put`, `verify`, `export`, `import`. Global options:
+//! Commands: `stats`, `list`, `get`, `put`, `verify`, `export`, `import`, `migrate`. Global options:
 //! `--cache-file`, `--app`, `--json`, `-v`. Exit codes are [`exit`]'s constants.
 //!
 //! What it is not: the library API; everything here goes through cache-core.
@@ -9,7 +9,6 @@
 
 mod args;
 mod commands;
-mod jsonl;
 mod output;
 
 use std::ffi::OsString;
@@ -34,16 +33,30 @@ pub mod exit {
 }
 
 /// What an embedding application configures.
+///
+/// A kernel library can ship its own CLI in a few lines, with its registry built in code
+/// (coded steps included), so `migrate` needs no `--migrations` file:
+///
+/// ```no_run
+/// use cache_migrate::Migrations;
+/// fn main() -> std::process::ExitCode {
+///     let registry = Migrations::new("mylib", 3); // .with(Step::coded(2, 3, ..., |view| ...))
+///     cache_cli::main_with(cache_cli::Config { default_app: "mylib".into(), registries: vec![registry] })
+/// }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The application whose cache is used when `--app` is not given.
     pub default_app: String,
+    /// Migration registries known without a `--migrations` file, by application.
+    pub registries: Vec<cache_migrate::Migrations>,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             default_app: "tunecache".to_owned(),
+            registries: Vec::new(),
         }
     }
 }

@@ -213,6 +213,7 @@ impl Cache {
             limits: builder.limits,
             compact_ratio: builder.compact_ratio,
             compact_min_bytes: builder.compact_min_bytes,
+            backup_on_migrate: builder.backup_on_migrate,
         };
         let mut disk = Disk::new(paths, Arc::new(builder.registry), options);
         // The first read never waits for the lock: with it free, repairs happen now;

@@ -67,6 +67,7 @@ pub struct CacheBuilder {
     pub(crate) limits: Limits,
     pub(crate) compact_ratio: f64,
     pub(crate) compact_min_bytes: u64,
+    pub(crate) backup_on_migrate: bool,
 }
 
 /// Where the entries live, once configuration is resolved.
@@ -105,6 +106,7 @@ impl CacheBuilder {
             limits: Limits::default(),
             compact_ratio: 0.5,
             compact_min_bytes: 1 << 20,
+            backup_on_migrate: true,
         }
     }
 
@@ -179,6 +181,13 @@ impl CacheBuilder {
     pub fn compaction(mut self, ratio: f64, min_bytes: u64) -> Self {
         self.compact_ratio = ratio;
         self.compact_min_bytes = min_bytes;
+        self
+    }
+
+    /// Whether to keep the pre-migration file as `<file>.bak.<ms>` when a migrated cache is
+    /// first written (default: yes).
+    pub fn backup_on_migrate(mut self, backup: bool) -> Self {
+        self.backup_on_migrate = backup;
         self
     }
 

@@ -53,6 +53,8 @@ pub(crate) struct DiskOptions {
     pub(crate) compact_ratio: f64,
     /// ...and this many bytes.
     pub(crate) compact_min_bytes: u64,
+    /// Keep the pre-migration files when a migrated snapshot is rewritten.
+    pub(crate) backup_on_migrate: bool,
 }
 
 /// Something the disk tier did or found that the user should hear about (once).
@@ -622,16 +624,13 @@ impl Disk {
         let mut data = all.data;
         data.merge(all.salvaged);
         data.merge(batch.clone());
-        if let Some(from) = self.cursor.snapshot.as_ref().and_then(|s| s.migrated_from) {
-            let backup = fsio::with_suffix(
-                &self.paths.snapshot,
-                &format!(".v{from}.bak-{}", cache_format::now_millis()),
-            );
-            if fs::hard_link(&self.paths.snapshot, &backup).is_err() {
-                fs::copy(&self.paths.snapshot, &backup)
-                    .map_err(|e| StoreError::io("back up", &self.paths.snapshot, e))?;
-            }
-            events.push(Event::Backup { path: backup });
+        let migrated = self
+            .cursor
+            .snapshot
+            .as_ref()
+            .is_some_and(|s| s.migrated_from.is_some());
+        if migrated && self.options.backup_on_migrate {
+            events.extend(self.back_up()?);
         }
         let bytes = encode_snapshot(self.registry.app(), self.registry.current(), &data);
         fsio::atomic_write(&self.paths.snapshot, &bytes)?;
@@ -655,6 +654,24 @@ impl Disk {
             }),
             journal: None,
         };
+        Ok(events)
+    }
+
+    /// Keeps the current snapshot (and journal) as `<file>.bak.<ms>` (`<file>.journal.bak.<ms>`):
+    /// a hard link where the file system allows, a copy otherwise.
+    fn back_up(&self) -> Result<Vec<Event>, StoreError> {
+        let stamp = cache_format::now_millis();
+        let mut events = Vec::new();
+        for original in [&self.paths.snapshot, &self.paths.journal] {
+            if fsio::stat(original)?.is_none() {
+                continue;
+            }
+            let backup = fsio::with_suffix(original, &format!(".bak.{stamp}"));
+            if fs::hard_link(original, &backup).is_err() {
+                fs::copy(original, &backup).map_err(|e| StoreError::io("back up", original, e))?;
+            }
+            events.push(Event::Backup { path: backup });
+        }
         Ok(events)
     }
 

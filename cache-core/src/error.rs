@@ -50,6 +50,14 @@ pub enum StoreError {
         #[source]
         source: MigrateError,
     },
+    /// A file cannot be used as it is (corrupt, no migration path, newer, foreign).
+    #[error("{path}: {reason}")]
+    Unusable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The cache keeps results in memory only, so there is nothing to make durable.
     #[error("the cache is not persistent: {reason}")]
     NotPersistent {

@@ -23,6 +23,7 @@ mod fsio;
 mod inspect;
 mod lock;
 mod memory;
+mod migrate;
 mod namespace;
 mod store;
 
@@ -35,6 +36,7 @@ pub use error::StoreError;
 pub use inspect::{Inspection, JournalInfo, SnapshotInfo, inspect};
 pub use lock::FileLock;
 pub use memory::MemoryStore;
+pub use migrate::{MigrateOptions, MigrateOutcome, migrate_file};
 pub use namespace::{MAX_NAMESPACE_LEN, MAX_NAMESPACES, Namespace};
 pub use store::Store;
 

@@ -19,6 +19,7 @@ mod envelope;
 mod error;
 mod fingerprint;
 mod journal;
+pub mod json;
 mod model;
 mod scan;
 mod ser;

@@ -11,13 +11,17 @@
 #![deny(missing_docs)]
 
 mod error;
+mod ops;
 mod registry;
 mod report;
 mod upgrade;
 mod view;
 
 pub use error::MigrateError;
-pub use registry::{Gate, Migrations, Step, StepFn};
+pub use ops::Op;
+pub use registry::{
+    FORMAT_STEPS, FormatStep, Gate, MigrationFile, Migrations, Step, StepFn, StepSpec, lift_format,
+};
 pub use report::{Change, Collision, Report, StepReport};
 pub use upgrade::{Upgraded, upgrade};
 pub use view::{NamespaceView, PayloadView, ScopeView, field, field_mut, remove_field, set_field};

@@ -1,10 +1,15 @@
-//! An application's registry of schema migration steps, chained automatically.
+//! An application's registry of schema migration steps, chained automatically, and the
+//! registry of container-format steps, chained by the same code.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use cache_format::rmpv::Value as Raw;
+use serde::{Deserialize, Serialize};
+
 use crate::error::MigrateError;
+use crate::ops::Op;
 use crate::report::{Change, Report, StepReport};
 use crate::view::PayloadView;
 
@@ -12,13 +17,19 @@ use crate::view::PayloadView;
 /// changed (one [`Change`] per kind of change, with how many entries it touched).
 pub type StepFn = dyn Fn(&mut PayloadView) -> Result<Vec<Change>, String> + Send + Sync;
 
+#[derive(Clone)]
+enum Body {
+    Coded(Arc<StepFn>),
+    Declarative(Vec<Op>),
+}
+
 /// One step from schema `from` to schema `to`.
 #[derive(Clone)]
 pub struct Step {
     from: u32,
     to: u32,
     description: String,
-    run: Arc<StepFn>,
+    body: Body,
 }
 
 impl Step {
@@ -31,7 +42,17 @@ impl Step {
             from,
             to,
             description: description.into(),
-            run: Arc::new(run),
+            body: Body::Coded(Arc::new(run)),
+        }
+    }
+
+    /// A step made of declarative operations, applied in order.
+    pub fn declarative(from: u32, to: u32, description: impl Into<String>, ops: Vec<Op>) -> Self {
+        Step {
+            from,
+            to,
+            description: description.into(),
+            body: Body::Declarative(ops),
         }
     }
 
@@ -50,12 +71,30 @@ impl Step {
         &self.description
     }
 
+    /// Its operations, if it is declarative.
+    pub fn ops(&self) -> Option<&[Op]> {
+        match &self.body {
+            Body::Declarative(ops) => Some(ops),
+            Body::Coded(_) => None,
+        }
+    }
+
     pub(crate) fn apply(&self, view: &mut PayloadView) -> Result<StepReport, MigrateError> {
-        let changes = (self.run)(view).map_err(|reason| MigrateError::StepFailed {
+        let failed = |reason: String| MigrateError::StepFailed {
             from: self.from,
             to: self.to,
             reason,
-        })?;
+        };
+        let changes = match &self.body {
+            Body::Coded(run) => run(view).map_err(failed)?,
+            Body::Declarative(ops) => ops
+                .iter()
+                .map(|op| op.apply(view))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(failed)?,
+        };
+        // A coded step may have produced two namespaces of one name: merge them.
+        view.normalize();
         Ok(StepReport {
             from: self.from,
             to: self.to,
@@ -69,6 +108,40 @@ impl fmt::Debug for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Step({}→{}: {})", self.from, self.to, self.description)
     }
+}
+
+impl fmt::Display for Step {
+    /// The step as the CLI prints it: a title line, then one line per operation.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}→v{}: {}", self.from, self.to, self.description)?;
+        match &self.body {
+            Body::Declarative(ops) => {
+                for op in ops {
+                    write!(f, "\n  {op}")?;
+                }
+                Ok(())
+            }
+            Body::Coded(_) => f.write_str("\n  (coded step)"),
+        }
+    }
+}
+
+/// Resolves the chain of steps from `from` to `current`: each step starts where the previous
+/// one ended. Shared by schema and format migrations.
+fn chain<S>(
+    steps: &BTreeMap<u32, S>,
+    to_of: impl Fn(&S) -> u32,
+    from: u32,
+    current: u32,
+) -> Result<Vec<&S>, u32> {
+    let mut path = Vec::new();
+    let mut at = from;
+    while at < current {
+        let step = steps.get(&at).ok_or(at)?;
+        path.push(step);
+        at = to_of(step);
+    }
+    Ok(path)
 }
 
 /// What a file's versions mean for this build.
@@ -128,6 +201,34 @@ impl Migrations {
         Ok(self)
     }
 
+    /// Reads a registry from a migration file (JSON; see [`MigrationFile`]).
+    pub fn from_json(text: &str) -> Result<Self, MigrateError> {
+        let file: MigrationFile = serde_json::from_str(text)
+            .map_err(|e| MigrateError::Registry(format!("invalid migration file: {e}")))?;
+        file.into_registry()
+    }
+
+    /// The registry as a migration file, if every step is declarative.
+    pub fn to_file(&self) -> Option<MigrationFile> {
+        let steps = self
+            .steps
+            .values()
+            .map(|s| {
+                s.ops().map(|ops| StepSpec {
+                    from: s.from,
+                    to: s.to,
+                    description: s.description.clone(),
+                    ops: ops.to_vec(),
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(MigrationFile {
+            app: self.app.clone(),
+            current: self.current,
+            steps,
+        })
+    }
+
     /// The application name.
     pub fn app(&self) -> &str {
         &self.app
@@ -180,18 +281,11 @@ impl Migrations {
                 current: self.current,
             });
         }
-        let mut path = Vec::new();
-        let mut at = from;
-        while at < self.current {
-            let step = self.steps.get(&at).ok_or(MigrateError::NoPath {
-                from,
-                to: self.current,
-                missing: at,
-            })?;
-            path.push(step);
-            at = step.to;
-        }
-        Ok(path)
+        chain(&self.steps, |s| s.to, from, self.current).map_err(|missing| MigrateError::NoPath {
+            from,
+            to: self.current,
+            missing,
+        })
     }
 
     /// Runs the chain from `from` on `view`, in place, and reports what each step did.
@@ -210,4 +304,103 @@ impl Migrations {
         }
         Ok(report)
     }
+}
+
+/// A migration file: an application's registry as data (JSON).
+///
+/// ```json
+/// {"app": "warpconvnet", "current": 9, "steps": [
+///   {"from": 8, "to": 9, "description": "production kernels became mask_gemm",
+///    "ops": [{"op": "rename_algorithm", "from": "production", "to": "mask_gemm"}]}]}
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigrationFile {
+    /// The application.
+    pub app: String,
+    /// Its current schema version.
+    pub current: u32,
+    /// The steps, any order.
+    #[serde(default)]
+    pub steps: Vec<StepSpec>,
+}
+
+/// One declarative step of a [`MigrationFile`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepSpec {
+    /// Source version.
+    pub from: u32,
+    /// Target version.
+    pub to: u32,
+    /// What and why, for the history table and the log.
+    #[serde(default)]
+    pub description: String,
+    /// The operations, applied in order.
+    pub ops: Vec<Op>,
+}
+
+impl MigrationFile {
+    /// Builds the registry, with the same checks as [`Migrations::with`].
+    pub fn into_registry(self) -> Result<Migrations, MigrateError> {
+        if self.app.is_empty() {
+            return Err(MigrateError::Registry(
+                "the migration file names no app".into(),
+            ));
+        }
+        let mut registry = Migrations::new(self.app, self.current);
+        for s in self.steps {
+            registry = registry.with(Step::declarative(s.from, s.to, s.description, s.ops))?;
+        }
+        Ok(registry)
+    }
+}
+
+/// One container-format step: rewrites a whole payload from format `from`'s layout to
+/// format `to`'s. Format 1 is the first format, so this build has none
+/// ([`FORMAT_STEPS`] is empty); the chain is the same code as for schema steps.
+#[derive(Debug, Clone, Copy)]
+pub struct FormatStep {
+    /// Source format.
+    pub from: u32,
+    /// Target format.
+    pub to: u32,
+    /// What changed.
+    pub description: &'static str,
+    /// The rewrite.
+    pub run: fn(Raw) -> Result<Raw, String>,
+}
+
+/// The container-format steps of this build, oldest first.
+pub const FORMAT_STEPS: &[FormatStep] = &[];
+
+/// Lifts a schema-less payload from format `from` to `current` through `steps`.
+pub fn lift_format(
+    steps: &[FormatStep],
+    from: u32,
+    current: u32,
+    mut payload: Raw,
+) -> Result<(Raw, Vec<StepReport>), MigrateError> {
+    let by_start: BTreeMap<u32, FormatStep> = steps.iter().map(|s| (s.from, *s)).collect();
+    let path =
+        chain(&by_start, |s| s.to, from, current).map_err(|missing| MigrateError::NoPath {
+            from,
+            to: current,
+            missing,
+        })?;
+    let mut reports = Vec::new();
+    for step in path {
+        payload = (step.run)(payload).map_err(|reason| MigrateError::StepFailed {
+            from: step.from,
+            to: step.to,
+            reason,
+        })?;
+        reports.push(StepReport {
+            from: step.from,
+            to: step.to,
+            description: format!("container format: {}", step.description),
+            changes: Vec::new(),
+        });
+    }
+    Ok((payload, reports))
 }

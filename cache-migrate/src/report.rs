@@ -49,18 +49,25 @@ pub struct StepReport {
     pub changes: Vec<Change>,
 }
 
+impl StepReport {
+    /// One line per change, as logged: `v8→v9 renamed 412 entries (production→mask_gemm)`.
+    pub fn lines(&self) -> Vec<String> {
+        if self.changes.is_empty() {
+            return vec![format!(
+                "v{}→v{} {}: no entries changed",
+                self.from, self.to, self.description
+            )];
+        }
+        self.changes
+            .iter()
+            .map(|c| format!("v{}→v{} {c}", self.from, self.to))
+            .collect()
+    }
+}
+
 impl fmt::Display for StepReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "v{}→v{}", self.from, self.to)?;
-        if self.changes.is_empty() {
-            write!(f, " {}: no entries changed", self.description)
-        } else {
-            for (i, c) in self.changes.iter().enumerate() {
-                f.write_str(if i == 0 { " " } else { "; " })?;
-                write!(f, "{c}")?;
-            }
-            Ok(())
-        }
+        f.write_str(&self.lines().join("; "))
     }
 }
 
@@ -105,7 +112,9 @@ pub struct Report {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for step in &self.steps {
-            writeln!(f, "cache migration {step}")?;
+            for line in step.lines() {
+                writeln!(f, "cache migration {line}")?;
+            }
         }
         for c in &self.collisions {
             writeln!(f, "cache migration collision: {c}")?;

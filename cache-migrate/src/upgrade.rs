@@ -6,7 +6,7 @@ use cache_format::rmpv::Value as Raw;
 use cache_format::{CacheData, Fields, Fingerprint, FormatVersion, Limits, Value};
 
 use crate::error::MigrateError;
-use crate::registry::Migrations;
+use crate::registry::{FORMAT_STEPS, Migrations, lift_format};
 use crate::report::{Collision, Report};
 use crate::view::{PayloadView, field, set_field};
 
@@ -41,12 +41,16 @@ pub fn upgrade(
         });
     }
     let value = cache_format::payload_value(payload, limits)?;
-    // Container format migrations lift the payload to the current format's layout first.
-    let value = match format {
-        FormatVersion::V1 => value,
-    };
+    // Container format steps lift the payload to the current format's layout first.
+    let (value, format_steps) = lift_format(
+        FORMAT_STEPS,
+        format.number(),
+        FormatVersion::CURRENT.number(),
+        value,
+    )?;
     let mut view = PayloadView::from_value(value)?;
     let mut report = registry.migrate_view(schema, &mut view)?;
+    report.steps.splice(0..0, format_steps);
     report.collisions = refingerprint(&mut view)?;
     let data = cache_format::data_from_value(&view.into_value())?;
     Ok(Upgraded {

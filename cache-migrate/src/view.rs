@@ -129,6 +129,21 @@ impl PayloadView {
         })
     }
 
+    /// Merges namespaces that share a name within a scope (after a rename), keeping the
+    /// position of the first.
+    pub fn normalize(&mut self) {
+        for scope in &mut self.scopes {
+            let mut merged: Vec<NamespaceView> = Vec::with_capacity(scope.namespaces.len());
+            for ns in scope.namespaces.drain(..) {
+                match merged.iter_mut().find(|m| m.name == ns.name) {
+                    Some(existing) => existing.entries.extend(ns.entries),
+                    None => merged.push(ns),
+                }
+            }
+            scope.namespaces = merged;
+        }
+    }
+
     /// Number of entries.
     pub fn entry_count(&self) -> usize {
         self.scopes

@@ -178,7 +178,7 @@ fn an_older_file_is_migrated_rewritten_and_backed_up() {
     let backups: Vec<_> = std::fs::read_dir(dir.path())
         .expect("dir")
         .flatten()
-        .filter(|f| f.file_name().to_string_lossy().contains(".v1.bak-"))
+        .filter(|f| f.file_name().to_string_lossy().contains(".tcache.bak."))
         .collect();
     assert_eq!(backups.len(), 1, "one backup of the pre-migration file");
     assert_eq!(std::fs::read(backups[0].path()).expect("backup"), old);

@@ -1,0 +1,156 @@
+//! Offline migration of a cache file (`tunecache migrate`), through the same code the
+//! library's saver uses, so both write the same bytes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cache_format::{CacheData, Limits};
+use cache_migrate::{Migrations, Report};
+
+use crate::disk::{Disk, DiskOptions, Event, Failure, Paths};
+use crate::error::StoreError;
+use crate::fsio;
+use crate::lock::FileLock;
+
+/// How to migrate.
+#[derive(Debug, Clone)]
+pub struct MigrateOptions {
+    /// Keep the pre-migration files as `<file>.bak.<ms>`.
+    pub backup: bool,
+    /// Report what would change; write nothing and take no lock.
+    pub dry_run: bool,
+    /// Longest wait for the cache lock.
+    pub lock_timeout: Duration,
+    /// Decoding bounds.
+    pub limits: Limits,
+}
+
+impl Default for MigrateOptions {
+    fn default() -> Self {
+        MigrateOptions {
+            backup: false,
+            dry_run: false,
+            lock_timeout: Duration::from_secs(10),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// What [`migrate_file`] did.
+#[derive(Debug, Clone)]
+pub enum MigrateOutcome {
+    /// There is no cache file.
+    Missing,
+    /// The file is already at the current versions; nothing was written.
+    Current {
+        /// Entries in the file.
+        entries: usize,
+    },
+    /// The file was (or, in a dry run, would be) migrated.
+    Migrated {
+        /// What the steps did.
+        report: Report,
+        /// Whether the file was rewritten (false in a dry run).
+        written: bool,
+        /// The backups kept, if any.
+        backups: Vec<PathBuf>,
+        /// Entries after the migration.
+        entries: usize,
+    },
+}
+
+fn failure(path: &Path, f: Failure) -> StoreError {
+    match f {
+        Failure::Blocked(b) => StoreError::Unusable {
+            path: b.path,
+            reason: format!("{}; refusing to touch it", b.reason),
+        },
+        Failure::Retry(StoreError::Unusable { reason, .. }) => StoreError::Unusable {
+            path: path.to_owned(),
+            reason,
+        },
+        Failure::Retry(e) => e,
+    }
+}
+
+/// Migrates the cache at `path` (snapshot and journal) to `registry`'s current schema and
+/// this build's format. The rewrite is the library's own compaction, under the same lock, so
+/// its bytes equal what a `Cache` writes after migrating the same file on load.
+///
+/// A file that cannot be migrated (corrupt, no migration path, newer, another
+/// application's) is an error, and is left untouched.
+pub fn migrate_file(
+    path: &Path,
+    registry: &Migrations,
+    options: &MigrateOptions,
+) -> Result<MigrateOutcome, StoreError> {
+    let paths = Paths::new(path.to_owned());
+    if fsio::stat(&paths.snapshot)?.is_none() {
+        return Ok(MigrateOutcome::Missing);
+    }
+    let disk_options = DiskOptions {
+        limits: options.limits,
+        compact_ratio: 0.5,
+        compact_min_bytes: 1 << 20,
+        backup_on_migrate: options.backup,
+    };
+    let mut disk = Disk::new(paths.clone(), Arc::new(registry.clone()), disk_options);
+    // A read that repairs nothing: an unusable file must be reported, not moved aside.
+    let preview = disk.read_all(false).map_err(|f| failure(path, f))?;
+    let mut report = None;
+    for event in preview.events {
+        match event {
+            Event::Unusable { path, reason } => return Err(StoreError::Unusable { path, reason }),
+            Event::Migrated { report: r, .. } => report = Some(r),
+            _ => {}
+        }
+    }
+    if !preview.needs_rewrite {
+        return Ok(MigrateOutcome::Current {
+            entries: preview.data.len(),
+        });
+    }
+    let report = report.unwrap_or_else(|| Report {
+        app: registry.app().to_owned(),
+        from: registry.current(),
+        to: registry.current(),
+        entries: preview.data.len() as u64,
+        steps: Vec::new(),
+        collisions: Vec::new(),
+    });
+    if options.dry_run {
+        return Ok(MigrateOutcome::Migrated {
+            report,
+            written: false,
+            backups: Vec::new(),
+            entries: preview.data.len(),
+        });
+    }
+    let _lock = FileLock::acquire(&paths.lock, options.lock_timeout)?;
+    // Exactly what the saver does when a migrated cache is first saved.
+    let read = disk.read_updates(true).map_err(|f| failure(path, f))?;
+    let events = disk
+        .write(&CacheData::new(), true)
+        .map_err(|f| failure(path, f))?;
+    let backups = read
+        .events
+        .into_iter()
+        .chain(events)
+        .filter_map(|e| match e {
+            Event::Backup { path } => Some(path),
+            _ => None,
+        })
+        .collect();
+    let entries = disk
+        .read_all(false)
+        .map_err(|f| failure(path, f))?
+        .data
+        .len();
+    Ok(MigrateOutcome::Migrated {
+        report,
+        written: true,
+        backups,
+        entries,
+    })
+}

@@ -1,0 +1,273 @@
+//! The JSON-lines interchange format (FORMAT.md, "JSON lines"): one entry per line,
+//! self-contained, so Python or shell tools can read and feed a cache.
+
+use serde::{Deserialize, Serialize};
+
+use crate::fingerprint::Fingerprint;
+use crate::model::{CacheData, Candidate, Entry, Key, Millis, Origin, Outcome, Scope, Stats};
+use crate::value::Fields;
+
+/// Why a JSON line was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{source_name}: line {line}: {message}")]
+pub struct JsonLineError {
+    /// The input's name.
+    pub source_name: String,
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// What imported entries say about their origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportOrigin {
+    /// Keep the origin each line gives (golden files, round trips).
+    Keep,
+    /// Mark every entry `imported` from the source, keeping the original in the text.
+    MarkImported,
+}
+
+macro_rules! bail {
+    ($($arg:tt)*) => {
+        return Err(format!($($arg)*))
+    };
+}
+
+/// One line.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonRecord {
+    /// The scope's fields.
+    pub scope: Fields,
+    /// The namespace.
+    pub namespace: String,
+    /// The key's fields.
+    pub key: Fields,
+    /// The key fingerprint (hex); checked against the key when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// The candidate-set checksum (hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate_set: Option<String>,
+    /// When the entry was recorded (Unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_at: Option<Millis>,
+    /// Where it came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<JsonOrigin>,
+    /// The candidates, any order (they are ranked on import).
+    pub candidates: Vec<JsonCandidate>,
+}
+
+/// Where an entry came from.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonOrigin {
+    /// `measured`, `imported` or `remote`.
+    pub kind: String,
+    /// Free-form detail.
+    pub from: String,
+}
+
+/// One candidate.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonCandidate {
+    /// Algorithm name.
+    pub algo: String,
+    /// Params.
+    #[serde(default)]
+    pub params: Fields,
+    /// `ok` or `failed`.
+    #[serde(default = "ok")]
+    pub status: String,
+    /// Median, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_ns: Option<f64>,
+    /// Fastest sample, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_ns: Option<f64>,
+    /// Spread (median absolute deviation), ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread_ns: Option<f64>,
+    /// Sample count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u32>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When it was measured (Unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_at: Option<Millis>,
+}
+
+fn ok() -> String {
+    "ok".to_owned()
+}
+
+/// A candidate as JSON.
+pub fn candidate_json(c: &Candidate) -> JsonCandidate {
+    let (status, stats, error) = match &c.outcome {
+        Outcome::Measured(s) => ("ok", Some(s), None),
+        Outcome::Failed(r) => ("failed", None, Some(r.clone())),
+    };
+    JsonCandidate {
+        algo: c.algorithm.clone(),
+        params: c.params.clone(),
+        status: status.to_owned(),
+        median_ns: stats.map(|s| s.median_ns),
+        min_ns: stats.map(|s| s.min_ns),
+        spread_ns: stats.map(|s| s.spread_ns),
+        samples: stats.map(|s| s.samples),
+        error,
+        measured_at: Some(c.measured_at),
+    }
+}
+
+/// An entry as one JSON line's record.
+pub fn record(scope: &Scope, namespace: &str, entry: &Entry) -> JsonRecord {
+    JsonRecord {
+        scope: scope.fields().clone(),
+        namespace: namespace.to_owned(),
+        key: entry.key().fields().clone(),
+        fingerprint: Some(entry.fingerprint().to_hex()),
+        candidate_set: Some(entry.candidate_set().to_hex()),
+        recorded_at: Some(entry.recorded_at()),
+        origin: Some(JsonOrigin {
+            kind: entry.origin().kind().to_owned(),
+            from: entry.origin().detail().to_owned(),
+        }),
+        candidates: entry.candidates().iter().map(candidate_json).collect(),
+    }
+}
+
+fn nonneg(name: &str, v: Option<f64>, algo: &str) -> Result<f64, String> {
+    match v {
+        Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        Some(x) => {
+            bail!("candidate {algo:?}: {name} must be a finite non-negative number, got {x}")
+        }
+        None => bail!("candidate {algo:?} has status \"ok\" but no {name}"),
+    }
+}
+
+/// A candidate from JSON; missing timestamps become `now`.
+pub fn candidate_from_json(c: JsonCandidate, now: Millis) -> Result<Candidate, String> {
+    let outcome = match c.status.as_str() {
+        "ok" => {
+            let median_ns = nonneg("median_ns", c.median_ns, &c.algo)?;
+            Outcome::Measured(Stats {
+                median_ns,
+                min_ns: nonneg("min_ns", c.min_ns.or(Some(median_ns)), &c.algo)?,
+                spread_ns: nonneg("spread_ns", c.spread_ns.or(Some(0.0)), &c.algo)?,
+                samples: c.samples.unwrap_or(1),
+            })
+        }
+        "failed" => Outcome::Failed(c.error.unwrap_or_default()),
+        other => bail!(
+            "candidate {:?}: unknown status {other:?} (expected \"ok\" or \"failed\")",
+            c.algo
+        ),
+    };
+    if c.algo.is_empty() {
+        bail!("a candidate has an empty algorithm name");
+    }
+    Ok(Candidate {
+        algorithm: c.algo,
+        params: c.params,
+        outcome,
+        measured_at: c.measured_at.unwrap_or(now),
+    })
+}
+
+/// Parses one JSON line into its scope, namespace and entry. `source` names the input (for
+/// the origin of imported entries); missing timestamps become `now`.
+pub fn parse_record(
+    line: &str,
+    source: &str,
+    origin_policy: ImportOrigin,
+    now: Millis,
+) -> Result<(Scope, String, Entry), String> {
+    let r: JsonRecord = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    if r.namespace.is_empty() {
+        bail!("empty namespace");
+    }
+    let key = Key::new(r.key);
+    if let Some(fp) = &r.fingerprint {
+        let stored: Fingerprint = fp.parse().map_err(|e| format!("fingerprint: {e}"))?;
+        if stored != key.fingerprint() {
+            bail!(
+                "the fingerprint {stored} does not match the key {key} (it fingerprints to {})",
+                key.fingerprint()
+            );
+        }
+    }
+    let candidate_set = match &r.candidate_set {
+        Some(hex) => hex.parse().map_err(|e| format!("candidate_set: {e}"))?,
+        None => Fingerprint::default(),
+    };
+    let origin = match (r.origin, origin_policy) {
+        (Some(o), policy) => {
+            let original = Origin::from_parts(&o.kind, o.from)
+                .ok_or_else(|| format!("unknown origin kind {:?}", o.kind))?;
+            match policy {
+                ImportOrigin::Keep => original,
+                ImportOrigin::MarkImported => Origin::Imported(format!(
+                    "{source} ({} {})",
+                    original.kind(),
+                    original.detail()
+                )),
+            }
+        }
+        (None, _) => Origin::Imported(source.to_owned()),
+    };
+    let candidates = r
+        .candidates
+        .into_iter()
+        .map(|c| candidate_from_json(c, now))
+        .collect::<Result<Vec<_>, _>>()?;
+    let entry = Entry::new(
+        key,
+        candidate_set,
+        origin,
+        r.recorded_at.unwrap_or(now),
+        candidates,
+    );
+    Ok((Scope::new(r.scope), r.namespace, entry))
+}
+
+/// Parses JSON lines; any bad line fails the whole input, naming the line.
+pub fn parse_lines(
+    text: &str,
+    source: &str,
+    origin_policy: ImportOrigin,
+) -> Result<CacheData, JsonLineError> {
+    let now = crate::model::now_millis();
+    let mut data = CacheData::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (scope, ns, entry) =
+            parse_record(line, source, origin_policy, now).map_err(|message| JsonLineError {
+                source_name: source.to_owned(),
+                line: i + 1,
+                message,
+            })?;
+        data.insert(&scope, &ns, entry);
+    }
+    Ok(data)
+}
+
+/// Writes every entry of `data` as JSON lines, in a deterministic order.
+pub fn to_lines(data: &CacheData) -> String {
+    let mut out = String::new();
+    for (scope, ns, entry) in data.entries() {
+        out.push_str(
+            &serde_json::to_string(&record(scope, ns, entry)).expect("a record always serializes"),
+        );
+        out.push('\n');
+    }
+    out
+}
