@@ -3,11 +3,15 @@
 //! Tasks:
 //! - `layering`: checks the crate map of ARCHITECTURE.md (internal dependencies only point
 //!   down the layers; cudarc is reachable from no crate below gpu-tuner).
+//! - `golden`: golden-file migration checks (`--check`, `--bless`, `--new-input`).
+//! - `release`: every version bump has its migration step and golden inputs.
 //!
 //! Each task is a module; the project root is found from `CARGO_MANIFEST_DIR`.
 #![allow(clippy::print_stdout, reason = "a command-line tool reports on stdout")]
 
+mod golden;
 mod layering;
+mod release;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -23,12 +27,17 @@ const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
   layering   check that crates depend only on the layers below them and that cudarc
-             stays inside gpu-tuner";
+             stays inside gpu-tuner
+  golden     [--check | --bless | --new-input APP VERSION] migrate every golden input and
+             compare with its expected output, byte for byte
+  release    check that every format or schema version has its step and golden inputs";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("layering") => layering::run(&project_root()),
+        Some("golden") => golden::run(&project_root(), &args[1..]),
+        Some("release") => release::run(&project_root()),
         Some("-h" | "--help") | None => {
             eprintln!("{USAGE}");
             return ExitCode::from(if args.is_empty() { 2 } else { 0 });

@@ -1,3 +1,4 @@
 //! Integration tests of the `tunecache` binary: real processes, real files.
 
 mod commands;
+mod migrate;
