@@ -598,11 +598,7 @@ fn migrate(
         .or_else(|| from_file.as_ref().map(|r| r.app().to_owned()))
         .unwrap_or_else(|| config.default_app.clone());
     let path = cache_path(cli, &app)?;
-    let file_app = inspect(&path, &Limits::default())?
-        .snapshot
-        .header
-        .map(|h| h.app)
-        .unwrap_or(app);
+    let file_app = peek_app(&path).unwrap_or(app);
     let registry = match from_file {
         Some(r) => r,
         None => config
@@ -694,6 +690,20 @@ fn migrate(
         }
     }
     Ok(exit::OK)
+}
+
+/// The application named in a cache file's header, read from its first bytes only.
+fn peek_app(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut prefix = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(128 << 10)
+        .read_to_end(&mut prefix)
+        .ok()?;
+    cache_format::peek_header(&prefix, &Limits::default())
+        .ok()
+        .map(|(_, h)| h.app)
 }
 
 fn emit(out: &mut Out, as_json: bool, value: serde_json::Value, text: &str) -> anyhow::Result<()> {

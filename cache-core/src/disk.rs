@@ -617,13 +617,22 @@ impl Disk {
     }
 
     fn compact(&mut self, batch: &CacheData) -> Result<Vec<Event>, Failure> {
-        fsio::remove_stale_temporaries(&self.paths.snapshot);
-        fsio::remove_stale_temporaries(&self.paths.journal);
         let all = self.read_all(true)?;
-        let mut events = all.events;
         let mut data = all.data;
         data.merge(all.salvaged);
         data.merge(batch.clone());
+        self.write_snapshot(&data, all.events)
+    }
+
+    /// Replaces the snapshot with `data` and removes the journal (under the lock). `data`
+    /// must be everything on disk (as a read from a fresh cursor returns) plus what is new.
+    pub(crate) fn write_snapshot(
+        &mut self,
+        data: &CacheData,
+        mut events: Vec<Event>,
+    ) -> Result<Vec<Event>, Failure> {
+        fsio::remove_stale_temporaries(&self.paths.snapshot);
+        fsio::remove_stale_temporaries(&self.paths.journal);
         let migrated = self
             .cursor
             .snapshot
@@ -632,7 +641,7 @@ impl Disk {
         if migrated && self.options.backup_on_migrate {
             events.extend(self.back_up()?);
         }
-        let bytes = encode_snapshot(self.registry.app(), self.registry.current(), &data);
+        let bytes = encode_snapshot(self.registry.app(), self.registry.current(), data);
         fsio::atomic_write(&self.paths.snapshot, &bytes)?;
         self.remove_journal()?;
         let (_, header) = peek_header(&bytes, &self.options.limits)

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cache_format::{CacheData, Limits};
+use cache_format::Limits;
 use cache_migrate::{Migrations, Report};
 
 use crate::disk::{Disk, DiskOptions, Event, Failure, Paths};
@@ -128,25 +128,23 @@ pub fn migrate_file(
         });
     }
     let _lock = FileLock::acquire(&paths.lock, options.lock_timeout)?;
-    // Exactly what the saver does when a migrated cache is first saved.
+    // Exactly what the saver's compaction does when a migrated cache is first saved: read
+    // everything from a fresh cursor under the lock, then write it as one snapshot. (The
+    // disk tier's cursor is fresh here, so this read is the compaction's read.)
     let read = disk.read_updates(true).map_err(|f| failure(path, f))?;
+    let mut data = read.data;
+    data.merge(read.salvaged);
+    let entries = data.len();
     let events = disk
-        .write(&CacheData::new(), true)
+        .write_snapshot(&data, read.events)
         .map_err(|f| failure(path, f))?;
-    let backups = read
-        .events
+    let backups = events
         .into_iter()
-        .chain(events)
         .filter_map(|e| match e {
             Event::Backup { path } => Some(path),
             _ => None,
         })
         .collect();
-    let entries = disk
-        .read_all(false)
-        .map_err(|f| failure(path, f))?
-        .data
-        .len();
     Ok(MigrateOutcome::Migrated {
         report,
         written: true,
