@@ -96,6 +96,7 @@ pub(crate) fn dispatch(cli: &Cli, config: &Config) -> anyhow::Result<u8> {
                 params,
                 outcome,
                 measured_at: cache_format::now_millis(),
+                tuning_ns: None,
             };
             let set = match candidate_set {
                 Some(hex) => hex.parse().context("--candidate-set")?,

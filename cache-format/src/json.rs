@@ -100,6 +100,9 @@ pub struct JsonCandidate {
     /// When it was measured (Unix ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_at: Option<Millis>,
+    /// Time spent preparing and measuring it, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning_ns: Option<u64>,
 }
 
 fn ok() -> String {
@@ -122,6 +125,7 @@ pub fn candidate_json(c: &Candidate) -> JsonCandidate {
         samples: stats.map(|s| s.samples),
         error,
         measured_at: Some(c.measured_at),
+        tuning_ns: c.tuning_ns,
     }
 }
 
@@ -178,6 +182,7 @@ pub fn candidate_from_json(c: JsonCandidate, now: Millis) -> Result<Candidate, S
         params: c.params,
         outcome,
         measured_at: c.measured_at.unwrap_or(now),
+        tuning_ns: c.tuning_ns,
     })
 }
 

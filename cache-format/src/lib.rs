@@ -40,7 +40,8 @@ pub use journal::{
     encode_record, read_journal_header, record_value, scan_records,
 };
 pub use model::{
-    CacheData, Candidate, Entry, Key, Millis, Origin, Outcome, Scope, ScopeData, Stats, now_millis,
+    CacheData, Candidate, Entry, Key, Millis, Origin, Outcome, Scope, ScopeData, Stats, TIE_FLOOR,
+    now_millis, rank,
 };
 pub use scan::Limits;
 pub use ser::{ValueError, to_fields, to_value};

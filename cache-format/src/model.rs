@@ -127,6 +127,9 @@ pub struct Candidate {
     pub outcome: Outcome,
     /// When it was measured.
     pub measured_at: Millis,
+    /// Time spent preparing (compiling) and measuring it, in nanoseconds, if known: what a
+    /// later hit saves.
+    pub tuning_ns: Option<u64>,
 }
 
 impl Candidate {
@@ -137,6 +140,7 @@ impl Candidate {
             params,
             outcome: Outcome::Measured(stats),
             measured_at: now_millis(),
+            tuning_ns: None,
         }
     }
 
@@ -147,6 +151,7 @@ impl Candidate {
             params,
             outcome: Outcome::Failed(reason.into()),
             measured_at: now_millis(),
+            tuning_ns: None,
         }
     }
 
@@ -163,25 +168,14 @@ impl Candidate {
         self.algorithm == other.algorithm && self.params == other.params
     }
 
-    fn identity_cmp(&self, other: &Candidate) -> Ordering {
-        self.algorithm
-            .cmp(&other.algorithm)
-            .then_with(|| self.params.cmp(&other.params))
-    }
-
-    /// Ranking order: measured before failed, then by median, then by fastest sample,
-    /// then by identity, so the order is total and the same on every machine.
-    fn rank_cmp(&self, other: &Candidate) -> Ordering {
-        match (&self.outcome, &other.outcome) {
-            (Outcome::Measured(a), Outcome::Measured(b)) => a
-                .median_ns
-                .total_cmp(&b.median_ns)
-                .then_with(|| a.min_ns.total_cmp(&b.min_ns))
-                .then_with(|| self.identity_cmp(other)),
-            (Outcome::Measured(_), Outcome::Failed(_)) => Ordering::Less,
-            (Outcome::Failed(_), Outcome::Measured(_)) => Ordering::Greater,
-            (Outcome::Failed(_), Outcome::Failed(_)) => self.identity_cmp(other),
-        }
+    /// The identity as bytes that order the same in every language: the algorithm name's
+    /// UTF-8, a zero byte, the canonical encoding of the params.
+    pub fn identity_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.algorithm.len() + 16);
+        out.extend_from_slice(self.algorithm.as_bytes());
+        out.push(0);
+        crate::value::encode_fields(&self.params, &mut out);
+        out
     }
 
     /// Which of two measurements of the same candidate is kept: the later one, with a total
@@ -199,8 +193,62 @@ impl Candidate {
                 (Outcome::Failed(_), Outcome::Measured(_)) => Ordering::Greater,
                 (Outcome::Failed(a), Outcome::Failed(b)) => a.cmp(b),
             }
+            .then_with(|| self.tuning_ns.cmp(&other.tuning_ns))
         })
     }
+}
+
+/// The smallest tie band, relative to the fastest median: candidates within 1% of it are
+/// never told apart by timing alone.
+pub const TIE_FLOOR: f64 = 0.01;
+
+/// Ranks candidates best first (FORMAT.md, "Ranking"): the same order on every machine for
+/// the same measurements, and noise-aware, so two processes that measured a statistical tie
+/// pick the same winner.
+///
+/// Measured candidates come first. Among them, those whose median is within the tie band of
+/// the fastest median (`max(spread_fastest + spread_c, TIE_FLOOR * median_fastest)`) are
+/// ordered by identity ([`Candidate::identity_bytes`]); the rest follow by median, then fastest
+/// sample, then identity. Failed candidates come last, by identity.
+pub fn rank<'a>(candidates: impl IntoIterator<Item = &'a Candidate>) -> Vec<&'a Candidate> {
+    let all: Vec<&Candidate> = candidates.into_iter().collect();
+    rank_refs(&all).into_iter().map(|i| all[i]).collect()
+}
+
+fn rank_indices(candidates: &[Candidate]) -> Vec<usize> {
+    let refs: Vec<&Candidate> = candidates.iter().collect();
+    rank_refs(&refs)
+}
+
+fn rank_refs(all: &[&Candidate]) -> Vec<usize> {
+    let identity: Vec<Vec<u8>> = all.iter().map(|c| c.identity_bytes()).collect();
+    let mut measured: Vec<(usize, Stats)> = Vec::new();
+    let mut failed: Vec<usize> = Vec::new();
+    for (i, c) in all.iter().enumerate() {
+        match &c.outcome {
+            Outcome::Measured(s) => measured.push((i, *s)),
+            Outcome::Failed(_) => failed.push(i),
+        }
+    }
+    measured.sort_by(|(i, a), (j, b)| {
+        a.median_ns
+            .total_cmp(&b.median_ns)
+            .then_with(|| a.min_ns.total_cmp(&b.min_ns))
+            .then_with(|| identity[*i].cmp(&identity[*j]))
+    });
+    let mut order = Vec::with_capacity(all.len());
+    if let Some(&(_, best)) = measured.first() {
+        let (mut tied, rest): (Vec<_>, Vec<_>) = measured.iter().partition(|(_, s)| {
+            let band = (best.spread_ns + s.spread_ns).max(TIE_FLOOR * best.median_ns);
+            s.median_ns - best.median_ns <= band
+        });
+        tied.sort_by(|(i, _), (j, _)| identity[*i].cmp(&identity[*j]));
+        order.extend(tied.into_iter().map(|(i, _)| i));
+        order.extend(rest.into_iter().map(|(i, _)| i));
+    }
+    failed.sort_by(|i, j| identity[*i].cmp(&identity[*j]));
+    order.extend(failed);
+    order
 }
 
 /// Where an entry came from.
@@ -355,7 +403,15 @@ impl Entry {
     }
 
     fn rank(&mut self) {
-        self.candidates.sort_by(Candidate::rank_cmp);
+        let order: Vec<usize> = rank_indices(&self.candidates);
+        let mut slots: Vec<Option<Candidate>> = std::mem::take(&mut self.candidates)
+            .into_iter()
+            .map(Some)
+            .collect();
+        self.candidates = order
+            .into_iter()
+            .map(|i| slots[i].take().expect("rank_indices is a permutation"))
+            .collect();
     }
 
     fn header_cmp(&self, other: &Entry) -> Ordering {

@@ -119,6 +119,8 @@ struct CandidateOut<'a> {
     samples: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tuning_ns: Option<u64>,
 }
 
 fn entry_out(entry: &Entry) -> EntryOut<'_> {
@@ -150,6 +152,7 @@ fn candidate_out(c: &Candidate) -> CandidateOut<'_> {
         spread_ns: stats.map(|s| s.spread_ns),
         samples: stats.map(|s| s.samples),
         error,
+        tuning_ns: c.tuning_ns,
     }
 }
 
@@ -226,6 +229,8 @@ struct CandidateIn<'a> {
     samples: Option<u32>,
     #[serde(default)]
     error: Option<String>,
+    #[serde(default)]
+    tuning_ns: Option<u64>,
 }
 
 /// Decodes a format-1 payload (already scanned and checksummed) into the model.
@@ -318,5 +323,6 @@ fn candidate_from_wire(c: CandidateIn<'_>, what: &'static str) -> Result<Candida
         params: c.params,
         outcome,
         measured_at: c.measured_at,
+        tuning_ns: c.tuning_ns,
     })
 }

@@ -86,3 +86,81 @@ fn a_later_measurement_of_the_same_candidate_replaces_the_earlier_one() {
     entry.record(early);
     assert_eq!(entry.candidates(), [late]);
 }
+
+fn timed(name: &str, median: f64, spread: f64) -> Candidate {
+    let mut c = Candidate::measured(
+        name,
+        Fields::new(),
+        Stats {
+            median_ns: median,
+            min_ns: median,
+            spread_ns: spread,
+            samples: 9,
+        },
+    );
+    c.measured_at = 1;
+    c
+}
+
+#[test]
+fn a_statistical_tie_is_broken_by_identity_so_processes_agree() {
+    // Process 1 saw b slightly faster, process 2 saw a slightly faster; both within noise.
+    let p1 = Entry::new(
+        key(),
+        Fingerprint::default(),
+        Origin::Measured("1".into()),
+        1,
+        [timed("a", 101.0, 2.0), timed("b", 100.0, 2.0)],
+    );
+    let p2 = Entry::new(
+        key(),
+        Fingerprint::default(),
+        Origin::Measured("2".into()),
+        1,
+        [timed("a", 100.0, 2.0), timed("b", 101.0, 2.0)],
+    );
+    assert_eq!(p1.best().map(|c| c.algorithm.as_str()), Some("a"));
+    assert_eq!(p2.best().map(|c| c.algorithm.as_str()), Some("a"));
+}
+
+#[test]
+fn a_clear_difference_is_ranked_by_time() {
+    let e = Entry::new(
+        key(),
+        Fingerprint::default(),
+        Origin::Measured("t".into()),
+        1,
+        [timed("a", 150.0, 2.0), timed("b", 100.0, 2.0)],
+    );
+    assert_eq!(e.best().map(|c| c.algorithm.as_str()), Some("b"));
+    // The tie band never drops below 1% of the fastest median, even with zero spread.
+    let e = Entry::new(
+        key(),
+        Fingerprint::default(),
+        Origin::Measured("t".into()),
+        1,
+        [timed("z", 100.0, 0.0), timed("y", 100.5, 0.0)],
+    );
+    assert_eq!(e.best().map(|c| c.algorithm.as_str()), Some("y"));
+}
+
+#[test]
+fn any_subset_ranks_with_the_same_rule() {
+    let e = Entry::new(
+        key(),
+        Fingerprint::default(),
+        Origin::Measured("t".into()),
+        1,
+        [
+            timed("fast", 10.0, 0.1),
+            timed("mid", 50.0, 0.1),
+            timed("slow", 90.0, 0.1),
+        ],
+    );
+    let without_fast: Vec<_> =
+        cache_format::rank(e.candidates().iter().filter(|c| c.algorithm != "fast"))
+            .into_iter()
+            .map(|c| c.algorithm.as_str())
+            .collect();
+    assert_eq!(without_fast, ["mid", "slow"]);
+}

@@ -50,13 +50,17 @@ pub(crate) fn candidate() -> impl Strategy<Value = Candidate> {
             "[a-z ]{0,20}".prop_map(Outcome::Failed)
         ],
         0u64..5,
+        prop::option::of(0u64..1_000_000),
     )
-        .prop_map(|(algo, params, outcome, measured_at)| Candidate {
-            algorithm: algo.to_owned(),
-            params: params.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
-            outcome,
-            measured_at,
-        })
+        .prop_map(
+            |(algo, params, outcome, measured_at, tuning_ns)| Candidate {
+                algorithm: algo.to_owned(),
+                params: params.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+                outcome,
+                measured_at,
+                tuning_ns,
+            },
+        )
 }
 
 pub(crate) fn origin() -> impl Strategy<Value = Origin> {
