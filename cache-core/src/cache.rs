@@ -67,6 +67,8 @@ struct State {
     rewrite: bool,
     flush_requested: u64,
     flush_served: u64,
+    refresh_requested: u64,
+    refresh_served: u64,
     last_error: Option<StoreError>,
     retry_at: Option<Instant>,
     failures: u32,
@@ -84,6 +86,9 @@ struct Diagnostics {
 
 struct Shared {
     memory: MemoryStore,
+    /// Entries of the other scopes in the file (another GPU, an older driver): not for the
+    /// hot path, but for warm starts after an upgrade.
+    others: Mutex<CacheData>,
     scope: Scope,
     path: Option<PathBuf>,
     save_delay: Duration,
@@ -133,6 +138,7 @@ impl Cache {
         };
         let shared = Arc::new(Shared {
             memory: MemoryStore::new(),
+            others: Mutex::new(CacheData::new()),
             scope: builder.scope.clone(),
             path: path.clone(),
             save_delay: builder.save_delay,
@@ -149,6 +155,8 @@ impl Cache {
                 rewrite: false,
                 flush_requested: 0,
                 flush_served: 0,
+                refresh_requested: 0,
+                refresh_served: 0,
                 last_error: None,
                 retry_at: None,
                 failures: 0,
@@ -290,6 +298,51 @@ impl Cache {
         self.shared.memory.snapshot()
     }
 
+    /// The entries recorded for `fp` in `ns` under scopes other than the current one (the
+    /// same device with an older driver, another device), for warm starts.
+    pub fn lookup_other_scopes(&self, ns: Namespace, fp: &Fingerprint) -> Vec<(Scope, Entry)> {
+        let others = lock(&self.shared.others);
+        others
+            .scopes()
+            .filter_map(|(scope, data)| {
+                data.namespaces
+                    .get(ns.name())
+                    .and_then(|entries| entries.get(fp))
+                    .map(|e| (scope.clone(), e.clone()))
+            })
+            .collect()
+    }
+
+    /// Reads what other processes recorded since the last read, now, waiting a bounded time
+    /// (the saver thread does the reading). A memory-only cache has nothing to read.
+    pub fn refresh(&self) -> Result<(), StoreError> {
+        let timeout = self.shared.flush_timeout;
+        let deadline = Instant::now() + timeout;
+        let mut st = lock(&self.shared.state);
+        if !st.saver_running {
+            return Ok(());
+        }
+        st.refresh_requested += 1;
+        let request = st.refresh_requested;
+        self.shared.cv.notify_all();
+        while st.refresh_served < request {
+            if !st.saver_running {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(StoreError::FlushTimeout(timeout));
+            }
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+
     /// What the cache can do, what it moved aside, what it migrated.
     pub fn health(&self) -> Health {
         // Lock order everywhere: state, then diagnostics.
@@ -330,6 +383,7 @@ impl Cache {
         }
         let keys: Vec<_> = mine.iter().map(|(ns, e)| (*ns, e.fingerprint())).collect();
         self.shared.memory.merge_many(mine);
+        lock(&self.shared.others).merge(others.clone());
         let mut st = lock(&self.shared.state);
         st.dirty.extend(keys);
         st.other.merge(others);
@@ -531,8 +585,14 @@ impl Shared {
             needs_rewrite,
         } = inc;
         let mut mine = Vec::new();
+        let mut others = CacheData::new();
         for (scope, scope_data) in data.into_scopes().chain(salvaged.clone().into_scopes()) {
             if scope != self.scope {
+                for (ns, entries) in scope_data.namespaces {
+                    for entry in entries.into_values() {
+                        others.insert(&scope, &ns, entry);
+                    }
+                }
                 continue;
             }
             for (ns, entries) in scope_data.namespaces {
@@ -547,6 +607,9 @@ impl Shared {
             }
         }
         self.memory.merge_many(mine);
+        if !others.is_empty() {
+            lock(&self.others).merge(others);
+        }
         if persistent && (needs_rewrite || !salvaged.is_empty()) {
             let mut st = lock(&self.state);
             st.rewrite |= needs_rewrite;
@@ -702,7 +765,9 @@ impl Shared {
                 self.cv.notify_all();
                 continue;
             }
-            if next_refresh.is_some_and(|r| r <= now) {
+            let refresh_wanted = st.refresh_requested > st.refresh_served;
+            if refresh_wanted || next_refresh.is_some_and(|r| r <= now) {
+                let serving = st.refresh_requested;
                 drop(st);
                 match disk.read_updates(false) {
                     Ok(inc) => self.absorb(inc, persistent),
@@ -718,6 +783,8 @@ impl Shared {
                 }
                 next_refresh = self.refresh_interval.map(|i| Instant::now() + i);
                 st = lock(&self.state);
+                st.refresh_served = st.refresh_served.max(serving);
+                self.cv.notify_all();
                 continue;
             }
             let wake = [save_due, next_refresh].into_iter().flatten().min();

@@ -11,10 +11,13 @@
 //!   ([`cache_migrate::upgrade`]). An unusable file is moved aside, a newer one is left
 //!   untouched, an unwritable location degrades to memory: each with one warning.
 //! - [`CacheBuilder`] configures it, with `TUNECACHE_*` environment overrides.
+//! - [`ArtifactStore`] keeps content-addressed blobs (compiled kernels) with a size limit
+//!   and least-recently-used eviction.
 //!
 //! What it is not: it does not measure anything (gpu-tuner does) and knows nothing of GPUs.
 #![deny(missing_docs)]
 
+mod artifact;
 mod cache;
 mod config;
 mod disk;
@@ -27,6 +30,7 @@ mod migrate;
 mod namespace;
 mod store;
 
+pub use artifact::{ARTIFACT_MAGIC, ARTIFACT_TAG, ArtifactStore, Eviction};
 pub use cache::{Cache, Health, Mode};
 pub use config::{
     CacheBuilder, ENV_DIR, ENV_DISABLE, ENV_FILE, ENV_READ_ONLY, FILE_EXTENSION, Location,

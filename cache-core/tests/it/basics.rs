@@ -154,3 +154,31 @@ fn bad_namespace_names_are_refused() {
         Namespace::new("conv_fwd").expect("ok")
     );
 }
+
+#[test]
+fn refresh_reads_other_processes_results_at_once() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let reader = builder(&path).open(); // no periodic refresh in tests
+    let writer = builder(&path).open();
+    writer.put(ns(), entry(4, 4));
+    writer.flush().expect("flush");
+    assert!(!has(&reader, 4, 4));
+    reader.refresh().expect("refresh");
+    assert!(has(&reader, 4, 4));
+}
+
+#[test]
+fn entries_of_other_scopes_are_available_for_warm_starts() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let old_driver = builder(&path).scope(scope("H100 driver 550")).open();
+    old_driver.put(ns(), entry(1, 1));
+    old_driver.flush().expect("flush");
+    drop(old_driver);
+    let new_driver = builder(&path).scope(scope("H100 driver 560")).open();
+    assert!(!has(&new_driver, 1, 1), "not a hit in the new scope");
+    let prior = new_driver.lookup_other_scopes(ns(), &key(1, 1).fingerprint());
+    assert_eq!(prior.len(), 1);
+    assert_eq!(prior[0].0, scope("H100 driver 550"));
+}
