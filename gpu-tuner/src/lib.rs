@@ -1,6 +1,32 @@
 //! The tunecache benchmark runner: measures candidate implementations on a cache miss and
-//! records the ranking, on CPU and (with a driver present) CUDA.
+//! records the ranking, so every later call, in this process or any later one, gets the
+//! winner for the cost of a hash probe.
 //!
-//! Not built yet: this crate holds its place in the layering (it is the only crate allowed to
-//! depend on cudarc) and is filled by the tuner issue.
+//! - [`Operation`] is what a kernel library implements per operation family: candidates with
+//!   stable names and params, and how to prepare (compile), run, verify and time them.
+//! - [`Tuner`] registers operations on a [`cache_core::Cache`]; [`Tuned::get`] returns a
+//!   [`Choice`] with a ready-to-run handle. See the `tuner` module docs for what a miss does.
+//! - [`cpu`] is the CPU backend (blocked matmul, reductions), always available; `cuda` (with
+//!   the `cuda` feature) compiles kernels with NVRTC and times them with CUDA events, after
+//!   checking that the driver and NVRTC libraries exist.
+//! - [`workload`] is the built-in workload of `tunecache tune`.
+//!
+//! This is the only crate of tunecache that may depend on cudarc.
 #![deny(missing_docs)]
+
+mod bucket;
+pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+mod measure;
+mod operation;
+mod tuner;
+pub mod workload;
+
+pub use bucket::{Bucketing, Rule};
+pub use measure::MeasureConfig;
+pub use operation::{CandidateSpec, Operation};
+pub use tuner::{
+    Choice, DEFAULT_VOLATILE_SCOPE_FIELDS, MissPolicy, OpConfig, Progress, ProgressFn, TuneError,
+    TuneStats, Tuned, Tuner,
+};

@@ -7,7 +7,7 @@ use cache_core::cache_format::{Fields, Value};
 
 fn inputs(kernel: &str, tile: i64) -> Fields {
     Fields::from([
-        ("source_sha256".to_owned(), Value::from("ab12")),
+        ("source".to_owned(), Value::from("ab12")),
         (
             "options".to_owned(),
             Value::from(vec!["-DTILE=16", "--gpu-architecture=compute_90"]),
