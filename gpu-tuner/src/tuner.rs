@@ -165,7 +165,8 @@ pub enum Progress<'a> {
         /// How many candidates will be measured.
         candidates: usize,
     },
-    /// One candidate was measured (or failed).
+    /// One candidate was measured (or failed), and the result recorded (durable, with
+    /// `flush_each`).
     Measured {
         /// The namespace.
         namespace: &'a str,
@@ -697,12 +698,6 @@ impl<O: Operation> TunedInner<O> {
                     best = Some(best.map_or(m.stats.median_ns, |b| b.min(m.stats.median_ns)));
                 }
                 self.counters.measured.fetch_add(1, Ordering::Relaxed);
-                self.progress(&Progress::Measured {
-                    namespace: self.namespace(),
-                    candidate: spec,
-                    result: outcome.as_ref().map(|m| &m.stats).map_err(String::as_str),
-                    stopped_early: outcome.as_ref().is_ok_and(|m| m.stopped_early),
-                });
                 // Durable now, marked incomplete (a zero candidate-set checksum), so a kill
                 // resumes here.
                 let record = Entry::new(
@@ -714,6 +709,12 @@ impl<O: Operation> TunedInner<O> {
                 );
                 entry.merge(record.clone());
                 self.record(record);
+                self.progress(&Progress::Measured {
+                    namespace: self.namespace(),
+                    candidate: spec,
+                    result: outcome.as_ref().map(|m| &m.stats).map_err(String::as_str),
+                    stopped_early: outcome.as_ref().is_ok_and(|m| m.stopped_early),
+                });
             }
             self.counters.tuned_keys.fetch_add(1, Ordering::Relaxed);
             self.counters

@@ -1,4 +1,10 @@
-//! Integration tests of gpu-tuner: one binary, a module per concern.
+//! Integration tests of gpu-tuner: one binary, a module per concern. Cross-process tests run
+//! this binary again in a child role (see `children`).
+#![allow(clippy::print_stdout, reason = "child processes report on stdout")]
 
+mod children;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod processes;
+mod support;
+mod tuner;

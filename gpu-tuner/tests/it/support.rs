@@ -1,0 +1,233 @@
+//! Test support: a test operation whose candidates take known times, caches in temporary
+//! directories, and child processes (this test binary re-executed in a role).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cache_core::cache_format::{Fields, Scope, Value};
+use cache_core::cache_migrate::Migrations;
+use cache_core::{Cache, CacheBuilder};
+use gpu_tuner::{CandidateSpec, MeasureConfig, OpConfig, Operation};
+use serde::Serialize;
+
+/// A key of the test operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub(crate) struct TestKey {
+    pub(crate) size: u32,
+}
+
+/// How a test candidate behaves.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Behaviour {
+    /// Busy-waits this long per run.
+    pub(crate) micros: u64,
+    /// Fails to prepare.
+    pub(crate) broken: bool,
+    /// Computes a wrong result.
+    pub(crate) wrong: bool,
+}
+
+/// A test double of an operation: candidates busy-wait for fixed times. It counts which
+/// candidates it measured in this process.
+#[derive(Clone)]
+pub(crate) struct TestOp {
+    pub(crate) namespace: &'static str,
+    pub(crate) candidates: Vec<(CandidateSpec, Behaviour)>,
+    pub(crate) measured: Arc<Mutex<Vec<String>>>,
+}
+
+impl TestOp {
+    pub(crate) fn new(namespace: &'static str, candidates: &[(&str, u64)]) -> Self {
+        TestOp {
+            namespace,
+            candidates: candidates
+                .iter()
+                .map(|(name, micros)| {
+                    (
+                        CandidateSpec::new(*name, &[]),
+                        Behaviour {
+                            micros: *micros,
+                            ..Behaviour::default()
+                        },
+                    )
+                })
+                .collect(),
+            measured: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    pub(crate) fn with(mut self, name: &str, behaviour: Behaviour) -> Self {
+        self.candidates
+            .push((CandidateSpec::new(name, &[]), behaviour));
+        self
+    }
+
+    pub(crate) fn measured(&self) -> Vec<String> {
+        let mut m = self.measured.lock().expect("not poisoned").clone();
+        m.sort();
+        m
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct TestHandle {
+    pub(crate) name: String,
+    micros: u64,
+    wrong: bool,
+}
+
+fn spin(micros: u64) {
+    let until = Instant::now() + Duration::from_micros(micros);
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+impl Operation for TestOp {
+    type Key = TestKey;
+    type Handle = TestHandle;
+    type Problem = ();
+
+    fn namespace(&self) -> &str {
+        self.namespace
+    }
+
+    fn candidates(&self) -> Vec<CandidateSpec> {
+        self.candidates.iter().map(|(c, _)| c.clone()).collect()
+    }
+
+    fn prepare(&self, candidate: &CandidateSpec, _key: &TestKey) -> Result<TestHandle, String> {
+        let (_, b) = self
+            .candidates
+            .iter()
+            .find(|(c, _)| c == candidate)
+            .ok_or_else(|| format!("unknown candidate {candidate}"))?;
+        if b.broken {
+            return Err("does not compile".into());
+        }
+        Ok(TestHandle {
+            name: candidate.algorithm.clone(),
+            micros: b.micros,
+            wrong: b.wrong,
+        })
+    }
+
+    fn problem(&self, _key: &TestKey) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn run(&self, handle: &TestHandle, _problem: &mut ()) -> Result<(), String> {
+        spin(handle.micros);
+        Ok(())
+    }
+
+    fn verify(&self, handle: &TestHandle, _problem: &mut ()) -> Result<(), String> {
+        // Called once per measured candidate: the count of what was measured.
+        self.measured
+            .lock()
+            .expect("not poisoned")
+            .push(handle.name.clone());
+        if handle.wrong {
+            Err("42 != 41".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Quick measurement settings for tests.
+pub(crate) fn quick() -> OpConfig {
+    OpConfig {
+        measure: MeasureConfig {
+            warmup: Duration::ZERO,
+            samples: 3,
+            min_sample: Duration::from_micros(1),
+            max_per_candidate: Duration::from_millis(500),
+            early_stop_after: 3,
+            early_stop_ratio: 1.5,
+        },
+        wait: Duration::from_secs(60),
+        ..OpConfig::default()
+    }
+}
+
+pub(crate) fn scope(driver: &str) -> Scope {
+    Scope::new(Fields::from([
+        ("device".to_owned(), Value::from("test device")),
+        ("driver".to_owned(), Value::from(driver)),
+    ]))
+}
+
+pub(crate) fn builder(path: &Path) -> CacheBuilder {
+    Cache::builder(Migrations::new("tuner-test", 1))
+        .file(path)
+        .ignore_env()
+        .save_delay(Duration::from_millis(10))
+        .refresh_interval(None)
+        .scope(scope("1"))
+}
+
+pub(crate) fn open(path: &Path) -> Arc<Cache> {
+    Arc::new(builder(path).open())
+}
+
+// ---- child processes ----
+
+pub(crate) const MARK: &str = "TC> ";
+
+/// A child process killed when dropped.
+pub(crate) struct ChildGuard(pub(crate) Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+pub(crate) fn spawn(role: &str, path: &Path, args: &[&str]) -> ChildGuard {
+    let exe = std::env::current_exe().expect("test binary");
+    ChildGuard(
+        Command::new(exe)
+            .args([
+                "children::child_process_entry",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("TUNECACHE_TEST_CHILD", role)
+            .env("TUNECACHE_TEST_PATH", path)
+            .env("TUNECACHE_TEST_ARGS", args.join(" "))
+            .env_remove("TUNECACHE_DIR")
+            .env_remove("TUNECACHE_FILE")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn child"),
+    )
+}
+
+/// The child's protocol messages, until it exits.
+pub(crate) fn messages(child: &mut ChildGuard) -> Vec<String> {
+    let out = child.0.stdout.take().expect("piped");
+    BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| l.find(MARK).map(|at| l[at + MARK.len()..].to_owned()))
+        .collect()
+}
+
+/// `key value` messages as a map (the last value of a key wins).
+pub(crate) fn as_map(lines: &[String]) -> HashMap<String, String> {
+    lines
+        .iter()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}

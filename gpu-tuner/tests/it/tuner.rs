@@ -1,0 +1,414 @@
+//! The tuner in one process: hits measure nothing, a key is tuned once however many threads
+//! ask, stored winners outside the current candidate set are ignored, a failing winner falls
+//! back, growth and scope changes measure only what is new, and the miss policies.
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use cache_core::cache_format::{
+    Candidate, Entry, Fingerprint, Key, Origin, Outcome, Stats, now_millis,
+};
+use cache_core::{Cache, Namespace, Store};
+use gpu_tuner::{
+    Bucketing, CandidateSpec, MissPolicy, OpConfig, Operation, Rule, TuneError, Tuned, Tuner,
+};
+
+use crate::support::{Behaviour, TestKey, TestOp, builder, open, quick, scope};
+
+fn tuned(cache: &Arc<Cache>, op: TestOp, config: OpConfig) -> Tuned<TestOp> {
+    Tuner::new(Arc::clone(cache))
+        .register(op, config)
+        .expect("register")
+}
+
+fn three() -> TestOp {
+    TestOp::new("t", &[("fast", 300), ("mid", 1500), ("slow", 4000)])
+}
+
+const K: TestKey = TestKey { size: 64 };
+
+fn cache_key(size: u32) -> Key {
+    Key::from_serialize(&TestKey { size }).expect("key")
+}
+
+#[test]
+fn a_miss_measures_each_candidate_once_and_hits_measure_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    let op = three();
+    let t = tuned(&cache, op.clone(), quick());
+    let choice = t.get(&K).expect("tuned");
+    assert_eq!(choice.candidate().algorithm, "fast");
+    assert!(!choice.is_provisional());
+    assert_eq!(op.measured(), ["fast", "mid", "slow"]);
+    for _ in 0..10 {
+        assert_eq!(t.get(&K).expect("hit").candidate().algorithm, "fast");
+    }
+    let stats = t.stats();
+    assert_eq!(
+        (stats.hits, stats.misses, stats.tuned_keys, stats.measured),
+        (10, 1, 1, 3)
+    );
+
+    // A new tuner on the same cache (as a new process would be) measures nothing.
+    let op2 = three();
+    let t2 = tuned(&cache, op2.clone(), quick());
+    assert_eq!(t2.get(&K).expect("reused").candidate().algorithm, "fast");
+    assert!(op2.measured().is_empty());
+    assert_eq!(t2.stats().reused_keys, 1);
+    assert!(
+        t2.stats().saved_time > Duration::ZERO,
+        "the recorded tuning cost is what it saved"
+    );
+}
+
+#[test]
+fn threads_asking_for_one_key_at_once_measure_it_once() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    let op = three();
+    let t = tuned(&cache, op.clone(), quick());
+    let barrier = Arc::new(Barrier::new(4));
+    let winners: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (t, barrier) = (t.clone(), Arc::clone(&barrier));
+                s.spawn(move || {
+                    barrier.wait();
+                    t.get(&K).expect("choice").candidate().algorithm.clone()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    assert_eq!(
+        op.measured(),
+        ["fast", "mid", "slow"],
+        "measured once, not once per thread"
+    );
+    assert!(winners.iter().all(|w| w == "fast"), "{winners:?}");
+}
+
+fn current_set(op: &TestOp) -> Fingerprint {
+    let cands = op.candidates();
+    Fingerprint::of_candidate_set(
+        cands.iter().map(|c| (c.algorithm.as_str(), &c.params)),
+        &op.salt(),
+    )
+}
+
+fn stats(median: f64) -> Stats {
+    Stats {
+        median_ns: median,
+        min_ns: median,
+        spread_ns: 0.0,
+        samples: 5,
+    }
+}
+
+#[test]
+fn a_stored_winner_outside_the_current_candidate_set_is_ignored() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    let op = TestOp::new("t", &[("fast", 300), ("slow", 3000)]);
+    let ns = Namespace::new("t").expect("ns");
+    // Complete for the current set, but its best is a candidate that no longer exists.
+    cache.put(
+        ns,
+        Entry::new(
+            cache_key(64),
+            current_set(&op),
+            Origin::Measured("older build".into()),
+            now_millis(),
+            [
+                Candidate::measured("removed_kernel", Default::default(), stats(1.0)),
+                Candidate::measured("slow", Default::default(), stats(3_000_000.0)),
+                Candidate::measured("fast", Default::default(), stats(300_000.0)),
+            ],
+        ),
+    );
+    let t = tuned(&cache, op.clone(), quick());
+    assert_eq!(t.get(&K).expect("choice").candidate().algorithm, "fast");
+    assert!(
+        op.measured().is_empty(),
+        "complete for this set: nothing to measure"
+    );
+}
+
+#[test]
+fn a_winner_that_fails_at_run_time_falls_back_and_is_marked_bad() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("c.tcache");
+    let cache = open(&path);
+    let op = three();
+    let t = tuned(&cache, op.clone(), quick());
+    let launched = t
+        .run(&K, |h| {
+            if h.name == "fast" {
+                Err("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES".into())
+            } else {
+                Ok(h.name.clone())
+            }
+        })
+        .expect("the runner-up runs");
+    assert_eq!(launched, "mid");
+    assert_eq!(t.stats().failures, 1);
+    assert_eq!(
+        t.get(&K).expect("choice").candidate().algorithm,
+        "mid",
+        "the dispatch table moved on"
+    );
+    let entry = cache
+        .lookup(Namespace::new("t").expect("ns"), &cache_key(64))
+        .expect("entry");
+    let fast = entry
+        .candidates()
+        .iter()
+        .find(|c| c.algorithm == "fast")
+        .expect("fast");
+    assert!(
+        matches!(&fast.outcome, Outcome::Failed(r) if r.contains("LAUNCH_OUT_OF_RESOURCES")),
+        "{fast:?}"
+    );
+    drop((t, cache));
+    // Another process starts with the failure known: it never launches "fast".
+    let cache = open(&path);
+    let t = tuned(&cache, three(), quick());
+    let ran = t.run(&K, |h| {
+        if h.name == "fast" {
+            panic!("a known-bad candidate was launched")
+        } else {
+            Ok(h.name.clone())
+        }
+    });
+    assert_eq!(ran.expect("runs"), "mid");
+}
+
+#[test]
+fn when_every_candidate_fails_the_error_names_each() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    let op = TestOp::new("t", &[])
+        .with(
+            "broken",
+            Behaviour {
+                broken: true,
+                ..Behaviour::default()
+            },
+        )
+        .with(
+            "wrong",
+            Behaviour {
+                micros: 10,
+                wrong: true,
+                ..Behaviour::default()
+            },
+        );
+    let t = tuned(&cache, op, quick());
+    let err = t.get(&K).expect_err("nothing works");
+    let TuneError::NoCandidate { reasons, .. } = &err else {
+        panic!("{err}")
+    };
+    assert!(
+        reasons.contains("prepare failed: does not compile")
+            && reasons.contains("wrong result: 42 != 41"),
+        "{reasons}"
+    );
+    let err = t.run(&K, |_| Ok(())).expect_err("still nothing");
+    assert!(err.to_string().contains("no candidate"), "{err}");
+}
+
+#[test]
+fn a_candidate_with_a_wrong_result_never_wins() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    let op = TestOp::new("t", &[("slow", 3000)]).with(
+        "fast_but_wrong",
+        Behaviour {
+            micros: 100,
+            wrong: true,
+            ..Behaviour::default()
+        },
+    );
+    let t = tuned(&cache, op, quick());
+    assert_eq!(t.get(&K).expect("choice").candidate().algorithm, "slow");
+}
+
+#[test]
+fn a_growing_candidate_set_measures_only_the_new_ones_and_the_leader() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    tuned(&cache, three(), quick()).get(&K).expect("tuned");
+    let grown = three().with(
+        "newer",
+        Behaviour {
+            micros: 800,
+            ..Behaviour::default()
+        },
+    );
+    let t = tuned(&cache, grown.clone(), quick());
+    assert_eq!(t.get(&K).expect("choice").candidate().algorithm, "fast");
+    assert_eq!(
+        grown.measured(),
+        ["fast", "newer"],
+        "the new candidate plus the leader, not the rest"
+    );
+    // And now it is complete for the grown set.
+    let again = three().with(
+        "newer",
+        Behaviour {
+            micros: 800,
+            ..Behaviour::default()
+        },
+    );
+    tuned(&cache, again.clone(), quick())
+        .get(&K)
+        .expect("choice");
+    assert!(again.measured().is_empty());
+}
+
+#[test]
+fn after_a_driver_upgrade_only_the_stored_top_candidates_are_retimed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("c.tcache");
+    let five = || {
+        TestOp::new(
+            "t",
+            &[
+                ("a", 300),
+                ("b", 600),
+                ("c", 1200),
+                ("d", 2400),
+                ("e", 4000),
+            ],
+        )
+    };
+    {
+        let cache = open(&path);
+        let op = five();
+        tuned(&cache, op.clone(), quick()).get(&K).expect("tuned");
+        assert_eq!(op.measured().len(), 5);
+        cache.flush().expect("flush");
+    }
+    let cache = Arc::new(builder(&path).scope(scope("2")).open());
+    let op = five();
+    let config = OpConfig {
+        retime_top: 2,
+        ..quick()
+    };
+    let t = tuned(&cache, op.clone(), config.clone());
+    assert_eq!(t.get(&K).expect("choice").candidate().algorithm, "a");
+    assert_eq!(
+        op.measured(),
+        ["a", "b"],
+        "the stored top two, re-timed under the new driver"
+    );
+    // Complete in the new scope now.
+    let op = five();
+    tuned(&cache, op.clone(), config).get(&K).expect("choice");
+    assert!(op.measured().is_empty());
+}
+
+#[test]
+fn bucketed_keys_share_one_tuning() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    let op = three();
+    let config = OpConfig {
+        bucketing: Bucketing::none().field("size", Rule::PowerOfTwo),
+        ..quick()
+    };
+    let t = tuned(&cache, op.clone(), config);
+    let a = t.get(&TestKey { size: 100 }).expect("tuned");
+    let b = t.get(&TestKey { size: 120 }).expect("bucket hit");
+    assert_eq!(a.key(), b.key(), "both in bucket 128");
+    assert_eq!(op.measured().len(), 3, "tuned once for the bucket");
+    assert_eq!(t.stats().reused_keys, 1);
+}
+
+#[test]
+fn the_never_policy_uses_the_declared_default_without_measuring() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    let op = three();
+    let config = OpConfig {
+        policy: MissPolicy::Never {
+            default: CandidateSpec::new("mid", &[]),
+        },
+        ..quick()
+    };
+    let t = tuned(&cache, op.clone(), config);
+    let c = t.get(&K).expect("default");
+    assert_eq!(c.candidate().algorithm, "mid");
+    assert!(!c.is_provisional());
+    assert!(op.measured().is_empty());
+}
+
+#[test]
+fn nearest_then_tune_answers_at_once_and_tunes_in_the_background() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    // Key 64 is tuned (fast wins); key 100 is new.
+    tuned(&cache, three(), quick()).get(&K).expect("tuned");
+    let op = three();
+    let config = OpConfig {
+        policy: MissPolicy::NearestThenTune {
+            budget: Duration::from_secs(30),
+        },
+        ..quick()
+    };
+    let t = tuned(&cache, op.clone(), config);
+    let first = t.get(&TestKey { size: 100 }).expect("an answer now");
+    assert!(first.is_provisional(), "the nearest key's winner stands in");
+    assert_eq!(first.candidate().algorithm, "fast");
+    assert!(
+        t.wait_background(Duration::from_secs(30)),
+        "background tuning finished"
+    );
+    let tuned_now = t.get(&TestKey { size: 100 }).expect("tuned");
+    assert!(!tuned_now.is_provisional());
+    assert_eq!(
+        op.measured(),
+        ["fast", "mid", "slow"],
+        "tuned in the background"
+    );
+}
+
+#[test]
+fn an_interrupted_tune_resumes_where_it_stopped() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    let ns = Namespace::new("t").expect("ns");
+    // What a killed tune leaves: two candidates recorded, no completion mark (zero set).
+    let mut fast = Candidate::measured("fast", Default::default(), stats(300_000.0));
+    fast.tuning_ns = Some(1);
+    cache.put(
+        ns,
+        Entry::new(
+            cache_key(64),
+            Fingerprint::default(),
+            Origin::here(),
+            now_millis(),
+            [
+                fast,
+                Candidate::measured("mid", Default::default(), stats(1_500_000.0)),
+            ],
+        ),
+    );
+    let op = three().with(
+        "extra",
+        Behaviour {
+            micros: 2000,
+            ..Behaviour::default()
+        },
+    );
+    tuned(&cache, op.clone(), quick()).get(&K).expect("resumed");
+    assert_eq!(
+        op.measured(),
+        ["extra", "fast", "slow"],
+        "the unmeasured ones, plus the leader"
+    );
+}
