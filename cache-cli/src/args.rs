@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{ArgAction, Parser, Subcommand};
+use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 
 /// Inspect, edit, verify and ship tunecache autotune caches.
 #[derive(Debug, Parser)]
@@ -29,8 +29,53 @@ pub struct Cli {
     pub(crate) command: Command,
 }
 
+/// Which backend measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Backend {
+    /// CUDA if a driver, NVRTC and a device are usable, else the CPU.
+    Auto,
+    /// The CPU.
+    Cpu,
+    /// CUDA (an error if it is not usable).
+    Cuda,
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    /// Tune the built-in workload (matmuls and sums of varying shapes) and record the winners;
+    /// a second run hits the cache
+    Tune {
+        /// Which backend measures
+        #[arg(long, value_enum, default_value = "auto")]
+        backend: Backend,
+        /// The CUDA device
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// Run the workload this many times in this process
+        #[arg(long, default_value_t = 1)]
+        repeat: u32,
+        /// Run only the first N of the workload's 12 steps
+        #[arg(long, value_name = "N")]
+        steps: Option<usize>,
+        /// Draw no progress bar
+        #[arg(long)]
+        no_progress: bool,
+        /// Write a buffer larger than L2 before every CUDA sample
+        #[arg(long)]
+        flush_l2: bool,
+    },
+    /// Show one key's candidates, best first, as a bar chart of their median times
+    Show {
+        /// The namespace
+        #[arg(long, short = 'n')]
+        namespace: String,
+        /// The key, as a JSON object (as `tunecache list` prints it)
+        #[arg(long, short = 'k')]
+        key: String,
+        /// Only this scope (JSON object)
+        #[arg(long)]
+        scope: Option<String>,
+    },
     /// Summarise a cache: versions, sizes, entries per scope and namespace
     Stats,
     /// List entries with their best candidate

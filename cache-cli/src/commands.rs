@@ -48,6 +48,29 @@ pub(crate) fn dispatch(cli: &Cli, config: &Config) -> anyhow::Result<u8> {
     let path = cache_path(cli, &app)?;
     let code = match &cli.command {
         Command::Migrate { .. } => exit::OK, // handled above
+        Command::Tune {
+            backend,
+            device,
+            repeat,
+            steps,
+            no_progress,
+            flush_l2,
+        } => {
+            let calls = gpu_tuner::workload::builtin_steps(steps.unwrap_or(usize::MAX));
+            let options = crate::tune::TuneOptions {
+                backend: *backend,
+                device: *device,
+                repeat: *repeat,
+                progress: !no_progress,
+                flush_l2: *flush_l2,
+            };
+            crate::tune::tune(&path, &options, &calls, cli.json, &mut out)?
+        }
+        Command::Show {
+            namespace,
+            key,
+            scope,
+        } => crate::tune::show(&path, namespace, key, scope.as_deref(), &mut out)?,
         Command::Stats => stats(&path, cli.json, &mut out)?,
         Command::List {
             namespace,

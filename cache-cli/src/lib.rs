@@ -1,7 +1,8 @@
 //! The `tunecache` command line, as a library so a kernel library can build its own CLI on
 //! it (passing its migration registry in [`Config`]).
 //!
-//! Commands: `stats`, `list`, `get`, `put`, `verify`, `export`, `import`, `migrate`. Global options:
+//! Commands: `tune`, `show`, `stats`, `list`, `get`, `put`, `verify`, `export`, `import`,
+//! `migrate`. Global options:
 //! `--cache-file`, `--app`, `--json`, `-v`. Exit codes are [`exit`]'s constants.
 //!
 //! What it is not: the library API; everything here goes through cache-core.
@@ -10,6 +11,7 @@
 mod args;
 mod commands;
 mod output;
+mod tune;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

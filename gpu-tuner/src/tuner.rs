@@ -9,7 +9,7 @@
 //! key while the others wait for it, and one process per cache file (a per-key claim lock) while
 //! the others wait and then read its result.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -212,7 +212,8 @@ pub struct TuneStats {
     pub failures: u64,
     /// Time spent preparing and measuring.
     pub tuning_time: Duration,
-    /// Tuning time recorded for the keys reused from the cache: what this process did not spend.
+    /// Tuning time recorded for the cache keys reused (each counted once, none that this
+    /// process tuned itself): what this process did not spend.
     pub saved_time: Duration,
 }
 
@@ -303,6 +304,7 @@ impl Tuner {
                 inflight: Mutex::new(HashMap::new()),
                 counters: Counters::default(),
                 background: Mutex::new(Background::default()),
+                counted: Mutex::new(HashSet::new()),
             }),
         })
     }
@@ -343,6 +345,9 @@ struct TunedInner<O: Operation> {
     inflight: Mutex<InFlight<O>>,
     counters: Counters,
     background: Mutex<Background<O::Key>>,
+    /// Cache keys already counted as tuned or reused in this process, so a bucket shared by
+    /// many keys is counted once in `saved_time`.
+    counted: Mutex<HashSet<Fingerprint>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -717,6 +722,7 @@ impl<O: Operation> TunedInner<O> {
                 });
             }
             self.counters.tuned_keys.fetch_add(1, Ordering::Relaxed);
+            lock(&self.counted).insert(ckey.fingerprint());
             self.counters
                 .tuning_ns
                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -762,7 +768,10 @@ impl<O: Operation> TunedInner<O> {
             .filter_map(|c| c.tuning_ns)
             .sum();
         self.counters.reused_keys.fetch_add(1, Ordering::Relaxed);
-        self.counters.saved_ns.fetch_add(saved, Ordering::Relaxed);
+        // Only what this process did not spend itself, once per cache key.
+        if lock(&self.counted).insert(ckey.fingerprint()) {
+            self.counters.saved_ns.fetch_add(saved, Ordering::Relaxed);
+        }
         self.choose(key, ckey, current, entry, HashMap::new())
     }
 

@@ -31,6 +31,11 @@ pub enum Call {
 
 /// The calls of the built-in workload, in order.
 pub fn builtin() -> Vec<Call> {
+    builtin_steps(usize::MAX)
+}
+
+/// The calls of the first `steps` steps of the built-in workload (it has 12).
+pub fn builtin_steps(steps: usize) -> Vec<Call> {
     // (batch, sequence length) per step: shapes vary and recur.
     const STEPS: [(u32, u32); 12] = [
         (1, 24),
@@ -47,7 +52,7 @@ pub fn builtin() -> Vec<Call> {
         (7, 128),
     ];
     let mut calls = Vec::new();
-    for (batch, seq) in STEPS {
+    for &(batch, seq) in STEPS.iter().take(steps) {
         let tokens = batch * seq;
         calls.push(Call::Matmul(MatmulKey::f32(tokens, 64, 64)));
         calls.push(Call::Matmul(MatmulKey::f32(tokens, 256, 64)));

@@ -2,3 +2,4 @@
 
 mod commands;
 mod migrate;
+mod tune;

@@ -1,0 +1,159 @@
+//! Benchmarks of the tuner: dispatch on a hit, the built-in workload cold and warm, and NVRTC
+//! compilation against loading cached PTX.
+//!
+//! `cargo bench -p gpu-tuner` (the NVRTC pair runs only where libnvrtc loads; see .ci/run).
+#![allow(clippy::print_stdout, reason = "benchmarks report what they skipped")]
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use cache_core::Cache;
+use criterion::{Criterion, criterion_group, criterion_main};
+use gpu_tuner::cpu::{Matmul, MatmulKey, Reduce};
+use gpu_tuner::{MeasureConfig, OpConfig, Tuner, workload};
+
+fn open(path: &std::path::Path) -> Arc<Cache> {
+    Arc::new(
+        Cache::builder(workload::registry())
+            .file(path)
+            .ignore_env()
+            .scope(gpu_tuner::cpu::scope())
+            .refresh_interval(None)
+            .open(),
+    )
+}
+
+fn dispatch(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("dir");
+    let tuner = Tuner::new(open(&dir.path().join("d.tcache")));
+    let quick = OpConfig {
+        measure: MeasureConfig {
+            samples: 3,
+            max_per_candidate: Duration::from_millis(50),
+            ..MeasureConfig::default()
+        },
+        ..OpConfig::default()
+    };
+    let matmul = tuner.register(Matmul, quick).expect("register");
+    let key = MatmulKey::f32(64, 64, 64);
+    matmul.get(&key).expect("tuned once, before timing");
+    // Other keys in the table, as in a real run.
+    for m in [8u32, 16, 32] {
+        matmul.get(&MatmulKey::f32(m, m, m)).expect("tuned");
+    }
+    let mut group = c.benchmark_group("dispatch");
+    group.bench_function("hit", |b| {
+        b.iter(|| matmul.get(black_box(&key)).expect("hit"))
+    });
+    // Baseline in the same process: a std HashMap probe with the same key, returning an Arc.
+    let baseline: HashMap<MatmulKey, Arc<u64>> =
+        [(key, Arc::new(1)), (MatmulKey::f32(8, 8, 8), Arc::new(2))].into();
+    group.bench_function("baseline_std_hashmap_get_arc", |b| {
+        b.iter(|| Arc::clone(baseline.get(black_box(&key)).expect("present")))
+    });
+    group.bench_function("hit_2_threads", |b| {
+        b.iter_custom(|iters| {
+            let stop = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        black_box(matmul.get(&key).expect("hit"));
+                    }
+                });
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(matmul.get(black_box(&key)).expect("hit"));
+                }
+                let took = start.elapsed();
+                stop.store(true, Ordering::Relaxed);
+                took
+            })
+        })
+    });
+    group.finish();
+}
+
+/// Runs the whole built-in workload on the cache at `path` as a new process would: open,
+/// register, run. Returns the time spent measuring and the wall time.
+fn run_workload(path: &std::path::Path) -> (Duration, Duration) {
+    let started = Instant::now();
+    let tuner = Tuner::new(open(path));
+    let matmul = tuner
+        .register(Matmul, workload::op_config("matmul"))
+        .expect("matmul");
+    let reduce = tuner
+        .register(Reduce, workload::op_config("reduce"))
+        .expect("reduce");
+    let summary = workload::run(&matmul, &reduce, &workload::builtin()).expect("workload");
+    (summary.tuning_time(), started.elapsed())
+}
+
+fn workload_cold_warm(c: &mut Criterion) {
+    let mut group = c.benchmark_group("workload");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(30));
+    group.bench_function("cold", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let dir = tempfile::tempdir().expect("dir");
+                total += run_workload(&dir.path().join("w.tcache")).1;
+            }
+            total
+        })
+    });
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("w.tcache");
+    let (cold_tuning, cold_wall) = run_workload(&path);
+    group.bench_function("warm", |b| b.iter(|| run_workload(&path)));
+    group.finish();
+    let (warm_tuning, warm_wall) = run_workload(&path);
+    println!(
+        "workload: cold {:?} wall ({:?} measuring); warm {:?} wall ({:?} measuring)",
+        cold_wall, cold_tuning, warm_wall, warm_tuning
+    );
+}
+
+#[cfg(feature = "cuda")]
+fn nvrtc(c: &mut Criterion) {
+    use gpu_tuner::cuda::{self, kernels};
+    if let Err(why) = cuda::nvrtc_available() {
+        println!("nvrtc benchmarks skipped: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let compiler = cuda::Compiler::new(Some(
+        cache_core::ArtifactStore::open(dir.path(), 64 << 20).expect("store"),
+    ))
+    .expect("compiler");
+    compiler
+        .ptx(&kernels::MATMUL_TILED, &[("TILE", 16)], "compute_90")
+        .expect("compiles");
+    let mut group = c.benchmark_group("nvrtc");
+    group.sample_size(20);
+    group.bench_function("compile_matmul_tiled", |b| {
+        b.iter(|| {
+            cuda::compile(&kernels::MATMUL_TILED, &[("TILE", 16)], "compute_90").expect("compiles")
+        })
+    });
+    group.bench_function("cached_ptx_from_artifact_store", |b| {
+        b.iter(|| {
+            compiler
+                .ptx(&kernels::MATMUL_TILED, &[("TILE", 16)], "compute_90")
+                .expect("cached")
+        })
+    });
+    group.finish();
+}
+
+#[cfg(not(feature = "cuda"))]
+fn nvrtc(_: &mut Criterion) {
+    println!("nvrtc benchmarks skipped: built without the cuda feature");
+}
+
+criterion_group!(benches, dispatch, nvrtc, workload_cold_warm);
+criterion_main!(benches);
