@@ -150,7 +150,7 @@ fn cache_path(cli: &Cli, app: &str) -> anyhow::Result<PathBuf> {
     }
 }
 
-fn parse_fields(what: &str, text: &str) -> anyhow::Result<Fields> {
+pub(crate) fn parse_fields(what: &str, text: &str) -> anyhow::Result<Fields> {
     match serde_json::from_str::<Value>(text)
         .with_context(|| format!("{what} is not valid JSON for a key: {text}"))?
     {
@@ -159,7 +159,7 @@ fn parse_fields(what: &str, text: &str) -> anyhow::Result<Fields> {
     }
 }
 
-fn read_inspection(path: &Path) -> anyhow::Result<Inspection> {
+pub(crate) fn read_inspection(path: &Path) -> anyhow::Result<Inspection> {
     let found = inspect(path, &Limits::default())?;
     if found.snapshot.bytes.is_none() && found.journal.bytes.is_none() {
         bail!("{}: no such cache file", path.display());
@@ -167,7 +167,7 @@ fn read_inspection(path: &Path) -> anyhow::Result<Inspection> {
     Ok(found)
 }
 
-fn fmt_ns(ns: f64) -> String {
+pub(crate) fn fmt_ns(ns: f64) -> String {
     if ns >= 1e9 {
         format!("{:.3} s", ns / 1e9)
     } else if ns >= 1e6 {
@@ -289,7 +289,7 @@ fn stats(path: &Path, as_json: bool, out: &mut Out) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-fn scope_filter(scope: Option<&str>) -> anyhow::Result<Option<Scope>> {
+pub(crate) fn scope_filter(scope: Option<&str>) -> anyhow::Result<Option<Scope>> {
     scope
         .map(|s| parse_fields("--scope", s).map(Scope::new))
         .transpose()
@@ -368,17 +368,7 @@ fn get(
     let key = Key::new(parse_fields("--key", key)?);
     let scope = scope_filter(scope)?;
     let mut hits = 0;
-    for (s, data) in found.data.scopes() {
-        if scope.as_ref().is_some_and(|want| want != s) {
-            continue;
-        }
-        let Some(entry) = data
-            .namespaces
-            .get(namespace)
-            .and_then(|e| e.get(&key.fingerprint()))
-        else {
-            continue;
-        };
+    for (s, entry) in entries_for(&found, namespace, &key, scope.as_ref()) {
         hits += 1;
         if as_json {
             out.json(&serde_json::to_value(cache_format::json::record(
@@ -420,6 +410,26 @@ fn get(
         return Ok(exit::NOT_FOUND);
     }
     Ok(exit::OK)
+}
+
+/// The entries recorded for `key` in `namespace`, in every scope or only `scope`.
+pub(crate) fn entries_for<'a>(
+    found: &'a Inspection,
+    namespace: &str,
+    key: &Key,
+    scope: Option<&Scope>,
+) -> Vec<(&'a Scope, &'a Entry)> {
+    found
+        .data
+        .scopes()
+        .filter(|(s, _)| scope.is_none_or(|want| want == *s))
+        .filter_map(|(s, data)| {
+            data.namespaces
+                .get(namespace)
+                .and_then(|e| e.get(&key.fingerprint()))
+                .map(|e| (s, e))
+        })
+        .collect()
 }
 
 /// Opens `path` for writing at its own application and schema (or `app`/`schema` if new).

@@ -6,9 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use cache_core::{Cache, Mode, Store, inspect};
-use cache_format::{Key, Limits, Outcome, Scope, Value};
+use anyhow::Context;
+use cache_core::{Cache, Mode, Store};
+use cache_format::{Key, Outcome, Scope, Value};
 use gpu_tuner::workload::{self, Summary};
 use gpu_tuner::{Progress, Tuner};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -18,18 +18,9 @@ use crate::args::Backend;
 use crate::exit;
 use crate::output::Out;
 
-/// Human duration: `812 µs`, `3.4 ms`, `12.7 s`.
+/// Human duration: `812.000 µs`, `3.400 ms`, `12.700 s` (the CLI's one time format).
 pub(crate) fn fmt_duration(d: Duration) -> String {
-    let ns = d.as_nanos() as f64;
-    if ns >= 1e9 {
-        format!("{:.2} s", ns / 1e9)
-    } else if ns >= 1e6 {
-        format!("{:.1} ms", ns / 1e6)
-    } else if ns >= 1e3 {
-        format!("{:.1} µs", ns / 1e3)
-    } else {
-        format!("{ns:.0} ns")
-    }
+    crate::commands::fmt_ns(d.as_nanos() as f64)
 }
 
 fn progress_bar(enabled: bool) -> ProgressBar {
@@ -119,7 +110,7 @@ fn cuda_usable() -> anyhow::Result<()> {
 
 #[cfg(not(feature = "cuda"))]
 fn cuda_usable() -> anyhow::Result<()> {
-    bail!("this tunecache was built without the cuda feature")
+    anyhow::bail!("this tunecache was built without the cuda feature")
 }
 
 #[cfg(feature = "cuda")]
@@ -169,7 +160,7 @@ fn run_cuda(
     _: &[workload::Call],
     _: &ProgressBar,
 ) -> anyhow::Result<(Summary, String, Scope, Arc<Cache>)> {
-    bail!("this tunecache was built without the cuda feature")
+    anyhow::bail!("this tunecache was built without the cuda feature")
 }
 
 fn open_cache(path: &Path, scope: Scope) -> Arc<Cache> {
@@ -368,34 +359,11 @@ pub(crate) fn show(
     scope: Option<&str>,
     out: &mut Out,
 ) -> anyhow::Result<u8> {
-    let found = inspect(path, &Limits::default())?;
-    if found.snapshot.bytes.is_none() && found.journal.bytes.is_none() {
-        bail!("{}: no such cache file", path.display());
-    }
-    let key = match serde_json::from_str::<Value>(key)
-        .with_context(|| format!("--key is not valid JSON for a key: {key}"))?
-    {
-        Value::Map(fields) => Key::new(fields),
-        other => bail!("--key must be a JSON object, got {other}"),
-    };
-    let scope = scope
-        .map(|s| match serde_json::from_str::<Value>(s) {
-            Ok(Value::Map(f)) => Ok(Scope::new(f)),
-            _ => Err(anyhow::anyhow!("--scope must be a JSON object")),
-        })
-        .transpose()?;
+    let found = crate::commands::read_inspection(path)?;
+    let key = Key::new(crate::commands::parse_fields("--key", key)?);
+    let scope = crate::commands::scope_filter(scope)?;
     let mut shown = 0;
-    for (s, data) in found.data.scopes() {
-        if scope.as_ref().is_some_and(|want| want != s) {
-            continue;
-        }
-        let Some(entry) = data
-            .namespaces
-            .get(namespace)
-            .and_then(|e| e.get(&key.fingerprint()))
-        else {
-            continue;
-        };
+    for (s, entry) in crate::commands::entries_for(&found, namespace, &key, scope.as_ref()) {
         shown += 1;
         out.line(format!("{namespace} {key}"))?;
         out.line(format!("  scope {s}"))?;

@@ -329,16 +329,7 @@ impl Cache {
             if !st.saver_running {
                 return Ok(());
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(StoreError::FlushTimeout(timeout));
-            }
-            st = self
-                .shared
-                .cv
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            st = self.shared.wait_until(st, deadline, timeout)?;
         }
         Ok(())
     }
@@ -433,16 +424,7 @@ impl Cache {
                     });
                 }
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(StoreError::FlushTimeout(timeout));
-            }
-            st = self
-                .shared
-                .cv
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            st = self.shared.wait_until(st, deadline, timeout)?;
         }
     }
 
@@ -516,6 +498,25 @@ fn prepare_dir(paths: &Paths) -> Result<(), String> {
 }
 
 impl Shared {
+    /// Waits for the saver to signal, until `deadline` at most; `FlushTimeout(timeout)` once
+    /// the deadline has passed.
+    fn wait_until<'a>(
+        &self,
+        st: MutexGuard<'a, State>,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<MutexGuard<'a, State>, StoreError> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(StoreError::FlushTimeout(timeout));
+        }
+        Ok(self
+            .cv
+            .wait_timeout(st, deadline - now)
+            .unwrap_or_else(|p| p.into_inner())
+            .0)
+    }
+
     /// Counts a change; wakes the saver only when the cache goes from clean to dirty (it
     /// then sleeps until the save is due, so later changes need no wake-up).
     fn mark_dirty(&self, st: &mut State) {

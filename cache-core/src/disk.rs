@@ -144,6 +144,25 @@ struct JournalState {
     offset: u64,
 }
 
+impl JournalState {
+    /// The state of a journal whose header (`head`, its bytes) was just read.
+    fn new(
+        id: FileId,
+        format: FormatVersion,
+        header: cache_format::JournalHeader,
+        head: &[u8],
+    ) -> Self {
+        JournalState {
+            id,
+            format,
+            app: header.app,
+            schema: header.schema,
+            header: head.to_vec(),
+            offset: head.len() as u64,
+        }
+    }
+}
+
 /// What this process has read of the files, so a refresh reads only what changed.
 #[derive(Debug, Clone, Default)]
 struct Cursor {
@@ -367,14 +386,7 @@ impl Disk {
                     source: e,
                 })
             })?;
-        cursor.journal = Some(JournalState {
-            id,
-            format,
-            app: header.app,
-            schema: header.schema,
-            header: bytes[..start].to_vec(),
-            offset: start as u64,
-        });
+        cursor.journal = Some(JournalState::new(id, format, header, &bytes[..start]));
         self.apply_records(cursor, &bytes[start..], false, inc)
     }
 
@@ -446,14 +458,7 @@ impl Disk {
             }
             Err(e) => return self.journal_unusable(e.to_string(), locked, inc),
         }
-        cursor.journal = Some(JournalState {
-            id,
-            format,
-            app: header.app,
-            schema: header.schema,
-            header: bytes[..start].to_vec(),
-            offset: start as u64,
-        });
+        cursor.journal = Some(JournalState::new(id, format, header, &bytes[..start]));
         self.apply_records(cursor, &bytes[start..], locked, inc)
     }
 
@@ -703,14 +708,12 @@ impl Disk {
             let id = FileId::of(&fsio::stat(&path)?.ok_or_else(|| {
                 StoreError::io("find", &path, std::io::ErrorKind::NotFound.into())
             })?);
-            self.cursor.journal = Some(JournalState {
+            self.cursor.journal = Some(JournalState::new(
                 id,
-                format: FormatVersion::CURRENT,
-                app: header.app,
-                schema: header.schema,
-                offset: bytes.len() as u64,
-                header: bytes,
-            });
+                FormatVersion::CURRENT,
+                header,
+                &bytes,
+            ));
         }
         let j = self.cursor.journal.as_mut().expect("just ensured");
         if j.schema != self.registry.current() || j.app != self.registry.app() {
