@@ -8,7 +8,7 @@ use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "tunecache", version, about, max_term_width = 100)]
 pub struct Cli {
-    /// The cache file [default: $TUNECACHE_FILE, else $TUNECACHE_DIR/<app>.tcache, else the
+    /// The cache file [default: $TUNECACHE_FILE, else $TUNECACHE_DIR/APP.tcache, else the
     /// user cache directory]
     #[arg(long, global = true, value_name = "PATH")]
     pub cache_file: Option<PathBuf>,
