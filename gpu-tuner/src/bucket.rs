@@ -26,12 +26,18 @@ impl Rule {
                 if v <= 1 {
                     v
                 } else {
+                    // Past 2^62 the next power of two does not fit in i64: keep the value.
                     (v as u64)
                         .checked_next_power_of_two()
-                        .map_or(v, |p| p as i64)
+                        .and_then(|p| i64::try_from(p).ok())
+                        .unwrap_or(v)
                 }
             }
-            Rule::Multiple(m) if m > 0 => (v + (m - v.rem_euclid(m)) % m).max(v),
+            Rule::Multiple(m) if m > 0 => match v.rem_euclid(m) {
+                0 => v,
+                // Rounding up past i64::MAX keeps the value rather than overflowing.
+                r => v.checked_add(m - r).unwrap_or(v),
+            },
             Rule::Multiple(_) => v,
             Rule::Log10 { floor } => {
                 let mut digits = 0;
@@ -101,6 +107,17 @@ mod tests {
         assert_eq!(Rule::Multiple(64).apply(65), 128);
         assert_eq!(Rule::Log10 { floor: 4 }.apply(500), 4);
         assert_eq!(Rule::Log10 { floor: 4 }.apply(500_000), 6);
+    }
+
+    #[test]
+    fn extreme_values_neither_panic_nor_wrap() {
+        assert_eq!(Rule::PowerOfTwo.apply(i64::MAX), i64::MAX);
+        assert_eq!(Rule::PowerOfTwo.apply((1 << 62) + 1), (1 << 62) + 1);
+        assert_eq!(Rule::PowerOfTwo.apply(-7), -7);
+        assert_eq!(Rule::Multiple(64).apply(i64::MAX), i64::MAX);
+        assert_eq!(Rule::Multiple(64).apply(i64::MIN), i64::MIN);
+        assert_eq!(Rule::Multiple(64).apply(-65), -64);
+        assert_eq!(Rule::Log10 { floor: 1 }.apply(i64::MIN), 1);
     }
 
     #[test]
