@@ -1,17 +1,20 @@
 //! The `tunecache` command line, as a library so a kernel library can build its own CLI on
 //! it (passing its migration registry in [`Config`]).
 //!
-//! Commands: `tune`, `show`, `stats`, `list`, `get`, `put`, `verify`, `export`, `import`,
-//! `migrate`. Global options:
-//! `--cache-file`, `--app`, `--json`, `-v`. Exit codes are [`exit`]'s constants.
+//! Commands (one module each under `cmd/`): `tune`, `show`, `stats`, `list`, `get`, `put`,
+//! `verify`, `export`, `import`, `migrate`. Global options: `--cache-file`, `--app`, `--json`
+//! (every command renders a typed report as text or JSON), `-v`. Exit codes are [`exit`]'s
+//! constants. [`workload`] is the demo application `tunecache tune` runs.
 //!
 //! What it is not: the library API; everything here goes through cache-core.
 #![deny(missing_docs)]
 
 mod args;
-mod commands;
+mod cmd;
+mod context;
 mod output;
-mod tune;
+mod render;
+pub mod workload;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -63,7 +66,19 @@ impl Default for Config {
     }
 }
 
-/// Runs the CLI on the process arguments; returns the exit code.
+impl Config {
+    /// The `tunecache` binary's own configuration: the `tunecache` application (what
+    /// `tunecache tune` records), with its registry built in.
+    pub fn tunecache() -> Self {
+        Config {
+            default_app: "tunecache".to_owned(),
+            registries: vec![workload::registry()],
+        }
+    }
+}
+
+/// Runs the CLI on the process arguments; returns the exit code. The `tunecache` binary is
+/// `main_with(Config::tunecache())`.
 pub fn main_with(config: Config) -> ExitCode {
     run(std::env::args_os(), &config)
 }
@@ -86,8 +101,14 @@ where
             return ExitCode::from(code);
         }
     };
-    init_logging(cli.verbose);
-    match commands::dispatch(&cli, config) {
+    init_logging(cli.global.verbose);
+    let ctx = context::Context::new(&cli.global, config);
+    let mut out = output::Out::new();
+    let result = cmd::dispatch(cli.command, &ctx, &mut out).and_then(|code| {
+        out.finish()?;
+        Ok(code)
+    });
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(e) if e.downcast_ref::<output::ClosedPipe>().is_some() => ExitCode::from(exit::OK),
         Err(e) => {

@@ -1,5 +1,5 @@
 //! The `tunecache` binary: see the cache-cli library for the commands.
 
 fn main() -> std::process::ExitCode {
-    cache_cli::main_with(cache_cli::Config::default())
+    cache_cli::main_with(cache_cli::Config::tunecache())
 }

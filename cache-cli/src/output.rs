@@ -2,6 +2,8 @@
 
 use std::io::{self, BufWriter, Stdout, Write};
 
+use serde::Serialize;
+
 /// Raised when stdout is closed: the command stops quietly with success.
 #[derive(Debug)]
 pub(crate) struct ClosedPipe;
@@ -30,18 +32,44 @@ impl Out {
         writeln!(self.inner, "{text}").map_err(map)
     }
 
-    pub(crate) fn json(&mut self, value: &serde_json::Value) -> anyhow::Result<()> {
-        serde_json::to_writer(&mut self.inner, value).map_err(|e| map(e.into()))?;
+    /// One JSON document on one line (JSON lines).
+    pub(crate) fn json_line(&mut self, value: &impl Serialize) -> anyhow::Result<()> {
+        serde_json::to_writer(&mut self.inner, value).map_err(json_error)?;
         self.line("")
     }
 
-    pub(crate) fn json_pretty(&mut self, value: &serde_json::Value) -> anyhow::Result<()> {
-        serde_json::to_writer_pretty(&mut self.inner, value).map_err(|e| map(e.into()))?;
+    /// One JSON document, indented.
+    pub(crate) fn json_pretty(&mut self, value: &impl Serialize) -> anyhow::Result<()> {
+        serde_json::to_writer_pretty(&mut self.inner, value).map_err(json_error)?;
         self.line("")
+    }
+
+    /// A command's report: as JSON with `--json`, else as text.
+    pub(crate) fn report(&mut self, report: &impl Report, json: bool) -> anyhow::Result<()> {
+        if json {
+            self.json_pretty(report)
+        } else {
+            report.text(self)
+        }
     }
 
     pub(crate) fn finish(mut self) -> anyhow::Result<()> {
         self.inner.flush().map_err(map)
+    }
+}
+
+/// What a command found or did, as a value: rendered as JSON with `--json` (its `Serialize`
+/// shape) or as text for a person. Every command's output goes through one, so `--json` works
+/// for every verb.
+pub(crate) trait Report: Serialize {
+    /// Writes the text form.
+    fn text(&self, out: &mut Out) -> anyhow::Result<()>;
+}
+
+fn json_error(e: serde_json::Error) -> anyhow::Error {
+    match e.io_error_kind() {
+        Some(_) => map(e.into()),
+        None => anyhow::Error::new(e).context("cannot encode JSON"),
     }
 }
 

@@ -226,7 +226,9 @@ fn load_and_save(c: &mut Criterion) {
             let snap =
                 cache_core::cache_format::read_snapshot(black_box(&bytes), &Default::default())
                     .expect("valid");
-            snap.decode().expect("decodes").len()
+            cache_format::raw::decode_snapshot(&snap)
+                .expect("decodes")
+                .len()
         })
     });
     group.bench_function("open_cache", |b| {

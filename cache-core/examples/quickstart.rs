@@ -27,7 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         dtype: "float16",
     })?;
     match cache.lookup(matmul, &key) {
-        Some(entry) => println!("hit: {:?}", entry.best().map(|c| &c.algorithm)),
+        Some(entry) => println!("hit: {:?}", entry.best().map(|c| &c.id.algorithm)),
         None => {
             let stats = Stats {
                 median_ns: 1200.0,

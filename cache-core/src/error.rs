@@ -12,9 +12,7 @@ use cache_migrate::MigrateError;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// Another process held the cache lock for longer than the configured bound.
-    #[error(
-        "timed out after {waited:?} waiting for the lock {path} (another process holds it); will retry"
-    )]
+    #[error("timed out after {waited:?} waiting for the lock {path} (another process holds it)")]
     LockTimeout {
         /// The lock file.
         path: PathBuf,
@@ -32,7 +30,7 @@ pub enum StoreError {
         #[source]
         source: Arc<io::Error>,
     },
-    /// A file is not a valid cache file.
+    /// A file is not a valid cache file (corrupt, truncated, too large, a newer format).
     #[error("{path}: {source}")]
     Format {
         /// The file.
@@ -41,7 +39,8 @@ pub enum StoreError {
         #[source]
         source: FormatError,
     },
-    /// A file's versions cannot be brought to the current ones.
+    /// A file's versions cannot be brought to the current ones (another application's file,
+    /// a newer schema, no migration path, a failing step).
     #[error("{path}: {source}")]
     Migrate {
         /// The file.
@@ -49,14 +48,6 @@ pub enum StoreError {
         /// Why.
         #[source]
         source: MigrateError,
-    },
-    /// A file cannot be used as it is (corrupt, no migration path, newer, foreign).
-    #[error("{path}: {reason}")]
-    Unusable {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
     },
     /// The cache keeps results in memory only, so there is nothing to make durable.
     #[error("the cache is not persistent: {reason}")]
@@ -77,7 +68,25 @@ pub enum StoreError {
     },
 }
 
+/// Why the bytes of a file cannot be used: their format, or their versions.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Cause {
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error(transparent)]
+    Migrate(#[from] MigrateError),
+}
+
 impl StoreError {
+    /// The error for a file that cannot be used, carrying the typed cause.
+    pub(crate) fn unusable(path: impl Into<PathBuf>, cause: Cause) -> Self {
+        let path = path.into();
+        match cause {
+            Cause::Format(source) => StoreError::Format { path, source },
+            Cause::Migrate(source) => StoreError::Migrate { path, source },
+        }
+    }
+
     pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
         StoreError::Io {
             action,

@@ -1,7 +1,9 @@
 //! Small durable-file helpers: atomic replace, directory sync, bounded reads, file identity.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+
+use cache_format::FormatError;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -151,4 +153,57 @@ pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
         .unwrap_or_default();
     name.push(suffix);
     path.with_file_name(name)
+}
+
+/// A file read whole, with its identity: `None` if it does not exist; its bytes, or
+/// `TooLarge` if it is over the limit (then nothing is read).
+pub(crate) type WholeFile = Option<(Result<Vec<u8>, FormatError>, FileId)>;
+
+/// Reads a whole file of at most `limit` bytes, with its identity.
+pub(crate) fn read_with_id(path: &Path, limit: u64) -> Result<WholeFile, StoreError> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(StoreError::io("open", path, e)),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| StoreError::io("inspect", path, e))?;
+    let id = FileId::of(&meta);
+    if meta.len() > limit {
+        return Ok(Some((
+            Err(FormatError::TooLarge {
+                what: "file",
+                len: meta.len(),
+                limit,
+            }),
+            id,
+        )));
+    }
+    let mut buf = Vec::with_capacity(meta.len() as usize);
+    (&mut file)
+        .take(limit)
+        .read_to_end(&mut buf)
+        .map_err(|e| StoreError::io("read", path, e))?;
+    Ok(Some((Ok(buf), id)))
+}
+
+/// Reads the first `head` bytes and the bytes from `from` to the end.
+pub(crate) fn read_range(
+    path: &Path,
+    head: u64,
+    from: u64,
+    limit: u64,
+) -> Result<(Vec<u8>, Vec<u8>), StoreError> {
+    let mut file = File::open(path).map_err(|e| StoreError::io("open", path, e))?;
+    let mut first = vec![0u8; head as usize];
+    file.read_exact(&mut first)
+        .map_err(|e| StoreError::io("read", path, e))?;
+    file.seek(SeekFrom::Start(from))
+        .map_err(|e| StoreError::io("read", path, e))?;
+    let mut rest = Vec::new();
+    file.take(limit)
+        .read_to_end(&mut rest)
+        .map_err(|e| StoreError::io("read", path, e))?;
+    Ok((first, rest))
 }

@@ -1,12 +1,19 @@
 //! Read-only inspection of a cache file and its journal, for `tunecache stats`, `list`,
 //! `verify` and `export`: no lock, no repair, no migration, every problem listed.
+//!
+//! This is the one reader in cache-core that decodes without `upgrade()` (through
+//! `cache_format::raw`): it shows the file as stored. It reports, as [`GateVerdict`], what the
+//! version gate would do with it on load, so no one mistakes what it shows for what a load
+//! would give.
 
 use std::path::{Path, PathBuf};
 
+use cache_format::raw::{decode_payload, decode_snapshot};
 use cache_format::{
-    CacheData, FormatVersion, Header, JournalHeader, Limits, Tail, decode_payload,
-    read_journal_header, read_snapshot, scan_records,
+    CacheData, FormatVersion, Header, JournalHeader, Limits, Tail, read_journal_header,
+    read_snapshot, scan_records,
 };
+use cache_migrate::{Gate, MigrateError, Migrations};
 
 use crate::disk::Paths;
 use crate::error::StoreError;
@@ -56,11 +63,96 @@ pub struct Inspection {
     pub problems: Vec<String>,
     /// Things worth knowing that are not wrong (a stale journal, a torn tail).
     pub notes: Vec<String>,
+    /// What the version gate of this build would do with the file, if its header was read.
+    pub gate: Option<GateVerdict>,
 }
 
-/// Reads a cache file and its journal without locking or changing anything. Only an I/O
-/// error (other than a missing file) is an `Err`; damage is listed in `problems`.
-pub fn inspect(path: &Path, limits: &Limits) -> Result<Inspection, StoreError> {
+/// What loading a file would do, by the version gate of the registry given to [`inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateVerdict {
+    /// No registry of the file's application was given, so no gate can be named.
+    Unknown {
+        /// The application in the header.
+        app: String,
+        /// The schema in the header.
+        schema: u32,
+    },
+    /// At the current schema: loaded as stored.
+    Current {
+        /// The schema.
+        schema: u32,
+    },
+    /// Older: a load migrates it.
+    Migrates {
+        /// The schema as stored.
+        from: u32,
+        /// The schema this build migrates it to.
+        to: u32,
+    },
+    /// A load refuses it: another application's or a newer schema (left untouched), or no
+    /// migration path (moved aside).
+    Refused {
+        /// The schema as stored.
+        schema: u32,
+        /// Why.
+        error: MigrateError,
+    },
+}
+
+impl GateVerdict {
+    /// The verdict of `registry` (if any) for a file of `app` at `schema`.
+    pub fn of(registry: Option<&Migrations>, app: &str, schema: u32) -> Self {
+        let Some(registry) = registry.filter(|r| r.app() == app) else {
+            return GateVerdict::Unknown {
+                app: app.to_owned(),
+                schema,
+            };
+        };
+        match (registry.gate(app, schema), registry.check(app, schema)) {
+            (_, Err(error)) => GateVerdict::Refused { schema, error },
+            (Gate::Older(from), Ok(())) => GateVerdict::Migrates {
+                from,
+                to: registry.current(),
+            },
+            _ => GateVerdict::Current { schema },
+        }
+    }
+}
+
+impl std::fmt::Display for GateVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GateVerdict::Unknown { app, schema } => write!(
+                f,
+                "as stored, {app} schema {schema}; this build knows no migrations of {app}"
+            ),
+            GateVerdict::Current { schema } => {
+                write!(f, "as stored, schema {schema}; current for this build")
+            }
+            GateVerdict::Migrates { from, to } => {
+                write!(
+                    f,
+                    "as stored, schema {from}; this build migrates it to {to}"
+                )
+            }
+            GateVerdict::Refused { schema, error } => {
+                write!(
+                    f,
+                    "as stored, schema {schema}; this build refuses it: {error}"
+                )
+            }
+        }
+    }
+}
+
+/// Reads a cache file and its journal without locking or changing anything, as stored, and
+/// names the gate `registry` would apply ([`Inspection::gate`]). Only an I/O error (other
+/// than a missing file) is an `Err`; damage is listed in `problems`.
+pub fn inspect(
+    path: &Path,
+    limits: &Limits,
+    registry: Option<&Migrations>,
+) -> Result<Inspection, StoreError> {
     let paths = Paths::new(path.to_owned());
     let mut out = Inspection {
         path: paths.snapshot.clone(),
@@ -70,6 +162,7 @@ pub fn inspect(path: &Path, limits: &Limits) -> Result<Inspection, StoreError> {
         data: CacheData::new(),
         problems: Vec::new(),
         notes: Vec::new(),
+        gate: None,
     };
     let mut generation = None;
     if let Some(bytes) = read(&paths.snapshot, limits, &mut out.problems)? {
@@ -78,7 +171,12 @@ pub fn inspect(path: &Path, limits: &Limits) -> Result<Inspection, StoreError> {
             Ok(snap) => {
                 out.snapshot.format = Some(snap.format);
                 generation = Some(snap.header.generation);
-                match snap.decode() {
+                out.gate = Some(GateVerdict::of(
+                    registry,
+                    &snap.header.app,
+                    snap.header.schema,
+                ));
+                match decode_snapshot(&snap) {
                     Ok(data) => {
                         if data.len() as u64 != snap.header.entries {
                             out.problems.push(format!(
@@ -102,6 +200,9 @@ pub fn inspect(path: &Path, limits: &Limits) -> Result<Inspection, StoreError> {
         out.journal.bytes = Some(bytes.len() as u64);
         match read_journal_header(&bytes, limits) {
             Ok((_, header, start)) => {
+                if out.gate.is_none() {
+                    out.gate = Some(GateVerdict::of(registry, &header.app, header.schema));
+                }
                 out.journal.stale = generation != Some(header.base);
                 if out.journal.stale {
                     out.notes.push(format!(

@@ -19,6 +19,7 @@
 
 mod artifact;
 mod cache;
+mod claim;
 mod config;
 mod disk;
 mod error;
@@ -32,13 +33,13 @@ mod store;
 
 pub use artifact::{ARTIFACT_MAGIC, ARTIFACT_TAG, ArtifactStore, Eviction};
 pub use cache::{Cache, Health, Mode};
+pub use claim::{Claim, ClaimGuard};
 pub use config::{
     CacheBuilder, ENV_DIR, ENV_DISABLE, ENV_FILE, ENV_READ_ONLY, FILE_EXTENSION, Location,
     default_dir, file_name,
 };
 pub use error::StoreError;
-pub use inspect::{Inspection, JournalInfo, SnapshotInfo, inspect};
-pub use lock::FileLock;
+pub use inspect::{GateVerdict, Inspection, JournalInfo, SnapshotInfo, inspect};
 pub use memory::MemoryStore;
 pub use migrate::{MigrateOptions, MigrateOutcome, migrate_file};
 pub use namespace::{MAX_NAMESPACE_LEN, MAX_NAMESPACES, Namespace};

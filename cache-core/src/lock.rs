@@ -7,21 +7,20 @@
 //! NFS maps to byte-range locks on NFSv4; on NFSv3 without lockd it may not exclude.
 
 use std::fs::{File, OpenOptions, TryLockError};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::error::StoreError;
 
 /// A held lock; released on drop.
 #[derive(Debug)]
-pub struct FileLock {
+pub(crate) struct FileLock {
     file: File,
-    path: PathBuf,
 }
 
 impl FileLock {
     /// Takes the lock at `path`, waiting at most `timeout`.
-    pub fn acquire(path: &Path, timeout: Duration) -> Result<FileLock, StoreError> {
+    pub(crate) fn acquire(path: &Path, timeout: Duration) -> Result<FileLock, StoreError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -34,10 +33,7 @@ impl FileLock {
         loop {
             match file.try_lock() {
                 Ok(()) => {
-                    return Ok(FileLock {
-                        file,
-                        path: path.to_owned(),
-                    });
+                    return Ok(FileLock { file });
                 }
                 Err(TryLockError::WouldBlock) => {}
                 Err(TryLockError::Error(e)) => {
@@ -57,17 +53,12 @@ impl FileLock {
     }
 
     /// Takes the lock only if it is free right now.
-    pub fn try_acquire(path: &Path) -> Result<Option<FileLock>, StoreError> {
+    pub(crate) fn try_acquire(path: &Path) -> Result<Option<FileLock>, StoreError> {
         match Self::acquire(path, Duration::ZERO) {
             Ok(lock) => Ok(Some(lock)),
             Err(StoreError::LockTimeout { .. }) => Ok(None),
             Err(e) => Err(e),
         }
-    }
-
-    /// The lock file.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 

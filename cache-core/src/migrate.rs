@@ -60,16 +60,9 @@ pub enum MigrateOutcome {
     },
 }
 
-fn failure(path: &Path, f: Failure) -> StoreError {
+fn failure(f: Failure) -> StoreError {
     match f {
-        Failure::Blocked(b) => StoreError::Unusable {
-            path: b.path,
-            reason: format!("{}; refusing to touch it", b.reason),
-        },
-        Failure::Retry(StoreError::Unusable { reason, .. }) => StoreError::Unusable {
-            path: path.to_owned(),
-            reason,
-        },
+        Failure::Blocked(b) => b.into_error(),
         Failure::Retry(e) => e,
     }
 }
@@ -97,11 +90,11 @@ pub fn migrate_file(
     };
     let mut disk = Disk::new(paths.clone(), Arc::new(registry.clone()), disk_options);
     // A read that repairs nothing: an unusable file must be reported, not moved aside.
-    let preview = disk.read_all(false).map_err(|f| failure(path, f))?;
+    let preview = disk.read_all(false).map_err(failure)?;
     let mut report = None;
     for event in preview.events {
         match event {
-            Event::Unusable { path, reason } => return Err(StoreError::Unusable { path, reason }),
+            Event::Unusable { path, cause } => return Err(StoreError::unusable(path, cause)),
             Event::Migrated { report: r, .. } => report = Some(r),
             _ => {}
         }
@@ -131,13 +124,11 @@ pub fn migrate_file(
     // Exactly what the saver's compaction does when a migrated cache is first saved: read
     // everything from a fresh cursor under the lock, then write it as one snapshot. (The
     // disk tier's cursor is fresh here, so this read is the compaction's read.)
-    let read = disk.read_updates(true).map_err(|f| failure(path, f))?;
+    let read = disk.read_updates(true).map_err(failure)?;
     let mut data = read.data;
     data.merge(read.salvaged);
     let entries = data.len();
-    let events = disk
-        .write_snapshot(&data, read.events)
-        .map_err(|f| failure(path, f))?;
+    let events = disk.write_snapshot(&data, read.events).map_err(failure)?;
     let backups = events
         .into_iter()
         .filter_map(|e| match e {

@@ -84,18 +84,6 @@ impl<'a> Snapshot<'a> {
     pub fn payload_bytes(&self) -> &'a [u8] {
         self.payload
     }
-
-    /// Decodes the payload into the typed model (the payload must be at the current format).
-    pub fn decode(&self) -> Result<CacheData, FormatError> {
-        match self.format {
-            FormatVersion::V1 => wire::decode_payload(self.payload, "payload"),
-        }
-    }
-
-    /// Decodes the payload into the schema-less view, for migrations.
-    pub fn payload_value(&self) -> Result<rmpv::Value, FormatError> {
-        value_from_bytes(self.payload, "payload")
-    }
 }
 
 /// Decodes scanned msgpack bytes into the schema-less view.
@@ -115,28 +103,11 @@ pub(crate) fn value_from_bytes(
     Ok(value)
 }
 
-/// Decodes the schema-less view of a payload (e.g. after a migration) into the typed model
-/// of the current format.
-pub fn data_from_value(value: &rmpv::Value) -> Result<CacheData, FormatError> {
-    let mut bytes = Vec::new();
-    rmpv::encode::write_value(&mut bytes, value).expect("encoding to a Vec cannot fail");
-    wire::decode_payload(&bytes, "payload")
-}
-
-/// Decodes payload bytes (of a snapshot or a journal record) at the current format, after
-/// the bounded scan.
-pub fn decode_payload(bytes: &[u8], limits: &Limits) -> Result<CacheData, FormatError> {
-    scan_whole(bytes, "payload", limits)?;
-    wire::decode_payload(bytes, "payload")
-}
-
-/// Decodes payload bytes into the schema-less view, after the bounded scan.
-pub fn payload_value(bytes: &[u8], limits: &Limits) -> Result<rmpv::Value, FormatError> {
-    scan_whole(bytes, "payload", limits)?;
-    value_from_bytes(bytes, "payload")
-}
-
-fn scan_whole(bytes: &[u8], what: &'static str, limits: &Limits) -> Result<(), FormatError> {
+pub(crate) fn scan_whole(
+    bytes: &[u8],
+    what: &'static str,
+    limits: &Limits,
+) -> Result<(), FormatError> {
     let end = scan_value(bytes, 0, what, limits.max_depth)?;
     if end != bytes.len() {
         return Err(FormatError::malformed(

@@ -97,7 +97,7 @@ impl Fingerprint {
 }
 
 /// The identity of one candidate: the map `{"algo": name, "params": params}`.
-pub fn candidate_identity(algo: &str, params: &Fields) -> Fields {
+pub(crate) fn candidate_identity(algo: &str, params: &Fields) -> Fields {
     Fields::from([
         ("algo".to_owned(), Value::from(algo)),
         ("params".to_owned(), Value::Map(params.clone())),

@@ -12,9 +12,7 @@
 
 use std::ops::Range;
 
-use crate::envelope::{
-    FORMAT_VERSION, FormatVersion, Reader, value_from_bytes, write_checksummed, write_str,
-};
+use crate::envelope::{FORMAT_VERSION, FormatVersion, Reader, write_checksummed, write_str};
 use crate::error::FormatError;
 use crate::model::CacheData;
 use crate::scan::{Limits, scan_value};
@@ -186,14 +184,4 @@ pub fn scan_records(bytes: &[u8], start: usize, limits: &Limits) -> JournalScan 
         }
     }
     scan
-}
-
-/// Decodes one record's payload (as returned by [`scan_records`]) at the current format.
-pub fn decode_record(payload: &[u8]) -> Result<CacheData, FormatError> {
-    wire::decode_payload(payload, "journal record")
-}
-
-/// Decodes one record's payload into the schema-less view, for migrations.
-pub fn record_value(payload: &[u8]) -> Result<rmpv::Value, FormatError> {
-    value_from_bytes(payload, "journal record")
 }

@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::candidate::{Candidate, Outcome, Stats};
 use crate::fingerprint::Fingerprint;
-use crate::model::{CacheData, Candidate, Entry, Key, Millis, Origin, Outcome, Scope, Stats};
+use crate::model::{CacheData, Entry, Key, Millis, Origin, Scope};
 use crate::value::Fields;
 
 /// Why a JSON line was refused.
@@ -116,8 +117,8 @@ pub fn candidate_json(c: &Candidate) -> JsonCandidate {
         Outcome::Failed(r) => ("failed", None, Some(r.clone())),
     };
     JsonCandidate {
-        algo: c.algorithm.clone(),
-        params: c.params.clone(),
+        algo: c.id.algorithm.clone(),
+        params: c.id.params.clone(),
         status: status.to_owned(),
         median_ns: stats.map(|s| s.median_ns),
         min_ns: stats.map(|s| s.min_ns),
@@ -178,8 +179,7 @@ pub fn candidate_from_json(c: JsonCandidate, now: Millis) -> Result<Candidate, S
         bail!("a candidate has an empty algorithm name");
     }
     Ok(Candidate {
-        algorithm: c.algo,
-        params: c.params,
+        id: crate::CandidateId::with_params(c.algo, c.params),
         outcome,
         measured_at: c.measured_at.unwrap_or(now),
         tuning_ns: c.tuning_ns,

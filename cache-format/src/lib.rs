@@ -8,6 +8,7 @@
 //!   [`CacheData`], with the one merge rule every layer uses ([`Entry::merge`]);
 //! - the versioned snapshot envelope ([`encode_snapshot`], [`read_snapshot`]) and the
 //!   append-only journal ([`encode_record`], [`scan_records`]), both valid msgpack end to end;
+//! - [`raw`]: the decoders that skip the version gate, for cache-migrate and inspection only;
 //! - bounded decoding ([`Limits`]): a hostile length prefix or nesting gives an error, never
 //!   a large allocation or a panic.
 //!
@@ -15,34 +16,31 @@
 //! handling. The byte layout is specified in `FORMAT.md` at the repository root.
 #![deny(missing_docs)]
 
+mod candidate;
 mod envelope;
 mod error;
 mod fingerprint;
 mod journal;
 pub mod json;
 mod model;
+pub mod raw;
 mod scan;
 mod ser;
 mod value;
 mod wire;
 
+pub use candidate::{Candidate, CandidateId, Outcome, Stats, TIE_FLOOR, rank};
 pub use envelope::{
-    FORMAT_VERSION, FormatVersion, Header, SNAPSHOT_MARKER, Snapshot, data_from_value,
-    decode_payload, encode_payload, encode_snapshot, generation_of, payload_value, peek_header,
-    read_snapshot,
+    FORMAT_VERSION, FormatVersion, Header, SNAPSHOT_MARKER, Snapshot, encode_payload,
+    encode_snapshot, generation_of, peek_header, read_snapshot,
 };
 pub use error::FormatError;
-pub use fingerprint::{
-    CANDIDATES_TAG, Fingerprint, KEY_TAG, ParseFingerprintError, SCOPE_TAG, candidate_identity,
-};
+pub use fingerprint::{CANDIDATES_TAG, Fingerprint, KEY_TAG, ParseFingerprintError, SCOPE_TAG};
 pub use journal::{
-    Damage, JOURNAL_MARKER, JournalHeader, JournalScan, Tail, decode_record, encode_journal_header,
-    encode_record, read_journal_header, record_value, scan_records,
+    Damage, JOURNAL_MARKER, JournalHeader, JournalScan, Tail, encode_journal_header, encode_record,
+    read_journal_header, scan_records,
 };
-pub use model::{
-    CacheData, Candidate, Entry, Key, Millis, Origin, Outcome, Scope, ScopeData, Stats, TIE_FLOOR,
-    now_millis, rank,
-};
+pub use model::{CacheData, Entry, Key, Millis, Origin, Scope, ScopeData, now_millis};
 pub use scan::Limits;
 pub use ser::{ValueError, to_fields, to_value};
 pub use value::{Fields, Value, encode_fields, encode_value};

@@ -10,9 +10,10 @@ use std::fmt;
 use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::candidate::{Candidate, CandidateId, Outcome, Stats};
 use crate::error::FormatError;
 use crate::fingerprint::Fingerprint;
-use crate::model::{CacheData, Candidate, Entry, Key, Origin, Outcome, Scope, Stats};
+use crate::model::{CacheData, Entry, Key, Origin, Scope};
 use crate::value::Fields;
 
 /// A fingerprint as msgpack `bin 8` of 16 bytes.
@@ -143,8 +144,8 @@ fn candidate_out(c: &Candidate) -> CandidateOut<'_> {
         Outcome::Failed(reason) => ("failed", None, Some(reason.as_str())),
     };
     CandidateOut {
-        algo: &c.algorithm,
-        params: &c.params,
+        algo: &c.id.algorithm,
+        params: &c.id.params,
         measured_at: c.measured_at,
         status,
         median_ns: stats.map(|s| s.median_ns),
@@ -319,8 +320,7 @@ fn candidate_from_wire(c: CandidateIn<'_>, what: &'static str) -> Result<Candida
         }
     };
     Ok(Candidate {
-        algorithm: c.algo,
-        params: c.params,
+        id: CandidateId::with_params(c.algo, c.params),
         outcome,
         measured_at: c.measured_at,
         tuning_ns: c.tuning_ns,

@@ -36,11 +36,11 @@ pub fn upgrade(
     registry.check(app, schema)?;
     if format == FormatVersion::CURRENT && schema == registry.current() {
         return Ok(Upgraded {
-            data: cache_format::decode_payload(payload, limits)?,
+            data: cache_format::raw::decode_payload(payload, limits)?,
             report: None,
         });
     }
-    let value = cache_format::payload_value(payload, limits)?;
+    let value = cache_format::raw::payload_value(payload, limits)?;
     // Container format steps lift the payload to the current format's layout first.
     let (value, format_steps) = lift_format(
         FORMAT_STEPS,
@@ -52,7 +52,7 @@ pub fn upgrade(
     let mut report = registry.migrate_view(schema, &mut view)?;
     report.steps.splice(0..0, format_steps);
     report.collisions = refingerprint(&mut view)?;
-    let data = cache_format::data_from_value(&view.into_value())?;
+    let data = cache_format::raw::data_from_value(&view.into_value(), limits)?;
     Ok(Upgraded {
         data,
         report: Some(report),

@@ -1,5 +1,5 @@
-//! Benchmarks of the tuner: dispatch on a hit, the built-in workload cold and warm, and NVRTC
-//! compilation against loading cached PTX.
+//! Benchmarks of the tuner: dispatch on a hit, and NVRTC compilation against loading cached
+//! PTX. (The built-in workload cold and warm is cache-cli's `tune` bench.)
 //!
 //! `cargo bench -p gpu-tuner` (the NVRTC pair runs only where libnvrtc loads; see .ci/run).
 #![allow(clippy::print_stdout, reason = "benchmarks report what they skipped")]
@@ -11,13 +11,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cache_core::Cache;
+use cache_core::cache_migrate::Migrations;
 use criterion::{Criterion, criterion_group, criterion_main};
-use gpu_tuner::cpu::{Matmul, MatmulKey, Reduce};
-use gpu_tuner::{MeasureConfig, OpConfig, Tuner, workload};
+use gpu_tuner::cpu::{Matmul, MatmulKey};
+use gpu_tuner::{MeasureConfig, OpConfig, Tuner};
 
 fn open(path: &std::path::Path) -> Arc<Cache> {
     Arc::new(
-        Cache::builder(workload::registry())
+        Cache::builder(Migrations::new("bench", 1))
             .file(path)
             .ignore_env()
             .scope(gpu_tuner::cpu::scope())
@@ -76,48 +77,6 @@ fn dispatch(c: &mut Criterion) {
     group.finish();
 }
 
-/// Runs the whole built-in workload on the cache at `path` as a new process would: open,
-/// register, run. Returns the time spent measuring and the wall time.
-fn run_workload(path: &std::path::Path) -> (Duration, Duration) {
-    let started = Instant::now();
-    let tuner = Tuner::new(open(path));
-    let matmul = tuner
-        .register(Matmul, workload::op_config("matmul"))
-        .expect("matmul");
-    let reduce = tuner
-        .register(Reduce, workload::op_config("reduce"))
-        .expect("reduce");
-    let summary = workload::run(&matmul, &reduce, &workload::builtin()).expect("workload");
-    (summary.tuning_time(), started.elapsed())
-}
-
-fn workload_cold_warm(c: &mut Criterion) {
-    let mut group = c.benchmark_group("workload");
-    group
-        .sample_size(10)
-        .measurement_time(Duration::from_secs(30));
-    group.bench_function("cold", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let dir = tempfile::tempdir().expect("dir");
-                total += run_workload(&dir.path().join("w.tcache")).1;
-            }
-            total
-        })
-    });
-    let dir = tempfile::tempdir().expect("dir");
-    let path = dir.path().join("w.tcache");
-    let (cold_tuning, cold_wall) = run_workload(&path);
-    group.bench_function("warm", |b| b.iter(|| run_workload(&path)));
-    group.finish();
-    let (warm_tuning, warm_wall) = run_workload(&path);
-    println!(
-        "workload: cold {:?} wall ({:?} measuring); warm {:?} wall ({:?} measuring)",
-        cold_wall, cold_tuning, warm_wall, warm_tuning
-    );
-}
-
 #[cfg(feature = "cuda")]
 fn nvrtc(c: &mut Criterion) {
     use gpu_tuner::cuda::{self, kernels};
@@ -155,5 +114,5 @@ fn nvrtc(_: &mut Criterion) {
     println!("nvrtc benchmarks skipped: built without the cuda feature");
 }
 
-criterion_group!(benches, dispatch, nvrtc, workload_cold_warm);
+criterion_group!(benches, dispatch, nvrtc);
 criterion_main!(benches);

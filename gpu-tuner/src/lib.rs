@@ -9,7 +9,6 @@
 //! - [`cpu`] is the CPU backend (blocked matmul, reductions), always available; `cuda` (with
 //!   the `cuda` feature) compiles kernels with NVRTC and times them with CUDA events, after
 //!   checking that the driver and NVRTC libraries exist.
-//! - [`workload`] is the built-in workload of `tunecache tune`.
 //!
 //! This is the only crate of tunecache that may depend on cudarc.
 #![deny(missing_docs)]
@@ -21,11 +20,11 @@ pub mod cuda;
 mod measure;
 mod operation;
 mod tuner;
-pub mod workload;
 
 pub use bucket::{Bucketing, Rule};
+pub use cache_core::cache_format::CandidateId;
 pub use measure::MeasureConfig;
-pub use operation::{CandidateSpec, Operation};
+pub use operation::Operation;
 pub use tuner::{
     Choice, DEFAULT_VOLATILE_SCOPE_FIELDS, MissPolicy, OpConfig, Progress, ProgressFn, TuneError,
     TuneStats, Tuned, Tuner,

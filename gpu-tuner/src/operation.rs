@@ -4,60 +4,8 @@
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
-use cache_core::cache_format::{Candidate, Fields, Value};
+use cache_core::cache_format::{CandidateId, Fields};
 use serde::Serialize;
-
-/// A candidate implementation: a stable algorithm name and its parameters. Never a position
-/// in a list: the cache stores this identity, so reordering or extending the candidate list
-/// keeps every measurement valid.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct CandidateSpec {
-    /// The algorithm, e.g. `tiled`.
-    pub algorithm: String,
-    /// Its parameters, e.g. `{"tile": 32}`.
-    pub params: Fields,
-}
-
-impl CandidateSpec {
-    /// A candidate with integer params.
-    pub fn new(algorithm: impl Into<String>, params: &[(&str, i64)]) -> Self {
-        CandidateSpec {
-            algorithm: algorithm.into(),
-            params: params
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), Value::Int(*v)))
-                .collect(),
-        }
-    }
-
-    /// An integer param.
-    pub fn int(&self, name: &str) -> Option<i64> {
-        match self.params.get(name) {
-            Some(Value::Int(v)) => Some(*v),
-            _ => None,
-        }
-    }
-
-    /// Whether a stored candidate is this one.
-    pub fn matches(&self, c: &Candidate) -> bool {
-        c.algorithm == self.algorithm && c.params == self.params
-    }
-
-    /// `tiled {"tile":32}`, or just `naive` without params.
-    pub fn label(&self) -> String {
-        if self.params.is_empty() {
-            self.algorithm.clone()
-        } else {
-            format!("{} {}", self.algorithm, Value::Map(self.params.clone()))
-        }
-    }
-}
-
-impl std::fmt::Display for CandidateSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.label())
-    }
-}
 
 /// One tunable operation family (one cache namespace) on one backend.
 ///
@@ -79,7 +27,7 @@ pub trait Operation: Send + Sync + 'static {
 
     /// The candidates, in a preferred order (the first applicable one is the fallback of last
     /// resort).
-    fn candidates(&self) -> Vec<CandidateSpec>;
+    fn candidates(&self) -> Vec<CandidateId>;
 
     /// What else makes measurements comparable (a kernel-source hash, a measurement-policy
     /// version): part of the candidate-set checksum stored with each entry.
@@ -88,12 +36,12 @@ pub trait Operation: Send + Sync + 'static {
     }
 
     /// Whether a candidate can run this key at all (e.g. a tile larger than the matrix).
-    fn applies(&self, _candidate: &CandidateSpec, _key: &Self::Key) -> bool {
+    fn applies(&self, _candidate: &CandidateId, _key: &Self::Key) -> bool {
         true
     }
 
     /// Makes a ready-to-run handle (compile, load).
-    fn prepare(&self, candidate: &CandidateSpec, key: &Self::Key) -> Result<Self::Handle, String>;
+    fn prepare(&self, candidate: &CandidateId, key: &Self::Key) -> Result<Self::Handle, String>;
 
     /// Sets up inputs for measuring `key`.
     fn problem(&self, key: &Self::Key) -> Result<Self::Problem, String>;

@@ -20,6 +20,9 @@ pub(crate) const LAYERS: [&str; 5] = [
 /// The only crate allowed to depend on cudarc; every crate below it must not reach cudarc.
 const GPU_CRATE: &str = "gpu-tuner";
 
+/// Test helpers: a dev-dependency only, never a normal one.
+const TEST_CRATE: &str = "test-support";
+
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let violations = check(root)?;
     if violations.is_empty() {
@@ -82,15 +85,18 @@ fn violations(meta: &Value) -> Vec<String> {
     let layer = |name: &str| LAYERS.iter().position(|l| *l == name);
     let mut out = Vec::new();
     for (from, tos) in &edges {
-        let Some(from_layer) = layer(from) else {
-            continue;
-        };
+        let from_layer = layer(from);
         for to in tos {
-            if let Some(to_layer) = layer(to)
+            if let (Some(from_layer), Some(to_layer)) = (from_layer, layer(to))
                 && to_layer >= from_layer
             {
                 out.push(format!(
                     "{from} depends on {to}, which is not in a lower layer"
+                ));
+            }
+            if *to == TEST_CRATE {
+                out.push(format!(
+                    "{from} depends on {TEST_CRATE} normally; it may only be a dev-dependency"
                 ));
             }
             if *to == "cudarc" && *from != GPU_CRATE {
@@ -193,5 +199,15 @@ mod tests {
             ("cache-cli", "gpu-tuner"),
         ]));
         assert!(ok.is_empty(), "{ok:?}");
+    }
+
+    #[test]
+    fn test_support_is_only_ever_a_dev_dependency() {
+        let v = violations(&fake_metadata(&[("cache-core", "test-support")]));
+        assert!(
+            v.iter()
+                .any(|l| l.contains("cache-core depends on test-support normally")),
+            "{v:?}"
+        );
     }
 }

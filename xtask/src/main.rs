@@ -5,10 +5,12 @@
 //!   down the layers; cudarc is reachable from no crate below gpu-tuner).
 //! - `golden`: golden-file migration checks (`--check`, `--bless`, `--new-input`).
 //! - `release`: every version bump has its migration step and golden inputs.
+//! - `docs`: every path ARCHITECTURE.md names exists.
 //!
 //! Each task is a module; the project root is found from `CARGO_MANIFEST_DIR`.
 #![allow(clippy::print_stdout, reason = "a command-line tool reports on stdout")]
 
+mod docs;
 mod golden;
 mod layering;
 mod release;
@@ -30,7 +32,8 @@ tasks:
              stays inside gpu-tuner
   golden     [--check | --bless | --new-input APP VERSION] migrate every golden input and
              compare with its expected output, byte for byte
-  release    check that every format or schema version has its step and golden inputs";
+  release    check that every format or schema version has its step and golden inputs
+  docs       check that every file or folder ARCHITECTURE.md names exists";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         Some("layering") => layering::run(&project_root()),
         Some("golden") => golden::run(&project_root(), &args[1..]),
         Some("release") => release::run(&project_root()),
+        Some("docs") => docs::run(&project_root()),
         Some("-h" | "--help") | None => {
             eprintln!("{USAGE}");
             return ExitCode::from(if args.is_empty() { 2 } else { 0 });

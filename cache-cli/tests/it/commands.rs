@@ -4,18 +4,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-const KEY: &str = r#"{"m":128,"n":256,"k":64,"dtype":"float16"}"#;
+use crate::tunecache;
 
-fn tunecache(file: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tunecache"))
-        .arg("--cache-file")
-        .arg(file)
-        .args(args)
-        .env_remove("TUNECACHE_DIR")
-        .env_remove("TUNECACHE_FILE")
-        .output()
-        .expect("run tunecache")
-}
+const KEY: &str = r#"{"m":128,"n":256,"k":64,"dtype":"float16"}"#;
 
 fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -274,10 +265,7 @@ fn a_closed_pipe_ends_quietly() {
             .status
             .success()
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tunecache"))
-        .arg("--cache-file")
-        .arg(&path)
-        .arg("list")
+    let mut child = test_support::cli::command(crate::EXE, &path, &["list"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

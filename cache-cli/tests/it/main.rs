@@ -3,3 +3,11 @@
 mod commands;
 mod migrate;
 mod tune;
+
+/// The `tunecache` binary under test.
+const EXE: &str = env!("CARGO_BIN_EXE_tunecache");
+
+/// `tunecache --cache-file FILE ARGS...` in a clean environment (test-support's runner).
+fn tunecache(file: &std::path::Path, args: &[&str]) -> std::process::Output {
+    test_support::cli::run(EXE, file, args)
+}

@@ -2,11 +2,13 @@
 //! changes nothing, a bounded wait for the lock, backups, and clear failures.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
+use crate::tunecache;
+
 use cache_core::cache_migrate::Migrations;
-use cache_core::{Cache, FileLock, Store};
+use cache_core::{Cache, Store};
 
 fn golden(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -20,15 +22,6 @@ fn migrations() -> PathBuf {
 
 fn registry() -> Migrations {
     Migrations::from_json(&std::fs::read_to_string(migrations()).expect("read")).expect("valid")
-}
-
-fn tunecache(file: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tunecache"))
-        .arg("--cache-file")
-        .arg(file)
-        .args(args)
-        .output()
-        .expect("run tunecache")
 }
 
 fn copy_input(dir: &Path, version: u32, name: &str) -> PathBuf {
@@ -157,8 +150,7 @@ fn a_held_lock_makes_migrate_wait_a_bounded_time_and_fail_clearly() {
     let dir = tempfile::tempdir().expect("dir");
     let path = copy_input(dir.path(), 8, "c.tcache");
     let before = std::fs::read(&path).expect("read");
-    let lock =
-        FileLock::acquire(&dir.path().join("c.tcache.lock"), Duration::from_secs(1)).expect("lock");
+    let lock = test_support::hold_lock(&dir.path().join("c.tcache.lock"));
     let started = Instant::now();
     let o = tunecache(
         &path,
@@ -313,5 +305,8 @@ fn a_migrated_file_reads_back_through_the_library() {
     let hit = cache
         .lookup(ns, &key)
         .expect("found under the migrated key");
-    assert_eq!(hit.best().map(|c| c.algorithm.as_str()), Some("mask_gemm"));
+    assert_eq!(
+        hit.best().map(|c| c.id.algorithm.as_str()),
+        Some("mask_gemm")
+    );
 }

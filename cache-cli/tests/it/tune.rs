@@ -1,16 +1,8 @@
 //! `tunecache tune` end to end on this machine (the CPU backend without a GPU), and `show`.
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn tunecache(file: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tunecache"))
-        .arg("--cache-file")
-        .arg(file)
-        .args(args)
-        .output()
-        .expect("run tunecache")
-}
+use crate::tunecache;
 
 fn text(o: &Output) -> String {
     format!(

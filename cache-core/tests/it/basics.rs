@@ -42,7 +42,7 @@ fn a_hit_returns_the_recorded_ranking_and_a_miss_is_none() {
     assert!(cache.lookup(ns(), &key(1, 1)).is_none());
     cache.put(ns(), entry(1, 1));
     let hit = cache.get(ns(), &key(1, 1).fingerprint()).expect("hit");
-    assert_eq!(hit.best().map(|c| c.algorithm.as_str()), Some("tiled"));
+    assert_eq!(hit.best().map(|c| c.id.algorithm.as_str()), Some("tiled"));
     let other = Namespace::new("conv_fwd").expect("valid");
     assert!(
         cache.lookup(other, &key(1, 1)).is_none(),

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cache_core::{Cache, FileLock, Store, StoreError};
+use cache_core::{Cache, Store, StoreError};
 
 use crate::support::{MARK, builder, entry, ns, registry};
 
@@ -18,15 +18,9 @@ macro_rules! say {
 
 #[test]
 fn child_process_entry() {
-    let Ok(role) = std::env::var("TUNECACHE_TEST_CHILD") else {
+    let Some((role, path, args)) = test_support::child::role() else {
         return;
     };
-    let path = PathBuf::from(std::env::var("TUNECACHE_TEST_PATH").expect("path"));
-    let args: Vec<String> = std::env::var("TUNECACHE_TEST_ARGS")
-        .unwrap_or_default()
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
     let num = |i: usize| -> u64 { args[i].parse().expect("numeric child argument") };
     match role.as_str() {
         "writer" => writer(path, num(0), num(1), num(2)),
@@ -90,7 +84,7 @@ fn killable(path: PathBuf, writer: u64, start: u64, batch: u64) {
 /// Holds the cache lock for `secs` seconds.
 fn hold_lock(path: PathBuf, secs: u64) {
     let lock_path = PathBuf::from(format!("{}.lock", path.display()));
-    let _lock = FileLock::acquire(&lock_path, Duration::from_secs(10)).expect("take the lock");
+    let _lock = test_support::hold_lock(&lock_path);
     say!("locked");
     std::thread::sleep(Duration::from_secs(secs));
 }

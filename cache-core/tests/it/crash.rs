@@ -49,7 +49,7 @@ fn sigkill_at_random_moments_never_loses_a_flushed_result() {
                 .lines()
                 .map_while(Result::ok)
                 .filter_map(|l| {
-                    crate::support::message(&l)
+                    test_support::child::message(&l)
                         .and_then(|m| m.strip_prefix("flushed "))
                         .and_then(|n| n.parse::<u64>().ok())
                 })

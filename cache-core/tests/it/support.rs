@@ -1,11 +1,9 @@
 //! Shared test helpers: caches in temporary directories, entries, captured warnings, and
 //! child processes (this test binary re-executed in a "child role").
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cache_core::cache_format::{
     Candidate, Entry, Fields, Fingerprint, Key, Origin, Scope, Stats, Value,
@@ -78,24 +76,6 @@ pub(crate) fn ids_on_disk(path: &Path, writer: u64, upto: u64) -> Vec<u64> {
     (0..upto).filter(|&i| has(&cache, writer, i)).collect()
 }
 
-pub(crate) fn temp_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("tunecache-test-")
-        .tempdir()
-        .expect("temp dir")
-}
-
-pub(crate) fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    cond()
-}
-
 // ---- captured warnings ----
 
 static LOGS: Mutex<String> = Mutex::new(String::new());
@@ -146,35 +126,12 @@ pub(crate) fn logs_about(needle: &str) -> Vec<String> {
         .collect()
 }
 
-// ---- child processes ----
+// ---- child processes (the shared harness of test-support) ----
 
-/// Marks the lines of the parent-child protocol (libtest's own output shares the pipe).
-pub(crate) const MARK: &str = "TC> ";
-
-/// A child process that is killed when dropped, so a failing test never leaves one behind.
-pub(crate) struct ChildGuard(pub(crate) Child);
-
-impl std::ops::Deref for ChildGuard {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for ChildGuard {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
+pub(crate) use test_support::child::{
+    ChildGuard, MARK, lines as child_lines, wait_for as wait_for_line,
+};
+pub(crate) use test_support::{temp_dir, wait_until};
 
 /// Starts this test binary as a child in `role`; see `children::child_process_entry`.
 pub(crate) fn spawn_child(
@@ -183,57 +140,8 @@ pub(crate) fn spawn_child(
     args: &[String],
     extra_env: &[(&str, &str)],
 ) -> ChildGuard {
-    let exe = std::env::current_exe().expect("test binary path");
-    let mut cmd = Command::new(exe);
-    cmd.args([
-        "children::child_process_entry",
-        "--exact",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env("TUNECACHE_TEST_CHILD", role)
-    .env("TUNECACHE_TEST_PATH", path)
-    .env("TUNECACHE_TEST_ARGS", args.join(" "))
-    .env_remove("TUNECACHE_DIR")
-    .env_remove("TUNECACHE_FILE")
-    .env_remove("TUNECACHE_DISABLE")
-    .env_remove("TUNECACHE_READ_ONLY")
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit());
-    for (k, v) in extra_env {
-        cmd.env(k, v);
-    }
-    ChildGuard(cmd.spawn().expect("spawn child process"))
-}
-
-/// The protocol message in a line of child output, if it has one.
-pub(crate) fn message(line: &str) -> Option<&str> {
-    line.find(MARK).map(|at| &line[at + MARK.len()..])
-}
-
-/// Reads the child's protocol messages until it exits.
-pub(crate) fn child_lines(child: &mut Child) -> Vec<String> {
-    let out = child.stdout.take().expect("piped stdout");
-    BufReader::new(out)
-        .lines()
-        .map_while(Result::ok)
-        .filter_map(|l| message(&l).map(str::to_owned))
-        .collect()
-}
-
-/// Waits for one stdout line equal to `line`.
-pub(crate) fn wait_for_line(child: &mut Child, line: &str) -> BufReader<std::process::ChildStdout> {
-    let out = child.stdout.take().expect("piped stdout");
-    let mut reader = BufReader::new(out);
-    let mut buf = String::new();
-    loop {
-        buf.clear();
-        let n = reader.read_line(&mut buf).expect("read child stdout");
-        assert!(n > 0, "child exited before printing {line:?}");
-        if message(buf.trim_end()) == Some(line) {
-            return reader;
-        }
-    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    test_support::child::spawn(role, path, &args, extra_env)
 }
 
 pub(crate) fn path_in(dir: &tempfile::TempDir, name: &str) -> PathBuf {

@@ -163,7 +163,7 @@ fn an_older_file_is_migrated_rewritten_and_backed_up() {
     let e = cache
         .lookup(ns(), &crate::support::key(5, 3))
         .expect("migrated entry");
-    assert_eq!(e.best().map(|c| c.algorithm.as_str()), Some("blocked"));
+    assert_eq!(e.best().map(|c| c.id.algorithm.as_str()), Some("blocked"));
     let report = cache.health().migration.expect("a migration report");
     assert_eq!(
         report.steps[0].to_string(),

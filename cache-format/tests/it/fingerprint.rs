@@ -192,7 +192,6 @@ fn fingerprints_parse_back_from_hex() {
 fn python_reproduces_the_vectors_from_the_spec() {
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/check_vectors.py");
-    let in_ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
     let output = std::process::Command::new("python3").arg(&script).output();
     let missing = match &output {
         Err(e) => Some(format!("python3 cannot run: {e}")),
@@ -202,8 +201,7 @@ fn python_reproduces_the_vectors_from_the_spec() {
         Ok(_) => None,
     };
     if let Some(why) = missing {
-        assert!(!in_ci, "CI must run the cross-language check, but {why}");
-        eprintln!("SKIPPED python_reproduces_the_vectors_from_the_spec: {why}");
+        test_support::skip::missing("the cross-language fingerprint check", &why);
         return;
     }
     let o = output.expect("checked above");

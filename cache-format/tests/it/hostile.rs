@@ -3,8 +3,8 @@
 //! prefixes, with and without the checksums recomputed to match (an attacker can do that).
 
 use cache_format::{
-    CacheData, JournalHeader, Limits, decode_record, encode_journal_header, encode_record,
-    encode_snapshot, read_journal_header, read_snapshot, scan_records,
+    CacheData, JournalHeader, Limits, encode_journal_header, encode_record, encode_snapshot, raw,
+    read_journal_header, read_snapshot, scan_records,
 };
 use proptest::prelude::*;
 
@@ -85,8 +85,8 @@ fn rewrap(header: &[u8], payload: &[u8]) -> Vec<u8> {
 fn try_read(bytes: &[u8]) -> bool {
     match read_snapshot(bytes, &Limits::default()) {
         Ok(snap) => {
-            let typed = snap.decode().is_ok();
-            let _ = snap.payload_value();
+            let typed = raw::decode_payload(snap.payload_bytes(), &Limits::default()).is_ok();
+            let _ = raw::payload_value(snap.payload_bytes(), &Limits::default());
             typed
         }
         Err(err) => {
@@ -165,7 +165,7 @@ proptest! {
             if let Ok((_, _, start)) = read_journal_header(&bytes, &Limits::default()) {
                 let scan = scan_records(&bytes, start, &Limits::default());
                 for r in &scan.records {
-                    let _ = decode_record(&bytes[r.clone()]);
+                    let _ = raw::decode_payload(&bytes[r.clone()], &Limits::default());
                 }
                 // Records that ended before the first changed byte are all still found.
                 let intact = ends.iter().filter(|&&e| e <= first_diff).count();

@@ -64,10 +64,10 @@ fn candidates_are_ranked_measured_first_fastest_first() {
     let names: Vec<_> = entry
         .candidates()
         .iter()
-        .map(|c| c.algorithm.as_str())
+        .map(|c| c.id.algorithm.as_str())
         .collect();
     assert_eq!(names, ["fast", "slow", "broken"]);
-    assert_eq!(entry.best().map(|c| c.algorithm.as_str()), Some("fast"));
+    assert_eq!(entry.best().map(|c| c.id.algorithm.as_str()), Some("fast"));
 }
 
 #[test]
@@ -119,8 +119,8 @@ fn a_statistical_tie_is_broken_by_identity_so_processes_agree() {
         1,
         [timed("a", 100.0, 2.0), timed("b", 101.0, 2.0)],
     );
-    assert_eq!(p1.best().map(|c| c.algorithm.as_str()), Some("a"));
-    assert_eq!(p2.best().map(|c| c.algorithm.as_str()), Some("a"));
+    assert_eq!(p1.best().map(|c| c.id.algorithm.as_str()), Some("a"));
+    assert_eq!(p2.best().map(|c| c.id.algorithm.as_str()), Some("a"));
 }
 
 #[test]
@@ -132,7 +132,7 @@ fn a_clear_difference_is_ranked_by_time() {
         1,
         [timed("a", 150.0, 2.0), timed("b", 100.0, 2.0)],
     );
-    assert_eq!(e.best().map(|c| c.algorithm.as_str()), Some("b"));
+    assert_eq!(e.best().map(|c| c.id.algorithm.as_str()), Some("b"));
     // The tie band never drops below 1% of the fastest median, even with zero spread.
     let e = Entry::new(
         key(),
@@ -141,7 +141,7 @@ fn a_clear_difference_is_ranked_by_time() {
         1,
         [timed("z", 100.0, 0.0), timed("y", 100.5, 0.0)],
     );
-    assert_eq!(e.best().map(|c| c.algorithm.as_str()), Some("y"));
+    assert_eq!(e.best().map(|c| c.id.algorithm.as_str()), Some("y"));
 }
 
 #[test]
@@ -158,9 +158,9 @@ fn any_subset_ranks_with_the_same_rule() {
         ],
     );
     let without_fast: Vec<_> =
-        cache_format::rank(e.candidates().iter().filter(|c| c.algorithm != "fast"))
+        cache_format::rank(e.candidates().iter().filter(|c| c.id.algorithm != "fast"))
             .into_iter()
-            .map(|c| c.algorithm.as_str())
+            .map(|c| c.id.algorithm.as_str())
             .collect();
     assert_eq!(without_fast, ["mid", "slow"]);
 }

@@ -1,8 +1,8 @@
 //! Every valid cache round-trips through the snapshot and the journal, byte-stably.
 
 use cache_format::{
-    JournalHeader, Limits, Tail, decode_record, encode_journal_header, encode_record,
-    encode_snapshot, peek_header, read_journal_header, read_snapshot, scan_records,
+    JournalHeader, Limits, Tail, encode_journal_header, encode_record, encode_snapshot,
+    peek_header, raw, read_journal_header, read_snapshot, scan_records,
 };
 use proptest::prelude::*;
 
@@ -18,13 +18,13 @@ proptest! {
         prop_assert_eq!(&snap.header.app, "app");
         prop_assert_eq!(snap.header.schema, schema);
         prop_assert_eq!(snap.header.entries, data.len() as u64);
-        let back = snap.decode().expect("decodes");
+        let back = raw::decode_payload(snap.payload_bytes(), &Limits::default()).expect("decodes");
         prop_assert_eq!(&back, &data);
         // Encoding is deterministic: the same contents give the same bytes.
         prop_assert_eq!(encode_snapshot("app", schema, &back), bytes.clone());
         // The schema-less view decodes to the same data.
-        let value = snap.payload_value().expect("schema-less view");
-        prop_assert_eq!(cache_format::data_from_value(&value).expect("typed from value"), data);
+        let value = raw::payload_value(snap.payload_bytes(), &Limits::default()).expect("schema-less view");
+        prop_assert_eq!(raw::data_from_value(&value, &Limits::default()).expect("typed from value"), data);
         // The header alone is readable from a prefix.
         let (_, header) = peek_header(&bytes[..bytes.len().min(4096)], &Limits::default()).expect("peek");
         prop_assert_eq!(header, snap.header);
@@ -42,7 +42,7 @@ proptest! {
         prop_assert_eq!(scan.tail, Tail::Clean);
         prop_assert!(scan.damaged.is_empty());
         prop_assert_eq!(scan.end, bytes.len());
-        let back: Vec<_> = scan.records.iter().map(|r| decode_record(&bytes[r.clone()]).expect("record")).collect();
+        let back: Vec<_> = scan.records.iter().map(|r| raw::decode_payload(&bytes[r.clone()], &Limits::default()).expect("record")).collect();
         prop_assert_eq!(back, records);
     }
 }

@@ -1,7 +1,8 @@
 //! proptest strategies for the model.
 
 use cache_format::{
-    CacheData, Candidate, Entry, Fields, Fingerprint, Key, Origin, Outcome, Scope, Stats, Value,
+    CacheData, Candidate, CandidateId, Entry, Fields, Fingerprint, Key, Origin, Outcome, Scope,
+    Stats, Value,
 };
 use proptest::prelude::*;
 
@@ -54,8 +55,10 @@ pub(crate) fn candidate() -> impl Strategy<Value = Candidate> {
     )
         .prop_map(
             |(algo, params, outcome, measured_at, tuning_ns)| Candidate {
-                algorithm: algo.to_owned(),
-                params: params.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+                id: CandidateId::with_params(
+                    algo,
+                    params.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+                ),
                 outcome,
                 measured_at,
                 tuning_ns,

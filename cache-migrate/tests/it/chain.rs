@@ -61,7 +61,7 @@ fn a_jump_over_several_versions_chains_every_step() {
     let names: Vec<_> = up
         .data
         .entries()
-        .flat_map(|(_, _, e)| e.candidates().iter().map(|c| c.algorithm.clone()))
+        .flat_map(|(_, _, e)| e.candidates().iter().map(|c| c.id.algorithm.clone()))
         .collect();
     assert!(
         names.contains(&"d".to_owned()) && !names.contains(&"a".to_owned()),

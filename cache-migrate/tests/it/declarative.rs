@@ -61,7 +61,7 @@ fn run(
 fn algos(d: &cache_format::CacheData, ns: &str) -> Vec<String> {
     d.entries()
         .filter(|(_, n, _)| *n == ns)
-        .flat_map(|(_, _, e)| e.candidates().iter().map(|c| c.algorithm.clone()))
+        .flat_map(|(_, _, e)| e.candidates().iter().map(|c| c.id.algorithm.clone()))
         .collect()
 }
 
@@ -177,17 +177,20 @@ fn params_are_renamed_dropped_and_defaulted() {
     let tiled = e
         .candidates()
         .iter()
-        .find(|c| c.algorithm == "tiled")
+        .find(|c| c.id.algorithm == "tiled")
         .expect("tiled");
-    assert_eq!(tiled.params.get("tile_id"), Some(&Value::Int(32)));
-    assert_eq!(tiled.params.get("split_k"), Some(&Value::Int(1)));
-    assert!(!tiled.params.contains_key("tile") && !tiled.params.contains_key("debug"));
+    assert_eq!(tiled.id.params.get("tile_id"), Some(&Value::Int(32)));
+    assert_eq!(tiled.id.params.get("split_k"), Some(&Value::Int(1)));
+    assert!(!tiled.id.params.contains_key("tile") && !tiled.id.params.contains_key("debug"));
     let naive = e
         .candidates()
         .iter()
-        .find(|c| c.algorithm == "naive")
+        .find(|c| c.id.algorithm == "naive")
         .expect("naive");
-    assert!(naive.params.is_empty(), "the default was limited to tiled");
+    assert!(
+        naive.id.params.is_empty(),
+        "the default was limited to tiled"
+    );
 }
 
 #[test]

@@ -6,7 +6,8 @@ use cache_core::cache_format::Fields;
 use serde::Serialize;
 
 use super::fill;
-use crate::operation::{CandidateSpec, Operation};
+use crate::operation::Operation;
+use cache_core::cache_format::CandidateId;
 
 /// A matrix-multiply problem: C (m×n) = A (m×k) × B (k×n), f32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -73,15 +74,12 @@ impl Operation for Matmul {
         "matmul"
     }
 
-    fn candidates(&self) -> Vec<CandidateSpec> {
-        let mut c = vec![
-            CandidateSpec::new("naive", &[]),
-            CandidateSpec::new("ikj", &[]),
-        ];
+    fn candidates(&self) -> Vec<CandidateId> {
+        let mut c = vec![CandidateId::new("naive", &[]), CandidateId::new("ikj", &[])];
         for tile in [16, 32, 64, 128] {
-            c.push(CandidateSpec::new("blocked", &[("tile", tile)]));
+            c.push(CandidateId::new("blocked", &[("tile", tile)]));
         }
-        c.push(CandidateSpec::new("transposed", &[]));
+        c.push(CandidateId::new("transposed", &[]));
         c
     }
 
@@ -89,14 +87,14 @@ impl Operation for Matmul {
         Fields::from([("kernels".to_owned(), "cpu-matmul-v1".into())])
     }
 
-    fn applies(&self, candidate: &CandidateSpec, key: &MatmulKey) -> bool {
+    fn applies(&self, candidate: &CandidateId, key: &MatmulKey) -> bool {
         // A tile much larger than the matrix is the i-k-j loop with extra bookkeeping.
         candidate
             .int("tile")
             .is_none_or(|t| t <= 2 * i64::from(key.m.max(key.n).max(key.k)))
     }
 
-    fn prepare(&self, candidate: &CandidateSpec, _key: &MatmulKey) -> Result<MatmulKernel, String> {
+    fn prepare(&self, candidate: &CandidateId, _key: &MatmulKey) -> Result<MatmulKernel, String> {
         match (candidate.algorithm.as_str(), candidate.int("tile")) {
             ("naive", None) => Ok(MatmulKernel::Naive),
             ("ikj", None) => Ok(MatmulKernel::Ikj),

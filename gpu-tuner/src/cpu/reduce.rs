@@ -6,7 +6,8 @@ use cache_core::cache_format::Fields;
 use serde::Serialize;
 
 use super::fill;
-use crate::operation::{CandidateSpec, Operation};
+use crate::operation::Operation;
+use cache_core::cache_format::CandidateId;
 
 /// A reduction problem: the sum of `n` f32 values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -70,16 +71,16 @@ impl Operation for Reduce {
         "reduce"
     }
 
-    fn candidates(&self) -> Vec<CandidateSpec> {
+    fn candidates(&self) -> Vec<CandidateId> {
         vec![
-            CandidateSpec::new("sequential", &[]),
-            CandidateSpec::new("unrolled", &[("lanes", 4)]),
-            CandidateSpec::new("unrolled", &[("lanes", 8)]),
-            CandidateSpec::new("unrolled", &[("lanes", 16)]),
-            CandidateSpec::new("pairwise", &[("chunk", 256)]),
-            CandidateSpec::new("pairwise", &[("chunk", 4096)]),
-            CandidateSpec::new("threaded", &[("threads", 2)]),
-            CandidateSpec::new("threaded", &[("threads", 4)]),
+            CandidateId::new("sequential", &[]),
+            CandidateId::new("unrolled", &[("lanes", 4)]),
+            CandidateId::new("unrolled", &[("lanes", 8)]),
+            CandidateId::new("unrolled", &[("lanes", 16)]),
+            CandidateId::new("pairwise", &[("chunk", 256)]),
+            CandidateId::new("pairwise", &[("chunk", 4096)]),
+            CandidateId::new("threaded", &[("threads", 2)]),
+            CandidateId::new("threaded", &[("threads", 4)]),
         ]
     }
 
@@ -87,7 +88,7 @@ impl Operation for Reduce {
         Fields::from([("kernels".to_owned(), "cpu-reduce-v1".into())])
     }
 
-    fn prepare(&self, candidate: &CandidateSpec, _key: &ReduceKey) -> Result<ReduceKernel, String> {
+    fn prepare(&self, candidate: &CandidateId, _key: &ReduceKey) -> Result<ReduceKernel, String> {
         let int = |name| candidate.int(name);
         match candidate.algorithm.as_str() {
             "sequential" => Ok(ReduceKernel::Sequential),

@@ -5,6 +5,7 @@
 //! here touches the driver or NVRTC before [`driver_available`] or [`nvrtc_available`] said it
 //! may. [`Device::open`] checks both.
 
+mod error;
 pub mod kernels;
 mod ops;
 
@@ -18,44 +19,44 @@ use cudarc::driver::sys::{CUdevice_attribute, CUresult};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::{CompileOptions, Ptx, compile_ptx_with_opts};
 
+pub use error::CudaError;
 pub use kernels::KernelSource;
 pub use ops::{CudaKernel, CudaMatmul, CudaReduce};
 
 /// Whether libcuda can be loaded (an NVIDIA driver is installed). Never panics.
-pub fn driver_available() -> Result<(), String> {
+pub fn driver_available() -> Result<(), CudaError> {
     // SAFETY: only tries to dlopen the library by its usual names.
     if unsafe { cudarc::driver::sys::is_culib_present() } {
         Ok(())
     } else {
-        Err("the CUDA driver library (libcuda) is not installed".into())
+        Err(CudaError::NoDriver)
     }
 }
 
 /// Whether libnvrtc can be loaded. Never panics.
-pub fn nvrtc_available() -> Result<(), String> {
+pub fn nvrtc_available() -> Result<(), CudaError> {
     // SAFETY: only tries to dlopen the library by its usual names.
     if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         Ok(())
     } else {
-        Err("the NVRTC library (libnvrtc) is not installed or not on LD_LIBRARY_PATH".into())
+        Err(CudaError::NoNvrtc)
     }
 }
 
 /// Whether CUDA can be used here: both libraries, a working driver, and a device.
-pub fn usable() -> Result<(), String> {
+pub fn usable() -> Result<(), CudaError> {
     driver_available()?;
     nvrtc_available()?;
-    cudarc::driver::result::init()
-        .map_err(|e| format!("the CUDA driver does not initialise: {e:?}"))?;
+    cudarc::driver::result::init().map_err(|e| CudaError::driver("cuInit", e))?;
     match CudaContext::device_count() {
         Ok(n) if n > 0 => Ok(()),
-        Ok(_) => Err("no CUDA device".into()),
-        Err(e) => Err(format!("cannot count CUDA devices: {e:?}")),
+        Ok(_) => Err(CudaError::NoDevice),
+        Err(e) => Err(CudaError::driver("cuDeviceGetCount", e)),
     }
 }
 
 /// The NVRTC version as (major, minor). Call only after [`nvrtc_available`].
-pub fn nvrtc_version() -> Result<(i32, i32), String> {
+pub fn nvrtc_version() -> Result<(i32, i32), CudaError> {
     nvrtc_available()?;
     let (mut major, mut minor) = (0, 0);
     // SAFETY: the library is present (checked above); the pointers are valid for the call.
@@ -63,7 +64,10 @@ pub fn nvrtc_version() -> Result<(i32, i32), String> {
     if status == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
         Ok((major, minor))
     } else {
-        Err(format!("nvrtcVersion failed: {status:?}"))
+        Err(CudaError::Nvrtc {
+            call: "nvrtcVersion".into(),
+            detail: format!("{status:?}"),
+        })
     }
 }
 
@@ -79,7 +83,7 @@ pub fn compile(
     kernel: &KernelSource,
     config: &[(&str, i64)],
     arch: &str,
-) -> Result<String, String> {
+) -> Result<String, CudaError> {
     nvrtc_available()?;
     let opts = CompileOptions {
         options: options(arch, config),
@@ -88,12 +92,17 @@ pub fn compile(
     };
     match compile_ptx_with_opts(kernel.source, opts) {
         Ok(ptx) => Ok(ptx.to_src()),
-        Err(cudarc::nvrtc::CompileError::CompileError { log, options, .. }) => Err(format!(
-            "NVRTC could not compile {} with {options:?}:\n{}",
-            kernel.name,
-            log.to_string_lossy()
-        )),
-        Err(e) => Err(format!("NVRTC failed on {}: {e}", kernel.name)),
+        Err(cudarc::nvrtc::CompileError::CompileError { log, options, .. }) => {
+            Err(CudaError::Compile {
+                kernel: kernel.name.to_owned(),
+                options,
+                log: log.to_string_lossy().into_owned(),
+            })
+        }
+        Err(e) => Err(CudaError::Nvrtc {
+            call: format!("compile {}", kernel.name),
+            detail: e.to_string(),
+        }),
     }
 }
 
@@ -117,7 +126,7 @@ pub struct Compiler {
 
 impl Compiler {
     /// A compiler using `artifacts` (or compiling every time without one).
-    pub fn new(artifacts: Option<ArtifactStore>) -> Result<Self, String> {
+    pub fn new(artifacts: Option<ArtifactStore>) -> Result<Self, CudaError> {
         Ok(Compiler {
             artifacts,
             nvrtc: nvrtc_version()?,
@@ -163,7 +172,7 @@ impl Compiler {
         kernel: &KernelSource,
         config: &[(&str, i64)],
         arch: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, CudaError> {
         let key = self.key(kernel, config, arch);
         if let Some(store) = &self.artifacts
             && let Ok(Some(bytes)) = store.get(&key)
@@ -219,23 +228,31 @@ impl std::fmt::Debug for Device {
 
 impl Device {
     /// Opens device `ordinal` after checking that CUDA is usable ([`usable`]).
-    pub fn open(ordinal: usize, artifacts: Option<ArtifactStore>) -> Result<Arc<Device>, String> {
+    pub fn open(
+        ordinal: usize,
+        artifacts: Option<ArtifactStore>,
+    ) -> Result<Arc<Device>, CudaError> {
         usable()?;
         let ctx = CudaContext::new(ordinal)
-            .map_err(|e| format!("cannot open CUDA device {ordinal}: {e:?}"))?;
+            .map_err(|e| CudaError::driver(format!("open device {ordinal}"), e))?;
         let stream = ctx.default_stream();
-        let attr = |a: CUdevice_attribute| ctx.attribute(a).map_err(|e| format!("{a:?}: {e:?}"));
+        let attr = |a: CUdevice_attribute| {
+            ctx.attribute(a)
+                .map_err(|e| CudaError::driver(format!("cuDeviceGetAttribute({a:?})"), e))
+        };
         let mut driver = 0;
         // SAFETY: the driver library is present and initialised (usable() above).
         let status = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver) };
         if status != CUresult::CUDA_SUCCESS {
-            return Err(format!("cuDriverGetVersion failed: {status:?}"));
+            return Err(CudaError::driver("cuDriverGetVersion", status));
         }
         Ok(Arc::new(Device {
-            name: ctx.name().map_err(|e| format!("device name: {e:?}"))?,
+            name: ctx
+                .name()
+                .map_err(|e| CudaError::driver("cuDeviceGetName", e))?,
             cc: ctx
                 .compute_capability()
-                .map_err(|e| format!("compute capability: {e:?}"))?,
+                .map_err(|e| CudaError::driver("compute capability", e))?,
             sm_count: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
             l2_bytes: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?,
             driver,
@@ -304,7 +321,7 @@ impl Device {
         &self,
         kernel: &KernelSource,
         config: &[(&str, i64)],
-    ) -> Result<CudaFunction, String> {
+    ) -> Result<CudaFunction, CudaError> {
         let id = (
             kernel.name.to_owned(),
             config
@@ -324,10 +341,16 @@ impl Device {
         let module = self
             .ctx
             .load_module(Ptx::from_src(ptx))
-            .map_err(|e| format!("cannot load the PTX of {}: {e:?}", kernel.name))?;
+            .map_err(|e| CudaError::Load {
+                kernel: kernel.name.to_owned(),
+                detail: format!("the PTX does not load: {e:?}"),
+            })?;
         let function = module
             .load_function(kernel.name)
-            .map_err(|e| format!("no function {} in its module: {e:?}", kernel.name))?;
+            .map_err(|e| CudaError::Load {
+                kernel: kernel.name.to_owned(),
+                detail: format!("no such function in its module: {e:?}"),
+            })?;
         self.functions
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -13,7 +13,8 @@ use super::kernels::{
 };
 use super::{Device, source_fingerprint};
 use crate::cpu::{MatmulKey, ReduceKey, fill};
-use crate::operation::{CandidateSpec, Operation};
+use crate::operation::Operation;
+use cache_core::cache_format::CandidateId;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -167,13 +168,13 @@ impl Operation for CudaMatmul {
         "matmul"
     }
 
-    fn candidates(&self) -> Vec<CandidateSpec> {
-        let mut c = vec![CandidateSpec::new("naive", &[("block", 16)])];
+    fn candidates(&self) -> Vec<CandidateId> {
+        let mut c = vec![CandidateId::new("naive", &[("block", 16)])];
         for tile in [8, 16, 32] {
-            c.push(CandidateSpec::new("tiled", &[("tile", tile)]));
+            c.push(CandidateId::new("tiled", &[("tile", tile)]));
         }
         for wpt in [2, 4, 8] {
-            c.push(CandidateSpec::new("coarse", &[("tile", 32), ("wpt", wpt)]));
+            c.push(CandidateId::new("coarse", &[("tile", 32), ("wpt", wpt)]));
         }
         c
     }
@@ -182,7 +183,7 @@ impl Operation for CudaMatmul {
         salt(&[MATMUL_NAIVE, MATMUL_TILED, MATMUL_COARSE])
     }
 
-    fn prepare(&self, candidate: &CandidateSpec, _key: &MatmulKey) -> Result<CudaKernel, String> {
+    fn prepare(&self, candidate: &CandidateId, _key: &MatmulKey) -> Result<CudaKernel, String> {
         let int = |name: &str| candidate.int(name).and_then(|v| u32::try_from(v).ok());
         let (source, config, kind) = match (
             candidate.algorithm.as_str(),
@@ -208,7 +209,10 @@ impl Operation for CudaMatmul {
             _ => return Err(format!("no CUDA matmul kernel {candidate}")),
         };
         Ok(CudaKernel {
-            function: self.device.function(&source, &config)?,
+            function: self
+                .device
+                .function(&source, &config)
+                .map_err(|e| e.to_string())?,
             kind,
         })
     }
@@ -353,15 +357,15 @@ impl Operation for CudaReduce {
         "reduce"
     }
 
-    fn candidates(&self) -> Vec<CandidateSpec> {
-        let mut c: Vec<CandidateSpec> = [64, 128, 256, 512, 1024]
+    fn candidates(&self) -> Vec<CandidateId> {
+        let mut c: Vec<CandidateId> = [64, 128, 256, 512, 1024]
             .into_iter()
-            .map(|b| CandidateSpec::new("tree", &[("block", b)]))
+            .map(|b| CandidateId::new("tree", &[("block", b)]))
             .collect();
         c.extend(
             [128, 256, 512, 1024]
                 .into_iter()
-                .map(|b| CandidateSpec::new("shuffle", &[("block", b)])),
+                .map(|b| CandidateId::new("shuffle", &[("block", b)])),
         );
         c
     }
@@ -370,7 +374,7 @@ impl Operation for CudaReduce {
         salt(&[REDUCE_TREE, REDUCE_SHUFFLE])
     }
 
-    fn prepare(&self, candidate: &CandidateSpec, _key: &ReduceKey) -> Result<CudaKernel, String> {
+    fn prepare(&self, candidate: &CandidateId, _key: &ReduceKey) -> Result<CudaKernel, String> {
         let block = candidate.int("block").and_then(|b| u32::try_from(b).ok());
         let (source, kind) = match (candidate.algorithm.as_str(), block) {
             ("tree", Some(b @ (64 | 128 | 256 | 512 | 1024))) => {
@@ -383,7 +387,10 @@ impl Operation for CudaReduce {
         };
         let block = i64::from(block.unwrap_or(256));
         Ok(CudaKernel {
-            function: self.device.function(&source, &[("BLOCK", block)])?,
+            function: self
+                .device
+                .function(&source, &[("BLOCK", block)])
+                .map_err(|e| e.to_string())?,
             kind,
         })
     }

@@ -1,14 +1,15 @@
 //! What child processes run. In a normal test run `TUNECACHE_TEST_CHILD` is unset and the
 //! entry point returns at once (it is a harness hook, not a test).
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cache_core::Store;
+use cache_core::cache_migrate::Migrations;
 use gpu_tuner::cpu::{Matmul, MatmulKey, Reduce, ReduceKey};
-use gpu_tuner::workload::{Call, run};
-use gpu_tuner::{MeasureConfig, OpConfig, Progress, Tuner};
+use gpu_tuner::{Bucketing, MeasureConfig, OpConfig, Progress, Rule, Tuner};
 
 use crate::support::{MARK, TestKey, TestOp, open, quick};
 
@@ -20,15 +21,9 @@ macro_rules! say {
 
 #[test]
 fn child_process_entry() {
-    let Ok(role) = std::env::var("TUNECACHE_TEST_CHILD") else {
+    let Some((role, path, args)) = test_support::child::role() else {
         return;
     };
-    let path = PathBuf::from(std::env::var("TUNECACHE_TEST_PATH").expect("path"));
-    let args: Vec<String> = std::env::var("TUNECACHE_TEST_ARGS")
-        .unwrap_or_default()
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
     match role.as_str() {
         "tune-one" => tune_one(path, args[0].parse().expect("micros")),
         "tune-slow" => tune_slow(path),
@@ -78,7 +73,7 @@ fn tune_slow(path: PathBuf) {
 /// A small workload on the real CPU kernels; reports the counters.
 fn cpu_workload(path: PathBuf) {
     let cache = Arc::new(
-        cache_core::Cache::builder(gpu_tuner::workload::registry())
+        cache_core::Cache::builder(Migrations::new("tuner-test", 1))
             .file(&path)
             .ignore_env()
             .scope(gpu_tuner::cpu::scope())
@@ -87,42 +82,51 @@ fn cpu_workload(path: PathBuf) {
             .open(),
     );
     let tuner = Tuner::new(Arc::clone(&cache));
-    let config = |ns: &str| OpConfig {
+    let config = |bucketing: Bucketing| OpConfig {
+        bucketing,
         measure: MeasureConfig {
             warmup: Duration::ZERO,
             samples: 3,
             max_per_candidate: Duration::from_millis(200),
             ..MeasureConfig::default()
         },
-        ..gpu_tuner::workload::op_config(ns)
+        ..OpConfig::default()
     };
-    let matmul = tuner.register(Matmul, config("matmul")).expect("matmul");
-    let reduce = tuner.register(Reduce, config("reduce")).expect("reduce");
-    let calls = [
-        Call::Matmul(MatmulKey::f32(16, 16, 16)),
-        Call::Matmul(MatmulKey::f32(24, 40, 8)),
-        Call::Reduce(ReduceKey::f32(1000)),
-        Call::Matmul(MatmulKey::f32(16, 16, 16)),
-        Call::Reduce(ReduceKey::f32(5000)),
-        Call::Reduce(ReduceKey::f32(1000)),
-    ];
-    let summary = run(&matmul, &reduce, &calls).expect("workload");
-    let mut measured = 0;
-    let mut tuned = 0;
-    let mut reused = 0;
-    let mut hits = 0;
-    for (ns, s) in &summary.namespaces {
-        measured += s.stats.measured;
-        tuned += s.stats.tuned_keys;
-        reused += s.stats.reused_keys;
-        hits += s.stats.hits;
-        for (key, winner) in &s.winners {
-            say!("winner {ns} {key} {winner}");
-        }
+    let pow2 = |fields: &[&str]| {
+        fields
+            .iter()
+            .fold(Bucketing::none(), |b, f| b.field(*f, Rule::PowerOfTwo))
+    };
+    let matmul = tuner
+        .register(Matmul, config(pow2(&["m", "n", "k"])))
+        .expect("matmul");
+    let reduce = tuner
+        .register(Reduce, config(pow2(&["n"])))
+        .expect("reduce");
+    let mut winners = BTreeSet::new();
+    for key in [
+        MatmulKey::f32(16, 16, 16),
+        MatmulKey::f32(24, 40, 8),
+        MatmulKey::f32(16, 16, 16),
+    ] {
+        let choice = matmul.get(&key).expect("matmul choice");
+        winners.insert(format!("matmul {} {}", choice.key(), choice.candidate()));
     }
-    say!("measured {measured}");
-    say!("tuned {tuned}");
-    say!("reused {reused}");
-    say!("hits {hits}");
+    for key in [
+        ReduceKey::f32(1000),
+        ReduceKey::f32(5000),
+        ReduceKey::f32(1000),
+    ] {
+        let choice = reduce.get(&key).expect("reduce choice");
+        winners.insert(format!("reduce {} {}", choice.key(), choice.candidate()));
+    }
+    for w in &winners {
+        say!("winner {w}");
+    }
+    let (m, r) = (matmul.stats(), reduce.stats());
+    say!("measured {}", m.measured + r.measured);
+    say!("tuned {}", m.tuned_keys + r.tuned_keys);
+    say!("reused {}", m.reused_keys + r.reused_keys);
+    say!("hits {}", m.hits + r.hits);
     cache.flush().expect("flush");
 }

@@ -1,17 +1,14 @@
 //! Test support: a test operation whose candidates take known times, caches in temporary
 //! directories, and child processes (this test binary re-executed in a role).
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cache_core::cache_format::{Fields, Scope, Value};
 use cache_core::cache_migrate::Migrations;
 use cache_core::{Cache, CacheBuilder};
-use gpu_tuner::{CandidateSpec, MeasureConfig, OpConfig, Operation};
+use gpu_tuner::{CandidateId, MeasureConfig, OpConfig, Operation};
 use serde::Serialize;
 
 /// A key of the test operation.
@@ -36,7 +33,7 @@ pub(crate) struct Behaviour {
 #[derive(Clone)]
 pub(crate) struct TestOp {
     pub(crate) namespace: &'static str,
-    pub(crate) candidates: Vec<(CandidateSpec, Behaviour)>,
+    pub(crate) candidates: Vec<(CandidateId, Behaviour)>,
     pub(crate) measured: Arc<Mutex<Vec<String>>>,
 }
 
@@ -48,7 +45,7 @@ impl TestOp {
                 .iter()
                 .map(|(name, micros)| {
                     (
-                        CandidateSpec::new(*name, &[]),
+                        CandidateId::new(*name, &[]),
                         Behaviour {
                             micros: *micros,
                             ..Behaviour::default()
@@ -62,7 +59,7 @@ impl TestOp {
 
     pub(crate) fn with(mut self, name: &str, behaviour: Behaviour) -> Self {
         self.candidates
-            .push((CandidateSpec::new(name, &[]), behaviour));
+            .push((CandidateId::new(name, &[]), behaviour));
         self
     }
 
@@ -96,11 +93,11 @@ impl Operation for TestOp {
         self.namespace
     }
 
-    fn candidates(&self) -> Vec<CandidateSpec> {
+    fn candidates(&self) -> Vec<CandidateId> {
         self.candidates.iter().map(|(c, _)| c.clone()).collect()
     }
 
-    fn prepare(&self, candidate: &CandidateSpec, _key: &TestKey) -> Result<TestHandle, String> {
+    fn prepare(&self, candidate: &CandidateId, _key: &TestKey) -> Result<TestHandle, String> {
         let (_, b) = self
             .candidates
             .iter()
@@ -175,59 +172,15 @@ pub(crate) fn open(path: &Path) -> Arc<Cache> {
     Arc::new(builder(path).open())
 }
 
-// ---- child processes ----
+// ---- child processes (the shared harness of test-support) ----
 
-pub(crate) const MARK: &str = "TC> ";
-
-/// A child process killed when dropped.
-pub(crate) struct ChildGuard(pub(crate) Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
+pub(crate) use test_support::child::{ChildGuard, MARK, as_map};
 
 pub(crate) fn spawn(role: &str, path: &Path, args: &[&str]) -> ChildGuard {
-    let exe = std::env::current_exe().expect("test binary");
-    ChildGuard(
-        Command::new(exe)
-            .args([
-                "children::child_process_entry",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("TUNECACHE_TEST_CHILD", role)
-            .env("TUNECACHE_TEST_PATH", path)
-            .env("TUNECACHE_TEST_ARGS", args.join(" "))
-            .env_remove("TUNECACHE_DIR")
-            .env_remove("TUNECACHE_FILE")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn child"),
-    )
+    test_support::child::spawn(role, path, args, &[])
 }
 
 /// The child's protocol messages, until it exits.
 pub(crate) fn messages(child: &mut ChildGuard) -> Vec<String> {
-    let out = child.0.stdout.take().expect("piped");
-    BufReader::new(out)
-        .lines()
-        .map_while(Result::ok)
-        .filter_map(|l| l.find(MARK).map(|at| l[at + MARK.len()..].to_owned()))
-        .collect()
-}
-
-/// `key value` messages as a map (the last value of a key wins).
-pub(crate) fn as_map(lines: &[String]) -> HashMap<String, String> {
-    lines
-        .iter()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+    test_support::child::lines(child)
 }

@@ -10,7 +10,7 @@ use cache_core::cache_format::{
 };
 use cache_core::{Cache, Namespace, Store};
 use gpu_tuner::{
-    Bucketing, CandidateSpec, MissPolicy, OpConfig, Operation, Rule, TuneError, Tuned, Tuner,
+    Bucketing, CandidateId, MissPolicy, OpConfig, Operation, Rule, TuneError, Tuned, Tuner,
 };
 
 use crate::support::{Behaviour, TestKey, TestOp, builder, open, quick, scope};
@@ -167,7 +167,7 @@ fn a_winner_that_fails_at_run_time_falls_back_and_is_marked_bad() {
     let fast = entry
         .candidates()
         .iter()
-        .find(|c| c.algorithm == "fast")
+        .find(|c| c.id.algorithm == "fast")
         .expect("fast");
     assert!(
         matches!(&fast.outcome, Outcome::Failed(r) if r.contains("LAUNCH_OUT_OF_RESOURCES")),
@@ -336,7 +336,7 @@ fn the_never_policy_uses_the_declared_default_without_measuring() {
     let op = three();
     let config = OpConfig {
         policy: MissPolicy::Never {
-            default: CandidateSpec::new("mid", &[]),
+            default: CandidateId::new("mid", &[]),
         },
         ..quick()
     };

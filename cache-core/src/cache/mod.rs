@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 use cache_format::{CacheData, Entry, Fingerprint, Scope};
 use cache_migrate::Report;
 
+use crate::claim::Claim;
 use crate::config::{CacheBuilder, Location};
-use crate::disk::{Disk, DiskOptions, Event, Failure, Incoming, Paths};
+use crate::disk::{Disk, DiskOptions, Failure, Paths};
 use crate::error::StoreError;
 use crate::lock::FileLock;
 use crate::memory::MemoryStore;
@@ -118,6 +119,12 @@ impl std::fmt::Debug for Cache {
     }
 }
 
+mod notice;
+mod queue;
+mod saver;
+
+use notice::Notice;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section leaves the state consistent before it can panic, so a
     // poisoned mutex still guards valid data.
@@ -173,7 +180,7 @@ impl Cache {
             }),
         });
         for w in warnings {
-            shared.warn_once(w.clone(), &w);
+            shared.notify(Notice::config(w));
         }
         let mut cache = Cache {
             shared: Arc::clone(&shared),
@@ -182,10 +189,7 @@ impl Cache {
         let path = match location {
             Location::Memory(reason) => {
                 if reason != "disabled" {
-                    shared.warn_once(
-                        "memory".into(),
-                        &format!("tunecache keeps results in memory only: {reason}"),
-                    );
+                    shared.notify(Notice::memory_only(&reason));
                 }
                 lock(&shared.diag).reason = Some(reason);
                 return cache;
@@ -201,10 +205,7 @@ impl Cache {
         if mode == Mode::Persistent
             && let Err(reason) = prepare_dir(&paths)
         {
-            shared.warn_once(
-                "unwritable".into(),
-                &format!("tunecache cannot write its cache at {}: {reason}; results are kept in memory only", path.display()),
-            );
+            shared.notify(Notice::unwritable(&path, &reason));
             lock(&shared.diag).reason = Some(format!("cannot write {}: {reason}", path.display()));
             mode = if path.exists() {
                 Mode::ReadOnly
@@ -238,15 +239,12 @@ impl Cache {
             }
             Err(Failure::Blocked(b)) => {
                 drop(held);
-                shared.block(&b.path, &b.reason);
+                shared.block(&b.path, &b.cause.to_string());
                 return cache;
             }
             Err(Failure::Retry(e)) => {
                 drop(held);
-                shared.warn_once(
-                    format!("read:{e}"),
-                    &format!("tunecache could not read its cache yet: {e}; will retry"),
-                );
+                shared.notify(Notice::first_read_failed(&e));
                 let mut st = lock(&shared.state);
                 st.rewrite = true;
                 st.dirty_since.get_or_insert_with(Instant::now);
@@ -263,7 +261,7 @@ impl Cache {
                 Ok(handle) => cache.saver = Some(handle),
                 Err(e) => {
                     lock(&shared.state).saver_running = false;
-                    shared.warn_once("spawn".into(), &format!("tunecache could not start its saver thread: {e}; results are kept in memory only"));
+                    shared.notify(Notice::no_saver(&e));
                     let mut diag = lock(&shared.diag);
                     diag.mode = Mode::Memory;
                     diag.reason = Some(format!("no saver thread: {e}"));
@@ -298,6 +296,20 @@ impl Cache {
         self.shared.memory.snapshot()
     }
 
+    /// Claims the key `fp` of `ns` across the processes that share this cache's file, waiting
+    /// at most `wait` for another holder (see [`Claim`]). A tuner takes it before measuring,
+    /// so one process measures a key while the others wait and then read its result. The
+    /// claim ends when the guard is dropped or the process dies.
+    pub fn claim(&self, ns: Namespace, fp: &Fingerprint, wait: Duration) -> Claim {
+        let Some(path) = self.shared.path.as_deref() else {
+            return Claim::Unshared;
+        };
+        if lock(&self.shared.diag).mode != Mode::Persistent {
+            return Claim::Unshared;
+        }
+        crate::claim::claim(path, ns, fp, wait)
+    }
+
     /// The entries recorded for `fp` in `ns` under scopes other than the current one (the
     /// same device with an older driver, another device), for warm starts.
     pub fn lookup_other_scopes(&self, ns: Namespace, fp: &Fingerprint) -> Vec<(Scope, Entry)> {
@@ -305,8 +317,7 @@ impl Cache {
         others
             .scopes()
             .filter_map(|(scope, data)| {
-                data.namespaces
-                    .get(ns.name())
+                data.namespace(ns.name())
                     .and_then(|entries| entries.get(fp))
                     .map(|e| (scope.clone(), e.clone()))
             })
@@ -358,7 +369,7 @@ impl Cache {
         let mut mine = Vec::new();
         let mut others = CacheData::new();
         for (scope, data) in data.into_scopes() {
-            for (ns_name, entries) in data.namespaces {
+            for (ns_name, entries) in data.into_namespaces() {
                 let Ok(ns) = Namespace::new(&ns_name) else {
                     refused.push(ns_name);
                     continue;
@@ -441,10 +452,8 @@ impl Cache {
             if now >= deadline {
                 let pending = st.dirty.len() + st.other.len();
                 drop(st);
-                self.shared.warn_once(
-                    "unsaved".into(),
-                    &format!("tunecache: {pending} results were not saved within {:?}; the saver keeps trying in the background", self.shared.flush_timeout),
-                );
+                self.shared
+                    .notify(Notice::unsaved_at_close(pending, self.shared.flush_timeout));
                 return; // detach: the thread finishes on its own
             }
             st = self
@@ -495,367 +504,4 @@ fn prepare_dir(paths: &Paths) -> Result<(), String> {
         .open(&paths.lock)
         .map(|_| ())
         .map_err(|e| format!("cannot open {}: {e}", paths.lock.display()))
-}
-
-impl Shared {
-    /// Waits for the saver to signal, until `deadline` at most; `FlushTimeout(timeout)` once
-    /// the deadline has passed.
-    fn wait_until<'a>(
-        &self,
-        st: MutexGuard<'a, State>,
-        deadline: Instant,
-        timeout: Duration,
-    ) -> Result<MutexGuard<'a, State>, StoreError> {
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(StoreError::FlushTimeout(timeout));
-        }
-        Ok(self
-            .cv
-            .wait_timeout(st, deadline - now)
-            .unwrap_or_else(|p| p.into_inner())
-            .0)
-    }
-
-    /// Counts a change; wakes the saver only when the cache goes from clean to dirty (it
-    /// then sleeps until the save is due, so later changes need no wake-up).
-    fn mark_dirty(&self, st: &mut State) {
-        st.put_seq += 1;
-        if st.dirty_since.is_none() {
-            st.dirty_since = Some(Instant::now());
-            self.cv.notify_all();
-        }
-    }
-
-    /// The entries to write for the queued keys (read from memory now), plus other scopes.
-    fn take_batch(&self, st: &mut State) -> CacheData {
-        let mut batch = std::mem::take(&mut st.other);
-        for (ns, fp) in st.dirty.drain() {
-            if let Some(entry) = self.memory.get(ns, &fp) {
-                batch.insert(&self.scope, ns.name(), Entry::clone(&entry));
-            }
-        }
-        batch
-    }
-
-    /// Puts a batch that could not be written back in the queue.
-    fn requeue(&self, st: &mut State, batch: CacheData) {
-        for (scope, data) in batch.into_scopes() {
-            for (ns_name, entries) in data.namespaces {
-                match (scope == self.scope)
-                    .then(|| Namespace::new(&ns_name).ok())
-                    .flatten()
-                {
-                    Some(ns) => st.dirty.extend(entries.keys().map(|fp| (ns, *fp))),
-                    None => {
-                        for entry in entries.into_values() {
-                            st.other.insert(&scope, &ns_name, entry);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    fn warn_once(&self, key: String, message: &str) {
-        if lock(&self.diag).warned.insert(key) {
-            tracing::warn!("{message}");
-        }
-    }
-
-    /// The file must never be written by this build: stay in memory.
-    fn block(&self, path: &Path, reason: &str) {
-        self.warn_once(
-            format!("blocked:{}", path.display()),
-            &format!(
-                "tunecache is leaving {} untouched ({reason}); results are kept in memory only",
-                path.display()
-            ),
-        );
-        let mut diag = lock(&self.diag);
-        diag.mode = Mode::Memory;
-        diag.reason = Some(format!("{} left untouched: {reason}", path.display()));
-    }
-
-    /// Takes what a read found into memory, and reports its events once each.
-    fn absorb(&self, inc: Incoming, persistent: bool) {
-        let Incoming {
-            data,
-            salvaged,
-            events,
-            needs_rewrite,
-        } = inc;
-        let mut mine = Vec::new();
-        let mut others = CacheData::new();
-        for (scope, scope_data) in data.into_scopes().chain(salvaged.clone().into_scopes()) {
-            if scope != self.scope {
-                for (ns, entries) in scope_data.namespaces {
-                    for entry in entries.into_values() {
-                        others.insert(&scope, &ns, entry);
-                    }
-                }
-                continue;
-            }
-            for (ns, entries) in scope_data.namespaces {
-                let Ok(ns) = Namespace::new(&ns) else {
-                    self.warn_once(
-                        format!("ns:{ns}"),
-                        &format!("tunecache skips entries of unusable namespace {ns:?}"),
-                    );
-                    continue;
-                };
-                mine.extend(entries.into_values().map(|e| (ns, e)));
-            }
-        }
-        self.memory.merge_many(mine);
-        if !others.is_empty() {
-            lock(&self.others).merge(others);
-        }
-        if persistent && (needs_rewrite || !salvaged.is_empty()) {
-            let mut st = lock(&self.state);
-            st.rewrite |= needs_rewrite;
-            self.requeue(&mut st, salvaged);
-            self.mark_dirty(&mut st);
-        }
-        for event in events {
-            self.report(event);
-        }
-    }
-
-    fn report(&self, event: Event) {
-        match event {
-            Event::Quarantined { original, moved_to, reason } => {
-                self.warn_once(
-                    format!("quarantine:{}", moved_to.display()),
-                    &format!(
-                        "tunecache: {} is unusable ({reason}); moved it to {} and continuing without it",
-                        original.display(),
-                        moved_to.display()
-                    ),
-                );
-                lock(&self.diag).quarantined.push(moved_to);
-            }
-            Event::Unusable { path, reason } => self.warn_once(
-                format!("unusable:{}", path.display()),
-                &format!("tunecache: {} is unusable ({reason}); it will be moved aside once the lock is free", path.display()),
-            ),
-            Event::TornTail { path, offset, len, kept } => {
-                let kept = kept.map(|k| format!("; a copy is at {}", k.display())).unwrap_or_default();
-                self.warn_once(
-                    format!("torn:{}:{offset}", path.display()),
-                    &format!("tunecache: dropped {len} incomplete bytes at offset {offset} of {} (an interrupted write){kept}", path.display()),
-                );
-            }
-            Event::DamagedRecords { path, count, kept } => {
-                let kept = kept.map(|k| format!("; a copy is at {}", k.display())).unwrap_or_default();
-                self.warn_once(
-                    format!("damaged:{}", path.display()),
-                    &format!("tunecache: skipped {count} damaged records in {}{kept}", path.display()),
-                );
-            }
-            Event::StaleJournal { path } => {
-                tracing::debug!("tunecache removed the stale journal {}", path.display());
-            }
-            Event::Migrated { path, report } => {
-                for step in &report.steps {
-                    tracing::info!("cache migration {step}");
-                }
-                for c in &report.collisions {
-                    tracing::warn!("cache migration collision: {c}");
-                }
-                tracing::info!(
-                    "migrated {} cache v{} → v{} ({} entries) in {}",
-                    report.app,
-                    report.from,
-                    report.to,
-                    report.entries,
-                    path.display()
-                );
-                lock(&self.diag).migration = Some(report);
-            }
-            Event::Backup { path } => {
-                tracing::info!("tunecache kept the pre-migration file as {}", path.display());
-            }
-        }
-    }
-
-    fn run_saver(self: Arc<Self>, mut disk: Disk, mode: Mode) {
-        let persistent = mode == Mode::Persistent;
-        let mut next_refresh = self.refresh_interval.map(|i| Instant::now() + i);
-        let mut st = lock(&self.state);
-        loop {
-            let now = Instant::now();
-            let flush_wanted = st.flush_requested > st.flush_served;
-            let dirty = persistent && (st.dirty_since.is_some() || st.rewrite);
-            if st.shutdown
-                && (!dirty
-                    || st.failures > 0 && !flush_wanted && st.retry_at.is_some_and(|r| r > now))
-            {
-                break;
-            }
-            let save_due = if !persistent {
-                None
-            } else if flush_wanted || st.shutdown {
-                Some(now)
-            } else if dirty {
-                let gathered = st.dirty_since.map_or(now, |d| d + self.save_delay);
-                Some(st.retry_at.map_or(gathered, |r| r.max(gathered)))
-            } else {
-                None
-            };
-            if save_due.is_some_and(|d| d <= now) {
-                let batch = self.take_batch(&mut st);
-                let seq = st.put_seq;
-                let rewrite = st.rewrite;
-                let served = st.flush_requested;
-                st.dirty_since = None;
-                drop(st);
-                let result = self.save_once(&mut disk, batch, rewrite);
-                st = lock(&self.state);
-                match result {
-                    Ok(inc) => {
-                        st.durable_seq = st.durable_seq.max(seq);
-                        if rewrite {
-                            st.rewrite = false;
-                        }
-                        st.last_error = None;
-                        st.retry_at = None;
-                        st.failures = 0;
-                        drop(st);
-                        self.absorb(inc, true);
-                        st = lock(&self.state);
-                        if let Some(i) = self.refresh_interval {
-                            next_refresh = Some(Instant::now() + i);
-                        }
-                    }
-                    Err((failure, batch)) => {
-                        self.requeue(&mut st, batch);
-                        st.rewrite |= rewrite;
-                        st.dirty_since.get_or_insert_with(Instant::now);
-                        match failure {
-                            Failure::Blocked(b) => {
-                                st.last_error = Some(StoreError::NotPersistent {
-                                    reason: b.reason.clone(),
-                                });
-                                st.flush_served = served;
-                                st.saver_running = false;
-                                self.cv.notify_all();
-                                drop(st);
-                                self.block(&b.path, &b.reason);
-                                return;
-                            }
-                            Failure::Retry(e) => {
-                                st.failures += 1;
-                                let backoff = self
-                                    .save_delay
-                                    .max(Duration::from_millis(100))
-                                    .saturating_mul(1 << st.failures.min(8))
-                                    .min(self.max_retry_delay);
-                                st.retry_at = Some(Instant::now() + backoff);
-                                let key = match &e {
-                                    StoreError::LockTimeout { .. } => "lock-timeout".to_owned(),
-                                    other => format!("save:{other}"),
-                                };
-                                self.warn_once(key, &format!("tunecache could not save yet: {e}"));
-                                st.last_error = Some(e);
-                            }
-                        }
-                    }
-                }
-                st.flush_served = served;
-                self.cv.notify_all();
-                continue;
-            }
-            let refresh_wanted = st.refresh_requested > st.refresh_served;
-            if refresh_wanted || next_refresh.is_some_and(|r| r <= now) {
-                let serving = st.refresh_requested;
-                drop(st);
-                match disk.read_updates(false) {
-                    Ok(inc) => self.absorb(inc, persistent),
-                    Err(Failure::Blocked(b)) => {
-                        let mut st = lock(&self.state);
-                        st.saver_running = false;
-                        self.cv.notify_all();
-                        drop(st);
-                        self.block(&b.path, &b.reason);
-                        return;
-                    }
-                    Err(Failure::Retry(e)) => tracing::debug!("tunecache refresh failed: {e}"),
-                }
-                next_refresh = self.refresh_interval.map(|i| Instant::now() + i);
-                st = lock(&self.state);
-                st.refresh_served = st.refresh_served.max(serving);
-                self.cv.notify_all();
-                continue;
-            }
-            let wake = [save_due, next_refresh].into_iter().flatten().min();
-            st = match wake {
-                Some(at) => {
-                    self.cv
-                        .wait_timeout(st, at.saturating_duration_since(now))
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0
-                }
-                None => self.cv.wait(st).unwrap_or_else(|p| p.into_inner()),
-            };
-        }
-        let unsaved = st.dirty.len() + st.other.len();
-        st.saver_running = false;
-        self.cv.notify_all();
-        drop(st);
-        if unsaved > 0 {
-            self.warn_once(
-                "unsaved-at-exit".into(),
-                &format!("tunecache: {unsaved} results could not be saved before shutdown"),
-            );
-        }
-    }
-
-    /// One locked save: read others' updates (gated), then append or compact.
-    #[allow(
-        clippy::result_large_err,
-        reason = "the batch must travel back to the queue on failure"
-    )]
-    fn save_once(
-        &self,
-        disk: &mut Disk,
-        mut batch: CacheData,
-        rewrite: bool,
-    ) -> Result<Incoming, (Failure, CacheData)> {
-        let guard = match FileLock::acquire(&disk.paths.lock, self.lock_timeout) {
-            Ok(g) => g,
-            Err(e) => return Err((Failure::Retry(e), batch)),
-        };
-        let mut inc = match disk.read_updates(true) {
-            Ok(inc) => inc,
-            Err(f) => return Err((f, batch)),
-        };
-        // Rescued entries exist nowhere else now: they travel with the batch until written,
-        // and into memory with the rest of what was read.
-        let salvaged = std::mem::take(&mut inc.salvaged);
-        batch.merge(salvaged.clone());
-        inc.data.merge(salvaged);
-        let rewrite = rewrite || inc.needs_rewrite;
-        inc.needs_rewrite = false;
-        match disk.write(&batch, rewrite) {
-            Ok(events) => {
-                drop(guard);
-                inc.events.extend(events);
-                Ok(inc)
-            }
-            Err(f) => {
-                drop(guard);
-                // Whatever was read is still good to absorb; the batch goes back to the queue.
-                self.absorb(
-                    Incoming {
-                        salvaged: CacheData::new(),
-                        needs_rewrite: false,
-                        ..inc
-                    },
-                    false,
-                );
-                Err((f, batch))
-            }
-        }
-    }
 }

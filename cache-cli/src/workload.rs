@@ -1,4 +1,6 @@
-//! The built-in workload of `tunecache tune`: a small model run on inputs whose shapes vary
+//! The demo application of `tunecache tune` (public for the `tune` benchmark and for tools that
+//! embed the CLI and want the same demo): the `tunecache` application's schema registry and its
+//! built-in workload: a small model run on inputs whose shapes vary
 //! from step to step (batch size and sequence length), as in the cuDNN persistence request,
 //! so many distinct shapes come and recur. Each step calls four matmuls and two sums.
 
@@ -6,17 +8,14 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use cache_core::cache_migrate::Migrations;
-
-use crate::bucket::{Bucketing, Rule};
-use crate::cpu::{MatmulKey, ReduceKey};
-use crate::measure::MeasureConfig;
-use crate::operation::Operation;
-use crate::tuner::{OpConfig, TuneError, TuneStats, Tuned};
+use gpu_tuner::cpu::{MatmulKey, ReduceKey};
+use gpu_tuner::{Bucketing, MeasureConfig, OpConfig, Operation, Rule, TuneError, TuneStats, Tuned};
 
 /// The registry of the `tunecache` application (the schema of what `tunecache tune`
-/// records), from `golden/tunecache/migrations.json`, where the release check sees it.
+/// records), from `cache-cli/tunecache-migrations.json` (linked from
+/// `golden/tunecache/migrations.json`, where the release check sees it).
 pub fn registry() -> Migrations {
-    Migrations::from_json(include_str!("../../golden/tunecache/migrations.json"))
+    Migrations::from_json(include_str!("../tunecache-migrations.json"))
         .expect("the committed migration file of the tunecache application is valid")
 }
 

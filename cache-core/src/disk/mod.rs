@@ -11,19 +11,20 @@
 //! that merge-on-save does under the lock. Nothing here touches a file without the lock,
 //! except reading; an unusable file is renamed aside (quarantined), never overwritten.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cache_format::{
-    CacheData, FormatError, FormatVersion, Limits, Tail, encode_journal_header, encode_record,
-    encode_snapshot, peek_header, read_journal_header, read_snapshot, scan_records,
+    CacheData, FormatError, FormatVersion, Limits, Tail, read_journal_header, read_snapshot,
+    scan_records,
 };
 use cache_migrate::{MigrateError, Migrations, Report, upgrade};
 
-use crate::error::StoreError;
-use crate::fsio::{self, FileId};
+use crate::error::{Cause, StoreError};
+use crate::fsio::{self, FileId, read_range, read_with_id};
+
+mod write;
 
 /// The files of one cache.
 #[derive(Debug, Clone)]
@@ -67,7 +68,7 @@ pub(crate) enum Event {
         reason: String,
     },
     /// An unusable file was found but not yet moved (the lock was busy).
-    Unusable { path: PathBuf, reason: String },
+    Unusable { path: PathBuf, cause: Cause },
     /// Incomplete bytes at the end of the journal were cut off.
     TornTail {
         path: PathBuf,
@@ -94,7 +95,14 @@ pub(crate) enum Event {
 #[derive(Debug, Clone)]
 pub(crate) struct Blocked {
     pub(crate) path: PathBuf,
-    pub(crate) reason: String,
+    pub(crate) cause: Cause,
+}
+
+impl Blocked {
+    /// The error a caller sees: the file and the typed cause.
+    pub(crate) fn into_error(self) -> StoreError {
+        StoreError::unusable(self.path, self.cause)
+    }
 }
 
 /// A read or write failure.
@@ -188,7 +196,7 @@ enum SnapRead {
         report: Option<Report>,
         schema: u32,
     },
-    Unusable(String),
+    Unusable(Cause),
 }
 
 impl Disk {
@@ -262,14 +270,14 @@ impl Disk {
                         migrated_from,
                     });
                 }
-                SnapRead::Unusable(reason) => {
+                SnapRead::Unusable(cause) => {
                     if locked {
-                        self.quarantine_snapshot(&reason, &mut inc)?;
+                        self.quarantine_snapshot(&cause.to_string(), &mut inc)?;
                     } else {
                         inc.needs_rewrite = true;
                         inc.events.push(Event::Unusable {
                             path: self.paths.snapshot.clone(),
-                            reason,
+                            cause,
                         });
                     }
                     return Ok(inc);
@@ -291,14 +299,14 @@ impl Disk {
         };
         let bytes = match bytes {
             Ok(bytes) => bytes,
-            Err(too_large) => return Ok(SnapRead::Unusable(too_large.to_string())),
+            Err(too_large) => return Ok(SnapRead::Unusable(too_large.into())),
         };
         let snap = match read_snapshot(&bytes, &self.options.limits) {
             Ok(snap) => snap,
             Err(e @ FormatError::NewerFormat { .. }) => {
-                return Err(self.blocked(path, e.to_string()));
+                return Err(self.blocked(path, e.into()));
             }
-            Err(e) => return Ok(SnapRead::Unusable(e.to_string())),
+            Err(e) => return Ok(SnapRead::Unusable(e.into())),
         };
         match upgrade(
             &self.registry,
@@ -316,16 +324,16 @@ impl Disk {
                 schema: snap.header.schema,
             }),
             Err(e @ (MigrateError::Foreign { .. } | MigrateError::NewerSchema { .. })) => {
-                Err(self.blocked(path, e.to_string()))
+                Err(self.blocked(path, e.into()))
             }
-            Err(e) => Ok(SnapRead::Unusable(e.to_string())),
+            Err(e) => Ok(SnapRead::Unusable(e.into())),
         }
     }
 
-    fn blocked(&self, path: &Path, reason: String) -> Failure {
+    fn blocked(&self, path: &Path, cause: Cause) -> Failure {
         Failure::Blocked(Blocked {
             path: path.to_owned(),
-            reason,
+            cause,
         })
     }
 
@@ -433,15 +441,15 @@ impl Disk {
         let bytes = match bytes {
             Ok(b) => b,
             Err(e) => {
-                return self.journal_unusable(e.to_string(), locked, inc);
+                return self.journal_unusable(e.into(), locked, inc);
             }
         };
         let (format, header, start) = match read_journal_header(&bytes, &self.options.limits) {
             Ok(h) => h,
             Err(e @ FormatError::NewerFormat { .. }) => {
-                return Err(self.blocked(path, e.to_string()));
+                return Err(self.blocked(path, e.into()));
             }
-            Err(e) => return self.journal_unusable(e.to_string(), locked, inc),
+            Err(e) => return self.journal_unusable(e.into(), locked, inc),
         };
         if header.base != generation {
             // Stale: written against an earlier snapshot that already absorbed it.
@@ -454,9 +462,9 @@ impl Disk {
         match self.registry.check(&header.app, header.schema) {
             Ok(()) => {}
             Err(e @ (MigrateError::Foreign { .. } | MigrateError::NewerSchema { .. })) => {
-                return Err(self.blocked(path, e.to_string()));
+                return Err(self.blocked(path, e.into()));
             }
-            Err(e) => return self.journal_unusable(e.to_string(), locked, inc),
+            Err(e) => return self.journal_unusable(e.into(), locked, inc),
         }
         cursor.journal = Some(JournalState::new(id, format, header, &bytes[..start]));
         self.apply_records(cursor, &bytes[start..], locked, inc)
@@ -464,7 +472,7 @@ impl Disk {
 
     fn journal_unusable(
         &self,
-        reason: String,
+        cause: Cause,
         locked: bool,
         inc: &mut Incoming,
     ) -> Result<(), Failure> {
@@ -479,12 +487,12 @@ impl Disk {
             inc.events.push(Event::Quarantined {
                 original: self.paths.journal.clone(),
                 moved_to,
-                reason,
+                reason: cause.to_string(),
             });
         } else {
             inc.events.push(Event::Unusable {
                 path: self.paths.journal.clone(),
-                reason,
+                cause,
             });
         }
         Ok(())
@@ -583,220 +591,4 @@ impl Disk {
             Err(e) => Err(StoreError::io("remove", &self.paths.journal, e)),
         }
     }
-
-    /// Writes `batch` (under the lock, right after `read_updates(true)`): appends one journal
-    /// record, or compacts everything into a new snapshot when there is no snapshot yet, when
-    /// `rewrite` is set, or when the journal has grown past its share of the snapshot.
-    pub(crate) fn write(
-        &mut self,
-        batch: &CacheData,
-        rewrite: bool,
-    ) -> Result<Vec<Event>, Failure> {
-        if batch.is_empty() && !rewrite {
-            return Ok(Vec::new());
-        }
-        let record = if batch.is_empty() {
-            Vec::new()
-        } else {
-            encode_record(batch)
-        };
-        let snapshot_len = self.cursor.snapshot.as_ref().map(|s| s.id.len);
-        let journal_len = fsio::stat(&self.paths.journal)?.map_or(0, |m| m.len());
-        let budget = snapshot_len.map_or(0, |len| {
-            self.options
-                .compact_min_bytes
-                .max((len as f64 * self.options.compact_ratio) as u64)
-        });
-        let wants_compaction =
-            snapshot_len.is_none() || rewrite || journal_len + record.len() as u64 > budget;
-        if wants_compaction {
-            let estimate = snapshot_len.unwrap_or(0) + journal_len + record.len() as u64;
-            match fs4::available_space(&self.paths.dir) {
-                // Not enough room for a new snapshot beside the old one: keep appending.
-                Ok(free) if free < estimate + (1 << 20) && snapshot_len.is_some() && !rewrite => {}
-                _ => return self.compact(batch),
-            }
-        }
-        self.append(&record)?;
-        Ok(Vec::new())
-    }
-
-    fn compact(&mut self, batch: &CacheData) -> Result<Vec<Event>, Failure> {
-        let all = self.read_all(true)?;
-        let mut data = all.data;
-        data.merge(all.salvaged);
-        data.merge(batch.clone());
-        self.write_snapshot(&data, all.events)
-    }
-
-    /// Replaces the snapshot with `data` and removes the journal (under the lock). `data`
-    /// must be everything on disk (as a read from a fresh cursor returns) plus what is new.
-    pub(crate) fn write_snapshot(
-        &mut self,
-        data: &CacheData,
-        mut events: Vec<Event>,
-    ) -> Result<Vec<Event>, Failure> {
-        fsio::remove_stale_temporaries(&self.paths.snapshot);
-        fsio::remove_stale_temporaries(&self.paths.journal);
-        let migrated = self
-            .cursor
-            .snapshot
-            .as_ref()
-            .is_some_and(|s| s.migrated_from.is_some());
-        if migrated && self.options.backup_on_migrate {
-            events.extend(self.back_up()?);
-        }
-        let bytes = encode_snapshot(self.registry.app(), self.registry.current(), data);
-        fsio::atomic_write(&self.paths.snapshot, &bytes)?;
-        self.remove_journal()?;
-        let (_, header) = peek_header(&bytes, &self.options.limits)
-            .expect("a snapshot this build just encoded has a valid header");
-        let id = fsio::stat(&self.paths.snapshot)?
-            .map(|m| FileId::of(&m))
-            .ok_or_else(|| {
-                StoreError::io(
-                    "find the snapshot just written at",
-                    &self.paths.snapshot,
-                    std::io::ErrorKind::NotFound.into(),
-                )
-            })?;
-        self.cursor = Cursor {
-            snapshot: Some(SnapState {
-                id,
-                generation: header.generation,
-                migrated_from: None,
-            }),
-            journal: None,
-        };
-        Ok(events)
-    }
-
-    /// Keeps the current snapshot (and journal) as `<file>.bak.<ms>` (`<file>.journal.bak.<ms>`):
-    /// a hard link where the file system allows, a copy otherwise.
-    fn back_up(&self) -> Result<Vec<Event>, StoreError> {
-        let stamp = cache_format::now_millis();
-        let mut events = Vec::new();
-        for original in [&self.paths.snapshot, &self.paths.journal] {
-            if fsio::stat(original)?.is_none() {
-                continue;
-            }
-            let backup = fsio::with_suffix(original, &format!(".bak.{stamp}"));
-            if fs::hard_link(original, &backup).is_err() {
-                fs::copy(original, &backup).map_err(|e| StoreError::io("back up", original, e))?;
-            }
-            events.push(Event::Backup { path: backup });
-        }
-        Ok(events)
-    }
-
-    fn append(&mut self, record: &[u8]) -> Result<(), Failure> {
-        let path = self.paths.journal.clone();
-        let snap = self
-            .cursor
-            .snapshot
-            .as_ref()
-            .expect("append happens only when a snapshot exists");
-        if self.cursor.journal.is_none() {
-            // No journal for this snapshot yet (or a stale one was removed): start one.
-            let header = cache_format::JournalHeader {
-                app: self.registry.app().to_owned(),
-                schema: self.registry.current(),
-                base: snap.generation,
-            };
-            let bytes = encode_journal_header(&header);
-            fsio::atomic_write(&path, &bytes)?;
-            let id = FileId::of(&fsio::stat(&path)?.ok_or_else(|| {
-                StoreError::io("find", &path, std::io::ErrorKind::NotFound.into())
-            })?);
-            self.cursor.journal = Some(JournalState::new(
-                id,
-                FormatVersion::CURRENT,
-                header,
-                &bytes,
-            ));
-        }
-        let j = self.cursor.journal.as_mut().expect("just ensured");
-        if j.schema != self.registry.current() || j.app != self.registry.app() {
-            // An older journal is still bound to this snapshot; it is rewritten at the next
-            // compaction. Appending current-schema records to it would mislabel them.
-            return Err(Failure::Retry(StoreError::io(
-                "append to",
-                &path,
-                std::io::Error::other("the journal has an older schema; compaction pending"),
-            )));
-        }
-        let mut file = OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|e| StoreError::io("open", &path, e))?;
-        let before = j.offset;
-        let written = file.write_all(record).and_then(|()| file.sync_data());
-        if let Err(e) = written {
-            // Leave no partial record behind (we hold the lock, nobody else appends).
-            let _ = file.set_len(before).and_then(|()| file.sync_all());
-            return Err(Failure::Retry(StoreError::io("append to", &path, e)));
-        }
-        j.offset = before + record.len() as u64;
-        if let Ok(Some(meta)) = fsio::stat(&path) {
-            j.id = FileId::of(&meta);
-        }
-        Ok(())
-    }
-}
-
-/// Reads a whole file with the identity of the version read. The inner error is a file over
-/// the size limit (which makes it unusable rather than the read failing).
-#[allow(
-    clippy::type_complexity,
-    reason = "a local triple of outcomes, named at the call sites"
-)]
-fn read_with_id(
-    path: &Path,
-    limit: u64,
-) -> Result<Option<(Result<Vec<u8>, FormatError>, FileId)>, StoreError> {
-    let mut file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(StoreError::io("open", path, e)),
-    };
-    let meta = file
-        .metadata()
-        .map_err(|e| StoreError::io("inspect", path, e))?;
-    let id = FileId::of(&meta);
-    if meta.len() > limit {
-        return Ok(Some((
-            Err(FormatError::TooLarge {
-                what: "file",
-                len: meta.len(),
-                limit,
-            }),
-            id,
-        )));
-    }
-    let mut buf = Vec::with_capacity(meta.len() as usize);
-    (&mut file)
-        .take(limit)
-        .read_to_end(&mut buf)
-        .map_err(|e| StoreError::io("read", path, e))?;
-    Ok(Some((Ok(buf), id)))
-}
-
-/// Reads the first `head` bytes and the bytes from `from` to the end.
-fn read_range(
-    path: &Path,
-    head: u64,
-    from: u64,
-    limit: u64,
-) -> Result<(Vec<u8>, Vec<u8>), StoreError> {
-    let mut file = File::open(path).map_err(|e| StoreError::io("open", path, e))?;
-    let mut first = vec![0u8; head as usize];
-    file.read_exact(&mut first)
-        .map_err(|e| StoreError::io("read", path, e))?;
-    file.seek(SeekFrom::Start(from))
-        .map_err(|e| StoreError::io("read", path, e))?;
-    let mut rest = Vec::new();
-    file.take(limit)
-        .read_to_end(&mut rest)
-        .map_err(|e| StoreError::io("read", path, e))?;
-    Ok((first, rest))
 }

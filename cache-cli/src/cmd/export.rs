@@ -1,0 +1,74 @@
+//! `tunecache export`: every entry as JSON lines, to stdout or a file.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Args;
+use serde::Serialize;
+
+use crate::context::Context;
+use crate::exit;
+use crate::output::{Out, Report};
+
+/// The arguments of `tunecache export`.
+#[derive(Debug, Args)]
+pub(crate) struct ExportArgs {
+    /// Output file ("-" for stdout)
+    #[arg(long, short = 'o', default_value = "-")]
+    output: PathBuf,
+}
+
+/// What an export to a file reports (an export to stdout is the JSON lines themselves).
+#[derive(Debug, Serialize)]
+struct ExportReport {
+    exported: usize,
+    path: PathBuf,
+    output: PathBuf,
+    problems: usize,
+}
+
+impl ExportArgs {
+    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let found = ctx.inspect(&ctx.path()?)?;
+        if !found.problems.is_empty() {
+            eprintln!(
+                "tunecache: warning: exporting what is readable; `tunecache verify` lists {} problems",
+                found.problems.len()
+            );
+        }
+        let lines = cache_format::json::to_lines(&found.data);
+        if self.output.as_os_str() == "-" {
+            for line in lines.lines() {
+                out.line(line)?;
+            }
+            return Ok(exit::OK);
+        }
+        std::fs::write(&self.output, lines)
+            .with_context(|| format!("cannot write {}", self.output.display()))?;
+        let report = ExportReport {
+            exported: found.data.len(),
+            path: found.path,
+            output: self.output,
+            problems: found.problems.len(),
+        };
+        if ctx.json {
+            out.json_line(&report)?;
+        } else {
+            report.text(out)?;
+        }
+        Ok(exit::OK)
+    }
+}
+
+impl Report for ExportReport {
+    fn text(&self, _out: &mut Out) -> anyhow::Result<()> {
+        // The data went to the file; the summary goes to stderr, as before, so stdout stays
+        // empty for scripts.
+        eprintln!(
+            "tunecache: exported {} entries to {}",
+            self.exported,
+            self.output.display()
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,140 @@
+//! `tunecache get`: the ranked candidates recorded for one key, in every scope (or one);
+//! exit 4 if there are none.
+
+use std::path::Path;
+
+use clap::Args;
+use serde::Serialize;
+
+use cache_core::Inspection;
+use cache_format::json::{JsonRecord, record};
+use cache_format::{Entry, Key, Outcome, Scope, Value};
+
+use crate::args::{KeyArgs, ScopeFilter};
+use crate::context::Context;
+use crate::exit;
+use crate::output::{Out, Report};
+use crate::render::{entries_for, fmt_ns, fmt_time, parse_fields, scope_filter, short};
+
+/// The arguments of `tunecache get`.
+#[derive(Debug, Args)]
+pub(crate) struct GetArgs {
+    #[command(flatten)]
+    key: KeyArgs,
+    #[command(flatten)]
+    scope: ScopeFilter,
+}
+
+/// One scope's entry for the key: the interchange record (what `--json` prints, one per line).
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+struct Found<'a> {
+    record: JsonRecord,
+    #[serde(skip)]
+    scope: &'a Scope,
+    #[serde(skip)]
+    entry: &'a Entry,
+}
+
+/// What `get` and `show` look up: the key's entries in the inspected file.
+pub(crate) struct Lookup {
+    pub(crate) found: Inspection,
+    pub(crate) namespace: String,
+    pub(crate) key: Key,
+    pub(crate) scope: Option<Scope>,
+}
+
+impl Lookup {
+    pub(crate) fn new(
+        ctx: &Context<'_>,
+        key: &KeyArgs,
+        scope: &ScopeFilter,
+    ) -> anyhow::Result<Self> {
+        Ok(Lookup {
+            found: ctx.inspect(&ctx.path()?)?,
+            namespace: key.namespace.clone(),
+            key: Key::new(parse_fields("--key", &key.key)?),
+            scope: scope_filter(scope.scope.as_deref())?,
+        })
+    }
+
+    pub(crate) fn entries(&self) -> Vec<(&Scope, &Entry)> {
+        entries_for(&self.found, &self.namespace, &self.key, self.scope.as_ref())
+    }
+
+    /// Says on stderr that nothing was found, and gives the exit code for it.
+    pub(crate) fn not_found(&self) -> u8 {
+        eprintln!(
+            "tunecache: no entry for {} in namespace {:?} of {}",
+            self.key,
+            self.namespace,
+            Path::display(&self.found.path)
+        );
+        exit::NOT_FOUND
+    }
+
+    /// Prints the entries as interchange records, one JSON line each.
+    pub(crate) fn print_json(&self, out: &mut Out) -> anyhow::Result<()> {
+        for (scope, entry) in self.entries() {
+            out.json_line(&record(scope, &self.namespace, entry))?;
+        }
+        Ok(())
+    }
+}
+
+impl GetArgs {
+    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let lookup = Lookup::new(ctx, &self.key, &self.scope)?;
+        let entries = lookup.entries();
+        if entries.is_empty() {
+            return Ok(lookup.not_found());
+        }
+        for (scope, entry) in entries {
+            let found = Found {
+                record: record(scope, &lookup.namespace, entry),
+                scope,
+                entry,
+            };
+            if ctx.json {
+                out.json_line(&found)?;
+            } else {
+                found.text(out)?;
+            }
+        }
+        Ok(exit::OK)
+    }
+}
+
+impl Report for Found<'_> {
+    fn text(&self, out: &mut Out) -> anyhow::Result<()> {
+        let (scope, entry) = (self.scope, self.entry);
+        out.line(format!("scope {} {scope}", short(scope.fingerprint())))?;
+        out.line(format!(
+            "{} {} (fingerprint {}), recorded {} by {}",
+            self.record.namespace,
+            entry.key(),
+            entry.fingerprint(),
+            fmt_time(entry.recorded_at()),
+            entry.origin()
+        ))?;
+        for (rank, c) in entry.candidates().iter().enumerate() {
+            let detail = match &c.outcome {
+                Outcome::Measured(s) => format!(
+                    "median {:>12}  min {:>12}  spread {:>10}  n={}",
+                    fmt_ns(s.median_ns),
+                    fmt_ns(s.min_ns),
+                    fmt_ns(s.spread_ns),
+                    s.samples
+                ),
+                Outcome::Failed(r) => format!("failed: {r}"),
+            };
+            out.line(format!(
+                "  {:>2}. {:<20} {:<28} {detail}",
+                rank + 1,
+                c.id.algorithm,
+                Value::Map(c.id.params.clone()).to_string()
+            ))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,93 @@
+//! `tunecache list`: entries with their best candidate, one per line (JSON lines with
+//! `--json`, so a large cache streams).
+
+use clap::Args;
+use serde::Serialize;
+
+use cache_format::json::{JsonCandidate, candidate_json};
+use cache_format::{Entry, Fields, Outcome};
+
+use crate::context::Context;
+use crate::exit;
+use crate::output::{Out, Report};
+use crate::render::{fmt_ns, scope_filter, short};
+
+/// The arguments of `tunecache list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Only this namespace
+    #[arg(long, short = 'n')]
+    namespace: Option<String>,
+    /// Only this scope (JSON object of its fields)
+    #[arg(long)]
+    scope: Option<String>,
+    /// Print at most this many entries
+    #[arg(long)]
+    limit: Option<usize>,
+}
+
+/// One line of the listing.
+#[derive(Debug, Serialize)]
+struct ListItem<'a> {
+    scope: String,
+    namespace: &'a str,
+    key: &'a Fields,
+    fingerprint: String,
+    candidates: usize,
+    best: Option<JsonCandidate>,
+    #[serde(skip)]
+    entry: &'a Entry,
+}
+
+impl ListArgs {
+    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let found = ctx.inspect(&ctx.path()?)?;
+        let scope = scope_filter(self.scope.as_deref())?;
+        let items = found
+            .data
+            .entries()
+            .filter(|(s, n, _)| {
+                self.namespace.as_deref().is_none_or(|want| *n == want)
+                    && scope.as_ref().is_none_or(|want| *s == want)
+            })
+            .take(self.limit.unwrap_or(usize::MAX))
+            .map(|(s, n, e)| ListItem {
+                scope: short(s.fingerprint()),
+                namespace: n,
+                key: e.key().fields(),
+                fingerprint: e.fingerprint().to_hex(),
+                candidates: e.candidates().len(),
+                best: e.candidates().first().map(candidate_json),
+                entry: e,
+            });
+        for item in items {
+            if ctx.json {
+                out.json_line(&item)?;
+            } else {
+                item.text(out)?;
+            }
+        }
+        Ok(exit::OK)
+    }
+}
+
+impl Report for ListItem<'_> {
+    fn text(&self, out: &mut Out) -> anyhow::Result<()> {
+        let (best, time) = match self.entry.candidates().first() {
+            Some(c) => {
+                let time = match &c.outcome {
+                    Outcome::Measured(s) => fmt_ns(s.median_ns),
+                    Outcome::Failed(_) => "failed".to_owned(),
+                };
+                (c.id.label(), time)
+            }
+            None => ("-".to_owned(), "-".to_owned()),
+        };
+        out.line(format!(
+            "{} {:<16} {:<40} {best} {time}",
+            self.scope,
+            self.namespace,
+            self.entry.key().to_string()
+        ))
+    }
+}

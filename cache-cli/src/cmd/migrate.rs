@@ -1,0 +1,224 @@
+//! `tunecache migrate`: brings a cache to the current schema and format, with the library's
+//! own code path (the same bytes as a `Cache` that migrated the file on load).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Args;
+use serde::Serialize;
+
+use cache_core::{MigrateOptions, MigrateOutcome, migrate_file};
+use cache_format::Limits;
+use cache_migrate::{Migrations, Report as MigrationReport};
+
+use crate::args::nonneg_f64;
+use crate::context::{Context, peek_app};
+use crate::exit;
+use crate::output::{Out, Report};
+
+/// The arguments of `tunecache migrate`.
+#[derive(Debug, Args)]
+pub(crate) struct MigrateArgs {
+    /// The application's migration file (JSON); needed unless the embedding tool
+    /// provides the registry
+    #[arg(long, value_name = "FILE")]
+    migrations: Option<PathBuf>,
+    /// Also keep the file as it was, as <file>.bak.<ms>
+    #[arg(long)]
+    backup: bool,
+    /// Report the plan and what would change; write nothing
+    #[arg(long)]
+    dry_run: bool,
+    /// Longest wait, in seconds, for another process holding the cache lock
+    #[arg(long, default_value_t = 10.0, value_parser = nonneg_f64)]
+    lock_timeout: f64,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+enum Outcome {
+    /// No file.
+    Missing { path: PathBuf },
+    /// Already current.
+    Current {
+        path: PathBuf,
+        schema: u32,
+        entries: usize,
+    },
+    /// Migrated (or would be, in a dry run).
+    #[serde(rename = "migrated")]
+    Migrated(Migrated),
+    #[serde(rename = "dry-run")]
+    DryRun(Migrated),
+}
+
+#[derive(Debug, Serialize)]
+struct Migrated {
+    path: PathBuf,
+    app: String,
+    from: u32,
+    to: u32,
+    entries: usize,
+    steps: Vec<StepLine>,
+    collisions: Vec<String>,
+    backups: Vec<PathBuf>,
+    seconds: f64,
+    /// The plan's lines (dry run text only).
+    #[serde(skip)]
+    plan: Vec<String>,
+    #[serde(skip)]
+    summary: String,
+}
+
+#[derive(Debug, Serialize)]
+struct StepLine {
+    from: u32,
+    to: u32,
+    description: String,
+    lines: Vec<String>,
+}
+
+impl MigrateArgs {
+    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let lock_timeout = Duration::try_from_secs_f64(self.lock_timeout)
+            .with_context(|| format!("--lock-timeout {} is too long", self.lock_timeout))?;
+        let from_file = self
+            .migrations
+            .as_deref()
+            .map(|f| ctx.migration_file(f))
+            .transpose()?;
+        // The application (and so the default file) may come from the migration file.
+        let app = ctx.app_or(from_file.as_ref().map(Migrations::app));
+        let path = ctx.path_for(&app)?;
+        let file_app = peek_app(&path).unwrap_or(app);
+        let registry = match from_file {
+            Some(r) => r,
+            None => ctx.registry(&file_app).cloned().with_context(|| {
+                format!(
+                    "no migration registry for application {file_app:?}: pass --migrations FILE"
+                )
+            })?,
+        };
+        let options = MigrateOptions {
+            backup: self.backup,
+            dry_run: self.dry_run,
+            lock_timeout,
+            limits: Limits::default(),
+        };
+        let started = Instant::now();
+        let outcome = migrate_file(&path, &registry, &options)?;
+        let seconds = started.elapsed().as_secs_f64();
+        let report = match outcome {
+            MigrateOutcome::Missing => Outcome::Missing { path },
+            MigrateOutcome::Current { entries } => Outcome::Current {
+                path,
+                schema: registry.current(),
+                entries,
+            },
+            MigrateOutcome::Migrated {
+                report,
+                written,
+                backups,
+                entries,
+            } => {
+                let migrated = Migrated::new(&registry, path, report, backups, entries, seconds);
+                if written {
+                    Outcome::Migrated(migrated)
+                } else {
+                    Outcome::DryRun(migrated)
+                }
+            }
+        };
+        if ctx.json {
+            out.json_line(&report)?;
+        } else {
+            report.text(out)?;
+        }
+        Ok(exit::OK)
+    }
+}
+
+impl Migrated {
+    fn new(
+        registry: &Migrations,
+        path: PathBuf,
+        report: MigrationReport,
+        backups: Vec<PathBuf>,
+        entries: usize,
+        seconds: f64,
+    ) -> Self {
+        Migrated {
+            app: report.app.clone(),
+            from: report.from,
+            to: report.to,
+            entries,
+            steps: report
+                .steps
+                .iter()
+                .map(|s| StepLine {
+                    from: s.from,
+                    to: s.to,
+                    description: s.description.clone(),
+                    lines: s.lines(),
+                })
+                .collect(),
+            collisions: report.collisions.iter().map(ToString::to_string).collect(),
+            backups,
+            seconds,
+            plan: registry
+                .path(report.from)
+                .unwrap_or_default()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            summary: report.to_string(),
+            path,
+        }
+    }
+}
+
+impl Report for Outcome {
+    fn text(&self, out: &mut Out) -> anyhow::Result<()> {
+        match self {
+            Outcome::Missing { path } => out.line(format!(
+                "no cache file at {}; nothing to migrate",
+                path.display()
+            )),
+            Outcome::Current {
+                path,
+                schema,
+                entries,
+            } => out.line(format!(
+                "{} is already at schema {schema} ({entries} entries); nothing to do",
+                path.display()
+            )),
+            Outcome::DryRun(m) => {
+                out.line(format!(
+                    "plan for {} (schema {} → {}):",
+                    m.path.display(),
+                    m.from,
+                    m.to
+                ))?;
+                for step in &m.plan {
+                    out.line(step)?;
+                }
+                out.line(&m.summary)?;
+                out.line("dry run: nothing was written")
+            }
+            Outcome::Migrated(m) => {
+                out.line(&m.summary)?;
+                out.line(format!(
+                    "wrote {} ({} entries) in {:.3} s",
+                    m.path.display(),
+                    m.entries,
+                    m.seconds
+                ))?;
+                for b in &m.backups {
+                    out.line(format!("backup: {}", b.display()))?;
+                }
+                Ok(())
+            }
+        }
+    }
+}

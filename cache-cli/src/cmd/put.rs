@@ -1,0 +1,135 @@
+//! `tunecache put`: records one measurement (from a script) through the library, under the
+//! same lock and version gate.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use serde::Serialize;
+
+use cache_core::{Namespace, Store};
+use cache_format::{
+    Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, Scope, Stats, now_millis,
+};
+
+use crate::args::{KeyArgs, nonneg_f64};
+use crate::context::Context;
+use crate::exit;
+use crate::output::{Out, Report};
+use crate::render::parse_fields;
+
+/// The arguments of `tunecache put`.
+#[derive(Debug, Args)]
+pub(crate) struct PutArgs {
+    #[command(flatten)]
+    key: KeyArgs,
+    /// The candidate's algorithm name
+    #[arg(long)]
+    algo: String,
+    /// The candidate's params, as a JSON object
+    #[arg(long, default_value = "{}")]
+    params: String,
+    /// Median time in nanoseconds (required unless --failed)
+    #[arg(long, value_parser = nonneg_f64, required_unless_present = "failed")]
+    median_ns: Option<f64>,
+    /// Fastest sample in nanoseconds [default: the median]
+    #[arg(long, value_parser = nonneg_f64)]
+    min_ns: Option<f64>,
+    /// Spread of the samples in nanoseconds [default: 0]
+    #[arg(long, value_parser = nonneg_f64)]
+    spread_ns: Option<f64>,
+    /// Number of samples
+    #[arg(long, default_value_t = 1)]
+    samples: u32,
+    /// Record the candidate as failed, with this reason, instead of a timing
+    #[arg(long, conflicts_with_all = ["median_ns", "min_ns", "spread_ns"])]
+    failed: Option<String>,
+    /// The scope (JSON object)
+    #[arg(long, default_value = "{}")]
+    scope: String,
+    /// Checksum of the candidate set measured (32 hex digits) [default: unknown]
+    #[arg(long)]
+    candidate_set: Option<String>,
+    /// Schema version of a new file (an existing file keeps its own)
+    #[arg(long, default_value_t = 1)]
+    schema: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct PutReport {
+    recorded: bool,
+    namespace: String,
+    #[serde(skip)]
+    key: Key,
+    fingerprint: String,
+    path: PathBuf,
+}
+
+impl PutArgs {
+    fn candidate(&self) -> anyhow::Result<Candidate> {
+        let params = parse_fields("--params", &self.params)?;
+        let outcome = match (&self.failed, self.median_ns) {
+            (Some(reason), _) => Outcome::Failed(reason.clone()),
+            (None, Some(median)) => Outcome::Measured(Stats {
+                median_ns: median,
+                min_ns: self.min_ns.unwrap_or(median),
+                spread_ns: self.spread_ns.unwrap_or(0.0),
+                samples: self.samples,
+            }),
+            (None, None) => bail!("--median-ns is required unless --failed is given"),
+        };
+        Ok(Candidate::new(
+            CandidateId::with_params(self.algo.clone(), params),
+            outcome,
+        ))
+    }
+
+    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let path = ctx.path()?;
+        let candidate = self.candidate()?;
+        let set = match &self.candidate_set {
+            Some(hex) => hex.parse().context("--candidate-set")?,
+            None => Fingerprint::default(),
+        };
+        let key = Key::new(parse_fields("--key", &self.key.key)?);
+        let scope = Scope::new(parse_fields("--scope", &self.scope)?);
+        let ns = Namespace::new(&self.key.namespace)?;
+        let origin = match Origin::here() {
+            Origin::Measured(who) => Origin::Measured(format!("{who} via tunecache put")),
+            other => other,
+        };
+        let cache = ctx.open_for_write(&path, self.schema, scope)?;
+        cache.put(
+            ns,
+            Entry::new(key.clone(), set, origin, now_millis(), [candidate]),
+        );
+        cache
+            .close()
+            .with_context(|| format!("the result was not saved to {}", path.display()))?;
+        let report = PutReport {
+            recorded: true,
+            namespace: self.key.namespace,
+            fingerprint: key.fingerprint().to_hex(),
+            key,
+            path,
+        };
+        if ctx.json {
+            out.json_line(&report)?;
+        } else {
+            report.text(out)?;
+        }
+        Ok(exit::OK)
+    }
+}
+
+impl Report for PutReport {
+    fn text(&self, out: &mut Out) -> anyhow::Result<()> {
+        out.line(format!(
+            "recorded {} {} ({}) in {}",
+            self.namespace,
+            self.key,
+            self.fingerprint,
+            self.path.display()
+        ))
+    }
+}

@@ -1,0 +1,143 @@
+//! `tunecache stats`: versions, sizes, entries per scope and namespace, and the gate this
+//! build would apply.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::Args;
+use serde::Serialize;
+
+use crate::context::Context;
+use crate::exit;
+use crate::output::{Out, Report};
+
+/// The arguments of `tunecache stats`.
+#[derive(Debug, Args)]
+pub(crate) struct StatsArgs {}
+
+#[derive(Debug, Serialize)]
+struct StatsReport {
+    path: PathBuf,
+    snapshot_bytes: Option<u64>,
+    format: Option<u32>,
+    app: Option<String>,
+    schema: Option<u32>,
+    generation: Option<String>,
+    /// What loading it would do, e.g. "as stored, schema 8; this build migrates it to 9".
+    gate: Option<String>,
+    entries: usize,
+    journal: JournalReport,
+    scopes: Vec<ScopeReport>,
+    problems: Vec<String>,
+    notes: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct JournalReport {
+    bytes: Option<u64>,
+    records: usize,
+    stale: bool,
+    damaged: usize,
+    torn_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct ScopeReport {
+    scope: cache_format::Fields,
+    fingerprint: String,
+    #[serde(skip)]
+    text: String,
+    namespaces: BTreeMap<String, usize>,
+}
+
+impl StatsArgs {
+    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let found = ctx.inspect(&ctx.path()?)?;
+        let header = found.snapshot.header.as_ref();
+        let report = StatsReport {
+            path: found.path.clone(),
+            snapshot_bytes: found.snapshot.bytes,
+            format: found.snapshot.format.map(|f| f.number()),
+            app: header.map(|h| h.app.clone()),
+            schema: header.map(|h| h.schema),
+            generation: header.map(|h| format!("{:016x}", h.generation)),
+            gate: found.gate.as_ref().map(ToString::to_string),
+            entries: found.data.len(),
+            journal: JournalReport {
+                bytes: found.journal.bytes,
+                records: found.journal.records,
+                stale: found.journal.stale,
+                damaged: found.journal.damaged,
+                torn_bytes: found.journal.torn_bytes,
+            },
+            scopes: found
+                .data
+                .scopes()
+                .map(|(scope, data)| ScopeReport {
+                    scope: scope.fields().clone(),
+                    fingerprint: scope.fingerprint().to_hex(),
+                    text: scope.to_string(),
+                    namespaces: data
+                        .namespaces()
+                        .map(|(n, e)| (n.to_owned(), e.len()))
+                        .collect(),
+                })
+                .collect(),
+            problems: found.problems,
+            notes: found.notes,
+        };
+        out.report(&report, ctx.json)?;
+        Ok(exit::OK)
+    }
+}
+
+impl Report for StatsReport {
+    fn text(&self, out: &mut Out) -> anyhow::Result<()> {
+        out.line(format!("file       {}", self.path.display()))?;
+        match (&self.app, self.snapshot_bytes) {
+            (Some(app), Some(bytes)) => out.line(format!(
+                "snapshot   {bytes} bytes, format {}, app {app:?} schema {}, generation {}",
+                self.format.unwrap_or(0),
+                self.schema.unwrap_or(0),
+                self.generation.as_deref().unwrap_or("?"),
+            ))?,
+            (None, Some(bytes)) => out.line(format!("snapshot   {bytes} bytes, unreadable"))?,
+            _ => out.line("snapshot   none")?,
+        }
+        if let Some(gate) = &self.gate {
+            out.line(format!("versions   {gate}"))?;
+        }
+        let j = &self.journal;
+        match j.bytes {
+            Some(bytes) => out.line(format!(
+                "journal    {bytes} bytes, {} records{}{}",
+                j.records,
+                if j.stale { ", stale" } else { "" },
+                if j.torn_bytes > 0 {
+                    format!(", {} torn bytes", j.torn_bytes)
+                } else {
+                    String::new()
+                }
+            ))?,
+            None => out.line("journal    none")?,
+        }
+        out.line(format!(
+            "entries    {} in {} scopes",
+            self.entries,
+            self.scopes.len()
+        ))?;
+        for scope in &self.scopes {
+            out.line(format!("scope {} {}", &scope.fingerprint[..8], scope.text))?;
+            for (ns, n) in &scope.namespaces {
+                out.line(format!("  {ns:<24} {n} entries"))?;
+            }
+        }
+        for p in &self.problems {
+            out.line(format!("problem: {p}"))?;
+        }
+        for n in &self.notes {
+            out.line(format!("note: {n}"))?;
+        }
+        Ok(())
+    }
+}

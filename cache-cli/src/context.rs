@@ -1,0 +1,132 @@
+//! What every command needs, resolved in one place: the cache file, the application, whether
+//! to print JSON, and the embedding tool's configuration.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use cache_core::{Cache, CacheBuilder, Inspection, Location, Mode, inspect};
+use cache_format::{Limits, Scope};
+use cache_migrate::Migrations;
+
+use crate::Config;
+use crate::args::Global;
+
+/// The resolved global options.
+#[derive(Debug)]
+pub(crate) struct Context<'a> {
+    /// `--app`, if given.
+    app_flag: Option<String>,
+    cache_file: Option<PathBuf>,
+    /// Print JSON instead of text.
+    pub(crate) json: bool,
+    pub(crate) config: &'a Config,
+}
+
+impl<'a> Context<'a> {
+    pub(crate) fn new(global: &Global, config: &'a Config) -> Self {
+        Context {
+            app_flag: global.app.clone(),
+            cache_file: global.cache_file.clone(),
+            json: global.json,
+            config,
+        }
+    }
+
+    /// The application: `--app`, else the embedding tool's default.
+    pub(crate) fn app(&self) -> String {
+        self.app_or(None)
+    }
+
+    /// The application: `--app`, else `fallback` (e.g. the one a migration file names), else
+    /// the embedding tool's default.
+    pub(crate) fn app_or(&self, fallback: Option<&str>) -> String {
+        self.app_flag
+            .clone()
+            .or_else(|| fallback.map(str::to_owned))
+            .unwrap_or_else(|| self.config.default_app.clone())
+    }
+
+    /// The cache file of `app`: `--cache-file`, else the library's own resolution
+    /// (environment, then the default directory).
+    pub(crate) fn path_for(&self, app: &str) -> anyhow::Result<PathBuf> {
+        if let Some(p) = &self.cache_file {
+            return Ok(p.clone());
+        }
+        match CacheBuilder::new(Migrations::new(app, 1)).resolve().0 {
+            Location::File { path, .. } => Ok(path),
+            Location::Memory(reason) => {
+                bail!("no cache file ({reason}); pass --cache-file PATH")
+            }
+        }
+    }
+
+    /// The cache file of the default application.
+    pub(crate) fn path(&self) -> anyhow::Result<PathBuf> {
+        self.path_for(&self.app())
+    }
+
+    /// The registry of `app` that the embedding tool built in, if any.
+    pub(crate) fn registry(&self, app: &str) -> Option<&Migrations> {
+        self.config.registries.iter().find(|r| r.app() == app)
+    }
+
+    /// Reads `path` as stored (no lock, no repair), naming the gate this tool would apply.
+    pub(crate) fn inspect(&self, path: &Path) -> anyhow::Result<Inspection> {
+        let app = peek_app(path).unwrap_or_else(|| self.app());
+        let found = inspect(path, &Limits::default(), self.registry(&app))?;
+        if found.snapshot.bytes.is_none() && found.journal.bytes.is_none() {
+            bail!("{}: no such cache file", path.display());
+        }
+        Ok(found)
+    }
+
+    /// Opens `path` for writing at its own application and schema (or the context's
+    /// application and `schema` if it is new): the same lock and gate as the library.
+    pub(crate) fn open_for_write(
+        &self,
+        path: &Path,
+        schema: u32,
+        scope: Scope,
+    ) -> anyhow::Result<Cache> {
+        let found = inspect(path, &Limits::default(), None)?;
+        let (app, schema) = match &found.snapshot.header {
+            Some(h) => (h.app.clone(), h.schema),
+            None => (self.app(), schema),
+        };
+        let cache = Cache::builder(Migrations::new(app, schema))
+            .file(path)
+            .ignore_env()
+            .scope(scope)
+            .refresh_interval(None)
+            .save_delay(Duration::ZERO)
+            .open();
+        let health = cache.health();
+        if health.mode != Mode::Persistent {
+            let reason = health.reason.unwrap_or_else(|| "unknown reason".into());
+            bail!("cannot write {}: {reason}", path.display());
+        }
+        Ok(cache)
+    }
+
+    /// Reads a migration file.
+    pub(crate) fn migration_file(&self, file: &Path) -> anyhow::Result<Migrations> {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        Migrations::from_json(&text).with_context(|| format!("{}", file.display()))
+    }
+}
+
+/// The application named in a cache file's header, read from its first bytes only.
+pub(crate) fn peek_app(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut prefix = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(128 << 10)
+        .read_to_end(&mut prefix)
+        .ok()?;
+    cache_format::peek_header(&prefix, &Limits::default())
+        .ok()
+        .map(|(_, h)| h.app)
+}

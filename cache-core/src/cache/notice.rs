@@ -1,0 +1,283 @@
+//! What a cache tells its user: every warning text in one place, each logged at most once per
+//! cache and condition, and never while an in-memory lock is held.
+
+use std::path::Path;
+
+use cache_migrate::Report;
+
+use super::{Mode, Shared, lock};
+use crate::disk::Event;
+use crate::error::StoreError;
+
+/// A message to log, with the condition that de-duplicates it (`None`: log every time).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Notice {
+    /// The condition: one message per cache and condition.
+    key: Option<String>,
+    level: Level,
+    text: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Warn,
+    Info,
+    Debug,
+}
+
+impl Notice {
+    fn warn(key: impl Into<String>, text: String) -> Self {
+        Notice {
+            key: Some(key.into()),
+            level: Level::Warn,
+            text,
+        }
+    }
+
+    fn info(text: String) -> Self {
+        Notice {
+            key: None,
+            level: Level::Info,
+            text,
+        }
+    }
+
+    fn debug(text: String) -> Self {
+        Notice {
+            key: None,
+            level: Level::Debug,
+            text,
+        }
+    }
+
+    /// A configuration warning (from resolving the location).
+    pub(super) fn config(text: String) -> Self {
+        Notice::warn(text.clone(), text)
+    }
+
+    pub(super) fn memory_only(reason: &str) -> Self {
+        Notice::warn(
+            "memory",
+            format!("tunecache keeps results in memory only: {reason}"),
+        )
+    }
+
+    pub(super) fn unwritable(path: &Path, reason: &str) -> Self {
+        Notice::warn(
+            "unwritable",
+            format!(
+                "tunecache cannot write its cache at {}: {reason}; results are kept in memory only",
+                path.display()
+            ),
+        )
+    }
+
+    pub(super) fn first_read_failed(e: &StoreError) -> Self {
+        Notice::warn(
+            format!("read:{e}"),
+            format!("tunecache could not read its cache yet: {e}; the saver will retry"),
+        )
+    }
+
+    pub(super) fn no_saver(e: &std::io::Error) -> Self {
+        Notice::warn(
+            "spawn",
+            format!(
+                "tunecache could not start its saver thread: {e}; results are kept in memory only"
+            ),
+        )
+    }
+
+    pub(super) fn unsaved_at_close(pending: usize, waited: std::time::Duration) -> Self {
+        Notice::warn(
+            "unsaved",
+            format!(
+                "tunecache: {pending} results were not saved within {waited:?}; the saver keeps trying in the background"
+            ),
+        )
+    }
+
+    pub(super) fn unsaved_at_exit(unsaved: usize) -> Self {
+        Notice::warn(
+            "unsaved-at-exit",
+            format!("tunecache: {unsaved} results could not be saved before shutdown"),
+        )
+    }
+
+    /// A save failed and will be retried. The condition is the kind of failure, not its
+    /// text, so a lock held for minutes gives one line.
+    pub(super) fn save_failed(e: &StoreError) -> Self {
+        let key = match e {
+            StoreError::LockTimeout { .. } => "lock-timeout".to_owned(),
+            other => format!("save:{other}"),
+        };
+        Notice::warn(
+            key,
+            format!("tunecache could not save yet: {e}; the saver will retry"),
+        )
+    }
+
+    pub(super) fn refresh_failed(e: &StoreError) -> Self {
+        Notice::debug(format!("tunecache refresh failed: {e}"))
+    }
+
+    pub(super) fn left_untouched(path: &Path, reason: &str) -> Self {
+        Notice::warn(
+            format!("blocked:{}", path.display()),
+            format!(
+                "tunecache is leaving {} untouched ({reason}); results are kept in memory only",
+                path.display()
+            ),
+        )
+    }
+
+    pub(super) fn unusable_namespace(ns: &str) -> Self {
+        Notice::warn(
+            format!("ns:{ns}"),
+            format!("tunecache skips entries of unusable namespace {ns:?}"),
+        )
+    }
+
+    /// The lines that tell the user about something the disk tier did or found.
+    fn of_event(event: &Event) -> Vec<Notice> {
+        match event {
+            Event::Quarantined {
+                original,
+                moved_to,
+                reason,
+            } => vec![Notice::warn(
+                format!("quarantine:{}", moved_to.display()),
+                format!(
+                    "tunecache: {} is unusable ({reason}); moved it to {} and continuing without it",
+                    original.display(),
+                    moved_to.display()
+                ),
+            )],
+            Event::Unusable { path, cause } => vec![Notice::warn(
+                format!("unusable:{}", path.display()),
+                format!(
+                    "tunecache: {} is unusable ({cause}); it will be moved aside once the lock is free",
+                    path.display()
+                ),
+            )],
+            Event::TornTail {
+                path,
+                offset,
+                len,
+                kept,
+            } => vec![Notice::warn(
+                format!("torn:{}:{offset}", path.display()),
+                format!(
+                    "tunecache: dropped {len} incomplete bytes at offset {offset} of {} (an interrupted write){}",
+                    path.display(),
+                    kept_at(kept.as_deref())
+                ),
+            )],
+            Event::DamagedRecords { path, count, kept } => vec![Notice::warn(
+                format!("damaged:{}", path.display()),
+                format!(
+                    "tunecache: skipped {count} damaged records in {}{}",
+                    path.display(),
+                    kept_at(kept.as_deref())
+                ),
+            )],
+            Event::StaleJournal { path } => vec![Notice::debug(format!(
+                "tunecache removed the stale journal {}",
+                path.display()
+            ))],
+            Event::Migrated { path, report } => migrated(path, report),
+            Event::Backup { path } => vec![Notice::info(format!(
+                "tunecache kept the pre-migration file as {}",
+                path.display()
+            ))],
+        }
+    }
+}
+
+fn kept_at(kept: Option<&Path>) -> String {
+    kept.map(|k| format!("; a copy is at {}", k.display()))
+        .unwrap_or_default()
+}
+
+fn migrated(path: &Path, report: &Report) -> Vec<Notice> {
+    let mut lines: Vec<Notice> = report
+        .steps
+        .iter()
+        .map(|step| Notice::info(format!("cache migration {step}")))
+        .collect();
+    lines.extend(report.collisions.iter().map(|c| Notice {
+        key: None,
+        level: Level::Warn,
+        text: format!("cache migration collision: {c}"),
+    }));
+    lines.push(Notice::info(format!(
+        "migrated {} cache v{} → v{} ({} entries) in {}",
+        report.app,
+        report.from,
+        report.to,
+        report.entries,
+        path.display()
+    )));
+    lines
+}
+
+impl Shared {
+    /// Logs `notice` unless its condition was already reported by this cache. The diagnostics
+    /// lock is released before anything is logged, and callers hold no other in-memory lock.
+    pub(super) fn notify(&self, notice: Notice) {
+        if let Some(key) = &notice.key
+            && !lock(&self.diag).warned.insert(key.clone())
+        {
+            return;
+        }
+        match notice.level {
+            Level::Warn => tracing::warn!("{}", notice.text),
+            Level::Info => tracing::info!("{}", notice.text),
+            Level::Debug => tracing::debug!("{}", notice.text),
+        }
+    }
+
+    /// The file must never be written by this build: stay in memory.
+    pub(super) fn block(&self, path: &Path, reason: &str) {
+        {
+            let mut diag = lock(&self.diag);
+            diag.mode = Mode::Memory;
+            diag.reason = Some(format!("{} left untouched: {reason}", path.display()));
+        }
+        self.notify(Notice::left_untouched(path, reason));
+    }
+
+    /// Tells the user about `event` (once per condition) and records what health reports.
+    pub(super) fn report(&self, event: Event) {
+        {
+            let mut diag = lock(&self.diag);
+            match &event {
+                Event::Quarantined { moved_to, .. } => diag.quarantined.push(moved_to.clone()),
+                Event::Migrated { report, .. } => diag.migration = Some(report.clone()),
+                _ => {}
+            }
+        }
+        for notice in Notice::of_event(&event) {
+            self.notify(notice);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_lock_is_one_condition_whatever_its_wait() {
+        let a = StoreError::LockTimeout {
+            path: "/x.lock".into(),
+            waited: std::time::Duration::from_millis(5000),
+        };
+        let b = StoreError::LockTimeout {
+            path: "/x.lock".into(),
+            waited: std::time::Duration::from_millis(5003),
+        };
+        assert_eq!(Notice::save_failed(&a).key, Notice::save_failed(&b).key);
+        assert_ne!(Notice::save_failed(&a).text, Notice::save_failed(&b).text);
+    }
+}

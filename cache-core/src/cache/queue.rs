@@ -1,0 +1,116 @@
+//! The save queue: which entries changed and wait for the saver, and how what a read found
+//! comes into memory. Callers and the saver meet here, under the state lock, for moments.
+
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
+
+use cache_format::{CacheData, Entry};
+
+use super::notice::Notice;
+use super::{Shared, State, lock};
+use crate::disk::Incoming;
+use crate::error::StoreError;
+use crate::namespace::Namespace;
+
+impl Shared {
+    /// Waits for the saver to signal, until `deadline` at most; `FlushTimeout(timeout)` once
+    /// the deadline has passed.
+    pub(super) fn wait_until<'a>(
+        &self,
+        st: MutexGuard<'a, State>,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<MutexGuard<'a, State>, StoreError> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(StoreError::FlushTimeout(timeout));
+        }
+        Ok(self
+            .cv
+            .wait_timeout(st, deadline - now)
+            .unwrap_or_else(|p| p.into_inner())
+            .0)
+    }
+
+    /// Counts a change; wakes the saver only when the cache goes from clean to dirty (it
+    /// then sleeps until the save is due, so later changes need no wake-up).
+    pub(super) fn mark_dirty(&self, st: &mut State) {
+        st.put_seq += 1;
+        if st.dirty_since.is_none() {
+            st.dirty_since = Some(Instant::now());
+            self.cv.notify_all();
+        }
+    }
+
+    /// The entries to write for the queued keys (read from memory now), plus other scopes.
+    pub(super) fn take_batch(&self, st: &mut State) -> CacheData {
+        let mut batch = std::mem::take(&mut st.other);
+        for (ns, fp) in st.dirty.drain() {
+            if let Some(entry) = self.memory.get(ns, &fp) {
+                batch.insert(&self.scope, ns.name(), Entry::clone(&entry));
+            }
+        }
+        batch
+    }
+
+    /// Puts a batch that could not be written back in the queue.
+    pub(super) fn requeue(&self, st: &mut State, batch: CacheData) {
+        for (scope, data) in batch.into_scopes() {
+            for (ns_name, entries) in data.into_namespaces() {
+                match (scope == self.scope)
+                    .then(|| Namespace::new(&ns_name).ok())
+                    .flatten()
+                {
+                    Some(ns) => st.dirty.extend(entries.keys().map(|fp| (ns, *fp))),
+                    None => {
+                        for entry in entries.into_values() {
+                            st.other.insert(&scope, &ns_name, entry);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes what a read found into memory, and reports its events once each.
+    pub(super) fn absorb(&self, inc: Incoming, persistent: bool) {
+        let Incoming {
+            data,
+            salvaged,
+            events,
+            needs_rewrite,
+        } = inc;
+        let mut mine = Vec::new();
+        let mut others = CacheData::new();
+        for (scope, scope_data) in data.into_scopes().chain(salvaged.clone().into_scopes()) {
+            if scope != self.scope {
+                for (ns, entries) in scope_data.into_namespaces() {
+                    for entry in entries.into_values() {
+                        others.insert(&scope, &ns, entry);
+                    }
+                }
+                continue;
+            }
+            for (ns, entries) in scope_data.into_namespaces() {
+                let Ok(ns) = Namespace::new(&ns) else {
+                    self.notify(Notice::unusable_namespace(&ns));
+                    continue;
+                };
+                mine.extend(entries.into_values().map(|e| (ns, e)));
+            }
+        }
+        self.memory.merge_many(mine);
+        if !others.is_empty() {
+            lock(&self.others).merge(others);
+        }
+        if persistent && (needs_rewrite || !salvaged.is_empty()) {
+            let mut st = lock(&self.state);
+            st.rewrite |= needs_rewrite;
+            self.requeue(&mut st, salvaged);
+            self.mark_dirty(&mut st);
+        }
+        for event in events {
+            self.report(event);
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Per-key claims: while one process measures a key, other processes that share the cache file
+//! wait for it (a bounded time) instead of measuring the same key again.
+//!
+//! A claim is an exclusive `flock` on `<file>.claims/<namespace>-<fingerprint>.lock` (FORMAT.md,
+//! "Claim files"). The kernel releases it when the holder drops it or dies, so a killed tuner
+//! never leaves a key claimed. The files themselves hold no data; deleting one that nobody holds
+//! is harmless, which is what a later `gc` does.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cache_format::Fingerprint;
+
+use crate::error::StoreError;
+use crate::fsio;
+use crate::lock::FileLock;
+use crate::namespace::Namespace;
+
+/// The outcome of [`crate::Cache::claim`].
+#[derive(Debug)]
+pub enum Claim {
+    /// This process holds the key until the guard is dropped; other processes wait for it.
+    Held(ClaimGuard),
+    /// Another process held the key for longer than the wait.
+    Busy,
+    /// There is no file to share (a memory-only or read-only cache, or the claims folder
+    /// cannot be written): the threads of this process are all there is.
+    Unshared,
+}
+
+/// A held claim on one key; released on drop (or when the process dies).
+#[derive(Debug)]
+pub struct ClaimGuard {
+    _lock: FileLock,
+}
+
+/// The folder of claim files of the cache file `path`: `<path>.claims`.
+pub(crate) fn claims_dir(path: &Path) -> PathBuf {
+    fsio::with_suffix(path, ".claims")
+}
+
+/// The claim file of one key: the namespace with every byte outside `[A-Za-z0-9_-]` replaced
+/// by `_`, a dash, and the key fingerprint in 32 lower-case hex digits.
+pub(crate) fn claim_file(dir: &Path, ns: Namespace, fp: &Fingerprint) -> PathBuf {
+    let safe: String = ns
+        .name()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    dir.join(format!("{safe}-{}.lock", fp.to_hex()))
+}
+
+/// Takes the claim of `(ns, fp)` for the cache file `path`, waiting at most `wait`.
+pub(crate) fn claim(path: &Path, ns: Namespace, fp: &Fingerprint, wait: Duration) -> Claim {
+    let dir = claims_dir(path);
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        tracing::debug!(
+            "tunecache: no cross-process claim for a key: cannot create {}: {e}",
+            dir.display()
+        );
+        return Claim::Unshared;
+    }
+    match FileLock::acquire(&claim_file(&dir, ns, fp), wait) {
+        Ok(lock) => Claim::Held(ClaimGuard { _lock: lock }),
+        Err(StoreError::LockTimeout { .. }) => Claim::Busy,
+        Err(e) => {
+            tracing::debug!("tunecache: no cross-process claim for a key: {e}");
+            Claim::Unshared
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_files_are_named_by_a_safe_namespace_and_the_fingerprint() {
+        let ns = Namespace::new("conv/fwd.v2").expect("valid");
+        let fp = Fingerprint([0xab; 16]);
+        assert_eq!(
+            claim_file(Path::new("/c.tcache.claims"), ns, &fp),
+            PathBuf::from(format!(
+                "/c.tcache.claims/conv_fwd_v2-{}.lock",
+                "ab".repeat(16)
+            ))
+        );
+        assert_eq!(
+            claims_dir(Path::new("/x/c.tcache")),
+            PathBuf::from("/x/c.tcache.claims")
+        );
+    }
+
+    #[test]
+    fn a_claim_excludes_another_until_dropped() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("c.tcache");
+        let ns = Namespace::new("matmul").expect("valid");
+        let fp = Fingerprint([1; 16]);
+        let held = claim(&path, ns, &fp, Duration::ZERO);
+        assert!(matches!(held, Claim::Held(_)));
+        assert!(matches!(
+            claim(&path, ns, &fp, Duration::from_millis(20)),
+            Claim::Busy
+        ));
+        assert!(
+            matches!(
+                claim(&path, ns, &Fingerprint([2; 16]), Duration::ZERO),
+                Claim::Held(_)
+            ),
+            "another key is free"
+        );
+        drop(held);
+        assert!(matches!(
+            claim(&path, ns, &fp, Duration::ZERO),
+            Claim::Held(_)
+        ));
+    }
+}

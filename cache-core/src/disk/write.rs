@@ -1,0 +1,175 @@
+//! The write half of the disk tier, always under the cache lock: append one journal record,
+//! or compact everything into a new snapshot (written to a temporary file, synced, renamed,
+//! the directory synced), keeping a backup of a migrated file when asked.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+
+use cache_format::{
+    CacheData, FormatVersion, encode_journal_header, encode_record, encode_snapshot, peek_header,
+};
+
+use super::{Cursor, Disk, Event, Failure, JournalState, SnapState};
+use crate::error::StoreError;
+use crate::fsio::{self, FileId};
+
+impl Disk {
+    /// Writes `batch` (under the lock, right after `read_updates(true)`): appends one journal
+    /// record, or compacts everything into a new snapshot when there is no snapshot yet, when
+    /// `rewrite` is set, or when the journal has grown past its share of the snapshot.
+    pub(crate) fn write(
+        &mut self,
+        batch: &CacheData,
+        rewrite: bool,
+    ) -> Result<Vec<Event>, Failure> {
+        if batch.is_empty() && !rewrite {
+            return Ok(Vec::new());
+        }
+        let record = if batch.is_empty() {
+            Vec::new()
+        } else {
+            encode_record(batch)
+        };
+        let snapshot_len = self.cursor.snapshot.as_ref().map(|s| s.id.len);
+        let journal_len = fsio::stat(&self.paths.journal)?.map_or(0, |m| m.len());
+        let budget = snapshot_len.map_or(0, |len| {
+            self.options
+                .compact_min_bytes
+                .max((len as f64 * self.options.compact_ratio) as u64)
+        });
+        let wants_compaction =
+            snapshot_len.is_none() || rewrite || journal_len + record.len() as u64 > budget;
+        if wants_compaction {
+            let estimate = snapshot_len.unwrap_or(0) + journal_len + record.len() as u64;
+            match fs4::available_space(&self.paths.dir) {
+                // Not enough room for a new snapshot beside the old one: keep appending.
+                Ok(free) if free < estimate + (1 << 20) && snapshot_len.is_some() && !rewrite => {}
+                _ => return self.compact(batch),
+            }
+        }
+        self.append(&record)?;
+        Ok(Vec::new())
+    }
+
+    fn compact(&mut self, batch: &CacheData) -> Result<Vec<Event>, Failure> {
+        let all = self.read_all(true)?;
+        let mut data = all.data;
+        data.merge(all.salvaged);
+        data.merge(batch.clone());
+        self.write_snapshot(&data, all.events)
+    }
+
+    /// Replaces the snapshot with `data` and removes the journal (under the lock). `data`
+    /// must be everything on disk (as a read from a fresh cursor returns) plus what is new.
+    pub(crate) fn write_snapshot(
+        &mut self,
+        data: &CacheData,
+        mut events: Vec<Event>,
+    ) -> Result<Vec<Event>, Failure> {
+        fsio::remove_stale_temporaries(&self.paths.snapshot);
+        fsio::remove_stale_temporaries(&self.paths.journal);
+        let migrated = self
+            .cursor
+            .snapshot
+            .as_ref()
+            .is_some_and(|s| s.migrated_from.is_some());
+        if migrated && self.options.backup_on_migrate {
+            events.extend(self.back_up()?);
+        }
+        let bytes = encode_snapshot(self.registry.app(), self.registry.current(), data);
+        fsio::atomic_write(&self.paths.snapshot, &bytes)?;
+        self.remove_journal()?;
+        let (_, header) = peek_header(&bytes, &self.options.limits)
+            .expect("a snapshot this build just encoded has a valid header");
+        let id = fsio::stat(&self.paths.snapshot)?
+            .map(|m| FileId::of(&m))
+            .ok_or_else(|| {
+                StoreError::io(
+                    "find the snapshot just written at",
+                    &self.paths.snapshot,
+                    std::io::ErrorKind::NotFound.into(),
+                )
+            })?;
+        self.cursor = Cursor {
+            snapshot: Some(SnapState {
+                id,
+                generation: header.generation,
+                migrated_from: None,
+            }),
+            journal: None,
+        };
+        Ok(events)
+    }
+
+    /// Keeps the current snapshot (and journal) as `<file>.bak.<ms>` (`<file>.journal.bak.<ms>`):
+    /// a hard link where the file system allows, a copy otherwise.
+    fn back_up(&self) -> Result<Vec<Event>, StoreError> {
+        let stamp = cache_format::now_millis();
+        let mut events = Vec::new();
+        for original in [&self.paths.snapshot, &self.paths.journal] {
+            if fsio::stat(original)?.is_none() {
+                continue;
+            }
+            let backup = fsio::with_suffix(original, &format!(".bak.{stamp}"));
+            if fs::hard_link(original, &backup).is_err() {
+                fs::copy(original, &backup).map_err(|e| StoreError::io("back up", original, e))?;
+            }
+            events.push(Event::Backup { path: backup });
+        }
+        Ok(events)
+    }
+
+    fn append(&mut self, record: &[u8]) -> Result<(), Failure> {
+        let path = self.paths.journal.clone();
+        let snap = self
+            .cursor
+            .snapshot
+            .as_ref()
+            .expect("append happens only when a snapshot exists");
+        if self.cursor.journal.is_none() {
+            // No journal for this snapshot yet (or a stale one was removed): start one.
+            let header = cache_format::JournalHeader {
+                app: self.registry.app().to_owned(),
+                schema: self.registry.current(),
+                base: snap.generation,
+            };
+            let bytes = encode_journal_header(&header);
+            fsio::atomic_write(&path, &bytes)?;
+            let id = FileId::of(&fsio::stat(&path)?.ok_or_else(|| {
+                StoreError::io("find", &path, std::io::ErrorKind::NotFound.into())
+            })?);
+            self.cursor.journal = Some(JournalState::new(
+                id,
+                FormatVersion::CURRENT,
+                header,
+                &bytes,
+            ));
+        }
+        let j = self.cursor.journal.as_mut().expect("just ensured");
+        if j.schema != self.registry.current() || j.app != self.registry.app() {
+            // An older journal is still bound to this snapshot; it is rewritten at the next
+            // compaction. Appending current-schema records to it would mislabel them.
+            return Err(Failure::Retry(StoreError::io(
+                "append to",
+                &path,
+                std::io::Error::other("the journal has an older schema; compaction pending"),
+            )));
+        }
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| StoreError::io("open", &path, e))?;
+        let before = j.offset;
+        let written = file.write_all(record).and_then(|()| file.sync_data());
+        if let Err(e) = written {
+            // Leave no partial record behind (we hold the lock, nobody else appends).
+            let _ = file.set_len(before).and_then(|()| file.sync_all());
+            return Err(Failure::Retry(StoreError::io("append to", &path, e)));
+        }
+        j.offset = before + record.len() as u64;
+        if let Ok(Some(meta)) = fsio::stat(&path) {
+            j.id = FileId::of(&meta);
+        }
+        Ok(())
+    }
+}

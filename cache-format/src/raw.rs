@@ -1,0 +1,43 @@
+//! Decoders that skip the version gate: payload bytes to entries, or to the schema-less view,
+//! exactly as stored, with no check of application, schema or format version.
+//!
+//! They have two callers, and should keep only those: cache-migrate's `upgrade`, which applies
+//! the gate before decoding and the migration in between, and read-only inspection, which
+//! shows a file as stored and reports separately the gate it would apply. Anything that wants
+//! entries to use goes through `cache_migrate::upgrade`. Every decoder here takes [`Limits`]
+//! and scans before it decodes.
+
+use crate::envelope::{FormatVersion, Snapshot, scan_whole, value_from_bytes};
+use crate::error::FormatError;
+use crate::model::CacheData;
+use crate::scan::Limits;
+use crate::wire;
+
+/// Decodes the schema-less view of a payload (e.g. after a migration) into the typed model
+/// of the current format.
+pub fn data_from_value(value: &rmpv::Value, limits: &Limits) -> Result<CacheData, FormatError> {
+    let mut bytes = Vec::new();
+    rmpv::encode::write_value(&mut bytes, value).expect("encoding to a Vec cannot fail");
+    decode_payload(&bytes, limits)
+}
+
+/// Decodes payload bytes (of a snapshot or a journal record) at the current format, after
+/// the bounded scan.
+pub fn decode_payload(bytes: &[u8], limits: &Limits) -> Result<CacheData, FormatError> {
+    scan_whole(bytes, "payload", limits)?;
+    wire::decode_payload(bytes, "payload")
+}
+
+/// Decodes payload bytes into the schema-less view, after the bounded scan.
+pub fn payload_value(bytes: &[u8], limits: &Limits) -> Result<rmpv::Value, FormatError> {
+    scan_whole(bytes, "payload", limits)?;
+    value_from_bytes(bytes, "payload")
+}
+
+/// Decodes a snapshot's payload as stored, at the current format. Its payload was scanned when
+/// [`crate::read_snapshot`] verified the envelope, so it is not scanned again.
+pub fn decode_snapshot(snap: &Snapshot<'_>) -> Result<CacheData, FormatError> {
+    match snap.format {
+        FormatVersion::V1 => wire::decode_payload(snap.payload_bytes(), "payload"),
+    }
+}

@@ -1,0 +1,266 @@
+//! Choosing a candidate: the best current one of an entry that prepares, a provisional
+//! stand-in (the nearest tuned key's winner, or a declared default) while another thread or
+//! process tunes, and the fall-back to the runner-up when a chosen candidate fails at run
+//! time.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use cache_core::cache_format::{
+    Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, now_millis,
+};
+
+use super::plan::{distance, ranked_current};
+use super::{Choice, MissPolicy, TuneError, TunedInner, lock};
+use crate::operation::Operation;
+
+impl<O: Operation> TunedInner<O> {
+    pub(super) fn choose_reused(
+        &self,
+        key: &O::Key,
+        ckey: &Key,
+        current: &[CandidateId],
+        entry: &Entry,
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        let saved: u64 = entry
+            .candidates()
+            .iter()
+            .filter(|c| current.contains(&c.id))
+            .filter_map(|c| c.tuning_ns)
+            .sum();
+        self.counters.reused_keys.fetch_add(1, Ordering::Relaxed);
+        // Only what this process did not spend itself, once per cache key.
+        if lock(&self.counted).insert(ckey.fingerprint()) {
+            self.counters.saved_ns.fetch_add(saved, Ordering::Relaxed);
+        }
+        self.choose(key, ckey, current, entry, HashMap::new())
+    }
+
+    /// The best current candidate of `entry` that prepares; failing ones are recorded.
+    pub(super) fn choose(
+        &self,
+        key: &O::Key,
+        ckey: &Key,
+        current: &[CandidateId],
+        entry: &Entry,
+        mut handles: HashMap<CandidateId, Arc<O::Handle>>,
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        // Only candidates of the current set count: a stored winner that is not one of them is
+        // ignored.
+        let mut ranking: Vec<CandidateId> = ranked_current(entry, current)
+            .into_iter()
+            .map(|c| c.id.clone())
+            .collect();
+        let mut reasons = Vec::new();
+        while !ranking.is_empty() {
+            let spec = ranking[0].clone();
+            let handle = match handles.remove(&spec) {
+                Some(h) => Ok(h),
+                None => self.op.prepare(&spec, key).map(Arc::new),
+            };
+            match handle {
+                Ok(handle) => {
+                    return Ok(Arc::new(Choice {
+                        candidate: spec,
+                        handle,
+                        provisional: false,
+                        expires: None,
+                        ranking,
+                        key: ckey.clone(),
+                    }));
+                }
+                Err(e) => {
+                    reasons.push(format!("{spec}: {e}"));
+                    self.record(Entry::new(
+                        ckey.clone(),
+                        Fingerprint::default(),
+                        Origin::here(),
+                        now_millis(),
+                        [Candidate::new(
+                            spec.clone(),
+                            Outcome::Failed(format!("prepare failed: {e}")),
+                        )],
+                    ));
+                    ranking.remove(0);
+                }
+            }
+        }
+        for c in entry.candidates() {
+            if let Outcome::Failed(r) = &c.outcome
+                && current.contains(&c.id)
+            {
+                reasons.push(format!("{}: {r}", c.id.algorithm));
+            }
+        }
+        Err(TuneError::NoCandidate {
+            namespace: self.namespace().to_owned(),
+            key: ckey.to_string(),
+            reasons: if reasons.is_empty() {
+                "nothing was measured".into()
+            } else {
+                reasons.join("; ")
+            },
+        })
+    }
+
+    /// A stand-in while someone else tunes: the declared default, else the nearest tuned key's
+    /// winner, else the first applicable candidate. Nothing is measured.
+    pub(super) fn fallback(
+        self: &Arc<Self>,
+        key: &O::Key,
+        why: &str,
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        tracing::debug!(
+            "tunecache: {} uses a provisional choice: {why}",
+            self.namespace()
+        );
+        let ckey = self.cache_key(key)?;
+        let current = self.current(key);
+        let mut choice = match &self.config.policy {
+            MissPolicy::Never { default } => self.declared(key, &ckey, &current, default)?,
+            _ => self.nearest(key, &ckey, &current)?,
+        };
+        if let Some(c) = Arc::get_mut(&mut choice) {
+            c.expires = Some(Instant::now() + self.config.provisional_ttl);
+        }
+        self.publish(key, &choice);
+        Ok(choice)
+    }
+
+    pub(super) fn provisional(
+        &self,
+        key: &O::Key,
+        ckey: &Key,
+        spec: CandidateId,
+        current: &[CandidateId],
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        let handle = self
+            .op
+            .prepare(&spec, key)
+            .map_err(|e| TuneError::NoCandidate {
+                namespace: self.namespace().to_owned(),
+                key: ckey.to_string(),
+                reasons: format!("{spec}: {e}"),
+            })?;
+        self.counters.provisional.fetch_add(1, Ordering::Relaxed);
+        let mut ranking = vec![spec.clone()];
+        ranking.extend(current.iter().filter(|c| **c != spec).cloned());
+        Ok(Arc::new(Choice {
+            candidate: spec,
+            handle: Arc::new(handle),
+            provisional: true,
+            expires: None,
+            ranking,
+            key: ckey.clone(),
+        }))
+    }
+
+    pub(super) fn declared(
+        &self,
+        key: &O::Key,
+        ckey: &Key,
+        current: &[CandidateId],
+        default: &CandidateId,
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        let spec = if current.contains(default) {
+            default.clone()
+        } else {
+            current[0].clone()
+        };
+        let mut choice = self.provisional(key, ckey, spec, current)?;
+        if let Some(c) = Arc::get_mut(&mut choice) {
+            // A declared default is the answer, not a stand-in.
+            c.provisional = false;
+        }
+        Ok(choice)
+    }
+
+    /// The winner of the nearest tuned key of this namespace (same non-numeric fields, closest
+    /// numeric ones), else the first current candidate.
+    pub(super) fn nearest(
+        &self,
+        key: &O::Key,
+        ckey: &Key,
+        current: &[CandidateId],
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        let mut best: Option<(f64, Fingerprint, CandidateId)> = None;
+        for (ns, entry) in self.cache().entries() {
+            if ns != self.ns || entry.fingerprint() == ckey.fingerprint() {
+                continue;
+            }
+            let Some(d) = distance(ckey.fields(), entry.key().fields()) else {
+                continue;
+            };
+            let Some(winner) = ranked_current(&entry, current)
+                .first()
+                .map(|c| c.id.clone())
+            else {
+                continue;
+            };
+            let better = best
+                .as_ref()
+                .is_none_or(|(bd, bfp, _)| d < *bd || (d == *bd && entry.fingerprint() < *bfp));
+            if better {
+                best = Some((d, entry.fingerprint(), winner));
+            }
+        }
+        let spec = best.map_or_else(|| current[0].clone(), |(_, _, s)| s);
+        self.provisional(key, ckey, spec, current)
+    }
+
+    /// Records that `choice` failed at run time and returns the runner-up's choice.
+    pub(super) fn demote(
+        &self,
+        key: &O::Key,
+        choice: &Choice<O::Handle>,
+        reason: String,
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        self.counters.failures.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            "tunecache: {} {} failed at run time ({reason}); falling back to the runner-up",
+            self.namespace(),
+            choice.candidate
+        );
+        self.record(Entry::new(
+            choice.key.clone(),
+            Fingerprint::default(),
+            Origin::here(),
+            now_millis(),
+            [Candidate::new(
+                choice.candidate.clone(),
+                Outcome::Failed(format!("failed at run time: {reason}")),
+            )],
+        ));
+        let rest: Vec<CandidateId> = choice
+            .ranking
+            .iter()
+            .filter(|c| **c != choice.candidate)
+            .cloned()
+            .collect();
+        let mut reasons = vec![format!("{}: {reason}", choice.candidate)];
+        for (i, spec) in rest.iter().enumerate() {
+            match self.op.prepare(spec, key) {
+                Ok(handle) => {
+                    let next = Arc::new(Choice {
+                        candidate: spec.clone(),
+                        handle: Arc::new(handle),
+                        provisional: choice.provisional,
+                        expires: choice.expires,
+                        ranking: rest[i..].to_vec(),
+                        key: choice.key.clone(),
+                    });
+                    self.publish(key, &next);
+                    return Ok(next);
+                }
+                Err(e) => reasons.push(format!("{spec}: {e}")),
+            }
+        }
+        Err(TuneError::NoCandidate {
+            namespace: self.namespace().to_owned(),
+            key: choice.key.to_string(),
+            reasons: reasons.join("; "),
+        })
+    }
+}

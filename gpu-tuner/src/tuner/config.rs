@@ -1,0 +1,165 @@
+//! The public configuration and result types of the tuner: what a miss does, how one operation
+//! is tuned, what goes wrong, and what is reported and counted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cache_core::cache_format::{CandidateId, Key, Stats};
+
+use crate::bucket::Bucketing;
+use crate::measure::MeasureConfig;
+
+/// What to do when a key has no usable entry.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MissPolicy {
+    /// Measure the candidates now (the default).
+    TuneNow,
+    /// Use the winner of the nearest already-tuned key now (or the first candidate if there is
+    /// none), and tune this key on a background thread, spending at most `budget` of
+    /// background tuning time in this process.
+    NearestThenTune {
+        /// Total background tuning time allowed.
+        budget: Duration,
+    },
+    /// Never measure: use this declared default.
+    Never {
+        /// The candidate to use.
+        default: CandidateId,
+    },
+}
+
+/// How one operation is tuned.
+#[derive(Debug, Clone)]
+pub struct OpConfig {
+    /// What a miss does.
+    pub policy: MissPolicy,
+    /// Key bucketing for this namespace.
+    pub bucketing: Bucketing,
+    /// Longest wait for another thread or process that is tuning the same key; past it, a
+    /// provisional fallback is used and nothing is measured twice.
+    pub wait: Duration,
+    /// How candidates are measured.
+    pub measure: MeasureConfig,
+    /// After a scope change (same device, new driver or library), how many of the stored best
+    /// candidates are re-timed.
+    pub retime_top: usize,
+    /// Make each candidate's measurement durable as soon as it is taken, so a killed tune
+    /// resumes where it stopped.
+    pub flush_each: bool,
+    /// How long a provisional fallback is used before the key is looked at again.
+    pub provisional_ttl: Duration,
+}
+
+impl Default for OpConfig {
+    fn default() -> Self {
+        OpConfig {
+            policy: MissPolicy::TuneNow,
+            bucketing: Bucketing::none(),
+            wait: Duration::from_secs(30),
+            measure: MeasureConfig::default(),
+            retime_top: 3,
+            flush_each: true,
+            provisional_ttl: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why a key could not be served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TuneError {
+    /// The key cannot be turned into canonical fields (e.g. it has a float).
+    #[error("invalid key for {namespace}: {reason}")]
+    InvalidKey {
+        /// The namespace.
+        namespace: String,
+        /// Why.
+        reason: String,
+    },
+    /// No candidate can run the key.
+    #[error("no candidate of {namespace} can run {key}: {reasons}")]
+    NoCandidate {
+        /// The namespace.
+        namespace: String,
+        /// The key.
+        key: String,
+        /// What each candidate said.
+        reasons: String,
+    },
+    /// Setting up the problem to measure on failed.
+    #[error("cannot set up {namespace} {key} for measuring: {reason}")]
+    Problem {
+        /// The namespace.
+        namespace: String,
+        /// The key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// The namespace name was refused.
+    #[error("{0}")]
+    Namespace(String),
+}
+
+/// What the tuner is doing, for progress displays.
+#[derive(Debug)]
+pub enum Progress<'a> {
+    /// Measuring starts for a key.
+    Tuning {
+        /// The namespace.
+        namespace: &'a str,
+        /// The key.
+        key: &'a Key,
+        /// How many candidates will be measured.
+        candidates: usize,
+    },
+    /// One candidate was measured (or failed), and the result recorded (durable, with
+    /// `flush_each`).
+    Measured {
+        /// The namespace.
+        namespace: &'a str,
+        /// The candidate.
+        candidate: &'a CandidateId,
+        /// Its statistics, or why it failed.
+        result: Result<&'a Stats, &'a str>,
+        /// Whether sampling stopped early because it was clearly losing.
+        stopped_early: bool,
+    },
+    /// A key is tuned.
+    Tuned {
+        /// The namespace.
+        namespace: &'a str,
+        /// The key.
+        key: &'a Key,
+        /// The winner.
+        winner: &'a CandidateId,
+        /// Time spent preparing and measuring.
+        elapsed: Duration,
+    },
+}
+
+/// A progress callback.
+pub type ProgressFn = Arc<dyn Fn(&Progress<'_>) + Send + Sync>;
+
+/// Counters of one tuned operation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TuneStats {
+    /// Calls served from the dispatch table.
+    pub hits: u64,
+    /// Calls that went to the miss path.
+    pub misses: u64,
+    /// Keys for which something was measured.
+    pub tuned_keys: u64,
+    /// Keys served from the persistent cache without measuring.
+    pub reused_keys: u64,
+    /// Candidates measured (or found failing).
+    pub measured: u64,
+    /// Provisional choices handed out.
+    pub provisional: u64,
+    /// Chosen candidates that failed at run time and were replaced by the runner-up.
+    pub failures: u64,
+    /// Time spent preparing and measuring.
+    pub tuning_time: Duration,
+    /// Tuning time recorded for the cache keys reused (each counted once, none that this
+    /// process tuned itself): what this process did not spend.
+    pub saved_time: Duration,
+}

@@ -1,0 +1,61 @@
+//! The counters of one tuned operation. Hits are counted on the hot path, so their counter is
+//! striped over cache lines: threads hitting at once do not contend on one.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use super::TuneStats;
+
+/// A counter split over cache lines.
+#[derive(Default)]
+pub(super) struct Striped([CachePadded<AtomicU64>; 8]);
+
+impl Striped {
+    #[inline]
+    pub(super) fn add(&self, n: u64) {
+        thread_local! {
+            static STRIPE: usize = {
+                static NEXT: AtomicU64 = AtomicU64::new(0);
+                (NEXT.fetch_add(1, Ordering::Relaxed) % 8) as usize
+            };
+        }
+        let i = STRIPE.with(|s| *s);
+        self.0[i].fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn sum(&self) -> u64 {
+        self.0.iter().map(|p| p.load(Ordering::Relaxed)).sum()
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) hits: Striped,
+    pub(super) misses: AtomicU64,
+    pub(super) tuned_keys: AtomicU64,
+    pub(super) reused_keys: AtomicU64,
+    pub(super) measured: AtomicU64,
+    pub(super) provisional: AtomicU64,
+    pub(super) failures: AtomicU64,
+    pub(super) tuning_ns: AtomicU64,
+    pub(super) saved_ns: AtomicU64,
+}
+
+impl Counters {
+    pub(super) fn snapshot(&self) -> TuneStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        TuneStats {
+            hits: self.hits.sum(),
+            misses: get(&self.misses),
+            tuned_keys: get(&self.tuned_keys),
+            reused_keys: get(&self.reused_keys),
+            measured: get(&self.measured),
+            provisional: get(&self.provisional),
+            failures: get(&self.failures),
+            tuning_time: Duration::from_nanos(get(&self.tuning_ns)),
+            saved_time: Duration::from_nanos(get(&self.saved_ns)),
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! The miss path: from a key that missed the dispatch table to a published choice. Looks in
+//! the cache, claims the key across processes, measures what the plan says, records each
+//! measurement as it is taken, and chooses.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use cache_core::cache_format::{
+    Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, now_millis, to_fields,
+};
+use cache_core::{Cache, Claim, Store, StoreError};
+
+use super::flight::Flight;
+use super::plan::{self, Known, Plan, ranked_current};
+use super::{Choice, Dispatch, MissPolicy, Progress, TuneError, TunedInner, lock};
+use crate::measure::measure;
+use crate::operation::Operation;
+
+impl<O: Operation> TunedInner<O> {
+    pub(super) fn namespace(&self) -> &str {
+        self.ns.name()
+    }
+
+    pub(super) fn cache(&self) -> &Cache {
+        &self.tuner.cache
+    }
+
+    pub(super) fn progress(&self, event: &Progress<'_>) {
+        let callback = self
+            .tuner
+            .progress
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(f) = callback {
+            f(event);
+        }
+    }
+
+    pub(super) fn cache_key(&self, key: &O::Key) -> Result<Key, TuneError> {
+        let fields = to_fields(key).map_err(|e| TuneError::InvalidKey {
+            namespace: self.namespace().to_owned(),
+            reason: e.to_string(),
+        })?;
+        Ok(Key::new(self.config.bucketing.apply(fields)))
+    }
+
+    pub(super) fn current(&self, key: &O::Key) -> Vec<CandidateId> {
+        self.op
+            .candidates()
+            .into_iter()
+            .filter(|c| self.op.applies(c, key))
+            .collect()
+    }
+
+    pub(super) fn set_checksum(&self, current: &[CandidateId]) -> Fingerprint {
+        Fingerprint::of_candidate_set(
+            current.iter().map(|c| (c.algorithm.as_str(), &c.params)),
+            &self.op.salt(),
+        )
+    }
+
+    pub(super) fn publish(&self, key: &O::Key, choice: &Arc<Choice<O::Handle>>) {
+        let _writer = lock(&self.publish);
+        let mut map = Dispatch::<O>::clone(&self.dispatch.load());
+        map.insert(key.clone(), Arc::clone(choice));
+        self.dispatch.store(Arc::new(map));
+    }
+
+    pub(super) fn miss(
+        self: &Arc<Self>,
+        key: &O::Key,
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        let (flight, leader) = {
+            let mut inflight = lock(&self.inflight);
+            if let Some(c) = self.dispatch.load().get(key)
+                && c.expires.is_none_or(|t| Instant::now() < t)
+            {
+                return Ok(Arc::clone(c));
+            }
+            match inflight.get(key) {
+                Some(f) => (Arc::clone(f), false),
+                None => {
+                    let f = Arc::new(Flight::default());
+                    inflight.insert(key.clone(), Arc::clone(&f));
+                    (f, true)
+                }
+            }
+        };
+        if !leader {
+            // Another thread is on it: wait (bounded), never tune twice.
+            return match flight.wait(self.config.wait) {
+                Some(result) => result,
+                None => self.fallback(key, "another thread is still tuning this key"),
+            };
+        }
+        let result = self.resolve(key, &self.config.policy);
+        if let Ok(choice) = &result {
+            self.publish(key, choice);
+        }
+        lock(&self.inflight).remove(key);
+        flight.finish(result.clone());
+        result
+    }
+
+    /// Looks at what is stored for the key (this scope and the others) and decides what to
+    /// measure (see [`plan::plan`]).
+    pub(super) fn plan(&self, ckey: &Key, current: &[CandidateId], set: Fingerprint) -> Plan {
+        let cache = self.cache();
+        let stored = cache.lookup(self.ns, ckey).map(|e| Entry::clone(&e));
+        let others = if stored.is_none() {
+            cache.lookup_other_scopes(self.ns, &ckey.fingerprint())
+        } else {
+            Vec::new()
+        };
+        let known = Known {
+            stored,
+            others,
+            scope: cache.scope(),
+            volatile: &self.tuner.volatile,
+        };
+        plan::plan(known, current, set, self.config.retime_top)
+    }
+
+    pub(super) fn resolve(
+        self: &Arc<Self>,
+        key: &O::Key,
+        policy: &MissPolicy,
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        let ckey = self.cache_key(key)?;
+        let current = self.current(key);
+        if current.is_empty() {
+            return Err(TuneError::NoCandidate {
+                namespace: self.namespace().to_owned(),
+                key: ckey.to_string(),
+                reasons: "no candidate applies to this key".into(),
+            });
+        }
+        let set = self.set_checksum(&current);
+        // Fast path: complete in the cache, no claim needed.
+        if let Plan::Use(entry) = self.plan(&ckey, &current, set) {
+            return self.choose_reused(key, &ckey, &current, &entry);
+        }
+        // Someone has to measure: take the key's claim (other processes wait for it), and
+        // look again, since another process may have finished it meanwhile.
+        let claim = self
+            .cache()
+            .claim(self.ns, &ckey.fingerprint(), self.config.wait);
+        if !matches!(claim, Claim::Unshared) {
+            let _ = self.cache().refresh();
+        }
+        let plan = self.plan(&ckey, &current, set);
+        if let Claim::Busy = claim
+            && !matches!(plan, Plan::Use(_))
+        {
+            return self.fallback(key, "another process is still tuning this key");
+        }
+        let choice = match plan {
+            Plan::Use(entry) => self.choose_reused(key, &ckey, &current, &entry),
+            Plan::Measure { entry, list } => self.tune(key, &ckey, &current, set, entry, list),
+            Plan::Miss => match policy {
+                MissPolicy::TuneNow => self.tune(key, &ckey, &current, set, None, current.clone()),
+                MissPolicy::Never { default } => self.declared(key, &ckey, &current, default),
+                MissPolicy::NearestThenTune { budget } => {
+                    let choice = self.nearest(key, &ckey, &current)?;
+                    self.enqueue_background(key.clone(), *budget);
+                    Ok(choice)
+                }
+            },
+        };
+        drop(claim);
+        choice
+    }
+
+    /// Measures `list` for the key, records each result as it completes, and chooses.
+    pub(super) fn tune(
+        &self,
+        key: &O::Key,
+        ckey: &Key,
+        current: &[CandidateId],
+        set: Fingerprint,
+        stored: Option<Entry>,
+        list: Vec<CandidateId>,
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        let started = Instant::now();
+        let origin = Origin::here();
+        let mut entry = stored.unwrap_or_else(|| {
+            Entry::new(
+                ckey.clone(),
+                Fingerprint::default(),
+                origin.clone(),
+                now_millis(),
+                [],
+            )
+        });
+        let mut handles: HashMap<CandidateId, Arc<O::Handle>> = HashMap::new();
+        if !list.is_empty() {
+            self.progress(&Progress::Tuning {
+                namespace: self.namespace(),
+                key: ckey,
+                candidates: list.len(),
+            });
+            let mut problem = self.op.problem(key).map_err(|reason| TuneError::Problem {
+                namespace: self.namespace().to_owned(),
+                key: ckey.to_string(),
+                reason,
+            })?;
+            let mut best = ranked_current(&entry, current)
+                .first()
+                .and_then(|c| c.stats().map(|s| s.median_ns));
+            for spec in &list {
+                let t0 = Instant::now();
+                let outcome = match self.op.prepare(spec, key) {
+                    Err(e) => Err(format!("prepare failed: {e}")),
+                    Ok(handle) => {
+                        let handle = Arc::new(handle);
+                        let measured =
+                            measure(&self.op, &handle, &mut problem, &self.config.measure, best);
+                        handles.insert(spec.clone(), handle);
+                        measured
+                    }
+                };
+                let mut candidate = Candidate::new(
+                    spec.clone(),
+                    match &outcome {
+                        Ok(m) => Outcome::Measured(m.stats),
+                        Err(e) => Outcome::Failed(e.clone()),
+                    },
+                );
+                candidate.tuning_ns = Some(t0.elapsed().as_nanos() as u64);
+                if let Ok(m) = &outcome {
+                    best = Some(best.map_or(m.stats.median_ns, |b| b.min(m.stats.median_ns)));
+                }
+                self.counters.measured.fetch_add(1, Ordering::Relaxed);
+                // Durable now, marked incomplete (a zero candidate-set checksum), so a kill
+                // resumes here.
+                let record = Entry::new(
+                    ckey.clone(),
+                    Fingerprint::default(),
+                    origin.clone(),
+                    now_millis(),
+                    [candidate],
+                );
+                entry.merge(record.clone());
+                self.record(record);
+                self.progress(&Progress::Measured {
+                    namespace: self.namespace(),
+                    candidate: spec,
+                    result: outcome.as_ref().map(|m| &m.stats).map_err(String::as_str),
+                    stopped_early: outcome.as_ref().is_ok_and(|m| m.stopped_early),
+                });
+            }
+            self.counters.tuned_keys.fetch_add(1, Ordering::Relaxed);
+            lock(&self.counted).insert(ckey.fingerprint());
+            self.counters
+                .tuning_ns
+                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        // Complete for this candidate set.
+        let done = Entry::new(ckey.clone(), set, origin, now_millis(), []);
+        entry.merge(done.clone());
+        self.record(done);
+        let choice = self.choose(key, ckey, current, &entry, handles)?;
+        if !list.is_empty() {
+            self.progress(&Progress::Tuned {
+                namespace: self.namespace(),
+                key: ckey,
+                winner: &choice.candidate,
+                elapsed: started.elapsed(),
+            });
+        }
+        Ok(choice)
+    }
+
+    pub(super) fn record(&self, entry: Entry) {
+        self.cache().put(self.ns, entry);
+        if self.config.flush_each {
+            match self.cache().flush() {
+                Ok(()) | Err(StoreError::NotPersistent { .. }) => {}
+                // The saver keeps retrying; the result is in memory and queued.
+                Err(e) => tracing::debug!("tunecache: a measurement is not durable yet: {e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! The tuner: a dispatch table in front of the cache, and the miss path that measures.
+//!
+//! A hit is a probe of an immutable hash map keyed by the caller's own key type (no
+//! serialization, no fingerprint), published by read-copy-update. A miss fingerprints the
+//! (bucketed) key and looks in the persistent cache; only what is not known is measured:
+//! nothing if the entry is complete for the current candidate set; the new candidates plus the
+//! current leader if the set grew or a tune was interrupted; the stored top few if only an older
+//! scope (driver, library) has the key; everything otherwise. One thread per process tunes a
+//! key while the others wait for it, and one process per cache file (a per-key claim lock) while
+//! the others wait and then read its result.
+
+mod choose;
+mod config;
+mod counters;
+mod flight;
+mod miss;
+mod plan;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use cache_core::Cache;
+use cache_core::Namespace;
+use cache_core::cache_format::{CandidateId, Fingerprint, Key};
+use rustc_hash::FxBuildHasher;
+
+pub use config::{MissPolicy, OpConfig, Progress, ProgressFn, TuneError, TuneStats};
+use counters::Counters;
+use flight::{Background, Flight};
+
+use crate::operation::Operation;
+
+/// What a hit returns: the chosen candidate and its ready-to-run handle.
+#[derive(Debug)]
+pub struct Choice<H> {
+    candidate: CandidateId,
+    handle: Arc<H>,
+    provisional: bool,
+    expires: Option<Instant>,
+    /// The current candidates best first, for falling back when one fails.
+    ranking: Vec<CandidateId>,
+    key: Key,
+}
+
+impl<H> Choice<H> {
+    /// The chosen candidate.
+    pub fn candidate(&self) -> &CandidateId {
+        &self.candidate
+    }
+
+    /// The ready-to-run handle.
+    pub fn handle(&self) -> &H {
+        &self.handle
+    }
+
+    /// Whether this is a stand-in (a fallback while another thread or process tunes the key,
+    /// or the nearest key's winner until a background tune finishes).
+    pub fn is_provisional(&self) -> bool {
+        self.provisional
+    }
+
+    /// The cache key it was chosen for (after bucketing).
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+}
+
+/// The shared part of a tuner: the cache and the settings every operation uses.
+struct TunerShared {
+    cache: Arc<Cache>,
+    volatile: Vec<String>,
+    progress: RwLock<Option<ProgressFn>>,
+}
+
+/// Tunes operations on a cache. Cheap to clone.
+#[derive(Clone)]
+pub struct Tuner {
+    shared: Arc<TunerShared>,
+}
+
+impl std::fmt::Debug for Tuner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tuner")
+            .field("cache", &self.shared.cache)
+            .finish()
+    }
+}
+
+/// Scope fields that may change without invalidating what was measured as a starting point
+/// (an upgrade): entries of a scope that differs only in these are re-timed, not re-tuned.
+pub const DEFAULT_VOLATILE_SCOPE_FIELDS: [&str; 6] =
+    ["driver", "cuda", "nvrtc", "library", "toolkit", "tuner"];
+
+impl Tuner {
+    /// A tuner over `cache` (whose scope should describe the device, see `cpu::scope` and
+    /// `cuda::scope`).
+    pub fn new(cache: Arc<Cache>) -> Self {
+        Tuner {
+            shared: Arc::new(TunerShared {
+                cache,
+                volatile: DEFAULT_VOLATILE_SCOPE_FIELDS
+                    .iter()
+                    .map(|s| (*s).to_owned())
+                    .collect(),
+                progress: RwLock::new(None),
+            }),
+        }
+    }
+
+    /// Replaces the scope fields treated as volatile (see [`DEFAULT_VOLATILE_SCOPE_FIELDS`]).
+    pub fn with_volatile_scope_fields(self, fields: &[&str]) -> Self {
+        Tuner {
+            shared: Arc::new(TunerShared {
+                cache: Arc::clone(&self.shared.cache),
+                volatile: fields.iter().map(|s| (*s).to_owned()).collect(),
+                progress: RwLock::new(
+                    self.shared
+                        .progress
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .clone(),
+                ),
+            }),
+        }
+    }
+
+    /// Calls `f` with progress events from every operation of this tuner.
+    pub fn on_progress(&self, f: impl Fn(&Progress<'_>) + Send + Sync + 'static) {
+        *self
+            .shared
+            .progress
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(f));
+    }
+
+    /// The cache.
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.shared.cache
+    }
+
+    /// Registers an operation; the result serves its keys.
+    pub fn register<O: Operation>(&self, op: O, config: OpConfig) -> Result<Tuned<O>, TuneError> {
+        let ns = Namespace::new(op.namespace()).map_err(|e| TuneError::Namespace(e.to_string()))?;
+        Ok(Tuned {
+            inner: Arc::new(TunedInner {
+                op,
+                config,
+                ns,
+                tuner: Arc::clone(&self.shared),
+                dispatch: ArcSwap::from_pointee(HashMap::with_hasher(FxBuildHasher)),
+                publish: Mutex::new(()),
+                inflight: Mutex::new(HashMap::new()),
+                counters: Counters::default(),
+                background: Mutex::new(Background::default()),
+                counted: Mutex::new(HashSet::new()),
+            }),
+        })
+    }
+}
+
+/// One registered operation: serves its keys, tuning on a miss.
+pub struct Tuned<O: Operation> {
+    inner: Arc<TunedInner<O>>,
+}
+
+impl<O: Operation> Clone for Tuned<O> {
+    fn clone(&self) -> Self {
+        Tuned {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<O: Operation> std::fmt::Debug for Tuned<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tuned")
+            .field("namespace", &self.inner.ns)
+            .finish()
+    }
+}
+
+type InFlight<O> = HashMap<<O as Operation>::Key, Arc<Flight<<O as Operation>::Handle>>>;
+
+type Dispatch<O> =
+    HashMap<<O as Operation>::Key, Arc<Choice<<O as Operation>::Handle>>, FxBuildHasher>;
+
+struct TunedInner<O: Operation> {
+    op: O,
+    config: OpConfig,
+    ns: Namespace,
+    tuner: Arc<TunerShared>,
+    dispatch: ArcSwap<Dispatch<O>>,
+    publish: Mutex<()>,
+    inflight: Mutex<InFlight<O>>,
+    counters: Counters,
+    background: Mutex<Background<O::Key>>,
+    /// Cache keys already counted as tuned or reused in this process, so a bucket shared by
+    /// many keys is counted once in `saved_time`.
+    counted: Mutex<HashSet<Fingerprint>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section here leaves its data consistent, so a poisoned lock is usable.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<O: Operation> Tuned<O> {
+    /// The choice for `key`: a hash probe on a hit; on a miss, the cache, then measuring, as
+    /// the policy says.
+    #[inline]
+    pub fn get(&self, key: &O::Key) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        {
+            let map = self.inner.dispatch.load();
+            if let Some(choice) = map.get(key)
+                && choice.expires.is_none_or(|t| Instant::now() < t)
+            {
+                self.inner.counters.hits.add(1);
+                return Ok(Arc::clone(choice));
+            }
+        }
+        self.inner.miss(key)
+    }
+
+    /// Runs `f` with the chosen handle; if it fails, the candidate is recorded as failed (in
+    /// the cache, so no process chooses it again) and the runner-up is tried, until one
+    /// succeeds or none is left.
+    pub fn run<R>(
+        &self,
+        key: &O::Key,
+        mut f: impl FnMut(&O::Handle) -> Result<R, String>,
+    ) -> Result<R, TuneError> {
+        let mut choice = self.get(key)?;
+        loop {
+            match f(choice.handle()) {
+                Ok(r) => return Ok(r),
+                Err(reason) => choice = self.inner.demote(key, &choice, reason)?,
+            }
+        }
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> TuneStats {
+        self.inner.counters.snapshot()
+    }
+
+    /// The operation.
+    pub fn operation(&self) -> &O {
+        &self.inner.op
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> Namespace {
+        self.inner.ns
+    }
+
+    /// Waits (bounded) until background tuning has nothing left to do.
+    pub fn wait_background(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if !lock(&self.inner.background).busy() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}

@@ -1,0 +1,399 @@
+//! What to measure for a key, decided from what is stored: a pure function of the stored entry,
+//! the entries of other scopes, and the current candidates. No I/O, so every case is a unit
+//! test.
+
+use cache_core::cache_format::{
+    Candidate, CandidateId, Entry, Fields, Fingerprint, Scope, Value, rank,
+};
+
+/// The plan for a key that missed the dispatch table.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Plan {
+    /// The stored entry is complete for the current candidate set.
+    Use(Entry),
+    /// Measure these; `entry` is what is stored already (if anything).
+    Measure {
+        entry: Option<Entry>,
+        list: Vec<CandidateId>,
+    },
+    /// Nothing usable is stored.
+    Miss,
+}
+
+/// What is known about one key when a plan is made.
+#[derive(Debug)]
+pub(super) struct Known<'a> {
+    /// The entry of the current scope, if any.
+    pub(super) stored: Option<Entry>,
+    /// The entries of the same key under other scopes, with their scopes.
+    pub(super) others: Vec<(Scope, Entry)>,
+    /// The current scope.
+    pub(super) scope: &'a Scope,
+    /// Scope fields that may differ for a warm start (driver, library, ...).
+    pub(super) volatile: &'a [String],
+}
+
+/// Decides what to measure:
+/// - the stored entry is complete for the current candidate-set checksum: nothing;
+/// - some current candidates are recorded: the missing ones plus the current leader, measured
+///   again under the same conditions (the set grew, or a tune was interrupted); none if
+///   nothing is missing (the set shrank);
+/// - only a compatible older scope has the key (same device, new driver or library): its
+///   stored top `retime_top` that are current;
+/// - otherwise a miss, for the miss policy to handle.
+pub(super) fn plan(
+    known: Known<'_>,
+    current: &[CandidateId],
+    set: Fingerprint,
+    retime_top: usize,
+) -> Plan {
+    if let Some(stored) = known.stored {
+        if stored.candidate_set() == set {
+            return Plan::Use(stored);
+        }
+        let recorded: Vec<&CandidateId> = stored
+            .candidates()
+            .iter()
+            .map(|c| &c.id)
+            .filter(|id| current.contains(id))
+            .collect();
+        let mut list: Vec<CandidateId> = current
+            .iter()
+            .filter(|id| !recorded.contains(id))
+            .cloned()
+            .collect();
+        if !list.is_empty() {
+            list.extend(
+                ranked_current(&stored, current)
+                    .first()
+                    .map(|c| c.id.clone()),
+            );
+        }
+        return Plan::Measure {
+            entry: Some(stored),
+            list,
+        };
+    }
+    let mut priors: Vec<(Scope, Entry)> = known
+        .others
+        .into_iter()
+        .filter(|(scope, _)| compatible(known.scope, scope, known.volatile))
+        .collect();
+    priors.sort_by_key(|(_, e)| std::cmp::Reverse(e.recorded_at()));
+    if let Some((_, prior)) = priors.first() {
+        let top: Vec<CandidateId> = ranked_current(prior, current)
+            .into_iter()
+            .take(retime_top.max(1))
+            .map(|c| c.id.clone())
+            .collect();
+        if !top.is_empty() {
+            return Plan::Measure {
+                entry: None,
+                list: top,
+            };
+        }
+    }
+    Plan::Miss
+}
+
+/// The measured candidates of `entry` that are in the current set, best first. A stored
+/// candidate outside the current set never counts.
+pub(super) fn ranked_current<'a>(entry: &'a Entry, current: &[CandidateId]) -> Vec<&'a Candidate> {
+    rank(
+        entry
+            .candidates()
+            .iter()
+            .filter(|c| c.stats().is_some() && current.contains(&c.id)),
+    )
+}
+
+/// Whether `other` differs from `current` only in volatile fields (a driver or library
+/// upgrade on the same device).
+pub(super) fn compatible(current: &Scope, other: &Scope, volatile: &[String]) -> bool {
+    let stable = |s: &Scope| -> Vec<(String, Value)> {
+        s.fields()
+            .iter()
+            .filter(|(k, _)| !volatile.iter().any(|v| v == *k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    current != other && stable(current) == stable(other)
+}
+
+/// Distance between two keys: `None` unless they have the same fields and equal non-numeric
+/// values; otherwise the sum of |ln(a+1) - ln(b+1)| over integer fields (elementwise in lists).
+pub(super) fn distance(a: &Fields, b: &Fields) -> Option<f64> {
+    if a.len() != b.len() {
+        return None;
+    }
+    let mut total = 0.0;
+    for ((ka, va), (kb, vb)) in a.iter().zip(b.iter()) {
+        if ka != kb {
+            return None;
+        }
+        total += value_distance(va, vb)?;
+    }
+    Some(total)
+}
+
+fn value_distance(a: &Value, b: &Value) -> Option<f64> {
+    match (a, b) {
+        (Value::Int(x), Value::Int(y)) => {
+            let f = |v: i64| ((v.max(0) as f64) + 1.0).ln();
+            Some((f(*x) - f(*y)).abs() + if (x < &0) != (y < &0) { 1.0 } else { 0.0 })
+        }
+        (Value::List(x), Value::List(y)) if x.len() == y.len() => {
+            x.iter().zip(y).map(|(p, q)| value_distance(p, q)).sum()
+        }
+        (Value::Map(x), Value::Map(y)) => distance(x, y),
+        (x, y) if x == y => Some(0.0),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cache_core::cache_format::{Key, Origin, Stats};
+
+    use super::*;
+
+    fn f(pairs: &[(&str, i64)]) -> Fields {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Value::Int(*v)))
+            .collect()
+    }
+
+    fn id(name: &str) -> CandidateId {
+        CandidateId::new(name, &[])
+    }
+
+    fn set_of(ids: &[CandidateId]) -> Fingerprint {
+        Fingerprint::of_candidate_set(
+            ids.iter().map(|c| (c.algorithm.as_str(), &c.params)),
+            &Fields::new(),
+        )
+    }
+
+    fn timed(name: &str, median: f64) -> Candidate {
+        let stats = Stats {
+            median_ns: median,
+            min_ns: median,
+            spread_ns: 0.0,
+            samples: 5,
+        };
+        Candidate::measured(name, Fields::new(), stats)
+    }
+
+    fn entry(set: Fingerprint, recorded_at: u64, candidates: Vec<Candidate>) -> Entry {
+        Entry::new(
+            Key::new(f(&[("m", 64)])),
+            set,
+            Origin::Measured("test".into()),
+            recorded_at,
+            candidates,
+        )
+    }
+
+    fn scope(device: &str, driver: &str) -> Scope {
+        Scope::new(Fields::from([
+            ("device".to_owned(), Value::from(device)),
+            ("driver".to_owned(), Value::from(driver)),
+        ]))
+    }
+
+    fn known<'a>(
+        stored: Option<Entry>,
+        others: Vec<(Scope, Entry)>,
+        here: &'a Scope,
+        volatile: &'a [String],
+    ) -> Known<'a> {
+        Known {
+            stored,
+            others,
+            scope: here,
+            volatile,
+        }
+    }
+
+    #[test]
+    fn a_complete_entry_for_the_current_set_is_used_as_it_is() {
+        let current = [id("a"), id("b")];
+        let set = set_of(&current);
+        let stored = entry(set, 1, vec![timed("a", 10.0), timed("b", 20.0)]);
+        let here = scope("H100", "560");
+        let got = plan(
+            known(Some(stored.clone()), vec![], &here, &[]),
+            &current,
+            set,
+            3,
+        );
+        assert_eq!(got, Plan::Use(stored));
+    }
+
+    #[test]
+    fn a_grown_set_measures_only_the_new_candidates_plus_the_leader() {
+        let old = [id("a"), id("b"), id("c")];
+        let stored = entry(
+            set_of(&old),
+            1,
+            vec![timed("a", 30.0), timed("b", 10.0), timed("c", 20.0)],
+        );
+        let current = [id("a"), id("b"), id("c"), id("d")];
+        let here = scope("H100", "560");
+        let got = plan(
+            known(Some(stored), vec![], &here, &[]),
+            &current,
+            set_of(&current),
+            3,
+        );
+        let Plan::Measure { list, entry } = got else {
+            panic!("expected a measurement plan, got {got:?}");
+        };
+        assert!(entry.is_some());
+        assert_eq!(list, vec![id("d"), id("b")], "the new one, then the leader");
+    }
+
+    #[test]
+    fn an_interrupted_tune_resumes_with_what_is_missing() {
+        let current = [id("a"), id("b"), id("c")];
+        // Recorded under the zero checksum: incomplete.
+        let stored = entry(Fingerprint::default(), 1, vec![timed("a", 30.0)]);
+        let here = scope("H100", "560");
+        let got = plan(
+            known(Some(stored), vec![], &here, &[]),
+            &current,
+            set_of(&current),
+            3,
+        );
+        let Plan::Measure { list, .. } = got else {
+            panic!("expected a measurement plan, got {got:?}");
+        };
+        assert_eq!(list, vec![id("b"), id("c"), id("a")]);
+    }
+
+    #[test]
+    fn a_shrunk_set_measures_nothing() {
+        let stored = entry(
+            set_of(&[id("a"), id("b")]),
+            1,
+            vec![timed("a", 30.0), timed("b", 10.0)],
+        );
+        let current = [id("a")];
+        let here = scope("H100", "560");
+        let got = plan(
+            known(Some(stored), vec![], &here, &[]),
+            &current,
+            set_of(&current),
+            3,
+        );
+        assert!(
+            matches!(got, Plan::Measure { ref list, .. } if list.is_empty()),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn a_compatible_older_scope_gives_its_current_top_to_retime() {
+        let current = [id("a"), id("b"), id("c"), id("d")];
+        let old_driver = entry(
+            set_of(&current),
+            5,
+            vec![
+                timed("a", 40.0),
+                timed("b", 10.0),
+                timed("c", 20.0),
+                timed("gone", 1.0),
+            ],
+        );
+        let older_still = entry(set_of(&current), 1, vec![timed("d", 1.0)]);
+        let here = scope("H100", "560");
+        let volatile = vec!["driver".to_owned()];
+        let others = vec![
+            (scope("H100", "540"), older_still),
+            (scope("H100", "550"), old_driver),
+            (
+                scope("A100", "560"),
+                entry(set_of(&current), 9, vec![timed("a", 1.0)]),
+            ),
+        ];
+        let got = plan(
+            known(None, others, &here, &volatile),
+            &current,
+            set_of(&current),
+            2,
+        );
+        assert_eq!(
+            got,
+            Plan::Measure {
+                entry: None,
+                list: vec![id("b"), id("c")]
+            },
+            "the latest compatible scope's top two current candidates; another device never counts"
+        );
+    }
+
+    #[test]
+    fn nothing_stored_anywhere_compatible_is_a_miss() {
+        let current = [id("a")];
+        let here = scope("H100", "560");
+        let others = vec![(
+            scope("A100", "560"),
+            entry(set_of(&current), 1, vec![timed("a", 1.0)]),
+        )];
+        let volatile = vec!["driver".to_owned()];
+        let got = plan(
+            known(None, others, &here, &volatile),
+            &current,
+            set_of(&current),
+            3,
+        );
+        assert_eq!(got, Plan::Miss);
+        assert_eq!(
+            plan(
+                known(None, vec![], &here, &volatile),
+                &current,
+                set_of(&current),
+                3
+            ),
+            Plan::Miss
+        );
+    }
+
+    #[test]
+    fn distance_needs_the_same_fields_and_prefers_close_sizes() {
+        let a = f(&[("m", 128), ("n", 128)]);
+        let near = f(&[("m", 128), ("n", 256)]);
+        let far = f(&[("m", 4096), ("n", 4096)]);
+        assert!(distance(&a, &near).expect("comparable") < distance(&a, &far).expect("comparable"));
+        assert_eq!(distance(&a, &f(&[("m", 128)])), None);
+        let mut typed = a.clone();
+        typed.insert("dtype", Value::from("f16"));
+        let mut other = a.clone();
+        other.insert("dtype", Value::from("f32"));
+        assert_eq!(
+            distance(&typed, &other),
+            None,
+            "different dtypes never stand in for each other"
+        );
+    }
+
+    #[test]
+    fn only_volatile_fields_may_differ_for_a_warm_start() {
+        let volatile = vec!["driver".to_owned()];
+        assert!(compatible(
+            &scope("H100", "560"),
+            &scope("H100", "550"),
+            &volatile
+        ));
+        assert!(
+            !compatible(&scope("H100", "560"), &scope("H100", "560"), &volatile),
+            "the same scope is not a prior"
+        );
+        assert!(!compatible(
+            &scope("H100", "560"),
+            &scope("A100", "550"),
+            &volatile
+        ));
+    }
+}

@@ -1,0 +1,53 @@
+//! Test helpers shared by every tunecache crate's tests (a dev-dependency only, never
+//! published; `cargo xtask layering` fails if a crate depends on it normally).
+//!
+//! - [`child`]: the test binary re-executed as a child process in a named role, killed when
+//!   its guard drops, speaking a line protocol on stdout;
+//! - [`cli`]: runs the `tunecache` binary with a clean environment;
+//! - [`skip`]: the rule for tests that need something the machine may lack (a GPU library,
+//!   Python): skip loudly on a developer's machine, fail in CI;
+//! - [`env`](mod@env): an environment with no `TUNECACHE_*` variable, for every process a test starts;
+//! - [`hold_lock`], [`temp_dir`], [`wait_until`].
+
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+pub mod child;
+pub mod cli;
+pub mod env;
+pub mod skip;
+
+/// A temporary directory whose name says it belongs to a tunecache test.
+pub fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("tunecache-test-")
+        .tempdir()
+        .expect("temp dir")
+}
+
+/// Polls `cond` until it holds or `timeout` passes; returns its last value.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
+
+/// Holds an exclusive `flock` on `path` (as a cache's saver or a tuner's claim does) until the
+/// returned file is dropped: for tests that make a lock busy.
+pub fn hold_lock(path: &Path) -> File {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .expect("open the lock file");
+    file.lock().expect("take the lock");
+    file
+}
