@@ -9,8 +9,8 @@ use cache_core::{Cache, CacheBuilder, Inspection, Location, Mode, inspect};
 use cache_format::{Limits, Scope};
 use cache_migrate::Migrations;
 
-use crate::Config;
-use crate::args::Global;
+use crate::config::Config;
+use crate::options::Global;
 
 /// The resolved global options.
 #[derive(Debug)]

@@ -11,7 +11,10 @@
 
 mod args;
 mod cmd;
+mod config;
 mod context;
+pub mod exit;
+mod options;
 mod output;
 mod render;
 pub mod workload;
@@ -22,60 +25,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 pub use args::Cli;
-
-/// Exit codes of `tunecache` (also in the README).
-pub mod exit {
-    /// Success.
-    pub const OK: u8 = 0;
-    /// An error: unreadable input, a failed save, a bad argument value.
-    pub const ERROR: u8 = 1;
-    /// Wrong usage: an unknown flag or command (from the argument parser).
-    pub const USAGE: u8 = 2;
-    /// `verify` found problems.
-    pub const PROBLEMS: u8 = 3;
-    /// `get` found no entry for the key.
-    pub const NOT_FOUND: u8 = 4;
-}
-
-/// What an embedding application configures.
-///
-/// A kernel library can ship its own CLI in a few lines, with its registry built in code
-/// (coded steps included), so `migrate` needs no `--migrations` file:
-///
-/// ```no_run
-/// use cache_migrate::Migrations;
-/// fn main() -> std::process::ExitCode {
-///     let registry = Migrations::new("mylib", 3); // .with(Step::coded(2, 3, ..., |view| ...))
-///     cache_cli::main_with(cache_cli::Config { default_app: "mylib".into(), registries: vec![registry] })
-/// }
-/// ```
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The application whose cache is used when `--app` is not given.
-    pub default_app: String,
-    /// Migration registries known without a `--migrations` file, by application.
-    pub registries: Vec<cache_migrate::Migrations>,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            default_app: "tunecache".to_owned(),
-            registries: Vec::new(),
-        }
-    }
-}
-
-impl Config {
-    /// The `tunecache` binary's own configuration: the `tunecache` application (what
-    /// `tunecache tune` records), with its registry built in.
-    pub fn tunecache() -> Self {
-        Config {
-            default_app: "tunecache".to_owned(),
-            registries: vec![workload::registry()],
-        }
-    }
-}
+pub use config::Config;
 
 /// Runs the CLI on the process arguments; returns the exit code. The `tunecache` binary is
 /// `main_with(Config::tunecache())`.

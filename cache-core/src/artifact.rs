@@ -21,10 +21,10 @@ use crate::error::StoreError;
 use crate::fsio;
 
 /// The first 8 bytes of every artifact file.
-pub const ARTIFACT_MAGIC: &[u8; 8] = b"TCART1\0\0";
+pub(crate) const ARTIFACT_MAGIC: &[u8; 8] = b"TCART1\0\0";
 
 /// Domain tag of artifact keys.
-pub const ARTIFACT_TAG: &[u8] = b"tunecache/artifact/1\0";
+pub(crate) const ARTIFACT_TAG: &[u8] = b"tunecache/artifact/1\0";
 
 const HEADER_LEN: usize = 8 + 4 + 8;
 

@@ -14,15 +14,15 @@ use cache_migrate::Migrations;
 use crate::cache::Cache;
 
 /// Overrides the cache file.
-pub const ENV_FILE: &str = "TUNECACHE_FILE";
+pub(crate) const ENV_FILE: &str = "TUNECACHE_FILE";
 /// Overrides the cache directory (the file is `<dir>/<app>.tcache`).
-pub const ENV_DIR: &str = "TUNECACHE_DIR";
+pub(crate) const ENV_DIR: &str = "TUNECACHE_DIR";
 /// `1` keeps everything in memory and touches no file.
-pub const ENV_DISABLE: &str = "TUNECACHE_DISABLE";
+pub(crate) const ENV_DISABLE: &str = "TUNECACHE_DISABLE";
 /// `1` reads the file but never writes it.
-pub const ENV_READ_ONLY: &str = "TUNECACHE_READ_ONLY";
+pub(crate) const ENV_READ_ONLY: &str = "TUNECACHE_READ_ONLY";
 /// Extension of cache files.
-pub const FILE_EXTENSION: &str = "tcache";
+pub(crate) const FILE_EXTENSION: &str = "tcache";
 
 /// The default cache directory, if the platform has one.
 pub fn default_dir() -> Option<PathBuf> {

@@ -31,13 +31,10 @@ mod migrate;
 mod namespace;
 mod store;
 
-pub use artifact::{ARTIFACT_MAGIC, ARTIFACT_TAG, ArtifactStore, Eviction};
+pub use artifact::{ArtifactStore, Eviction};
 pub use cache::{Cache, Health, Mode};
 pub use claim::{Claim, ClaimGuard};
-pub use config::{
-    CacheBuilder, ENV_DIR, ENV_DISABLE, ENV_FILE, ENV_READ_ONLY, FILE_EXTENSION, Location,
-    default_dir, file_name,
-};
+pub use config::{CacheBuilder, Location, default_dir, file_name};
 pub use error::StoreError;
 pub use inspect::{GateVerdict, Inspection, JournalInfo, SnapshotInfo, inspect};
 pub use memory::MemoryStore;

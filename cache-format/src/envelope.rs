@@ -125,7 +125,7 @@ pub fn encode_payload(data: &CacheData) -> Vec<u8> {
 }
 
 /// The generation of a payload: the first 8 bytes of its SHA-256, big-endian.
-pub fn generation_of(payload: &[u8]) -> u64 {
+pub(crate) fn generation_of(payload: &[u8]) -> u64 {
     let digest = Sha256::digest(payload);
     let mut b = [0u8; 8];
     b.copy_from_slice(&digest[..8]);

@@ -32,7 +32,7 @@ mod wire;
 pub use candidate::{Candidate, CandidateId, Outcome, Stats, TIE_FLOOR, rank};
 pub use envelope::{
     FORMAT_VERSION, FormatVersion, Header, SNAPSHOT_MARKER, Snapshot, encode_payload,
-    encode_snapshot, generation_of, peek_header, read_snapshot,
+    encode_snapshot, peek_header, read_snapshot,
 };
 pub use error::FormatError;
 pub use fingerprint::{CANDIDATES_TAG, Fingerprint, KEY_TAG, ParseFingerprintError, SCOPE_TAG};
@@ -42,8 +42,8 @@ pub use journal::{
 };
 pub use model::{CacheData, Entry, Key, Millis, Origin, Scope, ScopeData, now_millis};
 pub use scan::Limits;
-pub use ser::{ValueError, to_fields, to_value};
-pub use value::{Fields, Value, encode_fields, encode_value};
+pub use ser::{ValueError, to_fields};
+pub use value::{Fields, Value, encode_fields};
 
 /// Re-exported so callers of the schema-less API need not depend on rmpv themselves.
 pub use rmpv;

@@ -24,7 +24,7 @@ impl ser::Error for ValueError {
 /// become lists, unit enum variants become their name, other variants a one-field map
 /// `{variant: content}`. `None` fields are left out. Floats, bytes, null and maps with
 /// non-string keys are rejected.
-pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, ValueError> {
+pub(crate) fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, ValueError> {
     value
         .serialize(ValueSerializer)?
         .ok_or_else(|| ValueError("a value is required here, not None".into()))

@@ -244,7 +244,7 @@ pub fn encode_fields(fields: &Fields, out: &mut Vec<u8>) {
 }
 
 /// Appends the canonical msgpack encoding of `value` to `out`; see [`encode_fields`].
-pub fn encode_value(value: &Value, out: &mut Vec<u8>) {
+pub(crate) fn encode_value(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Bool(false) => out.push(0xc2),
         Value::Bool(true) => out.push(0xc3),

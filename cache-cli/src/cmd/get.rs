@@ -10,9 +10,9 @@ use cache_core::Inspection;
 use cache_format::json::{JsonRecord, record};
 use cache_format::{Entry, Key, Outcome, Scope, Value};
 
-use crate::args::{KeyArgs, ScopeFilter};
 use crate::context::Context;
 use crate::exit;
+use crate::options::{KeyArgs, ScopeFilter};
 use crate::output::{Out, Report};
 use crate::render::{entries_for, fmt_ns, fmt_time, parse_fields, scope_filter, short};
 

@@ -12,9 +12,9 @@ use cache_core::{MigrateOptions, MigrateOutcome, migrate_file};
 use cache_format::Limits;
 use cache_migrate::{Migrations, Report as MigrationReport};
 
-use crate::args::nonneg_f64;
 use crate::context::{Context, peek_app};
 use crate::exit;
+use crate::options::nonneg_f64;
 use crate::output::{Out, Report};
 
 /// The arguments of `tunecache migrate`.

@@ -12,9 +12,35 @@ pub(crate) mod stats;
 pub(crate) mod tune;
 pub(crate) mod verify;
 
-use crate::args::Command;
+use clap::Subcommand;
+
 use crate::context::Context;
 use crate::output::Out;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Tune the built-in workload (matmuls and sums of varying shapes) and record the winners;
+    /// a second run hits the cache
+    Tune(tune::TuneArgs),
+    /// Show one key's candidates, best first, as a bar chart of their median times
+    Show(show::ShowArgs),
+    /// Summarise a cache: versions, sizes, entries per scope and namespace
+    Stats(stats::StatsArgs),
+    /// List entries with their best candidate
+    List(list::ListArgs),
+    /// Show the ranked candidates recorded for one key (exit 4 if there are none)
+    Get(get::GetArgs),
+    /// Record one measurement (from a script)
+    Put(put::PutArgs),
+    /// Check a cache's integrity; exit 3 if anything is wrong
+    Verify(verify::VerifyArgs),
+    /// Write every entry as JSON lines
+    Export(export::ExportArgs),
+    /// Migrate a cache to the current schema and format, exactly as the library does on load
+    Migrate(migrate::MigrateArgs),
+    /// Merge entries from JSON lines (all lines or none)
+    Import(import::ImportArgs),
+}
 
 /// Runs one command; returns its exit code.
 pub(crate) fn dispatch(command: Command, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {

@@ -12,9 +12,9 @@ use cache_format::{
     Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, Scope, Stats, now_millis,
 };
 
-use crate::args::{KeyArgs, nonneg_f64};
 use crate::context::Context;
 use crate::exit;
+use crate::options::{KeyArgs, nonneg_f64};
 use crate::output::{Out, Report};
 use crate::render::parse_fields;
 

@@ -7,10 +7,10 @@ use clap::Args;
 
 use cache_format::{Entry, Outcome, Scope};
 
-use crate::args::{KeyArgs, ScopeFilter};
 use crate::cmd::get::Lookup;
 use crate::context::Context;
 use crate::exit;
+use crate::options::{KeyArgs, ScopeFilter};
 use crate::output::Out;
 use crate::render::fmt_duration;
 

@@ -305,3 +305,98 @@ fn a_newer_file_is_not_written_and_the_error_says_why() {
     assert!(err(&o).contains("newer"), "{}", err(&o));
     assert_eq!(std::fs::read(&path).expect("snapshot"), bytes);
 }
+
+/// Every JSON document in `o`'s stdout: one indented document, or one per line.
+fn json_documents(o: &Output) -> Vec<serde_json::Value> {
+    let out = text(o);
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) {
+        return vec![v];
+    }
+    out.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[test]
+fn every_command_honours_json() {
+    let (dir, path) = file();
+    put(&path, "tiled", "1200");
+    let exported = dir.path().join("out.jsonl");
+    let exported = exported.to_str().expect("utf-8");
+    let runs: [&[&str]; 10] = [
+        &["stats"],
+        &["list"],
+        &["get", "-n", "matmul", "-k", KEY],
+        &["show", "-n", "matmul", "-k", KEY],
+        &["verify"],
+        &["export"],
+        &["export", "-o", exported],
+        &["import", exported],
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            KEY,
+            "--algo",
+            "naive",
+            "--median-ns",
+            "9000",
+        ],
+        &["migrate", "--dry-run"],
+    ];
+    for args in runs {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let o = tunecache(&path, &all);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", err(&o));
+        let docs = json_documents(&o);
+        assert!(!docs.is_empty(), "{args:?} printed no JSON");
+        assert!(
+            docs.iter().all(serde_json::Value::is_object),
+            "{args:?}: {docs:?}"
+        );
+    }
+}
+
+#[test]
+fn stats_and_verify_say_what_a_load_would_do() {
+    let (_d, path) = file();
+    put(&path, "tiled", "1200");
+    let o = tunecache(&path, &["stats"]);
+    assert!(
+        text(&o).contains("versions   as stored, schema 1; current for this build"),
+        "{}",
+        text(&o)
+    );
+    let o = tunecache(&path, &["--json", "verify"]);
+    let v: serde_json::Value = serde_json::from_str(&text(&o)).expect("JSON");
+    assert_eq!(v["gate"], "as stored, schema 1; current for this build");
+    // Another application's file: this tool knows no migrations of it, and says so.
+    let other = path.with_file_name("other.tcache");
+    let o = tunecache(
+        &other,
+        &[
+            "--app",
+            "elsewhere",
+            "put",
+            "-n",
+            "m",
+            "-k",
+            "{}",
+            "--algo",
+            "a",
+            "--median-ns",
+            "1",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let o = tunecache(&other, &["stats"]);
+    assert!(
+        text(&o)
+            .contains("as stored, elsewhere schema 1; this build knows no migrations of elsewhere"),
+        "{}",
+        text(&o)
+    );
+}

@@ -189,3 +189,131 @@ fn an_older_file_is_migrated_rewritten_and_backed_up() {
         "the migration is logged at info level"
     );
 }
+
+/// The typed errors an embedding program sees: it can tell another application's file, a
+/// newer schema, a missing step and a newer format apart without parsing a message.
+#[test]
+fn a_refused_file_s_error_carries_its_typed_cause() {
+    use cache_core::cache_format::{FormatError, Limits};
+    use cache_core::cache_migrate::MigrateError;
+    use cache_core::{MigrateOptions, migrate_file};
+    let options = MigrateOptions {
+        backup: false,
+        dry_run: true,
+        lock_timeout: std::time::Duration::from_secs(1),
+        limits: Limits::default(),
+    };
+    let dir = temp_dir();
+    let registry = Migrations::new(APP, 3)
+        .with(Step::declarative(2, 3, "nothing", vec![]))
+        .expect("valid registry");
+    let cases: [(&str, Vec<u8>); 4] = [
+        ("foreign", file_with("someone-else", 1, 0..3)),
+        ("newer", file_with(APP, 9, 0..3)),
+        ("no-path", file_with(APP, 1, 0..3)),
+        ("newer-format", {
+            let mut b = file_with(APP, 3, 0..3);
+            b[11] = 0x02;
+            b
+        }),
+    ];
+    for (name, bytes) in cases {
+        let path = path_in(&dir, &format!("{name}.tcache"));
+        std::fs::write(&path, &bytes).expect("write");
+        let err = migrate_file(&path, &registry, &options).expect_err(name);
+        match (name, &err) {
+            (
+                "foreign",
+                StoreError::Migrate {
+                    source: MigrateError::Foreign { found, .. },
+                    ..
+                },
+            ) => {
+                assert_eq!(found, "someone-else");
+            }
+            (
+                "newer",
+                StoreError::Migrate {
+                    source:
+                        MigrateError::NewerSchema {
+                            found: 9,
+                            current: 3,
+                        },
+                    ..
+                },
+            ) => {}
+            (
+                "no-path",
+                StoreError::Migrate {
+                    source:
+                        MigrateError::NoPath {
+                            from: 1,
+                            missing: 1,
+                            ..
+                        },
+                    ..
+                },
+            ) => {}
+            (
+                "newer-format",
+                StoreError::Format {
+                    source: FormatError::NewerFormat { found: 2, .. },
+                    ..
+                },
+            ) => {}
+            _ => panic!("{name}: unexpected error {err:?}"),
+        }
+        assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read(&path).expect("read"),
+            bytes,
+            "{name}: untouched"
+        );
+    }
+}
+
+/// Inspection shows a file as stored and says what a load would do with it.
+#[test]
+fn inspection_names_the_gate_a_load_would_apply() {
+    use cache_core::cache_format::Limits;
+    use cache_core::{GateVerdict, inspect};
+    let dir = temp_dir();
+    let registry = Migrations::new(APP, 2)
+        .with(rename_step())
+        .expect("valid registry");
+    let verdict = |name: &str, bytes: Vec<u8>, registry: Option<&Migrations>| {
+        let path = path_in(&dir, &format!("{name}.tcache"));
+        std::fs::write(&path, bytes).expect("write");
+        let found = inspect(&path, &Limits::default(), registry).expect("inspect");
+        assert_eq!(found.data.len(), 3, "{name}: shown as stored");
+        found.gate.expect("a header was read")
+    };
+    let older = verdict("older", file_with(APP, 1, 0..3), Some(&registry));
+    assert_eq!(older, GateVerdict::Migrates { from: 1, to: 2 });
+    assert_eq!(
+        older.to_string(),
+        "as stored, schema 1; this build migrates it to 2"
+    );
+    assert_eq!(
+        verdict("current", file_with(APP, 2, 0..3), Some(&registry)),
+        GateVerdict::Current { schema: 2 }
+    );
+    assert!(matches!(
+        verdict("newer", file_with(APP, 5, 0..3), Some(&registry)),
+        GateVerdict::Refused { schema: 5, .. }
+    ));
+    assert!(
+        matches!(
+            verdict("unknown", file_with("other", 1, 0..3), Some(&registry)),
+            GateVerdict::Unknown { .. }
+        ),
+        "a registry of another application names no gate"
+    );
+    assert!(matches!(
+        verdict("none", file_with(APP, 1, 0..3), None),
+        GateVerdict::Unknown { schema: 1, .. }
+    ));
+}

@@ -5,8 +5,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{Choice, MissPolicy, TuneError, TunedInner, lock};
-use crate::operation::Operation;
+use super::{Choice, TuneError, lock};
 
 /// A key being tuned by one thread, waited for by others.
 pub(super) struct Flight<H> {
@@ -65,51 +64,61 @@ impl<K> Default for Background<K> {
     }
 }
 
-impl<K> Background<K> {
+impl<K: PartialEq> Background<K> {
     pub(super) fn busy(&self) -> bool {
         self.running || !self.queue.is_empty()
     }
-}
 
-impl<O: Operation> TunedInner<O> {
-    pub(super) fn enqueue_background(self: &Arc<Self>, key: O::Key, budget: Duration) {
-        let mut bg = lock(&self.background);
-        if bg.spent >= budget || bg.queue.contains(&key) {
-            return;
+    /// Queues `key` unless the budget is spent or it is queued already; true when a worker
+    /// must be started for it (none is running).
+    pub(super) fn push(&mut self, key: K, budget: Duration) -> bool {
+        if self.spent >= budget || self.queue.contains(&key) {
+            return false;
         }
-        bg.queue.push_back(key);
-        if bg.running {
-            return;
-        }
-        bg.running = true;
-        let me = Arc::clone(self);
-        let spawned = std::thread::Builder::new()
-            .name(format!("tunecache-tune-{}", self.namespace()))
-            .spawn(move || me.background_loop(budget));
-        if spawned.is_err() {
-            bg.running = false;
-            bg.queue.clear();
-        }
+        self.queue.push_back(key);
+        !std::mem::replace(&mut self.running, true)
     }
 
-    fn background_loop(self: Arc<Self>, budget: Duration) {
-        loop {
-            let key = {
-                let mut bg = lock(&self.background);
-                match (bg.spent < budget).then(|| bg.queue.pop_front()).flatten() {
-                    Some(k) => k,
-                    None => {
-                        bg.queue.clear();
-                        bg.running = false;
-                        return;
-                    }
-                }
-            };
-            let started = Instant::now();
-            if let Ok(choice) = self.resolve(&key, &MissPolicy::TuneNow) {
-                self.publish(&key, &choice);
-            }
-            lock(&self.background).spent += started.elapsed();
+    /// The next key for the worker, or `None` (and the worker stops, dropping what is left)
+    /// once the queue is empty or the budget is spent.
+    pub(super) fn next(&mut self, budget: Duration) -> Option<K> {
+        let key = (self.spent < budget)
+            .then(|| self.queue.pop_front())
+            .flatten();
+        if key.is_none() {
+            self.stop();
         }
+        key
+    }
+
+    /// Counts tuning time against the budget.
+    pub(super) fn spend(&mut self, d: Duration) {
+        self.spent += d;
+    }
+
+    /// The worker is gone (finished, or could not start): nothing is queued.
+    pub(super) fn stop(&mut self) {
+        self.queue.clear();
+        self.running = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_background_queue_starts_one_worker_and_respects_its_budget() {
+        let budget = Duration::from_secs(1);
+        let mut bg = Background::default();
+        assert!(bg.push(1, budget), "the first key starts a worker");
+        assert!(!bg.push(2, budget), "the running worker takes the next");
+        assert!(!bg.push(1, budget), "no key twice");
+        assert!(bg.busy());
+        assert_eq!(bg.next(budget), Some(1));
+        bg.spend(Duration::from_secs(2));
+        assert_eq!(bg.next(budget), None, "the budget is spent");
+        assert!(!bg.busy(), "the worker stopped and dropped the rest");
+        assert!(!bg.push(3, budget), "nothing is queued past the budget");
     }
 }

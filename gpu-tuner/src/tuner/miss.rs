@@ -5,70 +5,20 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cache_core::cache_format::{
-    Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, now_millis, to_fields,
+    Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, now_millis,
 };
-use cache_core::{Cache, Claim, Store, StoreError};
+use cache_core::{Claim, Store};
 
 use super::flight::Flight;
 use super::plan::{self, Known, Plan, ranked_current};
-use super::{Choice, Dispatch, MissPolicy, Progress, TuneError, TunedInner, lock};
+use super::{Choice, MissPolicy, Progress, TuneError, TunedInner, lock};
 use crate::measure::measure;
 use crate::operation::Operation;
 
 impl<O: Operation> TunedInner<O> {
-    pub(super) fn namespace(&self) -> &str {
-        self.ns.name()
-    }
-
-    pub(super) fn cache(&self) -> &Cache {
-        &self.tuner.cache
-    }
-
-    pub(super) fn progress(&self, event: &Progress<'_>) {
-        let callback = self
-            .tuner
-            .progress
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if let Some(f) = callback {
-            f(event);
-        }
-    }
-
-    pub(super) fn cache_key(&self, key: &O::Key) -> Result<Key, TuneError> {
-        let fields = to_fields(key).map_err(|e| TuneError::InvalidKey {
-            namespace: self.namespace().to_owned(),
-            reason: e.to_string(),
-        })?;
-        Ok(Key::new(self.config.bucketing.apply(fields)))
-    }
-
-    pub(super) fn current(&self, key: &O::Key) -> Vec<CandidateId> {
-        self.op
-            .candidates()
-            .into_iter()
-            .filter(|c| self.op.applies(c, key))
-            .collect()
-    }
-
-    pub(super) fn set_checksum(&self, current: &[CandidateId]) -> Fingerprint {
-        Fingerprint::of_candidate_set(
-            current.iter().map(|c| (c.algorithm.as_str(), &c.params)),
-            &self.op.salt(),
-        )
-    }
-
-    pub(super) fn publish(&self, key: &O::Key, choice: &Arc<Choice<O::Handle>>) {
-        let _writer = lock(&self.publish);
-        let mut map = Dispatch::<O>::clone(&self.dispatch.load());
-        map.insert(key.clone(), Arc::clone(choice));
-        self.dispatch.store(Arc::new(map));
-    }
-
     pub(super) fn miss(
         self: &Arc<Self>,
         key: &O::Key,
@@ -275,14 +225,32 @@ impl<O: Operation> TunedInner<O> {
         Ok(choice)
     }
 
-    pub(super) fn record(&self, entry: Entry) {
-        self.cache().put(self.ns, entry);
-        if self.config.flush_each {
-            match self.cache().flush() {
-                Ok(()) | Err(StoreError::NotPersistent { .. }) => {}
-                // The saver keeps retrying; the result is in memory and queued.
-                Err(e) => tracing::debug!("tunecache: a measurement is not durable yet: {e}"),
+    /// Queues `key` for tuning on a background thread (one per operation), within `budget`
+    /// of background tuning time in this process.
+    pub(super) fn enqueue_background(self: &Arc<Self>, key: O::Key, budget: Duration) {
+        let mut bg = lock(&self.background);
+        if !bg.push(key, budget) {
+            return;
+        }
+        let me = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name(format!("tunecache-tune-{}", self.namespace()))
+            .spawn(move || me.background_loop(budget));
+        if spawned.is_err() {
+            bg.stop();
+        }
+    }
+
+    fn background_loop(self: Arc<Self>, budget: Duration) {
+        loop {
+            let Some(key) = lock(&self.background).next(budget) else {
+                return;
+            };
+            let started = Instant::now();
+            if let Ok(choice) = self.resolve(&key, &MissPolicy::TuneNow) {
+                self.publish(&key, &choice);
             }
+            lock(&self.background).spend(started.elapsed());
         }
     }
 }

@@ -21,9 +21,8 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use cache_core::Cache;
-use cache_core::Namespace;
-use cache_core::cache_format::{CandidateId, Fingerprint, Key};
+use cache_core::cache_format::{CandidateId, Entry, Fingerprint, Key, to_fields};
+use cache_core::{Cache, Namespace, Store, StoreError};
 use rustc_hash::FxBuildHasher;
 
 pub use config::{MissPolicy, OpConfig, Progress, ProgressFn, TuneError, TuneStats};
@@ -266,6 +265,64 @@ impl<O: Operation> Tuned<O> {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// What every part of the miss path uses: the namespace, the cache, progress reports, the
+/// cache key and the current candidates of a key, publication and recording.
+impl<O: Operation> TunedInner<O> {
+    pub(super) fn namespace(&self) -> &str {
+        self.ns.name()
+    }
+    pub(super) fn cache(&self) -> &Cache {
+        &self.tuner.cache
+    }
+    pub(super) fn progress(&self, event: &Progress<'_>) {
+        let callback = self
+            .tuner
+            .progress
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(f) = callback {
+            f(event);
+        }
+    }
+    pub(super) fn cache_key(&self, key: &O::Key) -> Result<Key, TuneError> {
+        let fields = to_fields(key).map_err(|e| TuneError::InvalidKey {
+            namespace: self.namespace().to_owned(),
+            reason: e.to_string(),
+        })?;
+        Ok(Key::new(self.config.bucketing.apply(fields)))
+    }
+    pub(super) fn current(&self, key: &O::Key) -> Vec<CandidateId> {
+        self.op
+            .candidates()
+            .into_iter()
+            .filter(|c| self.op.applies(c, key))
+            .collect()
+    }
+    pub(super) fn set_checksum(&self, current: &[CandidateId]) -> Fingerprint {
+        Fingerprint::of_candidate_set(
+            current.iter().map(|c| (c.algorithm.as_str(), &c.params)),
+            &self.op.salt(),
+        )
+    }
+    pub(super) fn publish(&self, key: &O::Key, choice: &Arc<Choice<O::Handle>>) {
+        let _writer = lock(&self.publish);
+        let mut map = Dispatch::<O>::clone(&self.dispatch.load());
+        map.insert(key.clone(), Arc::clone(choice));
+        self.dispatch.store(Arc::new(map));
+    }
+    pub(super) fn record(&self, entry: Entry) {
+        self.cache().put(self.ns, entry);
+        if self.config.flush_each {
+            match self.cache().flush() {
+                Ok(()) | Err(StoreError::NotPersistent { .. }) => {}
+                // The saver keeps retrying; the result is in memory and queued.
+                Err(e) => tracing::debug!("tunecache: a measurement is not durable yet: {e}"),
+            }
         }
     }
 }

@@ -1,0 +1,12 @@
+//! Exit codes of `tunecache` (also in the README).
+
+/// Success.
+pub const OK: u8 = 0;
+/// An error: unreadable input, a failed save, a bad argument value.
+pub const ERROR: u8 = 1;
+/// Wrong usage: an unknown flag or command (from the argument parser).
+pub const USAGE: u8 = 2;
+/// `verify` found problems.
+pub const PROBLEMS: u8 = 3;
+/// `get` found no entry for the key.
+pub const NOT_FOUND: u8 = 4;
