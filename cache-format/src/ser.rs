@@ -30,7 +30,12 @@ pub(crate) fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, ValueE
         .ok_or_else(|| ValueError("a value is required here, not None".into()))
 }
 
-/// Like [`to_value`], but requires the result to be a map (a struct or a map).
+/// Converts any `Serialize` struct or map into canonical fields.
+///
+/// Structs and maps become maps (field order does not matter), sequences and tuples become
+/// lists, unit enum variants become their name, other variants a one-field map
+/// `{variant: content}`. `None` fields are left out. Floats, bytes, null and maps with
+/// non-string keys are rejected, and so is a value that is not a map at the top.
 pub fn to_fields<T: Serialize + ?Sized>(value: &T) -> Result<Fields, ValueError> {
     match to_value(value)? {
         Value::Map(fields) => Ok(fields),
