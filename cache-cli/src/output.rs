@@ -44,10 +44,20 @@ impl Out {
         self.line("")
     }
 
-    /// A command's report: as JSON with `--json`, else as text.
+    /// A command's report: as one indented JSON document with `--json`, else as text.
     pub(crate) fn report(&mut self, report: &impl Report, json: bool) -> anyhow::Result<()> {
         if json {
             self.json_pretty(report)
+        } else {
+            report.text(self)
+        }
+    }
+
+    /// One item of a stream of reports (an entry of a listing, an outcome): one JSON line
+    /// with `--json`, else its text.
+    pub(crate) fn item(&mut self, report: &impl Report, json: bool) -> anyhow::Result<()> {
+        if json {
+            self.json_line(report)
         } else {
             report.text(self)
         }

@@ -51,11 +51,7 @@ impl ExportArgs {
             output: self.output,
             problems: found.problems.len(),
         };
-        if ctx.json {
-            out.json_line(&report)?;
-        } else {
-            report.text(out)?;
-        }
+        out.item(&report, ctx.json)?;
         Ok(exit::OK)
     }
 }

@@ -95,11 +95,7 @@ impl GetArgs {
                 scope,
                 entry,
             };
-            if ctx.json {
-                out.json_line(&found)?;
-            } else {
-                found.text(out)?;
-            }
+            out.item(&found, ctx.json)?;
         }
         Ok(exit::OK)
     }

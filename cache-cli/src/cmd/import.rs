@@ -62,11 +62,7 @@ impl ImportArgs {
             .close()
             .with_context(|| format!("the import was not saved to {}", path.display()))?;
         let report = ImportReport { imported, path };
-        if ctx.json {
-            out.json_line(&report)?;
-        } else {
-            report.text(out)?;
-        }
+        out.item(&report, ctx.json)?;
         Ok(exit::OK)
     }
 }

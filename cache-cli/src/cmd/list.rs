@@ -61,11 +61,7 @@ impl ListArgs {
                 entry: e,
             });
         for item in items {
-            if ctx.json {
-                out.json_line(&item)?;
-            } else {
-                item.text(out)?;
-            }
+            out.item(&item, ctx.json)?;
         }
         Ok(exit::OK)
     }

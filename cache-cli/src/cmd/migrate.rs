@@ -130,11 +130,7 @@ impl MigrateArgs {
                 }
             }
         };
-        if ctx.json {
-            out.json_line(&report)?;
-        } else {
-            report.text(out)?;
-        }
+        out.item(&report, ctx.json)?;
         Ok(exit::OK)
     }
 }

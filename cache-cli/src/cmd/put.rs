@@ -113,11 +113,7 @@ impl PutArgs {
             key,
             path,
         };
-        if ctx.json {
-            out.json_line(&report)?;
-        } else {
-            report.text(out)?;
-        }
+        out.item(&report, ctx.json)?;
         Ok(exit::OK)
     }
 }
