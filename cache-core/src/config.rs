@@ -80,8 +80,27 @@ pub enum Location {
         /// Whether writes are off.
         read_only: bool,
     },
-    /// In memory only, for the given reason.
-    Memory(String),
+    /// In memory only.
+    Memory(MemoryOnly),
+}
+
+/// Why a cache keeps its results in memory only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemoryOnly {
+    /// Caching to disk was switched off (`TUNECACHE_DISABLE`, or the builder): nothing to warn
+    /// about.
+    Disabled,
+    /// There is no usable place for a file; the text says why.
+    NoLocation(String),
+}
+
+impl std::fmt::Display for MemoryOnly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MemoryOnly::Disabled => f.write_str("disabled"),
+            MemoryOnly::NoLocation(why) => f.write_str(why),
+        }
+    }
 }
 
 impl CacheBuilder {
@@ -223,7 +242,7 @@ impl CacheBuilder {
         let disabled = flag(ENV_DISABLE, self.disabled);
         let read_only = flag(ENV_READ_ONLY, self.read_only);
         if disabled {
-            return (Location::Memory("disabled".to_owned()), warnings);
+            return (Location::Memory(MemoryOnly::Disabled), warnings);
         }
         let name = file_name(self.registry.app());
         let path = if let Some(f) = env(ENV_FILE).filter(|s| !s.is_empty()) {
@@ -240,7 +259,9 @@ impl CacheBuilder {
         match path {
             Some(path) => (Location::File { path, read_only }, warnings),
             None => (
-                Location::Memory("no cache directory on this system; set TUNECACHE_DIR".into()),
+                Location::Memory(MemoryOnly::NoLocation(
+                    "no cache directory on this system; set TUNECACHE_DIR".into(),
+                )),
                 warnings,
             ),
         }

@@ -18,7 +18,7 @@ use cache_format::{CacheData, Entry, Fingerprint, Scope};
 use cache_migrate::Report;
 
 use crate::claim::Claim;
-use crate::config::{CacheBuilder, Location};
+use crate::config::{CacheBuilder, Location, MemoryOnly};
 use crate::disk::{Disk, DiskOptions, Failure, Paths};
 use crate::error::StoreError;
 use crate::lock::FileLock;
@@ -187,11 +187,11 @@ impl Cache {
             saver: None,
         };
         let path = match location {
-            Location::Memory(reason) => {
-                if reason != "disabled" {
-                    shared.notify(Notice::memory_only(&reason));
+            Location::Memory(why) => {
+                if let MemoryOnly::NoLocation(reason) = &why {
+                    shared.notify(Notice::memory_only(reason));
                 }
-                lock(&shared.diag).reason = Some(reason);
+                lock(&shared.diag).reason = Some(why.to_string());
                 return cache;
             }
             Location::File { path, .. } => path,
