@@ -20,7 +20,7 @@ mod view;
 pub use error::MigrateError;
 pub use ops::Op;
 pub use registry::{
-    FORMAT_STEPS, FormatStep, Gate, MigrationFile, Migrations, Step, StepFn, StepSpec, lift_format,
+    FORMAT_STEPS, FormatStep, Gate, MigrationFile, Migrations, Step, StepFn, StepSpec,
 };
 pub use report::{Change, Collision, Report, StepReport};
 pub use upgrade::{Upgraded, upgrade};

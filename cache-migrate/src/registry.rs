@@ -375,7 +375,7 @@ pub struct FormatStep {
 pub const FORMAT_STEPS: &[FormatStep] = &[];
 
 /// Lifts a schema-less payload from format `from` to `current` through `steps`.
-pub fn lift_format(
+pub(crate) fn lift_format(
     steps: &[FormatStep],
     from: u32,
     current: u32,

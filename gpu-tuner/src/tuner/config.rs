@@ -138,7 +138,7 @@ pub enum Progress<'a> {
 }
 
 /// A progress callback.
-pub type ProgressFn = Arc<dyn Fn(&Progress<'_>) + Send + Sync>;
+pub(crate) type ProgressFn = Arc<dyn Fn(&Progress<'_>) + Send + Sync>;
 
 /// Counters of one tuned operation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

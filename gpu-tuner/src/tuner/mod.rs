@@ -25,7 +25,8 @@ use cache_core::cache_format::{CandidateId, Entry, Fingerprint, Key, to_fields};
 use cache_core::{Cache, Namespace, Store, StoreError};
 use rustc_hash::FxBuildHasher;
 
-pub use config::{MissPolicy, OpConfig, Progress, ProgressFn, TuneError, TuneStats};
+use config::ProgressFn;
+pub use config::{MissPolicy, OpConfig, Progress, TuneError, TuneStats};
 use counters::Counters;
 use flight::{Background, Flight};
 
