@@ -47,6 +47,7 @@ where
             } else {
                 exit::OK
             };
+            // Help and usage errors: a closed or full stream loses them, nothing else.
             let _ = e.print();
             return ExitCode::from(code);
         }
@@ -60,9 +61,8 @@ where
     });
     match result {
         Ok(code) => ExitCode::from(code),
-        Err(e) if e.downcast_ref::<output::ClosedPipe>().is_some() => ExitCode::from(exit::OK),
         Err(e) => {
-            eprintln!("tunecache: error: {e:#}");
+            output::say(format_args!("error: {e:#}"));
             ExitCode::from(exit::ERROR)
         }
     }
@@ -76,8 +76,12 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("TUNECACHE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Logging must never take the process down: a stderr that cannot be written loses the
+    // line (tracing-subscriber would otherwise report the failure with `eprintln!`, which
+    // panics when stderr is full).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .log_internal_errors(false)
         .with_writer(std::io::stderr)
         .with_target(false)
         .without_time()

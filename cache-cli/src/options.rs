@@ -56,3 +56,9 @@ pub(crate) fn nonneg_f64(s: &str) -> Result<f64, String> {
         Err(format!("{s} is not a finite non-negative number"))
     }
 }
+
+/// A number of seconds: finite, non-negative, and within what a `Duration` holds.
+pub(crate) fn seconds(s: &str) -> Result<std::time::Duration, String> {
+    let v = nonneg_f64(s)?;
+    std::time::Duration::try_from_secs_f64(v).map_err(|_| format!("{s} seconds is too long"))
+}

@@ -1,47 +1,50 @@
-//! Writing to stdout without panicking when the reader goes away (`tunecache list | head`).
+//! Where the CLI writes: stdout through [`Out`], which survives a reader that goes away
+//! (`tunecache list | head`) without changing the command's exit code, and stderr through
+//! [`say`], which never panics when stderr cannot be written (a full disk, `2>/dev/full`).
 
 use std::io::{self, BufWriter, Stdout, Write};
 
 use serde::Serialize;
 
-/// Raised when stdout is closed: the command stops quietly with success.
-#[derive(Debug)]
-pub(crate) struct ClosedPipe;
-
-impl std::fmt::Display for ClosedPipe {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("stdout was closed")
-    }
-}
-
-impl std::error::Error for ClosedPipe {}
-
-/// Buffered stdout whose errors are mapped: a closed pipe becomes [`ClosedPipe`].
+/// Buffered stdout. Once the reader has gone away, further output is dropped and
+/// [`Out::closed`] says so; the command still finishes and returns its own exit code.
 pub(crate) struct Out {
     inner: BufWriter<Stdout>,
+    closed: bool,
 }
 
 impl Out {
     pub(crate) fn new() -> Self {
         Out {
             inner: BufWriter::new(io::stdout()),
+            closed: false,
         }
     }
 
+    /// Whether stdout's reader has gone away (long listings stop early).
+    pub(crate) fn closed(&self) -> bool {
+        self.closed
+    }
+
+    /// One line of text.
     pub(crate) fn line(&mut self, text: impl std::fmt::Display) -> anyhow::Result<()> {
-        writeln!(self.inner, "{text}").map_err(map)
+        if self.closed {
+            return Ok(());
+        }
+        let result = writeln!(self.inner, "{text}");
+        self.settle(result)
     }
 
     /// One JSON document on one line (JSON lines).
     pub(crate) fn json_line(&mut self, value: &impl Serialize) -> anyhow::Result<()> {
-        serde_json::to_writer(&mut self.inner, value).map_err(json_error)?;
-        self.line("")
+        let text = serde_json::to_string(value).map_err(json_error)?;
+        self.line(text)
     }
 
     /// One JSON document, indented.
     pub(crate) fn json_pretty(&mut self, value: &impl Serialize) -> anyhow::Result<()> {
-        serde_json::to_writer_pretty(&mut self.inner, value).map_err(json_error)?;
-        self.line("")
+        let text = serde_json::to_string_pretty(value).map_err(json_error)?;
+        self.line(text)
     }
 
     /// A command's report: as one indented JSON document with `--json`, else as text.
@@ -63,8 +66,23 @@ impl Out {
         }
     }
 
+    /// Flushes what is buffered.
     pub(crate) fn finish(mut self) -> anyhow::Result<()> {
-        self.inner.flush().map_err(map)
+        let result = self.inner.flush();
+        self.settle(result)
+    }
+
+    /// A closed pipe ends the output, not the command; any other error is an error.
+    fn settle(&mut self, result: io::Result<()>) -> anyhow::Result<()> {
+        match result {
+            Ok(()) => Ok(()),
+            Err(_) if self.closed => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            Err(e) => Err(anyhow::Error::new(e).context("cannot write to stdout")),
+        }
     }
 }
 
@@ -77,16 +95,11 @@ pub(crate) trait Report: Serialize {
 }
 
 fn json_error(e: serde_json::Error) -> anyhow::Error {
-    match e.io_error_kind() {
-        Some(_) => map(e.into()),
-        None => anyhow::Error::new(e).context("cannot encode JSON"),
-    }
+    anyhow::Error::new(e).context("cannot encode JSON")
 }
 
-fn map(e: io::Error) -> anyhow::Error {
-    if e.kind() == io::ErrorKind::BrokenPipe {
-        anyhow::Error::new(ClosedPipe)
-    } else {
-        anyhow::Error::new(e).context("cannot write to stdout")
-    }
+/// Writes one line to stderr, prefixed `tunecache: `. A stderr that cannot be written (full
+/// disk, closed) loses the line; it never panics or changes the exit code.
+pub(crate) fn say(text: impl std::fmt::Display) {
+    let _ = writeln!(io::stderr().lock(), "tunecache: {text}");
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::context::Context;
 use crate::exit;
-use crate::output::{Out, Report};
+use crate::output::{Out, Report, say};
 
 /// The arguments of `tunecache export`.
 #[derive(Debug, Args)]
@@ -31,14 +31,17 @@ impl ExportArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         let found = ctx.inspect(&ctx.path()?)?;
         if !found.problems.is_empty() {
-            eprintln!(
-                "tunecache: warning: exporting what is readable; `tunecache verify` lists {} problems",
+            say(format_args!(
+                "warning: exporting what is readable; `tunecache verify` lists {} problems",
                 found.problems.len()
-            );
+            ));
         }
         let lines = cache_format::json::to_lines(&found.data);
         if self.output.as_os_str() == "-" {
             for line in lines.lines() {
+                if out.closed() {
+                    break;
+                }
                 out.line(line)?;
             }
             return Ok(exit::OK);
@@ -60,11 +63,11 @@ impl Report for ExportReport {
     fn text(&self, _out: &mut Out) -> anyhow::Result<()> {
         // The data went to the file; the summary goes to stderr, as before, so stdout stays
         // empty for scripts.
-        eprintln!(
-            "tunecache: exported {} entries to {}",
+        say(format_args!(
+            "exported {} entries to {}",
             self.exported,
             self.output.display()
-        );
+        ));
         Ok(())
     }
 }

@@ -13,7 +13,7 @@ use cache_format::{Entry, Key, Outcome, Scope, Value};
 use crate::context::Context;
 use crate::exit;
 use crate::options::{KeyArgs, ScopeFilter};
-use crate::output::{Out, Report};
+use crate::output::{Out, Report, say};
 use crate::render::{entries_for, fmt_ns, fmt_time, parse_fields, scope_filter, short};
 
 /// The arguments of `tunecache get`.
@@ -64,12 +64,12 @@ impl Lookup {
 
     /// Says on stderr that nothing was found, and gives the exit code for it.
     pub(crate) fn not_found(&self) -> u8 {
-        eprintln!(
-            "tunecache: no entry for {} in namespace {:?} of {}",
+        say(format_args!(
+            "no entry for {} in namespace {:?} of {}",
             self.key,
             self.namespace,
             Path::display(&self.found.path)
-        );
+        ));
         exit::NOT_FOUND
     }
 

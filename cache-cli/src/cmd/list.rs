@@ -61,6 +61,9 @@ impl ListArgs {
                 entry: e,
             });
         for item in items {
+            if out.closed() {
+                break; // the reader went away: the rest would be dropped anyway
+            }
             out.item(&item, ctx.json)?;
         }
         Ok(exit::OK)

@@ -14,7 +14,7 @@ use cache_migrate::{Migrations, Report as MigrationReport};
 
 use crate::context::{Context, peek_app};
 use crate::exit;
-use crate::options::nonneg_f64;
+use crate::options::seconds;
 use crate::output::{Out, Report};
 
 /// The arguments of `tunecache migrate`.
@@ -31,8 +31,8 @@ pub(crate) struct MigrateArgs {
     #[arg(long)]
     dry_run: bool,
     /// Longest wait, in seconds, for another process holding the cache lock
-    #[arg(long, default_value_t = 10.0, value_parser = nonneg_f64)]
-    lock_timeout: f64,
+    #[arg(long, default_value = "10", value_parser = seconds)]
+    lock_timeout: Duration,
 }
 
 #[derive(Debug, Serialize)]
@@ -81,8 +81,6 @@ struct StepLine {
 
 impl MigrateArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
-        let lock_timeout = Duration::try_from_secs_f64(self.lock_timeout)
-            .with_context(|| format!("--lock-timeout {} is too long", self.lock_timeout))?;
         let from_file = self
             .migrations
             .as_deref()
@@ -103,7 +101,7 @@ impl MigrateArgs {
         let options = MigrateOptions {
             backup: self.backup,
             dry_run: self.dry_run,
-            lock_timeout,
+            lock_timeout: self.lock_timeout,
             limits: Limits::default(),
         };
         let started = Instant::now();

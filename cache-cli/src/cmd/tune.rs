@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::context::Context;
 use crate::exit;
-use crate::output::{Out, Report};
+use crate::output::{Out, Report, say};
 use crate::render::fmt_duration;
 use crate::workload::{self, Call, Summary};
 
@@ -98,7 +98,7 @@ impl TuneArgs {
             Backend::Auto => match cuda_usable() {
                 Ok(()) => true,
                 Err(why) => {
-                    eprintln!("tunecache: no usable GPU ({why:#}); tuning on the CPU");
+                    say(format_args!("no usable GPU ({why:#}); tuning on the CPU"));
                     false
                 }
             },
@@ -122,10 +122,10 @@ impl TuneArgs {
         match durable {
             Ok(()) => Ok(exit::OK),
             Err(e) => {
-                eprintln!(
-                    "tunecache: the results were not all saved to {}: {e}",
+                say(format_args!(
+                    "the results were not all saved to {}: {e}",
                     path.display()
-                );
+                ));
                 Ok(exit::ERROR)
             }
         }
@@ -172,7 +172,7 @@ fn run_cuda(
     let artifacts = match cache_core::ArtifactStore::open(&artifacts_dir, 512 << 20) {
         Ok(a) => Some(a),
         Err(e) => {
-            eprintln!("tunecache: compiled kernels will not be kept ({e})");
+            say(format_args!("compiled kernels will not be kept ({e})"));
             None
         }
     };
@@ -188,10 +188,10 @@ fn run_cuda(
     let reduce = tuner.register(rd, workload::op_config("reduce"))?;
     let summary = run_repeated(&matmul, &reduce, calls, repeat)?;
     let (compiled, reused) = device.compiler().counts();
-    eprintln!(
-        "tunecache: {compiled} kernels compiled by NVRTC, {reused} loaded from {}",
+    say(format_args!(
+        "{compiled} kernels compiled by NVRTC, {reused} loaded from {}",
         artifacts_dir.display()
-    );
+    ));
     Ok((summary, "cuda".to_owned(), scope, cache))
 }
 
@@ -215,13 +215,13 @@ fn open_cache(path: &Path, scope: Scope) -> Arc<Cache> {
         .refresh_interval(None)
         .open();
     if cache.health().mode != Mode::Persistent {
-        eprintln!(
-            "tunecache: results will not be saved: {}",
+        say(format_args!(
+            "results will not be saved: {}",
             cache
                 .health()
                 .reason
                 .unwrap_or_else(|| "the cache is not persistent".into())
-        );
+        ));
     }
     Arc::new(cache)
 }

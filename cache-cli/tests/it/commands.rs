@@ -400,3 +400,86 @@ fn stats_and_verify_say_what_a_load_would_do() {
         text(&o)
     );
 }
+
+/// A cache whose journal ends in bytes that are not a record: `verify` finds a problem.
+fn damaged() -> (tempfile::TempDir, PathBuf) {
+    let (d, path) = file();
+    put(&path, "tiled", "1200");
+    put(&path, "naive", "5000");
+    let journal = path.with_file_name("c.tcache.journal");
+    let mut bytes = std::fs::read(&journal).expect("a journal");
+    bytes.extend_from_slice(&[0xc1; 64]); // 0xc1 is never valid msgpack
+    std::fs::write(&journal, bytes).expect("write");
+    (d, path)
+}
+
+#[test]
+fn exit_codes_survive_a_closed_stdout() {
+    let (_d, path) = damaged();
+    assert_eq!(tunecache(&path, &["verify"]).status.code(), Some(3));
+    for args in [&["verify"][..], &["--json", "verify"][..]] {
+        let mut child = test_support::cli::command(crate::EXE, &path, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        drop(child.stdout.take()); // the reader goes away before anything is written
+        let status = child.wait().expect("wait");
+        assert_eq!(
+            status.code(),
+            Some(3),
+            "{args:?}: the damage is still reported"
+        );
+    }
+}
+
+#[test]
+fn nothing_panics_when_stderr_cannot_be_written() {
+    let full = || {
+        Stdio::from(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .expect("/dev/full"),
+        )
+    };
+    let (_d, path) = damaged();
+    let run = |args: &[&str]| {
+        test_support::cli::command(crate::EXE, &path, args)
+            .env("TUNECACHE_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(full())
+            .status()
+            .expect("run")
+            .code()
+    };
+    assert_eq!(run(&["get", "-n", "matmul", "-k", r#"{"m":9}"#]), Some(4));
+    assert_eq!(run(&["verify"]), Some(3));
+    // A write that warns (the damaged journal) and logs at debug level.
+    assert_eq!(
+        run(&[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            r#"{"m":9}"#,
+            "--algo",
+            "a",
+            "--median-ns",
+            "3"
+        ]),
+        Some(0)
+    );
+    assert_eq!(run(&["--no-such-flag"]), Some(2));
+}
+
+#[test]
+fn a_timeout_no_duration_can_hold_is_a_usage_error() {
+    let (_d, path) = file();
+    for bad in ["1e20", "-1", "inf", "NaN", "soon"] {
+        let o = tunecache(&path, &["migrate", "--lock-timeout", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", err(&o));
+        assert!(err(&o).contains("--lock-timeout"), "{bad}: {}", err(&o));
+        assert!(!err(&o).contains("panicked"), "{}", err(&o));
+    }
+}

@@ -167,7 +167,7 @@ impl<O: Operation> TunedInner<O> {
         let spec = if current.contains(default) {
             default.clone()
         } else {
-            current[0].clone()
+            self.first_of(ckey, current)?
         };
         let mut choice = self.provisional(key, ckey, spec, current)?;
         if let Some(c) = Arc::get_mut(&mut choice) {
@@ -206,7 +206,10 @@ impl<O: Operation> TunedInner<O> {
                 best = Some((d, entry.fingerprint(), winner));
             }
         }
-        let spec = best.map_or_else(|| current[0].clone(), |(_, _, s)| s);
+        let spec = match best {
+            Some((_, _, s)) => s,
+            None => self.first_of(ckey, current)?,
+        };
         self.provisional(key, ckey, spec, current)
     }
 
@@ -262,5 +265,18 @@ impl<O: Operation> TunedInner<O> {
             key: choice.key.to_string(),
             reasons: reasons.join("; "),
         })
+    }
+
+    /// The first current candidate: the last resort of a stand-in. None applying to the key is
+    /// an error, never an index out of bounds.
+    fn first_of(&self, ckey: &Key, current: &[CandidateId]) -> Result<CandidateId, TuneError> {
+        current
+            .first()
+            .cloned()
+            .ok_or_else(|| TuneError::NoCandidate {
+                namespace: self.namespace().to_owned(),
+                key: ckey.to_string(),
+                reasons: "no candidate applies to this key".into(),
+            })
     }
 }

@@ -412,3 +412,60 @@ fn an_interrupted_tune_resumes_where_it_stopped() {
         "the unmeasured ones, plus the leader"
     );
 }
+
+/// An operation none of whose candidates applies to any key, slowly, so a second thread asks
+/// while the first is still deciding.
+#[derive(Clone)]
+struct NothingApplies(TestOp);
+
+impl Operation for NothingApplies {
+    type Key = TestKey;
+    type Handle = <TestOp as Operation>::Handle;
+    type Problem = ();
+    fn namespace(&self) -> &str {
+        self.0.namespace()
+    }
+    fn candidates(&self) -> Vec<CandidateId> {
+        self.0.candidates()
+    }
+    fn applies(&self, _: &CandidateId, _: &TestKey) -> bool {
+        std::thread::sleep(Duration::from_millis(30));
+        false
+    }
+    fn prepare(&self, c: &CandidateId, k: &TestKey) -> Result<Self::Handle, String> {
+        self.0.prepare(c, k)
+    }
+    fn problem(&self, k: &TestKey) -> Result<(), String> {
+        self.0.problem(k)
+    }
+    fn run(&self, h: &Self::Handle, p: &mut ()) -> Result<(), String> {
+        self.0.run(h, p)
+    }
+}
+
+#[test]
+fn a_follower_that_gives_up_at_once_gets_an_error_when_no_candidate_applies() {
+    let dir = tempfile::tempdir().expect("dir");
+    let tuner = Tuner::new(open(&dir.path().join("c.tcache")));
+    let op = NothingApplies(TestOp::new("none", &[("a", 1), ("b", 1)]));
+    let config = OpConfig {
+        wait: Duration::ZERO,
+        ..quick()
+    };
+    let t = tuner.register(op, config).expect("register");
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| t.get(&TestKey { size: 1 }).map(|c| c.candidate().clone())))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("no thread panicked"))
+            .collect()
+    });
+    for r in results {
+        assert!(
+            matches!(r, Err(TuneError::NoCandidate { .. })),
+            "every caller is told no candidate applies: {r:?}"
+        );
+    }
+}
