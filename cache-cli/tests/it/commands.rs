@@ -477,7 +477,8 @@ fn nothing_panics_when_stderr_cannot_be_written() {
 fn a_timeout_no_duration_can_hold_is_a_usage_error() {
     let (_d, path) = file();
     for bad in ["1e20", "-1", "inf", "NaN", "soon"] {
-        let o = tunecache(&path, &["migrate", "--lock-timeout", bad]);
+        let flag = format!("--lock-timeout={bad}");
+        let o = tunecache(&path, &["migrate", &flag]);
         assert_eq!(o.status.code(), Some(2), "{bad}: {}", err(&o));
         assert!(err(&o).contains("--lock-timeout"), "{bad}: {}", err(&o));
         assert!(!err(&o).contains("panicked"), "{}", err(&o));
