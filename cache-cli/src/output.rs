@@ -26,25 +26,41 @@ impl Out {
         self.closed
     }
 
-    /// One line of text.
+    /// One line of text. Control characters in it (escape sequences, carriage returns, line
+    /// breaks that would fake another line) are written escaped, as `\u{1b}`: names, keys
+    /// and failure reasons come from files anyone may have written.
     pub(crate) fn line(&mut self, text: impl std::fmt::Display) -> anyhow::Result<()> {
-        if self.closed {
-            return Ok(());
-        }
-        let result = writeln!(self.inner, "{text}");
-        self.settle(result)
+        let text = text.to_string();
+        self.raw(&escape_controls(&text))
     }
 
-    /// One JSON document on one line (JSON lines).
+    /// Text of several lines that this program wrote (a migration plan, a report): each line
+    /// is written as by [`Out::line`].
+    pub(crate) fn lines(&mut self, text: impl std::fmt::Display) -> anyhow::Result<()> {
+        for line in text.to_string().lines() {
+            self.line(line)?;
+        }
+        Ok(())
+    }
+
+    /// One JSON document on one line (JSON lines). JSON escapes control characters itself.
     pub(crate) fn json_line(&mut self, value: &impl Serialize) -> anyhow::Result<()> {
         let text = serde_json::to_string(value).map_err(json_error)?;
-        self.line(text)
+        self.raw(&text)
     }
 
     /// One JSON document, indented.
     pub(crate) fn json_pretty(&mut self, value: &impl Serialize) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(value).map_err(json_error)?;
-        self.line(text)
+        self.raw(&text)
+    }
+
+    fn raw(&mut self, text: &str) -> anyhow::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let result = writeln!(self.inner, "{text}");
+        self.settle(result)
     }
 
     /// A command's report: as one indented JSON document with `--json`, else as text.
@@ -98,8 +114,48 @@ fn json_error(e: serde_json::Error) -> anyhow::Error {
     anyhow::Error::new(e).context("cannot encode JSON")
 }
 
-/// Writes one line to stderr, prefixed `tunecache: `. A stderr that cannot be written (full
+/// `text` with every control character, and every character that reorders text on a
+/// terminal (bidirectional overrides and isolates), replaced by its `\u{..}` escape.
+pub(crate) fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Writes one line to stderr, prefixed `tunecache: `, its control characters escaped. A stderr that cannot be written (full
 /// disk, closed) loses the line; it never panics or changes the exit code.
 pub(crate) fn say(text: impl std::fmt::Display) {
-    let _ = writeln!(io::stderr().lock(), "tunecache: {text}");
+    let text = text.to_string();
+    let _ = writeln!(io::stderr().lock(), "tunecache: {}", escape_controls(&text));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape_controls;
+
+    #[test]
+    fn control_characters_are_escaped_and_the_rest_is_left_alone() {
+        assert_eq!(
+            escape_controls("tiled {\"tile\":32} █ µs"),
+            "tiled {\"tile\":32} █ µs"
+        );
+        assert_eq!(escape_controls("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
+        assert_eq!(escape_controls("x\nproblem: fake"), "x\\u{a}problem: fake");
+        assert_eq!(
+            escape_controls("\r\t\u{7f}\u{9b}"),
+            "\\u{d}\\u{9}\\u{7f}\\u{9b}"
+        );
+        assert_eq!(escape_controls("evil\u{202e}txt"), "evil\\u{202e}txt");
+    }
 }

@@ -195,13 +195,13 @@ impl Report for Outcome {
                     m.to
                 ))?;
                 for step in &m.plan {
-                    out.line(step)?;
+                    out.lines(step)?;
                 }
-                out.line(&m.summary)?;
+                out.lines(&m.summary)?;
                 out.line("dry run: nothing was written")
             }
             Outcome::Migrated(m) => {
-                out.line(&m.summary)?;
+                out.lines(&m.summary)?;
                 out.line(format!(
                     "wrote {} ({} entries) in {:.3} s",
                     m.path.display(),

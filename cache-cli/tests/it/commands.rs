@@ -484,3 +484,45 @@ fn a_timeout_no_duration_can_hold_is_a_usage_error() {
         assert!(!err(&o).contains("panicked"), "{}", err(&o));
     }
 }
+
+/// A key whose string value carries an escape sequence (JSON allows it).
+const EVIL_KEY: &str = r#"{"m":1,"dtype":"f\u001b[31m16"}"#;
+
+#[test]
+fn names_from_the_file_cannot_drive_the_terminal_or_fake_lines() {
+    let (_d, path) = file();
+    let evil_algo = "tiled\u{1b}]0;pwned\u{7}\u{1b}[2J";
+    let evil_reason = "oom\nproblem: a line that is not ours\r";
+    for (algo, extra) in [
+        (evil_algo, vec!["--median-ns", "10"]),
+        ("naive", vec!["--failed", evil_reason]),
+    ] {
+        let mut args = vec!["put", "-n", "matmul", "-k", EVIL_KEY, "--algo", algo];
+        args.extend(extra);
+        let o = tunecache(&path, &args);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    }
+    let key = ["-n", "matmul", "-k", EVIL_KEY];
+    for args in [
+        vec!["list"],
+        [&["get"][..], &key[..]].concat(),
+        [&["show"][..], &key[..]].concat(),
+        vec!["stats"],
+    ] {
+        let o = tunecache(&path, &args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", err(&o));
+        let out = text(&o);
+        assert!(
+            !out.chars().any(|c| c.is_control() && c != '\n'),
+            "{args:?} printed a control character: {out:?}"
+        );
+        assert!(
+            !out.lines().any(|l| l.starts_with("problem:")),
+            "{args:?} printed a line from the file as its own: {out}"
+        );
+        assert!(
+            out.contains("\\u{1b}") || args[0] == "stats",
+            "{args:?}: {out}"
+        );
+    }
+}
