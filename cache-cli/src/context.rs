@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use cache_core::{Cache, CacheBuilder, Inspection, Location, Mode, inspect};
+use cache_core::{Cache, CacheBuilder, Inspection, Mode, Switches, inspect};
 use cache_format::{Limits, Scope};
 use cache_migrate::Migrations;
 
@@ -21,16 +21,34 @@ pub(crate) struct Context<'a> {
     /// Print JSON instead of text.
     pub(crate) json: bool,
     pub(crate) config: &'a Config,
+    /// `TUNECACHE_DISABLE` and `TUNECACHE_READ_ONLY`: commands that write refuse to.
+    switches: Switches,
 }
 
 impl<'a> Context<'a> {
-    pub(crate) fn new(global: &Global, config: &'a Config) -> Self {
+    pub(crate) fn new(global: &Global, config: &'a Config, switches: Switches) -> Self {
         Context {
             app_flag: global.app.clone(),
             cache_file: global.cache_file.clone(),
             json: global.json,
             config,
+            switches,
         }
+    }
+
+    /// Fails, before anything is written, if the environment says not to write: `command`
+    /// names what was refused.
+    pub(crate) fn check_writable(&self, command: &str) -> anyhow::Result<()> {
+        let set = if self.switches.disabled {
+            "TUNECACHE_DISABLE"
+        } else if self.switches.read_only {
+            "TUNECACHE_READ_ONLY"
+        } else {
+            return Ok(());
+        };
+        bail!(
+            "`tunecache {command}` writes the cache, but {set} is set: nothing was written (unset {set} to write; inspecting still works)"
+        )
     }
 
     /// The application: `--app`, else the embedding tool's default.
@@ -48,16 +66,17 @@ impl<'a> Context<'a> {
     }
 
     /// The cache file of `app`: `--cache-file`, else the library's own resolution
-    /// (environment, then the default directory).
+    /// (environment, then the default directory). The switches do not hide it: inspecting a
+    /// cache works whatever they say.
     pub(crate) fn path_for(&self, app: &str) -> anyhow::Result<PathBuf> {
         if let Some(p) = &self.cache_file {
             return Ok(p.clone());
         }
-        match CacheBuilder::new(Migrations::new(app, 1)).resolve().0 {
-            Location::File { path, .. } => Ok(path),
-            Location::Memory(reason) => {
-                bail!("no cache file ({reason}); pass --cache-file PATH")
-            }
+        match CacheBuilder::new(Migrations::new(app, 1)).path() {
+            Some(path) => Ok(path),
+            None => bail!(
+                "no cache file: this system has no cache directory; pass --cache-file PATH or set TUNECACHE_DIR"
+            ),
         }
     }
 
@@ -85,10 +104,12 @@ impl<'a> Context<'a> {
     /// application and `schema` if it is new): the same lock and gate as the library.
     pub(crate) fn open_for_write(
         &self,
+        command: &str,
         path: &Path,
         schema: u32,
         scope: Scope,
     ) -> anyhow::Result<Cache> {
+        self.check_writable(command)?;
         let found = inspect(path, &Limits::default(), None)?;
         let (app, schema) = match &found.snapshot.header {
             Some(h) => (h.app.clone(), h.schema),

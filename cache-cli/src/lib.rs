@@ -53,7 +53,14 @@ where
         }
     };
     init_logging(cli.global.verbose);
-    let ctx = context::Context::new(&cli.global, config);
+    let switches = match cache_core::Switches::from_env() {
+        Ok(s) => s,
+        Err(e) => {
+            output::say(format_args!("error: {e}"));
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let ctx = context::Context::new(&cli.global, config, switches);
     let mut out = output::Out::new();
     let result = cmd::dispatch(cli.command, &ctx, &mut out).and_then(|code| {
         out.finish()?;

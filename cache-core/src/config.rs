@@ -218,25 +218,13 @@ impl CacheBuilder {
     /// Resolves where the cache lives; the strings are warnings about ignored settings.
     pub fn resolve(&self) -> (Location, Vec<String>) {
         let mut warnings = Vec::new();
-        let env = |name: &str| -> Option<String> {
-            if self.use_env {
-                std::env::var(name).ok()
-            } else {
-                None
-            }
-        };
         let mut flag = |name: &'static str, default: bool| -> bool {
-            match env(name) {
+            match self.env(name) {
                 None => default,
-                Some(v) => match parse_bool(&v) {
-                    Some(b) => b,
-                    None => {
-                        warnings.push(format!(
-                            "ignoring {name}={v:?}: expected 1/0, true/false, yes/no or on/off"
-                        ));
-                        default
-                    }
-                },
+                Some(v) => parse_bool(&v).unwrap_or_else(|| {
+                    warnings.push(format!("ignoring {}", invalid_switch(name, &v)));
+                    default
+                }),
             }
         };
         let disabled = flag(ENV_DISABLE, self.disabled);
@@ -244,19 +232,7 @@ impl CacheBuilder {
         if disabled {
             return (Location::Memory(MemoryOnly::Disabled), warnings);
         }
-        let name = file_name(self.registry.app());
-        let path = if let Some(f) = env(ENV_FILE).filter(|s| !s.is_empty()) {
-            Some(PathBuf::from(f))
-        } else if let Some(d) = env(ENV_DIR).filter(|s| !s.is_empty()) {
-            Some(PathBuf::from(d).join(&name))
-        } else if let Some(f) = &self.file {
-            Some(f.clone())
-        } else if let Some(d) = &self.dir {
-            Some(d.join(&name))
-        } else {
-            default_dir().map(|d| d.join(&name))
-        };
-        match path {
+        match self.path() {
             Some(path) => (Location::File { path, read_only }, warnings),
             None => (
                 Location::Memory(MemoryOnly::NoLocation(
@@ -267,11 +243,66 @@ impl CacheBuilder {
         }
     }
 
+    /// The cache file, whatever the switches say: `TUNECACHE_FILE` > `TUNECACHE_DIR` >
+    /// builder `file` > builder `dir` > the user cache directory (`None`: there is none).
+    /// Tools that inspect a cache use it, so `TUNECACHE_DISABLE` does not hide the file.
+    pub fn path(&self) -> Option<PathBuf> {
+        let name = file_name(self.registry.app());
+        if let Some(f) = self.env(ENV_FILE).filter(|s| !s.is_empty()) {
+            Some(PathBuf::from(f))
+        } else if let Some(d) = self.env(ENV_DIR).filter(|s| !s.is_empty()) {
+            Some(PathBuf::from(d).join(&name))
+        } else if let Some(f) = &self.file {
+            Some(f.clone())
+        } else if let Some(d) = &self.dir {
+            Some(d.join(&name))
+        } else {
+            default_dir().map(|d| d.join(&name))
+        }
+    }
+
+    fn env(&self, name: &str) -> Option<String> {
+        if self.use_env {
+            std::env::var(name).ok()
+        } else {
+            None
+        }
+    }
+
     /// Opens the cache. Never fails: a location that cannot be used degrades to memory with
     /// one warning, visible afterwards in [`Cache::health`].
     pub fn open(self) -> Cache {
         Cache::open(self)
     }
+}
+
+/// The switches `TUNECACHE_DISABLE` and `TUNECACHE_READ_ONLY` as set in the environment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Switches {
+    /// `TUNECACHE_DISABLE`: keep results in memory only.
+    pub disabled: bool,
+    /// `TUNECACHE_READ_ONLY`: read the file, never write it.
+    pub read_only: bool,
+}
+
+impl Switches {
+    /// Reads both from the environment. A value other than 1/0, true/false, yes/no, on/off
+    /// (any case) or empty is an error naming the variable. (A library `Cache` warns and
+    /// ignores such a value instead, since it must open whatever happens.)
+    pub fn from_env() -> Result<Self, String> {
+        let read = |name: &'static str| match std::env::var(name) {
+            Err(_) => Ok(false),
+            Ok(v) => parse_bool(&v).ok_or_else(|| invalid_switch(name, &v)),
+        };
+        Ok(Switches {
+            disabled: read(ENV_DISABLE)?,
+            read_only: read(ENV_READ_ONLY)?,
+        })
+    }
+}
+
+fn invalid_switch(name: &str, value: &str) -> String {
+    format!("{name}={value:?}: expected 1/0, true/false, yes/no or on/off")
 }
 
 fn parse_bool(v: &str) -> Option<bool> {

@@ -34,7 +34,7 @@ mod store;
 pub use artifact::{ArtifactStore, Eviction};
 pub use cache::{Cache, Health, Mode};
 pub use claim::{Claim, ClaimGuard};
-pub use config::{CacheBuilder, Location, MemoryOnly, default_dir, file_name};
+pub use config::{CacheBuilder, Location, MemoryOnly, Switches, default_dir, file_name};
 pub use error::StoreError;
 pub use inspect::{GateVerdict, Inspection, JournalInfo, SnapshotInfo, inspect};
 pub use memory::MemoryStore;

@@ -48,6 +48,7 @@ impl ImportArgs {
 
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         let path = ctx.path()?;
+        ctx.check_writable("import")?;
         let (text, source) = self.read()?;
         let data: CacheData = parse_lines(&text, &source, ImportOrigin::MarkImported)?;
         // All or nothing: refuse bad namespace names before anything is queued.
@@ -55,7 +56,7 @@ impl ImportArgs {
             Namespace::new(ns).with_context(|| format!("{source}: nothing was imported"))?;
         }
         let imported = data.len();
-        let cache = ctx.open_for_write(&path, self.schema, Scope::default())?;
+        let cache = ctx.open_for_write("import", &path, self.schema, Scope::default())?;
         let refused = cache.import(data);
         debug_assert!(refused.is_empty(), "names were checked above");
         cache

@@ -81,6 +81,9 @@ struct StepLine {
 
 impl MigrateArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        if !self.dry_run {
+            ctx.check_writable("migrate")?;
+        }
         let from_file = self
             .migrations
             .as_deref()

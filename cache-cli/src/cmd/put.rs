@@ -98,7 +98,7 @@ impl PutArgs {
             Origin::Measured(who) => Origin::Measured(format!("{who} via tunecache put")),
             other => other,
         };
-        let cache = ctx.open_for_write(&path, self.schema, scope)?;
+        let cache = ctx.open_for_write("put", &path, self.schema, scope)?;
         cache.put(
             ns,
             Entry::new(key.clone(), set, origin, now_millis(), [candidate]),

@@ -88,6 +88,7 @@ struct NamespaceReport {
 impl TuneArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         let path = ctx.path()?;
+        ctx.check_writable("tune")?;
         let calls = workload::builtin_steps(self.steps.unwrap_or(usize::MAX));
         let use_cuda = match self.backend {
             Backend::Cpu => false,

@@ -526,3 +526,70 @@ fn names_from_the_file_cannot_drive_the_terminal_or_fake_lines() {
         );
     }
 }
+
+#[test]
+fn the_environment_switches_refuse_writes_and_leave_inspection_alone() {
+    let (_d, path) = file();
+    put(&path, "tiled", "1200");
+    let files = || {
+        let journal = path.with_file_name("c.tcache.journal");
+        (std::fs::read(&path).ok(), std::fs::read(journal).ok())
+    };
+    let before = files();
+    let with = |var: &str, value: &str, args: &[&str]| {
+        test_support::cli::command(crate::EXE, &path, args)
+            .env(var, value)
+            .output()
+            .expect("run")
+    };
+    let put_args = [
+        "put",
+        "-n",
+        "matmul",
+        "-k",
+        KEY,
+        "--algo",
+        "x",
+        "--median-ns",
+        "1",
+    ];
+    let import_args = ["import", "/dev/null"];
+    let tune_args = ["tune", "--backend", "cpu", "--steps", "1", "--no-progress"];
+    for var in ["TUNECACHE_READ_ONLY", "TUNECACHE_DISABLE"] {
+        for args in [
+            &put_args[..],
+            &import_args[..],
+            &tune_args[..],
+            &["migrate"][..],
+        ] {
+            let o = with(var, "1", args);
+            assert_eq!(o.status.code(), Some(1), "{var} {args:?}: {}", err(&o));
+            assert!(
+                err(&o).contains(var) && err(&o).contains("nothing was written"),
+                "{var} {args:?}: {}",
+                err(&o)
+            );
+        }
+        for args in [
+            &["stats"][..],
+            &["verify"][..],
+            &["list"][..],
+            &["migrate", "--dry-run"][..],
+        ] {
+            let o = with(var, "1", args);
+            assert_eq!(o.status.code(), Some(0), "{var} {args:?}: {}", err(&o));
+        }
+        let o = with(var, "maybe", &["stats"]);
+        assert_eq!(o.status.code(), Some(2), "{var}=maybe: {}", err(&o));
+        assert!(err(&o).contains(&format!("{var}=\"maybe\"")), "{}", err(&o));
+    }
+    assert_eq!(
+        std::fs::read(&path).expect("snapshot"),
+        before,
+        "nothing was written"
+    );
+    assert_eq!(
+        with("TUNECACHE_READ_ONLY", "0", &put_args).status.code(),
+        Some(0)
+    );
+}
