@@ -395,13 +395,25 @@ impl Cache {
 
     /// Flushes, then stops the saver. Equivalent to dropping, but reports the outcome.
     pub fn close(mut self) -> Result<(), StoreError> {
-        let result = self.flush_inner();
+        let result = self.flush_inner(self.shared.flush_timeout);
         self.stop();
         result
     }
 
-    fn flush_inner(&self) -> Result<(), StoreError> {
-        let timeout = self.shared.flush_timeout;
+    /// Like [`Store::flush`], but waits at most `timeout` (instead of the cache's flush
+    /// timeout); past it, `FlushTimeout` and the save goes on in the background.
+    pub fn flush_within(&self, timeout: Duration) -> Result<(), StoreError> {
+        self.flush_inner(timeout)
+    }
+
+    /// Whether the latest save failed and the saver is retrying (a lock held by another
+    /// process, a full disk): results are safe in memory but not yet durable. A caller that
+    /// would wait for durability can skip the wait while this holds.
+    pub fn is_saving_behind(&self) -> bool {
+        lock(&self.shared.state).failures > 0
+    }
+
+    fn flush_inner(&self, timeout: Duration) -> Result<(), StoreError> {
         let deadline = Instant::now() + timeout;
         let mut st = lock(&self.shared.state);
         if !st.saver_running || lock(&self.shared.diag).mode != Mode::Persistent {
@@ -489,7 +501,7 @@ impl Store for Cache {
     }
 
     fn flush(&self) -> Result<(), StoreError> {
-        self.flush_inner()
+        self.flush_inner(self.shared.flush_timeout)
     }
 }
 

@@ -46,6 +46,11 @@ pub struct OpConfig {
     /// Make each candidate's measurement durable as soon as it is taken, so a killed tune
     /// resumes where it stopped.
     pub flush_each: bool,
+    /// With `flush_each`: the longest one measurement waits to become durable before tuning
+    /// goes on (the saver keeps trying in the background). While the cache's saves are failing
+    /// (another process holds the lock, the disk is full) measurements do not wait at all:
+    /// they queue in memory, and tuning runs at full speed.
+    pub durable_wait: Duration,
     /// How long a provisional fallback is used before the key is looked at again.
     pub provisional_ttl: Duration,
 }
@@ -59,6 +64,7 @@ impl Default for OpConfig {
             measure: MeasureConfig::default(),
             retime_top: 3,
             flush_each: true,
+            durable_wait: Duration::from_millis(250),
             provisional_ttl: Duration::from_secs(1),
         }
     }

@@ -316,10 +316,13 @@ impl<O: Operation> TunedInner<O> {
         map.insert(key.clone(), Arc::clone(choice));
         self.dispatch.store(Arc::new(map));
     }
+    /// Records a measurement; with `flush_each`, waits (at most `durable_wait`, and not at
+    /// all while saves are failing) until it is durable.
     pub(super) fn record(&self, entry: Entry) {
-        self.cache().put(self.ns, entry);
-        if self.config.flush_each {
-            match self.cache().flush() {
+        let cache = self.cache();
+        cache.put(self.ns, entry);
+        if self.config.flush_each && !cache.is_saving_behind() {
+            match cache.flush_within(self.config.durable_wait) {
                 Ok(()) | Err(StoreError::NotPersistent { .. }) => {}
                 // The saver keeps retrying; the result is in memory and queued.
                 Err(e) => tracing::debug!("tunecache: a measurement is not durable yet: {e}"),
