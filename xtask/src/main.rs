@@ -6,6 +6,8 @@
 //! - `golden`: golden-file migration checks (`--check`, `--bless`, `--new-input`).
 //! - `release`: every version bump has its migration step and golden inputs.
 //! - `docs`: every path ARCHITECTURE.md names exists.
+//! - `test`: the README's test command: prepares a Python environment, runs every test,
+//!   fails on a skip.
 //!
 //! Each task is a module; the project root is found from `CARGO_MANIFEST_DIR`.
 #![allow(clippy::print_stdout, reason = "a command-line tool reports on stdout")]
@@ -14,6 +16,7 @@ mod docs;
 mod golden;
 mod layering;
 mod release;
+mod test;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -33,7 +36,9 @@ tasks:
   golden     [--check | --bless | --new-input APP VERSION] migrate every golden input and
              compare with its expected output, byte for byte
   release    check that every format or schema version has its step and golden inputs
-  docs       check that every file or folder ARCHITECTURE.md names exists";
+  docs       check that every file or folder ARCHITECTURE.md names exists
+  test       [--allow-skips] [-- ARGS] prepare what the tests need (Python packages, the
+             NVRTC wheel) and run the whole test suite; a skipped test fails the run";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -42,6 +47,7 @@ fn main() -> ExitCode {
         Some("golden") => golden::run(&project_root(), &args[1..]),
         Some("release") => release::run(&project_root()),
         Some("docs") => docs::run(&project_root()),
+        Some("test") => test::run(&project_root(), &args[1..]),
         Some("-h" | "--help") | None => {
             eprintln!("{USAGE}");
             return ExitCode::from(if args.is_empty() { 2 } else { 0 });

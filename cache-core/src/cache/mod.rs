@@ -8,7 +8,7 @@
 //! succeeded, so a failure never loses a result. No caller waits on I/O except `flush` and
 //! drop, and both wait a bounded time.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -80,7 +80,8 @@ struct State {
 struct Diagnostics {
     mode: Mode,
     reason: Option<String>,
-    warned: HashSet<String>,
+    /// Conditions already reported: how many more times each came up, and its first line.
+    warned: HashMap<String, (u64, String)>,
     quarantined: Vec<PathBuf>,
     migration: Option<Report>,
 }
@@ -174,7 +175,7 @@ impl Cache {
             diag: Mutex::new(Diagnostics {
                 mode: Mode::Memory,
                 reason: None,
-                warned: HashSet::new(),
+                warned: HashMap::new(),
                 quarantined: Vec::new(),
                 migration: None,
             }),
@@ -452,6 +453,11 @@ impl Cache {
     }
 
     fn stop(&mut self) {
+        self.stop_saver();
+        self.shared.summarize_repeats();
+    }
+
+    fn stop_saver(&mut self) {
         let Some(handle) = self.saver.take() else {
             return;
         };

@@ -104,12 +104,20 @@ impl Notice {
         )
     }
 
-    /// A save failed and will be retried. The condition is the kind of failure, not its
-    /// text, so a lock held for minutes gives one line.
+    /// A save failed and will be retried. The condition is the kind of failure (and, for an
+    /// OS error, its kind), never its text: that names temporary files, so a full disk would
+    /// otherwise warn on every retry.
     pub(super) fn save_failed(e: &StoreError) -> Self {
         let key = match e {
-            StoreError::LockTimeout { .. } => "lock-timeout".to_owned(),
-            other => format!("save:{other}"),
+            StoreError::LockTimeout { .. } => "save:lock-timeout".to_owned(),
+            StoreError::Io { action, source, .. } => {
+                format!("save:io:{action}:{:?}", source.kind())
+            }
+            StoreError::Format { path, .. } => format!("save:format:{}", path.display()),
+            StoreError::Migrate { path, .. } => format!("save:migrate:{}", path.display()),
+            StoreError::NotPersistent { .. } => "save:not-persistent".to_owned(),
+            StoreError::FlushTimeout(_) => "save:flush-timeout".to_owned(),
+            StoreError::InvalidNamespace { .. } => "save:namespace".to_owned(),
         };
         Notice::warn(
             key,
@@ -131,9 +139,11 @@ impl Notice {
         )
     }
 
+    /// One condition for all unusable namespaces: a file with thousands gives one line (and
+    /// a count when the cache closes).
     pub(super) fn unusable_namespace(ns: &str) -> Self {
         Notice::warn(
-            format!("ns:{ns}"),
+            "unusable-namespace",
             format!("tunecache skips entries of unusable namespace {ns:?}"),
         )
     }
@@ -225,15 +235,33 @@ impl Shared {
     /// Logs `notice` unless its condition was already reported by this cache. The diagnostics
     /// lock is released before anything is logged, and callers hold no other in-memory lock.
     pub(super) fn notify(&self, notice: Notice) {
-        if let Some(key) = &notice.key
-            && !lock(&self.diag).warned.insert(key.clone())
-        {
-            return;
+        if let Some(key) = &notice.key {
+            let mut diag = lock(&self.diag);
+            if let Some((repeats, _)) = diag.warned.get_mut(key) {
+                *repeats += 1;
+                return;
+            }
+            diag.warned.insert(key.clone(), (0, notice.text.clone()));
         }
         match notice.level {
             Level::Warn => tracing::warn!("{}", notice.text),
             Level::Info => tracing::info!("{}", notice.text),
             Level::Debug => tracing::debug!("{}", notice.text),
+        }
+    }
+
+    /// Once, when the cache closes: how many times each reported condition came up again.
+    pub(super) fn summarize_repeats(&self) {
+        let repeated: Vec<(u64, String)> = {
+            let mut diag = lock(&self.diag);
+            diag.warned
+                .values_mut()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, text)| (std::mem::take(n), text.clone()))
+                .collect()
+        };
+        for (n, text) in repeated {
+            tracing::warn!("tunecache: {n} more like this were not shown: {text}");
         }
     }
 
@@ -279,5 +307,34 @@ mod tests {
         };
         assert_eq!(Notice::save_failed(&a).key, Notice::save_failed(&b).key);
         assert_ne!(Notice::save_failed(&a).text, Notice::save_failed(&b).text);
+    }
+
+    #[test]
+    fn a_full_disk_is_one_condition_whatever_temporary_file_failed() {
+        let full = |tmp: &str| {
+            StoreError::io(
+                "write",
+                format!("/c/.c.tcache.tmp.{tmp}"),
+                std::io::Error::from(std::io::ErrorKind::StorageFull),
+            )
+        };
+        assert_eq!(
+            Notice::save_failed(&full("1.1")).key,
+            Notice::save_failed(&full("1.2")).key
+        );
+        assert_ne!(
+            Notice::save_failed(&full("1.1")).key,
+            Notice::save_failed(&StoreError::io(
+                "write",
+                "/c/x",
+                std::io::Error::from(std::io::ErrorKind::PermissionDenied)
+            ))
+            .key,
+            "another kind of failure is another condition"
+        );
+        assert_eq!(
+            Notice::unusable_namespace("a").key,
+            Notice::unusable_namespace("b").key
+        );
     }
 }

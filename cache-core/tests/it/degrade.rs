@@ -197,3 +197,31 @@ fn a_full_disk_during_an_append_loses_nothing() {
 fn a_full_disk_during_a_compaction_loses_nothing() {
     full_disk("compact");
 }
+
+/// A condition is reported once, however often it comes up; how often is said once, when the
+/// cache closes.
+#[test]
+fn a_repeated_condition_warns_once_and_is_counted_at_close() {
+    use cache_core::cache_format::{CacheData, Scope, encode_snapshot};
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let mut data = CacheData::new();
+    for i in 0..50 {
+        // A control character makes a namespace name unusable.
+        data.insert(
+            &Scope::default(),
+            &format!("summary-probe-{i}\u{1}"),
+            entry(1, i),
+        );
+    }
+    data.insert(&Scope::default(), "matmul", entry(1, 99));
+    std::fs::write(&path, encode_snapshot(crate::support::APP, 1, &data)).expect("write");
+    let cache = builder(&path).open();
+    assert!(has(&cache, 1, 99), "the good entry is read");
+    let warned = warnings_about("summary-probe-");
+    assert_eq!(warned.len(), 1, "one warning for fifty names: {warned:?}");
+    drop(cache);
+    let summary = warnings_about("49 more like this were not shown");
+    assert_eq!(summary.len(), 1, "{:?}", warnings_about("summary-probe-"));
+}

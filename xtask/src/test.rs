@@ -1,0 +1,164 @@
+//! `cargo xtask test`: the README's test command. Prepares what the tests need on a fresh
+//! machine, runs the whole suite, and fails if any test skipped, unless skips were allowed.
+//!
+//! 1. A virtual environment at `target/test-venv` with the Python packages the tests use
+//!    (`msgpack` for the cross-language fingerprint check, `nvidia-cuda-nvrtc-cu12` for NVRTC
+//!    without a GPU), installed with pip once and reused.
+//! 2. `cargo test --workspace --locked` with that environment's `bin` first on `PATH`, NVRTC's
+//!    library folder on `LD_LIBRARY_PATH`, and `TUNECACHE_SKIP_LOG` naming a file where every
+//!    skipped test writes why (test-support's `skip::missing`).
+//! 3. A skip fails the run (listing each), unless `--allow-skips` was given.
+//!
+//! Arguments after `--` go to `cargo test`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// The Python packages the tests need.
+const PACKAGES: [&str; 2] = ["msgpack", "nvidia-cuda-nvrtc-cu12"];
+
+pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
+    let mut allow_skips = false;
+    let mut cargo_args = Vec::new();
+    let mut rest = args.iter();
+    while let Some(a) = rest.next() {
+        match a.as_str() {
+            "--allow-skips" => allow_skips = true,
+            "--" => cargo_args.extend(rest.by_ref().cloned()),
+            other => bail!(
+                "unknown argument {other:?} (usage: cargo xtask test [--allow-skips] [-- CARGO TEST ARGS])"
+            ),
+        }
+    }
+    let venv = root.join("target").join("test-venv");
+    let python = prepare_venv(&venv)?;
+    let nvrtc = nvrtc_lib(&python)?;
+    let skip_log = root.join("target").join("test-skips.log");
+    let _ = std::fs::remove_file(&skip_log);
+
+    let path = prepend("PATH", &venv.join("bin"));
+    let ld = prepend("LD_LIBRARY_PATH", &nvrtc);
+    println!("xtask test: Python packages from {}", venv.display());
+    println!("xtask test: NVRTC from {}", nvrtc.display());
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(cargo)
+        .current_dir(root)
+        .args(["test", "--workspace", "--locked"])
+        .args(&cargo_args)
+        .env("PATH", path)
+        .env("LD_LIBRARY_PATH", ld)
+        .env("TUNECACHE_SKIP_LOG", &skip_log)
+        .status()
+        .context("cannot run cargo test")?;
+    if !status.success() {
+        bail!("the tests failed");
+    }
+    let log = std::fs::read_to_string(&skip_log).unwrap_or_default();
+    println!("xtask test: {}", verdict(&log, allow_skips)?);
+    Ok(())
+}
+
+/// The run's verdict from the skip log: a skip fails it unless skips are allowed.
+fn verdict(skip_log: &str, allow_skips: bool) -> anyhow::Result<String> {
+    let skipped: Vec<&str> = skip_log.lines().filter(|l| !l.is_empty()).collect();
+    if skipped.is_empty() {
+        return Ok("every test ran; none skipped".to_owned());
+    }
+    let list = skipped.join("\n  ");
+    if allow_skips {
+        Ok(format!(
+            "{} tests skipped (allowed):\n  {list}",
+            skipped.len()
+        ))
+    } else {
+        bail!(
+            "{} tests skipped, and a skip is not a pass (use --allow-skips to accept them):\n  {list}",
+            skipped.len()
+        )
+    }
+}
+
+/// Creates the virtual environment if needed and installs the packages it lacks; returns its
+/// Python.
+fn prepare_venv(venv: &Path) -> anyhow::Result<PathBuf> {
+    let python = venv.join("bin").join("python3");
+    if !python.exists() {
+        run_checked(
+            Command::new("python3").args(["-m", "venv"]).arg(venv),
+            "create the test virtual environment (python3 -m venv; on Debian: apt-get install python3-venv)",
+        )?;
+    }
+    let have = Command::new(&python)
+        .args(["-c", "import msgpack, nvidia.cuda_nvrtc"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        run_checked(
+            Command::new(&python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
+                .args(PACKAGES),
+            "install the Python packages the tests need",
+        )?;
+    }
+    Ok(python)
+}
+
+/// The folder of libnvrtc inside the NVRTC wheel.
+fn nvrtc_lib(python: &Path) -> anyhow::Result<PathBuf> {
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "import nvidia.cuda_nvrtc, os; print(os.path.join(list(nvidia.cuda_nvrtc.__path__)[0], 'lib'))",
+        ])
+        .output()
+        .context("cannot run the virtual environment's python")?;
+    if !out.status.success() {
+        bail!(
+            "the NVRTC wheel is not importable: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+fn run_checked(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
+    let status = cmd.status().with_context(|| format!("cannot {what}"))?;
+    if !status.success() {
+        bail!("could not {what} ({status})");
+    }
+    Ok(())
+}
+
+/// `dir` in front of the list in the environment variable `var`.
+fn prepend(var: &str, dir: &Path) -> std::ffi::OsString {
+    let mut paths = vec![dir.to_owned()];
+    if let Some(old) = std::env::var_os(var) {
+        paths.extend(std::env::split_paths(&old));
+    }
+    std::env::join_paths(paths).unwrap_or_else(|_| dir.as_os_str().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verdict;
+
+    #[test]
+    fn a_skip_fails_the_run_unless_allowed() {
+        assert!(verdict("", false).is_ok());
+        let log = "NVRTC for x: not installed\n";
+        let err = verdict(log, false).expect_err("a skip fails").to_string();
+        assert!(
+            err.contains("1 tests skipped") && err.contains("NVRTC for x"),
+            "{err}"
+        );
+        assert!(verdict(log, true).expect("allowed").contains("NVRTC for x"));
+    }
+}
