@@ -2,12 +2,12 @@
 //! of a cache file. These types are independent of the bytes on disk (see `wire`).
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use serde::Serialize;
 
-use crate::candidate::{Candidate, rank_indices};
+use crate::candidate::{Candidate, CandidateId, rank_indices};
 use crate::fingerprint::Fingerprint;
 use crate::ser::{ValueError, to_fields};
 use crate::value::{Fields, write_fields};
@@ -177,9 +177,7 @@ impl Entry {
             recorded_at,
             origin,
         };
-        for candidate in candidates {
-            entry.absorb(candidate);
-        }
+        entry.absorb_all(candidates);
         entry.rank();
         entry
     }
@@ -226,18 +224,52 @@ impl Entry {
 
     /// Adds or replaces one candidate's measurement and re-ranks.
     pub fn record(&mut self, candidate: Candidate) {
-        self.absorb(candidate);
+        self.absorb_all([candidate]);
         self.rank();
     }
 
-    fn absorb(&mut self, candidate: Candidate) {
-        match self.candidates.iter_mut().find(|c| c.id == candidate.id) {
-            Some(existing) => {
-                if candidate.version_cmp(existing) == Ordering::Greater {
-                    *existing = candidate;
+    /// Unites `incoming` with the candidates by identity (a candidate measured twice keeps
+    /// the later measurement). Linear in the number of candidates: past a handful, matching
+    /// goes through a hash index instead of a scan, so a hostile entry of N candidates costs
+    /// O(N), not O(N²).
+    fn absorb_all(&mut self, incoming: impl IntoIterator<Item = Candidate>) {
+        const SCAN_UP_TO: usize = 16;
+        let mut index: Option<HashMap<CandidateId, usize>> = None;
+        for candidate in incoming {
+            if index.is_none() && self.candidates.len() >= SCAN_UP_TO {
+                index = Some(
+                    self.candidates
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| (c.id.clone(), i))
+                        .collect(),
+                );
+            }
+            let found = match &index {
+                Some(index) => {
+                    #[cfg(test)]
+                    probes::add(1);
+                    index.get(&candidate.id).copied()
+                }
+                None => {
+                    #[cfg(test)]
+                    probes::add(self.candidates.len() as u64);
+                    self.candidates.iter().position(|c| c.id == candidate.id)
+                }
+            };
+            match found {
+                Some(i) => {
+                    if candidate.version_cmp(&self.candidates[i]) == Ordering::Greater {
+                        self.candidates[i] = candidate;
+                    }
+                }
+                None => {
+                    if let Some(index) = &mut index {
+                        index.insert(candidate.id.clone(), self.candidates.len());
+                    }
+                    self.candidates.push(candidate);
                 }
             }
-            None => self.candidates.push(candidate),
         }
     }
 
@@ -274,9 +306,7 @@ impl Entry {
             self.recorded_at = other.recorded_at;
             self.origin = other.origin;
         }
-        for candidate in other.candidates {
-            self.absorb(candidate);
-        }
+        self.absorb_all(other.candidates);
         self.rank();
     }
 }
@@ -396,5 +426,75 @@ impl CacheData {
     /// Number of scopes.
     pub fn scope_count(&self) -> usize {
         self.scopes.len()
+    }
+}
+
+/// Counts identity comparisons in tests, to check that matching stays linear.
+#[cfg(test)]
+pub(crate) mod probes {
+    use std::cell::Cell;
+
+    thread_local! {
+        static PROBES: Cell<u64> = const { Cell::new(0) };
+    }
+
+    pub(crate) fn add(n: u64) {
+        PROBES.with(|p| p.set(p.get() + n));
+    }
+
+    pub(crate) fn take() -> u64 {
+        PROBES.with(|p| p.replace(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::candidate::Stats;
+    use crate::value::{Fields, Value};
+
+    fn many(n: u64, offset: u64) -> Vec<Candidate> {
+        (0..n)
+            .map(|i| {
+                let params = Fields::from([("i".to_owned(), Value::Int((i + offset) as i64))]);
+                let stats = Stats {
+                    median_ns: 1.0 + i as f64,
+                    min_ns: 1.0,
+                    spread_ns: 0.0,
+                    samples: 1,
+                };
+                Candidate::measured("a", params, stats)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matching_candidates_is_linear_in_their_number() {
+        let key = Key::new(Fields::new());
+        for n in [1_000u64, 10_000] {
+            probes::take();
+            let mut entry = Entry::new(
+                key.clone(),
+                Fingerprint::default(),
+                Origin::Imported("t".into()),
+                1,
+                many(n, 0),
+            );
+            let other = Entry::new(
+                key.clone(),
+                Fingerprint::default(),
+                Origin::Imported("t".into()),
+                2,
+                many(n, n / 2),
+            );
+            entry.merge(other);
+            assert_eq!(entry.candidates().len() as u64, n + n / 2);
+            let probes = probes::take();
+            // A scan per candidate made ~n²/2 comparisons (5·10⁷ at n = 10,000).
+            assert!(
+                probes <= 4 * n + 1_000,
+                "{probes} comparisons for {n} candidates"
+            );
+        }
     }
 }
