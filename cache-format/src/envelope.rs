@@ -196,6 +196,7 @@ pub fn read_snapshot<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Snapshot<'a
         )));
     }
     scan_whole(payload, "payload", limits)?;
+    crate::census::check(payload, limits)?;
     let header = decode_header(header_bytes, limits)?;
     Ok(Snapshot {
         format,

@@ -62,6 +62,16 @@ pub enum FormatError {
         /// The limit.
         limit: u64,
     },
+    /// More of something than the limit allows (scopes, namespaces, candidates, fields).
+    #[error("{what}: {count} is over the limit of {limit}")]
+    TooMany {
+        /// What there are too many of.
+        what: &'static str,
+        /// How many (the first count found over the limit).
+        count: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// Nesting deeper than the limit.
     #[error("{what} nests deeper than {limit} levels at offset {offset}")]
     TooDeep {

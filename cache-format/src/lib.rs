@@ -17,6 +17,7 @@
 #![deny(missing_docs)]
 
 mod candidate;
+mod census;
 mod envelope;
 mod error;
 mod fingerprint;

@@ -7,6 +7,7 @@
 //! entries to use goes through `cache_migrate::upgrade`. Every decoder here takes [`Limits`]
 //! and scans before it decodes.
 
+use crate::census;
 use crate::envelope::{FormatVersion, Snapshot, scan_whole, value_from_bytes};
 use crate::error::FormatError;
 use crate::model::CacheData;
@@ -25,17 +26,20 @@ pub fn data_from_value(value: &rmpv::Value, limits: &Limits) -> Result<CacheData
 /// the bounded scan.
 pub fn decode_payload(bytes: &[u8], limits: &Limits) -> Result<CacheData, FormatError> {
     scan_whole(bytes, "payload", limits)?;
+    census::check(bytes, limits)?;
     wire::decode_payload(bytes, "payload")
 }
 
 /// Decodes payload bytes into the schema-less view, after the bounded scan.
 pub fn payload_value(bytes: &[u8], limits: &Limits) -> Result<rmpv::Value, FormatError> {
     scan_whole(bytes, "payload", limits)?;
+    census::check(bytes, limits)?;
     value_from_bytes(bytes, "payload")
 }
 
-/// Decodes a snapshot's payload as stored, at the current format. Its payload was scanned when
-/// [`crate::read_snapshot`] verified the envelope, so it is not scanned again.
+/// Decodes a snapshot's payload as stored, at the current format. Its payload was scanned and
+/// its census checked when [`crate::read_snapshot`] verified the envelope, so neither is done
+/// again.
 pub fn decode_snapshot(snap: &Snapshot<'_>) -> Result<CacheData, FormatError> {
     match snap.format {
         FormatVersion::V1 => wire::decode_payload(snap.payload_bytes(), "payload"),

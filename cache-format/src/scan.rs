@@ -18,6 +18,14 @@ pub struct Limits {
     pub max_header_bytes: u64,
     /// Deepest nesting of arrays and maps accepted.
     pub max_depth: u32,
+    /// Most scopes in one file or record.
+    pub max_scopes: u64,
+    /// Most namespaces in one file or record, over all its scopes.
+    pub max_namespaces: u64,
+    /// Most candidates in one entry.
+    pub max_candidates: u64,
+    /// Most fields in one key, scope or params map.
+    pub max_fields: u64,
 }
 
 impl Default for Limits {
@@ -26,6 +34,10 @@ impl Default for Limits {
             max_file_bytes: 1 << 30,
             max_header_bytes: 64 << 10,
             max_depth: 32,
+            max_scopes: 4096,
+            max_namespaces: 1 << 16,
+            max_candidates: 1 << 16,
+            max_fields: 256,
         }
     }
 }

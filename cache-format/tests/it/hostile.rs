@@ -239,3 +239,139 @@ fn a_file_over_the_size_limit_is_refused_before_decoding() {
         Err(cache_format::FormatError::TooLarge { .. })
     ));
 }
+
+fn candidate(i: u64) -> cache_format::Candidate {
+    let stats = cache_format::Stats {
+        median_ns: 1.0,
+        min_ns: 1.0,
+        spread_ns: 0.0,
+        samples: 1,
+    };
+    cache_format::Candidate::measured(format!("c{i}"), cache_format::Fields::new(), stats)
+}
+
+fn entry_with(fields: usize, candidates: u64) -> cache_format::Entry {
+    let key: cache_format::Fields = (0..fields)
+        .map(|i| (format!("f{i}"), cache_format::Value::Int(i as i64)))
+        .collect();
+    cache_format::Entry::new(
+        cache_format::Key::new(key),
+        cache_format::Fingerprint::default(),
+        cache_format::Origin::Imported("t".into()),
+        1,
+        (0..candidates).map(candidate),
+    )
+}
+
+fn too_many(
+    result: Result<impl std::fmt::Debug, cache_format::FormatError>,
+) -> (&'static str, u64) {
+    match result {
+        Err(cache_format::FormatError::TooMany { what, count, .. }) => (what, count),
+        other => panic!("expected TooMany, got {other:?}"),
+    }
+}
+
+/// A file whose shape would cost far more memory than its bytes (many scopes, namespaces,
+/// candidates or fields) is refused before anything is decoded, with the cap it broke.
+#[test]
+fn shapes_over_the_caps_are_refused_before_decoding() {
+    use cache_format::{Fields, Scope, Value};
+    let limits = Limits {
+        max_scopes: 3,
+        max_namespaces: 4,
+        max_candidates: 5,
+        max_fields: 6,
+        ..Limits::default()
+    };
+    let scope = |i: i64| Scope::new(Fields::from([("d".to_owned(), Value::Int(i))]));
+    let mut scopes = CacheData::new();
+    for i in 0..4 {
+        scopes.insert(&scope(i), "ns", entry_with(1, 1));
+    }
+    let mut namespaces = CacheData::new();
+    for (s, n) in [(0, "a"), (0, "b"), (1, "c"), (1, "d"), (2, "e")] {
+        namespaces.insert(&scope(s), n, entry_with(1, 1));
+    }
+    let mut candidates = CacheData::new();
+    candidates.insert(&scope(0), "ns", entry_with(1, 6));
+    let mut fields = CacheData::new();
+    fields.insert(&scope(0), "ns", entry_with(7, 1));
+    let cases = [
+        (scopes, ("scopes", 4)),
+        (namespaces, ("namespaces", 5)),
+        (candidates, ("candidates of an entry", 6)),
+        (fields, ("fields of a key", 7)),
+    ];
+    for (data, expected) in cases {
+        let bytes = encode_snapshot("app", 1, &data);
+        assert_eq!(too_many(read_snapshot(&bytes, &limits)), expected);
+        let payload = cache_format::encode_payload(&data);
+        assert_eq!(
+            too_many(cache_format::raw::decode_payload(&payload, &limits)),
+            expected
+        );
+        assert_eq!(
+            too_many(cache_format::raw::payload_value(&payload, &limits)),
+            expected
+        );
+        let record = encode_record(&data);
+        let scan = scan_records(&record, 0, &Limits::default());
+        let range = scan.records.first().expect("a record").clone();
+        assert_eq!(
+            too_many(cache_format::raw::decode_payload(&record[range], &limits)),
+            expected
+        );
+        assert!(
+            read_snapshot(&bytes, &Limits::default()).is_ok(),
+            "within the default caps"
+        );
+    }
+}
+
+/// The decoder also accepts structs written as arrays; the census counts those too, so the
+/// caps cannot be sidestepped by a positional encoding or unusual keys.
+#[test]
+fn the_caps_hold_for_positional_structs_and_unusual_keys() {
+    use cache_format::rmpv::Value as V;
+    let limits = Limits {
+        max_candidates: 2,
+        ..Limits::default()
+    };
+    let cand = |i: i64| {
+        V::Array(vec![
+            V::from(format!("c{i}")),
+            V::Map(vec![]),
+            V::from(1),
+            V::from("ok"),
+        ])
+    };
+    let entry = V::Array(vec![
+        V::Binary(vec![0; 16]),
+        V::Map(vec![]),
+        V::Binary(vec![0; 16]),
+        V::from(1),
+        V::Map(vec![]),
+        V::Array((0..3).map(cand).collect()),
+    ]);
+    let payload = V::Map(vec![
+        (V::from(7), V::from("a non-string key")),
+        (
+            V::from("a long key ".repeat(30)),
+            V::from("skipped with its value"),
+        ),
+        (
+            V::from("scopes"),
+            V::Array(vec![V::Array(vec![
+                V::Map(vec![]),
+                V::Map(vec![(V::from("ns"), V::Array(vec![entry]))]),
+            ])]),
+        ),
+    ]);
+    let mut bytes = Vec::new();
+    cache_format::rmpv::encode::write_value(&mut bytes, &payload).expect("encode");
+    assert_eq!(
+        too_many(cache_format::raw::decode_payload(&bytes, &limits)),
+        ("candidates of an entry", 3)
+    );
+}
