@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::candidate::{Candidate, Outcome, Stats};
 use crate::fingerprint::Fingerprint;
 use crate::model::{CacheData, Entry, Key, Millis, Origin, Scope};
+use crate::scan::Limits;
 use crate::value::Fields;
 
 /// Why a JSON line was refused.
@@ -198,6 +199,18 @@ pub fn parse_record(
     if r.namespace.is_empty() {
         bail!("empty namespace");
     }
+    // The caps every reader applies (FORMAT.md, "Bounds"): what is imported must be readable.
+    let limits = Limits::default();
+    over_cap("fields of the key", r.key.len(), limits.max_fields)?;
+    over_cap("fields of the scope", r.scope.len(), limits.max_fields)?;
+    over_cap("candidates", r.candidates.len(), limits.max_candidates)?;
+    for c in &r.candidates {
+        over_cap(
+            "fields of a candidate's params",
+            c.params.len(),
+            limits.max_fields,
+        )?;
+    }
     let key = Key::new(r.key);
     if let Some(fp) = &r.fingerprint {
         let stored: Fingerprint = fp.parse().map_err(|e| format!("fingerprint: {e}"))?;
@@ -249,7 +262,11 @@ pub fn parse_lines(
     origin_policy: ImportOrigin,
 ) -> Result<CacheData, JsonLineError> {
     let now = crate::model::now_millis();
+    let limits = Limits::default();
     let mut data = CacheData::new();
+    // Distinct scopes and (scope, namespace) pairs so far, for the caps of a whole file.
+    let mut scopes = std::collections::HashSet::new();
+    let mut namespaces = std::collections::HashSet::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -260,9 +277,34 @@ pub fn parse_lines(
                 line: i + 1,
                 message,
             })?;
+        scopes.insert(scope.fingerprint());
+        namespaces.insert((scope.fingerprint(), ns.clone()));
         data.insert(&scope, &ns, entry);
+        over_cap("scopes in the import", scopes.len(), limits.max_scopes)
+            .and_then(|()| {
+                over_cap(
+                    "namespaces in the import",
+                    namespaces.len(),
+                    limits.max_namespaces,
+                )
+            })
+            .map_err(|message| JsonLineError {
+                source_name: source.to_owned(),
+                line: i + 1,
+                message,
+            })?;
     }
     Ok(data)
+}
+
+fn over_cap(what: &str, count: usize, limit: u64) -> Result<(), String> {
+    if count as u64 > limit {
+        Err(format!(
+            "{count} {what}, over the limit of {limit} (FORMAT.md, \"Bounds\")"
+        ))
+    } else {
+        Ok(())
+    }
 }
 
 /// Writes every entry of `data` as JSON lines, in a deterministic order.

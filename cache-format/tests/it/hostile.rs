@@ -375,3 +375,45 @@ fn the_caps_hold_for_positional_structs_and_unusual_keys() {
         ("candidates of an entry", 3)
     );
 }
+
+/// What an import accepts must be readable: JSON lines over the caps are refused, naming the
+/// line and the cap, so `tunecache import` cannot write a record every reader refuses.
+#[test]
+fn json_lines_over_the_caps_are_refused_with_the_line() {
+    use cache_format::json::{ImportOrigin, parse_lines};
+    let limits = Limits::default();
+    let candidates: Vec<String> = (0..=limits.max_candidates)
+        .map(|i| format!(r#"{{"algo":"c{i}","median_ns":1}}"#))
+        .collect();
+    let too_many_candidates = format!(
+        r#"{{"scope":{{}},"namespace":"ns","key":{{"m":1}},"candidates":[{}]}}"#,
+        candidates.join(",")
+    );
+    let fields: Vec<String> = (0..=limits.max_fields)
+        .map(|i| format!(r#""f{i}":1"#))
+        .collect();
+    let too_many_fields = format!(
+        r#"{{"scope":{{}},"namespace":"ns","key":{{{}}},"candidates":[]}}"#,
+        fields.join(",")
+    );
+    let ok =
+        r#"{"scope":{},"namespace":"ns","key":{"m":2},"candidates":[{"algo":"a","median_ns":1}]}"#;
+    for (bad, what) in [
+        (too_many_candidates, "candidates"),
+        (too_many_fields, "fields of the key"),
+    ] {
+        let text = format!("{ok}\n{bad}\n");
+        let err =
+            parse_lines(&text, "in.jsonl", ImportOrigin::MarkImported).expect_err("over the cap");
+        assert_eq!(err.line, 2, "{err}");
+        assert!(err.to_string().contains(what), "{err}");
+    }
+    let scopes: Vec<String> = (0..=limits.max_scopes)
+        .map(|i| {
+            format!(r#"{{"scope":{{"d":{i}}},"namespace":"ns","key":{{"m":1}},"candidates":[]}}"#)
+        })
+        .collect();
+    let err = parse_lines(&scopes.join("\n"), "in.jsonl", ImportOrigin::MarkImported)
+        .expect_err("too many scopes");
+    assert_eq!(err.line as u64, limits.max_scopes + 1, "{err}");
+}
