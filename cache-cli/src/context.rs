@@ -138,6 +138,23 @@ impl<'a> Context<'a> {
     }
 }
 
+/// Closes a cache opened for writing and says exactly what happened to `what` (the result,
+/// the import) if it was not saved. The process exits next, so a save that did not finish in
+/// time does not go on: the message says to run the command again.
+pub(crate) fn close(cache: Cache, what: &str, path: &Path) -> anyhow::Result<()> {
+    match cache.close() {
+        Ok(()) => Ok(()),
+        Err(cache_core::StoreError::FlushTimeout(waited)) => bail!(
+            "{what} may not be in {}: the save did not finish within {waited:?} (another process may hold the lock, or the file is large); run the command again",
+            path.display()
+        ),
+        Err(e) => {
+            Err(anyhow::Error::new(e)
+                .context(format!("{what} was not saved to {}", path.display())))
+        }
+    }
+}
+
 /// The application named in a cache file's header, read from its first bytes only.
 pub(crate) fn peek_app(path: &Path) -> Option<String> {
     use std::io::Read;

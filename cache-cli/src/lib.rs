@@ -68,11 +68,32 @@ where
     });
     match result {
         Ok(code) => ExitCode::from(code),
+        Err(e) if e.downcast_ref::<options::UsageError>().is_some() => {
+            output::say(format_args!("error: {}", message(&e)));
+            ExitCode::from(exit::USAGE)
+        }
         Err(e) => {
-            output::say(format_args!("error: {e:#}"));
+            output::say(format_args!("error: {}", message(&e)));
             ExitCode::from(exit::ERROR)
         }
     }
+}
+
+/// An error and its causes, joined by ": ", each said once: a cause whose text its parent
+/// already quoted (an OS error inside "cannot read X: ...") is not repeated.
+fn message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 fn init_logging(verbose: u8) {

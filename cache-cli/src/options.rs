@@ -62,3 +62,21 @@ pub(crate) fn seconds(s: &str) -> Result<std::time::Duration, String> {
     let v = nonneg_f64(s)?;
     std::time::Duration::try_from_secs_f64(v).map_err(|_| format!("{s} seconds is too long"))
 }
+
+/// Wrong usage found after parsing (flags that contradict each other): exit 2, like the
+/// argument parser's own errors.
+#[derive(Debug)]
+pub(crate) struct UsageError(pub(crate) String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Fails with a [`UsageError`].
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(message.into()))
+}

@@ -55,10 +55,10 @@ pub(crate) fn short(fp: Fingerprint) -> String {
 /// A JSON object given as `what` (e.g. `--key`), as canonical fields.
 pub(crate) fn parse_fields(what: &str, text: &str) -> anyhow::Result<Fields> {
     match serde_json::from_str::<Value>(text)
-        .with_context(|| format!("{what} is not valid JSON for a key: {text}"))?
+        .with_context(|| format!("{what} {text:?} is not a usable JSON object"))?
     {
         Value::Map(fields) => Ok(fields),
-        other => bail!("{what} must be a JSON object, got {other}"),
+        other => bail!("{what} must be a JSON object such as {{\"m\":128}}, got {other}"),
     }
 }
 

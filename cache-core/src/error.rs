@@ -12,7 +12,7 @@ use cache_migrate::MigrateError;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// Another process held the cache lock for longer than the configured bound.
-    #[error("timed out after {waited:?} waiting for the lock {path} (another process holds it)")]
+    #[error("timed out after {waited:.1?} waiting for the lock {path} (another process holds it)")]
     LockTimeout {
         /// The lock file.
         path: PathBuf,
@@ -56,7 +56,9 @@ pub enum StoreError {
         reason: String,
     },
     /// A flush did not finish within its bound; the save goes on in the background.
-    #[error("flush did not finish within {0:?}; the save continues in the background")]
+    #[error(
+        "flush did not finish within {0:?}; the save goes on in the background while this process runs"
+    )]
     FlushTimeout(Duration),
     /// A namespace name was rejected.
     #[error("invalid namespace {name:?}: {reason}")]

@@ -437,10 +437,14 @@ impl<'de> Visitor<'de> for ValueVisitor {
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
         i64::try_from(v)
             .map(Value::Int)
-            .map_err(|_| E::custom(format_args!("integer {v} is larger than i64::MAX")))
+            .map_err(|_| E::custom(out_of_range(&v)))
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        // A JSON integer outside 64 bits arrives as a float: say which it is.
+        if v.is_finite() && v.fract() == 0.0 && v.abs() >= 9.223_372_036_854_776e18 {
+            return Err(E::custom(out_of_range(&format_args!("{v:.0}"))));
+        }
         Err(E::custom(format_args!(
             "floats are not allowed in keys, scopes or params (got {v}); use an integer or a string"
         )))
@@ -482,6 +486,12 @@ impl<'de> Visitor<'de> for ValueVisitor {
         }
         Ok(Value::Map(fields))
     }
+}
+
+fn out_of_range(v: &dyn std::fmt::Display) -> String {
+    format!(
+        "the integer {v} is out of range: keys, scopes and params hold 64-bit signed integers (-9223372036854775808 to 9223372036854775807); use a string for larger numbers"
+    )
 }
 
 #[cfg(test)]

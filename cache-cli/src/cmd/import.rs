@@ -11,7 +11,7 @@ use cache_core::Namespace;
 use cache_format::json::{ImportOrigin, parse_lines};
 use cache_format::{CacheData, Scope};
 
-use crate::context::Context;
+use crate::context::{Context, close};
 use crate::exit;
 use crate::output::{Out, Report};
 
@@ -59,9 +59,7 @@ impl ImportArgs {
         let cache = ctx.open_for_write("import", &path, self.schema, Scope::default())?;
         let refused = cache.import(data);
         debug_assert!(refused.is_empty(), "names were checked above");
-        cache
-            .close()
-            .with_context(|| format!("the import was not saved to {}", path.display()))?;
+        close(cache, &format!("the import of {imported} entries"), &path)?;
         let report = ImportReport { imported, path };
         out.item(&report, ctx.json)?;
         Ok(exit::OK)

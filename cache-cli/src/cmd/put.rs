@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use clap::Args;
 use serde::Serialize;
 
@@ -12,9 +12,9 @@ use cache_format::{
     Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, Scope, Stats, now_millis,
 };
 
-use crate::context::Context;
+use crate::context::{Context, close};
 use crate::exit;
-use crate::options::{KeyArgs, nonneg_f64};
+use crate::options::{KeyArgs, nonneg_f64, usage};
 use crate::output::{Out, Report};
 use crate::render::parse_fields;
 
@@ -70,13 +70,24 @@ impl PutArgs {
         let params = parse_fields("--params", &self.params)?;
         let outcome = match (&self.failed, self.median_ns) {
             (Some(reason), _) => Outcome::Failed(reason.clone()),
-            (None, Some(median)) => Outcome::Measured(Stats {
-                median_ns: median,
-                min_ns: self.min_ns.unwrap_or(median),
-                spread_ns: self.spread_ns.unwrap_or(0.0),
-                samples: self.samples,
-            }),
-            (None, None) => bail!("--median-ns is required unless --failed is given"),
+            (None, Some(median)) => {
+                let min = self.min_ns.unwrap_or(median);
+                if min > median {
+                    return Err(usage(format!(
+                        "--min-ns {min} is above --median-ns {median}: the fastest sample cannot be slower than the median"
+                    )));
+                }
+                if self.samples == 0 {
+                    return Err(usage("--samples must be at least 1 for a measurement"));
+                }
+                Outcome::Measured(Stats {
+                    median_ns: median,
+                    min_ns: min,
+                    spread_ns: self.spread_ns.unwrap_or(0.0),
+                    samples: self.samples,
+                })
+            }
+            (None, None) => return Err(usage("--median-ns is required unless --failed is given")),
         };
         Ok(Candidate::new(
             CandidateId::with_params(self.algo.clone(), params),
@@ -103,9 +114,7 @@ impl PutArgs {
             ns,
             Entry::new(key.clone(), set, origin, now_millis(), [candidate]),
         );
-        cache
-            .close()
-            .with_context(|| format!("the result was not saved to {}", path.display()))?;
+        close(cache, "the result", &path)?;
         let report = PutReport {
             recorded: true,
             namespace: self.key.namespace,

@@ -42,11 +42,11 @@ pub(crate) struct TuneArgs {
     #[arg(long, default_value_t = 0)]
     device: usize,
     /// Run the workload this many times in this process
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
     /// Run only the first N of the workload's 12 steps
-    #[arg(long, value_name = "N")]
-    steps: Option<usize>,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    steps: Option<u64>,
     /// Draw no progress bar
     #[arg(long)]
     no_progress: bool,
@@ -89,7 +89,10 @@ impl TuneArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         let path = ctx.path()?;
         ctx.check_writable("tune")?;
-        let calls = workload::builtin_steps(self.steps.unwrap_or(usize::MAX));
+        let steps = self
+            .steps
+            .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let calls = workload::builtin_steps(steps);
         let use_cuda = match self.backend {
             Backend::Cpu => false,
             Backend::Cuda => {

@@ -589,3 +589,118 @@ fn the_environment_switches_refuse_writes_and_leave_inspection_alone() {
         Some(0)
     );
 }
+
+/// Each message says what happened and what to do, once.
+#[test]
+fn messages_say_what_happened_once() {
+    let (dir, path) = file();
+    // An OS error is not printed twice.
+    let not_a_dir = dir.path().join("plain-file");
+    std::fs::write(&not_a_dir, b"x").expect("write");
+    let o = tunecache(&not_a_dir.join("c.tcache"), &["stats"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(err(&o).matches("os error").count(), 1, "{}", err(&o));
+    // Params are not called a key.
+    let put_with = |extra: &[&str]| {
+        let mut args = vec!["put", "-n", "matmul", "-k", KEY, "--algo", "a"];
+        args.extend_from_slice(extra);
+        tunecache(&path, &args)
+    };
+    let o = put_with(&["--median-ns", "1", "--params", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err(&o).contains("--params") && !err(&o).contains("for a key"),
+        "{}",
+        err(&o)
+    );
+    // An integer out of range is not called a float.
+    for big in [
+        r#"{"m":-9223372036854775809}"#,
+        r#"{"m":18446744073709551616}"#,
+        r#"{"m":9223372036854775808}"#,
+    ] {
+        let o = tunecache(
+            &path,
+            &[
+                "put",
+                "-n",
+                "matmul",
+                "-k",
+                big,
+                "--algo",
+                "a",
+                "--median-ns",
+                "1",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(1), "{big}");
+        assert!(
+            err(&o).contains("out of range") && !err(&o).contains("float"),
+            "{big}: {}",
+            err(&o)
+        );
+    }
+    assert!(
+        err(&tunecache(
+            &path,
+            &[
+                "put",
+                "-n",
+                "m",
+                "-k",
+                r#"{"m":1.5}"#,
+                "--algo",
+                "a",
+                "--median-ns",
+                "1"
+            ]
+        ))
+        .contains("floats are not allowed")
+    );
+    // Statistics that contradict each other are a usage error, not a strange entry.
+    for extra in [
+        &["--median-ns", "1", "--min-ns", "5"][..],
+        &["--median-ns", "1", "--samples", "0"][..],
+    ] {
+        let o = put_with(extra);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", err(&o));
+    }
+    // Nothing to tune is a usage error, not a "warm run".
+    for flag in ["--steps=0", "--repeat=0"] {
+        let o = tunecache(&path, &["tune", "--backend", "cpu", flag, "--no-progress"]);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {}", err(&o));
+        assert!(!text(&o).contains("warm run"), "{flag}");
+    }
+}
+
+#[test]
+fn a_write_that_cannot_finish_says_to_run_it_again() {
+    let (dir, path) = file();
+    put(&path, "tiled", "1200");
+    let _held = test_support::hold_lock(&dir.path().join("c.tcache.lock"));
+    let o = test_support::cli::command(
+        crate::EXE,
+        &path,
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            KEY,
+            "--algo",
+            "b",
+            "--median-ns",
+            "5",
+        ],
+    )
+    .env("TUNECACHE_TEST_LOCK_TIMEOUT_MS", "200")
+    .output()
+    .expect("run");
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(
+        !err(&o).contains("in the background"),
+        "the process exits: {}",
+        err(&o)
+    );
+    assert!(!err(&o).contains("will retry"), "{}", err(&o));
+}

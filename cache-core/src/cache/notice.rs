@@ -89,10 +89,15 @@ impl Notice {
     }
 
     pub(super) fn unsaved_at_close(pending: usize, waited: std::time::Duration) -> Self {
+        let what = match pending {
+            0 => "the pending rewrite of the cache file was".to_owned(),
+            1 => "1 result was".to_owned(),
+            n => format!("{n} results were"),
+        };
         Notice::warn(
             "unsaved",
             format!(
-                "tunecache: {pending} results were not saved within {waited:?}; the saver keeps trying in the background"
+                "tunecache: {what} not saved within {waited:?}; the saver keeps trying while this process runs"
             ),
         )
     }
@@ -100,7 +105,10 @@ impl Notice {
     pub(super) fn unsaved_at_exit(unsaved: usize) -> Self {
         Notice::warn(
             "unsaved-at-exit",
-            format!("tunecache: {unsaved} results could not be saved before shutdown"),
+            format!(
+                "tunecache: {} could not be saved before shutdown",
+                results(unsaved)
+            ),
         )
     }
 
@@ -119,10 +127,7 @@ impl Notice {
             StoreError::FlushTimeout(_) => "save:flush-timeout".to_owned(),
             StoreError::InvalidNamespace { .. } => "save:namespace".to_owned(),
         };
-        Notice::warn(
-            key,
-            format!("tunecache could not save yet: {e}; the saver will retry"),
-        )
+        Notice::warn(key, format!("tunecache could not save yet: {e}"))
     }
 
     pub(super) fn refresh_failed(e: &StoreError) -> Self {
@@ -201,6 +206,15 @@ impl Notice {
                 path.display()
             ))],
         }
+    }
+}
+
+/// "1 result", "2 results".
+fn results(n: usize) -> String {
+    if n == 1 {
+        "1 result".to_owned()
+    } else {
+        format!("{n} results")
     }
 }
 
@@ -303,7 +317,7 @@ mod tests {
         };
         let b = StoreError::LockTimeout {
             path: "/x.lock".into(),
-            waited: std::time::Duration::from_millis(5003),
+            waited: std::time::Duration::from_millis(7000),
         };
         assert_eq!(Notice::save_failed(&a).key, Notice::save_failed(&b).key);
         assert_ne!(Notice::save_failed(&a).text, Notice::save_failed(&b).text);
