@@ -125,5 +125,20 @@ fn hostile(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, hostile);
+/// A JSON key (as `tunecache import` reads it) with N fields in reverse order.
+fn json_fields(c: &mut Criterion) {
+    let mut group = c.benchmark_group("json_key_fields_reversed");
+    group.sample_size(10);
+    for n in [25_000u64, 50_000, 100_000] {
+        let body: Vec<String> = (0..n).rev().map(|i| format!("\"f{i:07}\":{i}")).collect();
+        let text = format!("{{{}}}", body.join(","));
+        group.throughput(Throughput::Bytes(text.len() as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(n), &text, |b, text| {
+            b.iter(|| serde_json::from_str::<Value>(black_box(text)).expect("a map"))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, hostile, json_fields);
 criterion_main!(benches);

@@ -85,12 +85,20 @@ impl Fields {
 
 impl FromIterator<(String, Value)> for Fields {
     /// Like collecting into a map: sorted by name, a repeated name keeps its last value.
+    /// O(n log n) whatever the order (one insertion at a time into the sorted vector would be
+    /// quadratic for a hostile, unsorted map).
     fn from_iter<I: IntoIterator<Item = (String, Value)>>(iter: I) -> Self {
-        let mut fields = Fields::new();
-        for (n, v) in iter {
-            fields.insert(n, v);
+        let mut items: Vec<(String, Value)> = iter.into_iter().collect();
+        // Stable: equal names keep their order, so the last one written is the last here.
+        items.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut out: Vec<(String, Value)> = Vec::with_capacity(items.len());
+        for item in items {
+            match out.last_mut() {
+                Some(last) if last.0 == item.0 => *last = item,
+                _ => out.push(item),
+            }
         }
-        fields
+        Fields(out)
     }
 }
 
@@ -477,14 +485,20 @@ impl<'de> Visitor<'de> for ValueVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut fields = Fields::new();
+        let mut items: Vec<(String, Value)> = Vec::new();
         while let Some(name) = map.next_key::<String>()? {
             let value = map.next_value()?;
-            if fields.insert(name.clone(), value).is_some() {
-                return Err(de::Error::custom(format_args!("duplicate field {name:?}")));
-            }
+            items.push((name, value));
         }
-        Ok(Value::Map(fields))
+        // Sorted once (a field at a time would be quadratic for an unsorted map).
+        items.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(w) = items.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(de::Error::custom(format_args!(
+                "duplicate field {:?}",
+                w[0].0
+            )));
+        }
+        Ok(Value::Map(Fields(items)))
     }
 }
 
@@ -496,6 +510,32 @@ fn out_of_range(v: &dyn std::fmt::Display) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn fields_built_in_any_order_are_sorted_and_the_last_value_wins() {
+        let items = (0..1000).rev().map(|i| (format!("f{i:04}"), Value::Int(i)));
+        let fields: Fields = items
+            .chain([("f0001".to_owned(), Value::Int(-1))])
+            .collect();
+        assert_eq!(fields.len(), 1000);
+        assert!(fields.iter().map(|(k, _)| k).is_sorted());
+        assert_eq!(fields.get("f0001"), Some(&Value::Int(-1)));
+    }
+
+    #[test]
+    fn a_decoded_map_with_a_repeated_name_is_refused() {
+        let unsorted = r#"{"z":1,"a":2,"m":3}"#;
+        let v: Value = serde_json::from_str(unsorted).expect("decodes");
+        let Value::Map(fields) = v else {
+            panic!("a map");
+        };
+        assert_eq!(
+            fields.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            ["a", "m", "z"]
+        );
+        let err = serde_json::from_str::<Value>(r#"{"b":1,"a":2,"b":3}"#).expect_err("duplicate");
+        assert!(err.to_string().contains("duplicate field \"b\""), "{err}");
+    }
+
     use super::*;
 
     fn enc(v: Value) -> Vec<u8> {
