@@ -704,3 +704,30 @@ fn a_write_that_cannot_finish_says_to_run_it_again() {
     );
     assert!(!err(&o).contains("will retry"), "{}", err(&o));
 }
+
+#[test]
+fn log_lines_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let (_d, path) = file();
+    std::fs::write(&path, b"garbage").expect("write");
+    let o = tunecache(
+        &path,
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            KEY,
+            "--algo",
+            "a",
+            "--median-ns",
+            "1",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains("is unusable"),
+        "the warning is there: {}",
+        err(&o)
+    );
+    assert!(!err(&o).contains('\u{1b}'), "{:?}", err(&o));
+}
