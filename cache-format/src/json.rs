@@ -176,9 +176,9 @@ pub fn candidate_from_json(c: JsonCandidate, now: Millis) -> Result<Candidate, S
             c.algo
         ),
     };
-    if c.algo.is_empty() {
-        bail!("a candidate has an empty algorithm name");
-    }
+    // An empty algorithm name is accepted, as the file reader accepts it: whatever a cache
+    // holds must come back through its own export (commands that record new results refuse
+    // empty names).
     Ok(Candidate {
         id: crate::CandidateId::with_params(c.algo, c.params),
         outcome,

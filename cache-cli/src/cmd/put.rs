@@ -67,6 +67,9 @@ struct PutReport {
 
 impl PutArgs {
     fn candidate(&self) -> anyhow::Result<Candidate> {
+        if self.algo.is_empty() {
+            return Err(usage("--algo must name the algorithm (it is empty)"));
+        }
         let params = parse_fields("--params", &self.params)?;
         let outcome = match (&self.failed, self.median_ns) {
             (Some(reason), _) => Outcome::Failed(reason.clone()),

@@ -731,3 +731,61 @@ fn log_lines_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
     );
     assert!(!err(&o).contains('\u{1b}'), "{:?}", err(&o));
 }
+
+/// Whatever a cache holds comes back through its own export, even a name the commands that
+/// record new results now refuse (an empty algorithm name, once accepted by `put`).
+#[test]
+fn a_cache_s_own_export_imports_back_whole() {
+    use cache_core::cache_format::{
+        CacheData, Candidate, Entry, Fields, Fingerprint, Key, Origin, Scope, Stats, Value,
+        encode_snapshot,
+    };
+    let (dir, path) = file();
+    let stats = Stats {
+        median_ns: 5.0,
+        min_ns: 4.0,
+        spread_ns: 0.5,
+        samples: 3,
+    };
+    let mut data = CacheData::new();
+    for i in 0..100 {
+        let key = Key::new(Fields::from([("m".to_owned(), Value::Int(i))]));
+        let name = if i % 10 == 0 { "" } else { "tiled" };
+        data.insert(
+            &Scope::default(),
+            "matmul",
+            Entry::new(
+                key,
+                Fingerprint::default(),
+                Origin::Imported("t".into()),
+                1,
+                [Candidate::measured(name, Fields::new(), stats)],
+            ),
+        );
+    }
+    std::fs::write(&path, encode_snapshot("tunecache", 1, &data)).expect("write");
+    let exported = dir.path().join("all.jsonl");
+    let o = tunecache(&path, &["export", "-o", exported.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let copy = dir.path().join("copy.tcache");
+    let o = tunecache(&copy, &["import", exported.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let listed = |p: &Path| text(&tunecache(p, &["--json", "list"])).lines().count();
+    assert_eq!(listed(&copy), 100, "every entry came back");
+    // New results with an empty name are refused where they enter.
+    let o = tunecache(
+        &path,
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            KEY,
+            "--algo",
+            "",
+            "--median-ns",
+            "1",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+}
