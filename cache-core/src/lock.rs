@@ -1,8 +1,12 @@
 //! The cross-process lock: an exclusive advisory lock on `<file>.lock`, waited for a bounded
 //! time by polling, never indefinitely.
 //!
-//! The lock file itself is created once and never deleted (deleting a lock file lets two
-//! processes lock two different inodes). The kernel releases the lock when its holder dies,
+//! The lock file itself is created once and never deleted by tunecache. Someone else may
+//! delete or replace it (a cleanup script): a lock is only taken on the file the path names
+//! when the lock is granted, so a waiter never goes on holding a lock on a file that has
+//! been replaced. (A deletion while the lock is held still lets one other process take a lock
+//! on the new file; the holder's writes are then unguarded until it releases. Do not delete
+//! `*.lock` files of caches in use.) The kernel releases the lock when its holder dies,
 //! so a killed process never leaves a stale lock behind. On Linux this is `flock(2)`, which
 //! NFS maps to byte-range locks on NFSv4; on NFSv3 without lockd it may not exclude.
 
@@ -20,20 +24,26 @@ pub(crate) struct FileLock {
 
 impl FileLock {
     /// Takes the lock at `path`, waiting at most `timeout`.
+    ///
+    /// A lock is only a lock if it is on the file the path names: a cleanup script that deletes
+    /// or replaces the lock file while it is held would otherwise let the next process lock a
+    /// different inode and write at the same time. So once the lock is taken, the file at
+    /// `path` must still be the one locked; if it is not, the lock is dropped and taken again
+    /// on the file now there, within the same deadline.
     pub(crate) fn acquire(path: &Path, timeout: Duration) -> Result<FileLock, StoreError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| StoreError::io("open the lock file", path, e))?;
         let start = Instant::now();
         let mut pause = Duration::from_millis(1);
+        let mut file = open(path)?;
         loop {
             match file.try_lock() {
                 Ok(()) => {
-                    return Ok(FileLock { file });
+                    if still_at(&file, path)? {
+                        return Ok(FileLock { file });
+                    }
+                    // Deleted or replaced since we opened it: lock what is there now.
+                    let _ = file.unlock();
+                    file = open(path)?;
+                    continue;
                 }
                 Err(TryLockError::WouldBlock) => {}
                 Err(TryLockError::Error(e)) => {
@@ -49,6 +59,10 @@ impl FileLock {
             }
             std::thread::sleep(pause.min(timeout - waited));
             pause = (pause * 2).min(Duration::from_millis(25));
+            // The holder may have replaced the file: wait on the one the path names now.
+            if !still_at(&file, path)? {
+                file = open(path)?;
+            }
         }
     }
 
@@ -66,5 +80,62 @@ impl Drop for FileLock {
     fn drop(&mut self) {
         // Closing the descriptor releases the lock too; unlocking first makes it prompt.
         let _ = self.file.unlock();
+    }
+}
+
+fn open(path: &Path) -> Result<File, StoreError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| StoreError::io("open the lock file", path, e))
+}
+
+/// Whether `path` still names the open `file` (same device and inode).
+fn still_at(file: &File, path: &Path) -> Result<bool, StoreError> {
+    use std::os::unix::fs::MetadataExt;
+    let held = file
+        .metadata()
+        .map_err(|e| StoreError::io("inspect the lock file", path, e))?;
+    match std::fs::metadata(path) {
+        Ok(now) => Ok(now.dev() == held.dev() && now.ino() == held.ino()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(StoreError::io("inspect the lock file", path, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A waiter that was granted the lock on a file that has since been replaced must not go
+    /// on as if it held the lock: whoever locked the new file holds it.
+    #[test]
+    fn a_lock_on_a_replaced_file_is_not_a_lock() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("c.lock");
+        let first = FileLock::acquire(&path, Duration::ZERO).expect("free");
+        let waiter = std::thread::spawn({
+            let path = path.clone();
+            move || {
+                let lock = FileLock::acquire(&path, Duration::from_secs(10));
+                (lock.is_ok(), Instant::now())
+            }
+        });
+        std::thread::sleep(Duration::from_millis(100)); // the waiter has opened the old file
+        let replacement = dir.path().join("c.lock.new");
+        std::fs::write(&replacement, b"").expect("write");
+        std::fs::rename(&replacement, &path).expect("replace the lock file");
+        let on_new_file = FileLock::acquire(&path, Duration::ZERO).expect("the new file is free");
+        drop(first); // the old file's lock is released: the waiter must not take that one
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!waiter.is_finished(), "the waiter went on holding the replaced file's lock");
+        let released = Instant::now();
+        drop(on_new_file);
+        let (ok, granted) = waiter.join().expect("waiter");
+        assert!(ok);
+        assert!(granted >= released, "granted only once the new file's lock was free");
     }
 }
