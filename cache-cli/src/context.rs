@@ -158,6 +158,11 @@ pub(crate) fn close(cache: Cache, what: &str, path: &Path) -> anyhow::Result<()>
 /// The application named in a cache file's header, read from its first bytes only.
 pub(crate) fn peek_app(path: &Path) -> Option<String> {
     use std::io::Read;
+    // Only a regular file is opened (opening a FIFO blocks); the inspection that follows
+    // names anything else.
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
     let mut prefix = Vec::new();
     std::fs::File::open(path)
         .ok()?

@@ -19,6 +19,15 @@ pub enum StoreError {
         /// How long we waited.
         waited: Duration,
     },
+    /// A path that must be a regular file is something else (a device, a FIFO, a socket, a
+    /// folder): tunecache neither reads, writes, locks nor renames it.
+    #[error("{path} is not a regular file (it is {kind}); tunecache leaves it alone")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
     /// A file operation failed.
     #[error("cannot {action} {path}: {source}")]
     Io {

@@ -161,10 +161,8 @@ pub(crate) type WholeFile = Option<(Result<Vec<u8>, FormatError>, FileId)>;
 
 /// Reads a whole file of at most `limit` bytes, with its identity.
 pub(crate) fn read_with_id(path: &Path, limit: u64) -> Result<WholeFile, StoreError> {
-    let mut file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(StoreError::io("open", path, e)),
+    let Some(mut file) = open_regular(path)? else {
+        return Ok(None);
     };
     let meta = file
         .metadata()
@@ -195,7 +193,8 @@ pub(crate) fn read_range(
     from: u64,
     limit: u64,
 ) -> Result<(Vec<u8>, Vec<u8>), StoreError> {
-    let mut file = File::open(path).map_err(|e| StoreError::io("open", path, e))?;
+    let mut file = open_regular(path)?
+        .ok_or_else(|| StoreError::io("open", path, io::ErrorKind::NotFound.into()))?;
     let mut first = vec![0u8; head as usize];
     file.read_exact(&mut first)
         .map_err(|e| StoreError::io("read", path, e))?;
@@ -206,4 +205,63 @@ pub(crate) fn read_range(
         .read_to_end(&mut rest)
         .map_err(|e| StoreError::io("read", path, e))?;
     Ok((first, rest))
+}
+
+/// What a file type is, in words.
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a folder"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Fails with `NotAFile` if `path` exists (following symlinks) and is not a regular file.
+/// A missing path is fine.
+pub(crate) fn check_regular(path: &Path) -> Result<(), StoreError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(m) => Err(StoreError::NotAFile {
+            path: path.to_owned(),
+            kind: kind_of(m.file_type()),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StoreError::io("inspect", path, e)),
+    }
+}
+
+/// Opens a regular file for reading; `None` if it does not exist. Anything else (a FIFO, a
+/// device) is `NotAFile` and is never read: it is checked before opening (opening a FIFO
+/// blocks) and, against a swap in between, opened without blocking and checked again.
+pub(crate) fn open_regular(path: &Path) -> Result<Option<File>, StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    check_regular(path)?;
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(StoreError::io("open", path, e)),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| StoreError::io("inspect", path, e))?;
+    if !meta.is_file() {
+        return Err(StoreError::NotAFile {
+            path: path.to_owned(),
+            kind: kind_of(meta.file_type()),
+        });
+    }
+    Ok(Some(file))
 }

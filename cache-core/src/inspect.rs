@@ -281,6 +281,7 @@ fn read(
     limits: &Limits,
     problems: &mut Vec<String>,
 ) -> Result<Option<Vec<u8>>, StoreError> {
+    crate::fsio::check_regular(path)?;
     match std::fs::metadata(path) {
         Ok(m) if m.len() > limits.max_file_bytes => {
             problems.push(format!(
@@ -291,9 +292,27 @@ fn read(
             ));
             Ok(None)
         }
-        Ok(_) => std::fs::read(path)
-            .map(Some)
-            .map_err(|e| StoreError::io("read", path, e)),
+        Ok(_) => {
+            let Some(file) = crate::fsio::open_regular(path)? else {
+                return Ok(None);
+            };
+            // Bounded by the bytes actually read, not by what the metadata said.
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(file, limits.max_file_bytes + 1),
+                &mut bytes,
+            )
+            .map_err(|e| StoreError::io("read", path, e))?;
+            if bytes.len() as u64 > limits.max_file_bytes {
+                problems.push(format!(
+                    "{}: over the limit of {} bytes",
+                    path.display(),
+                    limits.max_file_bytes
+                ));
+                return Ok(None);
+            }
+            Ok(Some(bytes))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(StoreError::io("inspect", path, e)),
     }

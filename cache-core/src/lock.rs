@@ -131,11 +131,17 @@ mod tests {
         let on_new_file = FileLock::acquire(&path, Duration::ZERO).expect("the new file is free");
         drop(first); // the old file's lock is released: the waiter must not take that one
         std::thread::sleep(Duration::from_millis(300));
-        assert!(!waiter.is_finished(), "the waiter went on holding the replaced file's lock");
+        assert!(
+            !waiter.is_finished(),
+            "the waiter went on holding the replaced file's lock"
+        );
         let released = Instant::now();
         drop(on_new_file);
         let (ok, granted) = waiter.join().expect("waiter");
         assert!(ok);
-        assert!(granted >= released, "granted only once the new file's lock was free");
+        assert!(
+            granted >= released,
+            "granted only once the new file's lock was free"
+        );
     }
 }

@@ -789,3 +789,61 @@ fn a_cache_s_own_export_imports_back_whole() {
     );
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
 }
+
+#[test]
+fn commands_on_a_path_that_is_not_a_regular_file_fail_at_once_and_touch_nothing() {
+    let (dir, _) = file();
+    let fifo = dir.path().join("fifo.tcache");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    let zero = dir.path().join("zero.tcache");
+    std::os::unix::fs::symlink("/dev/zero", &zero).expect("symlink");
+    for path in [&fifo, &zero] {
+        for args in [
+            &["stats"][..],
+            &["verify"][..],
+            &[
+                "put",
+                "-n",
+                "matmul",
+                "-k",
+                KEY,
+                "--algo",
+                "a",
+                "--median-ns",
+                "1",
+            ][..],
+            &["migrate", "--dry-run"][..],
+        ] {
+            let mut child = test_support::cli::command(crate::EXE, path, args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            let done = test_support::wait_until(std::time::Duration::from_secs(10), || {
+                matches!(child.try_wait(), Ok(Some(_)))
+            });
+            if !done {
+                let _ = child.kill();
+            }
+            assert!(done, "{args:?} on {} blocked", path.display());
+            let o = child.wait_with_output().expect("output");
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {}", err(&o));
+            assert!(
+                err(&o).contains("not a regular file"),
+                "{args:?}: {}",
+                err(&o)
+            );
+        }
+    }
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "nothing was created: {names:?}");
+}

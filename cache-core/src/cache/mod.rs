@@ -203,6 +203,17 @@ impl Cache {
             Mode::Persistent
         };
         let paths = Paths::new(path.clone());
+        // A device, a FIFO or a folder at any of the cache's paths is never read, written,
+        // locked or renamed (TUNECACHE_FILE=/dev/null means "no file", not "replace
+        // /dev/null"): the cache stays in memory and creates nothing beside it.
+        if let Err(e) = [&paths.snapshot, &paths.journal, &paths.lock]
+            .into_iter()
+            .try_for_each(|p| crate::fsio::check_regular(p))
+        {
+            shared.notify(Notice::not_a_file(&e));
+            lock(&shared.diag).reason = Some(e.to_string());
+            return cache;
+        }
         if mode == Mode::Persistent
             && let Err(reason) = prepare_dir(&paths)
         {

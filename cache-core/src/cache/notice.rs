@@ -126,6 +126,7 @@ impl Notice {
             StoreError::NotPersistent { .. } => "save:not-persistent".to_owned(),
             StoreError::FlushTimeout(_) => "save:flush-timeout".to_owned(),
             StoreError::InvalidNamespace { .. } => "save:namespace".to_owned(),
+            StoreError::NotAFile { path, .. } => format!("save:not-a-file:{}", path.display()),
         };
         Notice::warn(key, format!("tunecache could not save yet: {e}"))
     }
@@ -146,6 +147,14 @@ impl Notice {
 
     /// One condition for all unusable namespaces: a file with thousands gives one line (and
     /// a count when the cache closes).
+    /// The cache's path (or its journal or lock) is not a regular file.
+    pub(super) fn not_a_file(e: &StoreError) -> Self {
+        Notice::warn(
+            "not-a-file",
+            format!("{e}; results are kept in memory only"),
+        )
+    }
+
     pub(super) fn unusable_namespace(ns: &str) -> Self {
         Notice::warn(
             "unusable-namespace",

@@ -6,7 +6,7 @@ use cache_core::{Cache, Location, Mode, Store, StoreError};
 
 use crate::support::{
     builder, capture_logs, child_lines, entry, has, ids_on_disk, ns, path_in, registry,
-    spawn_child, temp_dir, warnings_about,
+    spawn_child, temp_dir, wait_until, warnings_about,
 };
 
 #[test]
@@ -224,4 +224,80 @@ fn a_repeated_condition_warns_once_and_is_counted_at_close() {
     drop(cache);
     let summary = warnings_about("49 more like this were not shown");
     assert_eq!(summary.len(), 1, "{:?}", warnings_about("summary-probe-"));
+}
+
+/// A device, a FIFO or a link to one at the cache path: never read (a FIFO would block every
+/// open, /dev/zero would be read without end), never renamed or replaced (as root, moving
+/// /dev/null aside would break the system), nothing created beside it; memory only, one
+/// warning naming it.
+#[test]
+fn a_path_that_is_not_a_regular_file_is_left_alone() {
+    use std::os::unix::fs::FileTypeExt;
+    capture_logs();
+    let dir = temp_dir();
+    let fifo = path_in(&dir, "fifo.tcache");
+    let c_path = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("no NUL");
+    // SAFETY: a valid NUL-terminated path and a mode.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0, "mkfifo");
+    let null = path_in(&dir, "null.tcache");
+    std::os::unix::fs::symlink("/dev/null", &null).expect("symlink");
+    let zero = path_in(&dir, "zero.tcache");
+    std::os::unix::fs::symlink("/dev/zero", &zero).expect("symlink");
+    for (path, kind) in [
+        (&fifo, "a FIFO"),
+        (&null, "a character device"),
+        (&zero, "a character device"),
+    ] {
+        let opened = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let cache = builder(&path).open();
+                cache.put(ns(), entry(1, 1));
+                (
+                    cache.health().mode,
+                    cache.flush().is_err(),
+                    has(&cache, 1, 1),
+                )
+            })
+        };
+        assert!(
+            wait_until(std::time::Duration::from_secs(10), || opened.is_finished()),
+            "{kind}: opening the cache blocked"
+        );
+        let (mode, flush_failed, kept) = opened.join().expect("no panic");
+        assert_eq!(mode, Mode::Memory, "{kind}");
+        assert!(flush_failed && kept, "{kind}: in memory, not persistent");
+        let warned = warnings_about(&path.display().to_string());
+        assert_eq!(warned.len(), 1, "{kind}: {warned:?}");
+        assert!(warned[0].contains(kind), "{warned:?}");
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        let siblings: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&name) && *n != name)
+            .collect();
+        assert!(siblings.is_empty(), "{kind}: created {siblings:?}");
+    }
+    assert!(
+        std::fs::metadata(&fifo)
+            .expect("fifo")
+            .file_type()
+            .is_fifo()
+    );
+    assert!(
+        std::fs::symlink_metadata(&null)
+            .expect("link")
+            .file_type()
+            .is_symlink()
+    );
+    assert!(
+        std::fs::metadata("/dev/null")
+            .expect("/dev/null")
+            .file_type()
+            .is_char_device()
+    );
 }
