@@ -265,3 +265,25 @@ pub(crate) fn open_regular(path: &Path) -> Result<Option<File>, StoreError> {
     }
     Ok(Some(file))
 }
+
+/// `path` with symbolic links in its last component followed (a chain of at most 40), to the
+/// target the link names, which need not exist yet. Anything that is not a link is returned
+/// as it is.
+pub(crate) fn resolve_link(path: &Path) -> PathBuf {
+    let mut current = path.to_owned();
+    for _ in 0..40 {
+        let is_link = std::fs::symlink_metadata(&current).is_ok_and(|m| m.file_type().is_symlink());
+        if !is_link {
+            return current;
+        }
+        let Ok(target) = std::fs::read_link(&current) else {
+            return current;
+        };
+        current = if target.is_absolute() {
+            target
+        } else {
+            parent_dir(&current).join(target)
+        };
+    }
+    current
+}

@@ -210,7 +210,8 @@ impl Cache {
             .into_iter()
             .try_for_each(|p| crate::fsio::check_regular(p))
         {
-            shared.notify(Notice::not_a_file(&e));
+            let link = (paths.snapshot != path).then_some(path.as_path());
+            shared.notify(Notice::not_a_file(&e, link));
             lock(&shared.diag).reason = Some(e.to_string());
             return cache;
         }
@@ -319,7 +320,7 @@ impl Cache {
         if lock(&self.shared.diag).mode != Mode::Persistent {
             return Claim::Unshared;
         }
-        crate::claim::claim(path, ns, fp, wait)
+        crate::claim::claim(&crate::fsio::resolve_link(path), ns, fp, wait)
     }
 
     /// The entries recorded for `fp` in `ns` under scopes other than the current one (the

@@ -147,11 +147,15 @@ impl Notice {
 
     /// One condition for all unusable namespaces: a file with thousands gives one line (and
     /// a count when the cache closes).
-    /// The cache's path (or its journal or lock) is not a regular file.
-    pub(super) fn not_a_file(e: &StoreError) -> Self {
+    /// The cache's path (or its journal or lock) is not a regular file. `link` is the path
+    /// as given, when it is a symbolic link to the one `e` names.
+    pub(super) fn not_a_file(e: &StoreError, link: Option<&Path>) -> Self {
+        let via = link
+            .map(|l| format!("{} is a link: ", l.display()))
+            .unwrap_or_default();
         Notice::warn(
             "not-a-file",
-            format!("{e}; results are kept in memory only"),
+            format!("tunecache: {via}{e}; results are kept in memory only"),
         )
     }
 

@@ -36,7 +36,12 @@ pub(crate) struct Paths {
 }
 
 impl Paths {
+    /// The files of the cache at `snapshot`. If `snapshot` is a symbolic link, it is resolved
+    /// once, here: the journal, the lock and temporary files sit beside the target, so the link
+    /// and its target share one lock and one journal, and a compaction replaces the target,
+    /// leaving the link in place.
     pub(crate) fn new(snapshot: PathBuf) -> Self {
+        let snapshot = fsio::resolve_link(&snapshot);
         Paths {
             journal: fsio::with_suffix(&snapshot, ".journal"),
             lock: fsio::with_suffix(&snapshot, ".lock"),

@@ -182,3 +182,52 @@ fn entries_of_other_scopes_are_available_for_warm_starts() {
     assert_eq!(prior.len(), 1);
     assert_eq!(prior[0].0, scope("H100 driver 550"));
 }
+
+/// A cache opened through a symbolic link and the same cache opened through its target are one
+/// cache: one lock, one journal, no acknowledged result lost to a compaction made through the
+/// other path, and the link is still a link afterwards.
+#[test]
+fn a_symlinked_cache_and_its_target_are_one_cache_and_the_link_survives() {
+    let dir = temp_dir();
+    let target = path_in(&dir, "real.tcache");
+    let link = path_in(&dir, "link.tcache");
+    std::os::unix::fs::symlink("real.tcache", &link).expect("symlink");
+    // Every save through the target compacts; saves through the link append.
+    let via_target = builder(&target).compaction(0.0, 0).open();
+    let via_link = builder(&link).open();
+    for round in 0..3 {
+        via_link.put(ns(), entry(1, round));
+        via_link.flush().expect("saved through the link");
+        via_target.put(ns(), entry(2, round));
+        via_target.flush().expect("saved through the target");
+    }
+    drop(via_link);
+    drop(via_target);
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .expect("link")
+            .file_type()
+            .is_symlink(),
+        "the link was replaced by a file"
+    );
+    for sibling in ["link.tcache.journal", "link.tcache.lock"] {
+        assert!(
+            !path_in(&dir, sibling).exists(),
+            "{sibling} was created beside the link"
+        );
+    }
+    for path in [&link, &target] {
+        assert_eq!(
+            ids_on_disk(path, 1, 3),
+            [0, 1, 2],
+            "through {}",
+            path.display()
+        );
+        assert_eq!(
+            ids_on_disk(path, 2, 3),
+            [0, 1, 2],
+            "through {}",
+            path.display()
+        );
+    }
+}
