@@ -119,6 +119,14 @@ pub(crate) fn scan_whole(
     Ok(())
 }
 
+/// Checks payload bytes as every reader will before decoding them: the bounded structural scan
+/// and the census caps of `limits`. A writer calls it on what it is about to write, so it
+/// never writes bytes a reader refuses.
+pub fn check_payload(bytes: &[u8], limits: &Limits) -> Result<(), FormatError> {
+    scan_whole(bytes, "payload", limits)?;
+    crate::census::check(bytes, limits)
+}
+
 /// Encodes `data` to the current format's payload bytes (the bytes a snapshot wraps).
 pub fn encode_payload(data: &CacheData) -> Vec<u8> {
     wire::encode_payload(data)

@@ -32,8 +32,8 @@ mod wire;
 
 pub use candidate::{Candidate, CandidateId, Outcome, Stats, TIE_FLOOR, rank};
 pub use envelope::{
-    FORMAT_VERSION, FormatVersion, Header, SNAPSHOT_MARKER, Snapshot, encode_payload,
-    encode_snapshot, peek_header, read_snapshot,
+    FORMAT_VERSION, FormatVersion, Header, SNAPSHOT_MARKER, Snapshot, check_payload,
+    encode_payload, encode_snapshot, peek_header, read_snapshot,
 };
 pub use error::FormatError;
 pub use fingerprint::{CANDIDATES_TAG, Fingerprint, KEY_TAG, ParseFingerprintError, SCOPE_TAG};

@@ -203,6 +203,22 @@ impl Cache {
             Mode::Persistent
         };
         let paths = Paths::new(path.clone());
+        // A file this build could write but no reader could read (an application name that
+        // makes the header too large): keep results in memory instead.
+        let empty = cache_format::encode_snapshot(
+            builder.registry.app(),
+            builder.registry.current(),
+            &CacheData::new(),
+        );
+        if let Err(e) = cache_format::peek_header(&empty, &builder.limits) {
+            let reason = format!(
+                "the application name ({} bytes) makes a file no reader accepts: {e}",
+                builder.registry.app().len()
+            );
+            shared.notify(Notice::memory_only(&reason));
+            lock(&shared.diag).reason = Some(reason);
+            return cache;
+        }
         // A device, a FIFO or a folder at any of the cache's paths is never read, written,
         // locked or renamed (TUNECACHE_FILE=/dev/null means "no file", not "replace
         // /dev/null"): the cache stays in memory and creates nothing beside it.

@@ -6,7 +6,8 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 
 use cache_format::{
-    CacheData, FormatVersion, encode_journal_header, encode_record, encode_snapshot, peek_header,
+    CacheData, FormatError, FormatVersion, check_payload, encode_journal_header, encode_record,
+    encode_snapshot, read_snapshot, scan_records,
 };
 
 use super::{Cursor, Disk, Event, Failure, JournalState, SnapState};
@@ -28,7 +29,23 @@ impl Disk {
         let record = if batch.is_empty() {
             Vec::new()
         } else {
-            encode_record(batch)
+            let record = encode_record(batch);
+            // What is appended must be readable (see write_snapshot).
+            let limits = &self.options.limits;
+            let scan = scan_records(&record, 0, limits);
+            let checked = match (scan.records.first(), scan.damaged.first()) {
+                (Some(payload), _) => check_payload(&record[payload.clone()], limits),
+                (None, Some(damage)) => Err(damage.error.clone()),
+                (None, None) => Err(FormatError::Invalid {
+                    what: "journal record",
+                    detail: "this build encoded a record it cannot read back".into(),
+                }),
+            };
+            checked.map_err(|source| StoreError::Format {
+                path: self.paths.journal.clone(),
+                source,
+            })?;
+            record
         };
         let snapshot_len = self.cursor.snapshot.as_ref().map(|s| s.id.len);
         let journal_len = fsio::stat(&self.paths.journal)?.map_or(0, |m| m.len());
@@ -77,10 +94,16 @@ impl Disk {
             events.extend(self.back_up()?);
         }
         let bytes = encode_snapshot(self.registry.app(), self.registry.current(), data);
+        // What is written must be readable: a header or a payload shape over the limits is
+        // refused here, and the file on disk is left as it was.
+        let header = read_snapshot(&bytes, &self.options.limits)
+            .map_err(|source| StoreError::Format {
+                path: self.paths.snapshot.clone(),
+                source,
+            })?
+            .header;
         fsio::atomic_write(&self.paths.snapshot, &bytes)?;
         self.remove_journal()?;
-        let (_, header) = peek_header(&bytes, &self.options.limits)
-            .expect("a snapshot this build just encoded has a valid header");
         let id = fsio::stat(&self.paths.snapshot)?
             .map(|m| FileId::of(&m))
             .ok_or_else(|| {

@@ -301,3 +301,98 @@ fn a_path_that_is_not_a_regular_file_is_left_alone() {
             .is_char_device()
     );
 }
+
+/// An application name that would make a header no reader accepts (over 64 KiB) used to
+/// panic the saver thread; now the cache keeps results in memory and says why.
+#[test]
+fn an_application_name_too_long_for_any_reader_keeps_the_cache_in_memory() {
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "long.tcache");
+    let app = "a".repeat(70 << 10);
+    let cache = Cache::builder(cache_core::cache_migrate::Migrations::new(app, 1))
+        .file(&path)
+        .ignore_env()
+        .open();
+    cache.put(ns(), entry(1, 1));
+    assert!(matches!(
+        cache.flush(),
+        Err(StoreError::NotPersistent { .. })
+    ));
+    assert_eq!(cache.health().mode, Mode::Memory);
+    assert!(has(&cache, 1, 1));
+    assert!(
+        cache
+            .health()
+            .reason
+            .is_some_and(|r| r.contains("application name")),
+        "{:?}",
+        cache.health().reason
+    );
+    drop(cache);
+    assert!(!path.exists(), "no file was written");
+}
+
+/// What the library writes, every reader must accept: a batch over the caps is refused before
+/// anything is written, whether it would be appended or compacted, and the file keeps what it
+/// had.
+#[test]
+fn the_writer_refuses_what_a_reader_would_refuse() {
+    use cache_core::cache_format::{Candidate, Entry, Fingerprint, Limits, Origin, Stats};
+    let limits = Limits {
+        max_candidates: 3,
+        ..Limits::default()
+    };
+    for compact_always in [false, true] {
+        let dir = temp_dir();
+        let path = path_in(&dir, "c.tcache");
+        let open = || {
+            let b = builder(&path).limits(limits);
+            if compact_always {
+                b.compaction(0.0, 0)
+            } else {
+                b
+            }
+            .open()
+        };
+        let cache = open();
+        cache.put(ns(), entry(1, 1));
+        cache.flush().expect("a good entry is saved");
+        let before = (
+            std::fs::read(&path).ok(),
+            std::fs::read(path_in(&dir, "c.tcache.journal")).ok(),
+        );
+        let stats = Stats {
+            median_ns: 1.0,
+            min_ns: 1.0,
+            spread_ns: 0.0,
+            samples: 1,
+        };
+        let wide = Entry::new(
+            crate::support::key(2, 2),
+            Fingerprint::default(),
+            Origin::Imported("t".into()),
+            1,
+            (0..4).map(|i| Candidate::measured(format!("c{i}"), Default::default(), stats)),
+        );
+        cache.put(ns(), wide);
+        let flushed = cache.flush();
+        assert!(
+            matches!(&flushed, Err(StoreError::Format { .. })),
+            "compact_always={compact_always}: {flushed:?}"
+        );
+        drop(cache);
+        let after = (
+            std::fs::read(&path).ok(),
+            std::fs::read(path_in(&dir, "c.tcache.journal")).ok(),
+        );
+        assert_eq!(
+            after, before,
+            "compact_always={compact_always}: nothing was written"
+        );
+        assert!(
+            has(&open(), 1, 1),
+            "compact_always={compact_always}: still readable"
+        );
+    }
+}
