@@ -80,15 +80,17 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// The prefix of every temporary file tunecache creates beside `target`.
+/// The prefix of every temporary file tunecache creates beside `target`: `.<name>.tmp.`, with
+/// a long name shortened (as by [`aside`]) so that the prefix, a pid and a counter fit in a
+/// file name.
 pub(crate) fn tmp_prefix(target: &Path) -> String {
-    format!(
-        ".{}.tmp.",
-        target
-            .file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default()
-    )
+    // ".", ".tmp.", a pid and a counter of up to 20 digits each, and a dot: 47 bytes.
+    let fitted = aside(target, &".".repeat(47));
+    let name = fitted
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!(".{}.tmp.", name.trim_end_matches('.'))
 }
 
 /// Replaces `target` with `bytes` atomically: write a temporary file in the same
@@ -146,6 +148,26 @@ pub(crate) fn parent_dir(path: &Path) -> PathBuf {
 }
 
 /// `path` with `suffix` appended to its file name.
+/// The name of a copy or a file moved aside: `path` with `suffix` appended, shortened to fit
+/// the 255 bytes a file name may have (the end of a long name gives way to a hash of the whole
+/// name), so a cache with a long name can still be moved aside.
+pub(crate) fn aside(path: &Path, suffix: &str) -> PathBuf {
+    const NAME_MAX: usize = 255;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if name.len() + suffix.len() <= NAME_MAX {
+        return with_suffix(path, suffix);
+    }
+    let hash = format!("~{:08x}", crc32fast::hash(name.as_bytes()));
+    let mut keep = NAME_MAX.saturating_sub(suffix.len() + hash.len());
+    while keep > 0 && !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    path.with_file_name(format!("{}{hash}{suffix}", &name[..keep]))
+}
+
 pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path
         .file_name()
@@ -286,4 +308,30 @@ pub(crate) fn resolve_link(path: &Path) -> PathBuf {
         };
     }
     current
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_set_aside_fit_in_255_bytes_and_stay_distinct() {
+        let short = Path::new("/c/cache.tcache");
+        assert_eq!(
+            aside(short, ".bak.1"),
+            PathBuf::from("/c/cache.tcache.bak.1")
+        );
+        let long_a = PathBuf::from(format!("/c/{}a.tcache", "é".repeat(120)));
+        let long_b = PathBuf::from(format!("/c/{}b.tcache", "é".repeat(120)));
+        let (a, b) = (
+            aside(&long_a, ".unusable-1795352693050"),
+            aside(&long_b, ".unusable-1795352693050"),
+        );
+        for p in [&a, &b] {
+            let name = p.file_name().expect("name").to_string_lossy().into_owned();
+            assert!(name.len() <= 255, "{} bytes", name.len());
+            assert!(name.ends_with(".unusable-1795352693050"));
+        }
+        assert_ne!(a, b, "two long names keep distinct copies");
+    }
 }

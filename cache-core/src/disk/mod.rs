@@ -345,7 +345,7 @@ impl Disk {
     /// Moves an unusable snapshot aside, rescuing the valid records of its journal.
     fn quarantine_snapshot(&self, reason: &str, inc: &mut Incoming) -> Result<(), Failure> {
         let stamp = cache_format::now_millis();
-        let moved_to = fsio::with_suffix(&self.paths.snapshot, &format!(".unusable-{stamp}"));
+        let moved_to = fsio::aside(&self.paths.snapshot, &format!(".unusable-{stamp}"));
         fs::rename(&self.paths.snapshot, &moved_to)
             .map_err(|e| StoreError::io("move aside", &self.paths.snapshot, e))?;
         inc.events.push(Event::Quarantined {
@@ -363,7 +363,7 @@ impl Disk {
             {
                 inc.salvaged.merge(rescued.data);
             }
-            let journal_to = fsio::with_suffix(&self.paths.journal, &format!(".unusable-{stamp}"));
+            let journal_to = fsio::aside(&self.paths.journal, &format!(".unusable-{stamp}"));
             fs::rename(&self.paths.journal, &journal_to)
                 .map_err(|e| StoreError::io("move aside", &self.paths.journal, e))?;
             inc.events.push(Event::Quarantined {
@@ -482,7 +482,7 @@ impl Disk {
         inc: &mut Incoming,
     ) -> Result<(), Failure> {
         if locked {
-            let moved_to = fsio::with_suffix(
+            let moved_to = fsio::aside(
                 &self.paths.journal,
                 &format!(".unusable-{}", cache_format::now_millis()),
             );
@@ -516,7 +516,8 @@ impl Disk {
             .as_mut()
             .expect("journal state is set before records are read");
         let scan = scan_records(bytes, 0, &self.options.limits);
-        let mut damaged = scan.damaged.len();
+        // Where the damage is (absolute offsets), which names the copy kept of it.
+        let mut damage_at: Vec<u64> = scan.damaged.iter().map(|d| j.offset + d.offset).collect();
         for range in &scan.records {
             match upgrade(
                 &self.registry,
@@ -532,14 +533,19 @@ impl Disk {
                     }
                     inc.data.merge(up.data);
                 }
-                Err(_) => damaged += 1,
+                Err(_) => damage_at.push(j.offset + range.start as u64),
             }
         }
+        let damaged = damage_at.len();
         let good_end = j.offset + scan.end as u64;
         let path = &self.paths.journal;
         if damaged > 0 {
             let kept = if locked {
-                self.keep_copy(path, "damaged")?
+                let mut identity = j.header.clone();
+                for at in &damage_at {
+                    identity.extend_from_slice(&at.to_le_bytes());
+                }
+                self.keep_copy(path, "damaged", &identity)?
             } else {
                 None
             };
@@ -560,7 +566,10 @@ impl Disk {
             let kept = if interrupted {
                 None
             } else {
-                self.keep_copy(path, "torn")?
+                let mut identity = j.header.clone();
+                identity.extend_from_slice(&(j.offset + offset).to_le_bytes());
+                identity.extend_from_slice(&len.to_le_bytes());
+                self.keep_copy(path, "torn", &identity)?
             };
             let file = OpenOptions::new()
                 .write(true)
@@ -583,9 +592,18 @@ impl Disk {
         Ok(())
     }
 
-    fn keep_copy(&self, path: &Path, tag: &str) -> Result<Option<PathBuf>, StoreError> {
-        let to = fsio::with_suffix(path, &format!(".{tag}-{}", cache_format::now_millis()));
-        fs::copy(path, &to).map_err(|e| StoreError::io("copy aside", path, e))?;
+    /// Keeps a copy of `path` as `<path>.<tag>-<hash of identity>`, once: the same damage
+    /// seen again (by every process that opens the cache, at every save) keeps no new copy.
+    fn keep_copy(
+        &self,
+        path: &Path,
+        tag: &str,
+        identity: &[u8],
+    ) -> Result<Option<PathBuf>, StoreError> {
+        let to = fsio::aside(path, &format!(".{tag}-{:08x}", crc32fast::hash(identity)));
+        if !to.exists() {
+            fs::copy(path, &to).map_err(|e| StoreError::io("copy aside", path, e))?;
+        }
         Ok(Some(to))
     }
 

@@ -133,7 +133,7 @@ impl Disk {
             if fsio::stat(original)?.is_none() {
                 continue;
             }
-            let backup = fsio::with_suffix(original, &format!(".bak.{stamp}"));
+            let backup = fsio::aside(original, &format!(".bak.{stamp}"));
             if fs::hard_link(original, &backup).is_err() {
                 fs::copy(original, &backup).map_err(|e| StoreError::io("back up", original, e))?;
             }

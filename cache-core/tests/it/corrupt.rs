@@ -146,3 +146,59 @@ fn a_corrupt_snapshot_keeps_the_valid_journal_records() {
     drop(cache);
     assert_eq!(ids_on_disk(&path, 1, 2), [1]);
 }
+
+/// One damaged record is kept aside once, not once per process and save that meets it.
+#[test]
+fn one_damaged_record_is_copied_aside_once() {
+    use cache_core::cache_format::{Limits, read_journal_header, scan_records};
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    {
+        let cache = builder(&path).open();
+        for i in 0..3 {
+            cache.put(ns(), entry(1, i));
+            cache.flush().expect("saved");
+        }
+    }
+    let journal = path_in(&dir, "c.tcache.journal");
+    let mut bytes = std::fs::read(&journal).expect("journal");
+    let (_, _, start) = read_journal_header(&bytes, &Limits::default()).expect("header");
+    let scan = scan_records(&bytes, start, &Limits::default());
+    assert!(scan.records.len() >= 2, "{:?}", scan.records);
+    let second = scan.records[1].clone();
+    bytes[second.start + second.len() / 2] ^= 0x55; // a bad checksum, the frame intact
+    std::fs::write(&journal, &bytes).expect("write");
+    for i in 10..15 {
+        let cache = builder(&path).open();
+        cache.put(ns(), entry(1, i));
+        cache.flush().expect("saved");
+    }
+    let copies: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".damaged-"))
+        .collect();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!(ids_on_disk(&path, 1, 15), [0, 1, 10, 11, 12, 13, 14], "only the damaged record is lost");
+}
+
+/// A corrupt cache with a long name (the suffix would pass 255 bytes) is still moved aside,
+/// so the cache can go on.
+#[test]
+fn a_corrupt_cache_with_a_long_name_is_moved_aside() {
+    let dir = temp_dir();
+    let path = path_in(&dir, &format!("{}.tcache", "n".repeat(240)));
+    std::fs::write(&path, b"not a cache").expect("write");
+    let cache = builder(&path).open();
+    let moved = cache.health().quarantined;
+    assert_eq!(moved.len(), 1, "{:?}", cache.health());
+    let name = moved[0]
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    assert!(name.len() <= 255 && name.contains(".unusable-"), "{name}");
+    assert_eq!(std::fs::read(&moved[0]).expect("kept"), b"not a cache");
+    cache.put(ns(), entry(1, 1));
+    cache.flush().expect("the cache goes on");
+}
