@@ -222,6 +222,25 @@ impl Entry {
         self.origin = origin;
     }
 
+    /// Sets every timestamp later than `latest` (the entry's and its candidates') to `latest`;
+    /// returns by how much the furthest one was ahead (0: none was). A clock set in the future
+    /// must not pin a measurement for good: the merge keeps the later one, and nothing measured
+    /// afterwards would be later.
+    pub fn clamp_future(&mut self, latest: Millis) -> Millis {
+        let mut ahead = 0;
+        let mut clamp = |t: &mut Millis| {
+            if *t > latest {
+                ahead = ahead.max(*t - latest);
+                *t = latest;
+            }
+        };
+        clamp(&mut self.recorded_at);
+        for c in &mut self.candidates {
+            clamp(&mut c.measured_at);
+        }
+        ahead
+    }
+
     /// Adds or replaces one candidate's measurement and re-ranks.
     pub fn record(&mut self, candidate: Candidate) {
         self.absorb_all([candidate]);

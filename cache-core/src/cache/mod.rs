@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use cache_format::{CacheData, Entry, Fingerprint, Scope};
+use cache_format::{CacheData, CandidateId, Entry, Fingerprint, Scope};
 use cache_migrate::Report;
 
 use crate::claim::Claim;
@@ -412,6 +412,7 @@ impl Cache {
                 }
             }
         }
+        self.shared.clamp(mine.iter_mut().map(|(_, e)| e));
         let keys: Vec<_> = mine.iter().map(|(ns, e)| (*ns, e.fingerprint())).collect();
         self.shared.memory.merge_many(mine);
         lock(&self.shared.others).merge(others.clone());
@@ -526,9 +527,25 @@ impl Store for Cache {
         self.shared.memory.get(ns, fp)
     }
 
-    fn put(&self, ns: Namespace, entry: Entry) {
+    fn put(&self, ns: Namespace, mut entry: Entry) {
         let fp = entry.fingerprint();
+        self.shared.clamp(std::iter::once(&mut entry));
+        let incoming: Vec<(CandidateId, u64)> = entry
+            .candidates()
+            .iter()
+            .map(|c| (c.id.clone(), c.measured_at))
+            .collect();
         self.shared.memory.merge(ns, entry);
+        if let Some(stored) = self.shared.memory.get(ns, &fp) {
+            for (id, at) in &incoming {
+                if let Some(kept) = stored.candidates().iter().find(|c| c.id == *id)
+                    && kept.measured_at > *at
+                {
+                    self.shared
+                        .notify(Notice::lost_merge(&id.label(), kept.measured_at));
+                }
+            }
+        }
         let mut st = lock(&self.shared.state);
         st.dirty.insert((ns, fp));
         self.shared.mark_dirty(&mut st);

@@ -145,6 +145,29 @@ impl Notice {
         )
     }
 
+    /// Timestamps from the future (a wrong clock here or where the data came from) were set
+    /// to the present.
+    pub(super) fn clamped(ahead_ms: u64) -> Self {
+        Notice::warn(
+            "future-timestamps",
+            format!(
+                "tunecache: timestamps up to {:.0} s in the future (a wrong clock, here or where they were measured) were set to the present so that later measurements can replace them",
+                ahead_ms as f64 / 1000.0
+            ),
+        )
+    }
+
+    /// A result just recorded lost the merge to one of the same candidate with a later
+    /// timestamp.
+    pub(super) fn lost_merge(candidate: &str, kept_at: u64) -> Self {
+        Notice::warn(
+            "lost-merge",
+            format!(
+                "tunecache: a result for {candidate} was not kept: the cache holds one measured later (at {kept_at} ms since 1970); check the clocks of the machines that share this cache"
+            ),
+        )
+    }
+
     /// One condition for all unusable namespaces: a file with thousands gives one line (and
     /// a count when the cache closes).
     /// The cache's path (or its journal or lock) is not a regular file. `link` is the path

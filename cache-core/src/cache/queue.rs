@@ -99,6 +99,7 @@ impl Shared {
                 mine.extend(entries.into_values().map(|e| (ns, e)));
             }
         }
+        self.clamp(mine.iter_mut().map(|(_, e)| e));
         self.memory.merge_many(mine);
         if !others.is_empty() {
             lock(&self.others).merge(others);
@@ -113,4 +114,18 @@ impl Shared {
             self.report(event);
         }
     }
+
+    /// Sets timestamps from the future to the present: every entry that comes into memory
+    /// passes here. Skew of up to a minute (machines sharing a file) passes silently; more is
+    /// a wrong clock, and gets one warning.
+    pub(super) fn clamp<'a>(&self, entries: impl Iterator<Item = &'a mut Entry>) {
+        let now = cache_format::now_millis();
+        let ahead = entries.map(|e| e.clamp_future(now)).max().unwrap_or(0);
+        if ahead > WRONG_CLOCK_MS {
+            self.notify(Notice::clamped(ahead));
+        }
+    }
 }
+
+/// How far ahead of this machine's clock a timestamp may be before it is called a wrong clock.
+const WRONG_CLOCK_MS: u64 = 60_000;

@@ -231,3 +231,72 @@ fn a_symlinked_cache_and_its_target_are_one_cache_and_the_link_survives() {
         );
     }
 }
+
+/// A result stamped in the future (by a machine whose clock is wrong) cannot pin an entry for
+/// good: timestamps are set to the present when they come in, so the next measurement of the
+/// same candidate replaces it, through a file or a put; one warning says so.
+#[test]
+fn a_timestamp_from_the_future_cannot_pin_a_result() {
+    use cache_core::cache_format::{
+        CacheData, Candidate, Entry, Fields, Fingerprint, Origin, Scope, Stats, Value,
+        encode_snapshot, now_millis,
+    };
+    crate::support::capture_logs();
+    let candidate = |median: f64, at: u64| {
+        let stats = Stats {
+            median_ns: median,
+            min_ns: median,
+            spread_ns: 0.0,
+            samples: 5,
+        };
+        let mut c = Candidate::measured(
+            "tiled",
+            Fields::from([("tile".to_owned(), Value::Int(8))]),
+            stats,
+        );
+        c.measured_at = at;
+        c
+    };
+    let future = now_millis() + 10 * 365 * 24 * 3600 * 1000;
+    let dir = temp_dir();
+    for through_file in [true, false] {
+        let path = path_in(&dir, &format!("future-{through_file}.tcache"));
+        let k = key(7, through_file as u64);
+        let stale = Entry::new(
+            k.clone(),
+            Fingerprint::default(),
+            Origin::Imported("skewed".into()),
+            future,
+            [candidate(9000.0, future)],
+        );
+        let cache = if through_file {
+            let mut data = CacheData::new();
+            data.insert(&Scope::default(), "matmul", stale);
+            std::fs::write(&path, encode_snapshot(crate::support::APP, 1, &data)).expect("write");
+            builder(&path).open()
+        } else {
+            let cache = builder(&path).open();
+            cache.put(ns(), stale);
+            cache
+        };
+        let fresh = Entry::new(
+            k.clone(),
+            Fingerprint::default(),
+            Origin::here(),
+            now_millis() + 120_000,
+            [candidate(10.0, now_millis() + 120_000)],
+        );
+        cache.put(ns(), fresh);
+        let best = cache
+            .lookup(ns(), &k)
+            .and_then(|e| e.best().and_then(|c| c.stats().map(|s| s.median_ns)));
+        assert_eq!(
+            best,
+            Some(10.0),
+            "through_file={through_file}: the later measurement is kept"
+        );
+        cache.flush().expect("saved");
+    }
+    let warned = crate::support::warnings_about("in the future (a wrong clock");
+    assert!(!warned.is_empty(), "a warning says so");
+}

@@ -179,7 +179,11 @@ fn one_damaged_record_is_copied_aside_once() {
         .filter(|n| n.contains(".damaged-"))
         .collect();
     assert_eq!(copies.len(), 1, "{copies:?}");
-    assert_eq!(ids_on_disk(&path, 1, 15), [0, 1, 10, 11, 12, 13, 14], "only the damaged record is lost");
+    assert_eq!(
+        ids_on_disk(&path, 1, 15),
+        [0, 1, 10, 11, 12, 13, 14],
+        "only the damaged record is lost"
+    );
 }
 
 /// A corrupt cache with a long name (the suffix would pass 255 bytes) is still moved aside,
