@@ -134,19 +134,9 @@ pub fn scan_records(bytes: &[u8], start: usize, limits: &Limits) -> JournalScan 
     };
     let mut pos = scan.end;
     while pos < bytes.len() {
-        let mut rd = Reader::new(bytes, "journal record");
-        rd.pos = pos;
-        let frame = (|| {
-            if rd.array_len()? != 2 {
-                return Err(rd.malformed("a record is an array of 2 elements"));
-            }
-            let payload = rd.bin("journal record", limits.max_file_bytes)?;
-            let payload_start = rd.pos - payload.len();
-            let stored = rd.uint()?;
-            Ok((payload_start..payload_start + payload.len(), stored))
-        })();
+        let frame = read_frame(bytes, pos, limits);
         match frame {
-            Ok((range, stored)) => {
+            Ok((range, stored, end_of_frame)) => {
                 let computed = crc32fast::hash(&bytes[range.clone()]);
                 if stored != u64::from(computed) {
                     scan.damaged.push(Damage {
@@ -167,10 +157,22 @@ pub fn scan_records(bytes: &[u8], start: usize, limits: &Limits) -> JournalScan 
                 } else {
                     scan.records.push(range);
                 }
-                pos = rd.pos;
+                pos = end_of_frame;
                 scan.end = pos;
             }
             Err(err) => {
+                // A broken frame followed by intact records is damage in the middle (a
+                // corrupted length, a flipped byte), not an interrupted append: the records
+                // after it are kept, and the broken bytes are reported.
+                if let Some(next) = resync(bytes, pos, limits) {
+                    scan.damaged.push(Damage {
+                        offset: pos as u64,
+                        error: err,
+                    });
+                    pos = next;
+                    scan.end = pos;
+                    continue;
+                }
                 let rest = &bytes[pos..];
                 let interrupted =
                     matches!(err, FormatError::Truncated { .. }) || rest.iter().all(|b| *b == 0);
@@ -184,4 +186,43 @@ pub fn scan_records(bytes: &[u8], start: usize, limits: &Limits) -> JournalScan 
         }
     }
     scan
+}
+
+/// Reads the record frame at `pos`: its payload's range, its stored checksum, and where the
+/// frame ends.
+fn read_frame(
+    bytes: &[u8],
+    pos: usize,
+    limits: &Limits,
+) -> Result<(Range<usize>, u64, usize), FormatError> {
+    let mut rd = Reader::new(bytes, "journal record");
+    rd.pos = pos;
+    if rd.array_len()? != 2 {
+        return Err(rd.malformed("a record is an array of 2 elements"));
+    }
+    let payload = rd.bin("journal record", limits.max_file_bytes)?;
+    let payload_start = rd.pos - payload.len();
+    let stored = rd.uint()?;
+    Ok((payload_start..payload_start + payload.len(), stored, rd.pos))
+}
+
+/// The start of the next intact record after a broken frame at `broken`: a frame that parses
+/// and whose checksum matches. The search hashes at most twice the bytes that follow, so
+/// hostile bytes cannot make it quadratic; past that, or with no such frame, `None`.
+fn resync(bytes: &[u8], broken: usize, limits: &Limits) -> Option<usize> {
+    const FIXARRAY_2: u8 = 0x92;
+    let mut budget = 2 * (bytes.len() - broken) as u64;
+    for p in broken + 1..bytes.len() {
+        if bytes[p] != FIXARRAY_2 {
+            continue;
+        }
+        let Ok((range, stored, _)) = read_frame(bytes, p, limits) else {
+            continue;
+        };
+        budget = budget.checked_sub(range.len() as u64)?;
+        if stored == u64::from(crc32fast::hash(&bytes[range])) {
+            return Some(p);
+        }
+    }
+    None
 }

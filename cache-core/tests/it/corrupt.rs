@@ -206,3 +206,62 @@ fn a_corrupt_cache_with_a_long_name_is_moved_aside() {
     cache.put(ns(), entry(1, 1));
     cache.flush().expect("the cache goes on");
 }
+
+/// A corrupted length in the middle of the journal is damage, not an interrupted append: the
+/// records after it stay readable and are kept by the next writer, and verify reports it.
+#[test]
+fn a_corrupted_length_mid_journal_costs_only_its_record() {
+    use cache_core::cache_format::{Limits, read_journal_header, scan_records};
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    {
+        let cache = builder(&path).open();
+        for i in 0..6 {
+            cache.put(ns(), entry(1, i));
+            cache.flush().expect("saved");
+        }
+    }
+    let journal = path_in(&dir, "c.tcache.journal");
+    let mut bytes = std::fs::read(&journal).expect("journal");
+    let (_, _, start) = read_journal_header(&bytes, &Limits::default()).expect("header");
+    let records = scan_records(&bytes, start, &Limits::default()).records;
+    assert_eq!(records.len(), 5, "the first flush wrote the snapshot");
+    let second = records[1].clone();
+    // The frame's length is right before its payload (bin8, bin16 or bin32): make its high
+    // byte 0xff, so the length runs into the records after it.
+    let length_at = match (
+        bytes[second.start - 2],
+        bytes[second.start - 3],
+        bytes[second.start - 5],
+    ) {
+        (0xc4, _, _) => second.start - 1,
+        (_, 0xc5, _) => second.start - 2,
+        (_, _, 0xc6) => second.start - 4,
+        other => panic!("not a bin frame: {other:x?}"),
+    };
+    bytes[length_at] = 0xff;
+    std::fs::write(&journal, &bytes).expect("write");
+
+    let found = cache_core::inspect(&path, &Limits::default(), None).expect("inspect");
+    assert!(
+        !found.problems.is_empty(),
+        "verify reports the damage: {:?}",
+        found.notes
+    );
+    assert_eq!(
+        found.data.len(),
+        5,
+        "every other record is read: {:?}",
+        found.problems
+    );
+
+    let cache = builder(&path).open();
+    cache.put(ns(), entry(1, 10));
+    cache.flush().expect("saved");
+    drop(cache);
+    assert_eq!(
+        ids_on_disk(&path, 1, 11),
+        [0, 1, 3, 4, 5, 10],
+        "only the damaged record is lost"
+    );
+}
