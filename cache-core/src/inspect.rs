@@ -17,6 +17,7 @@ use cache_migrate::{Gate, MigrateError, Migrations};
 
 use crate::disk::Paths;
 use crate::error::StoreError;
+use crate::fsio::{self, FileId};
 
 /// What was found in the snapshot file.
 #[derive(Debug, Clone, Default)]
@@ -153,7 +154,36 @@ pub fn inspect(
     limits: &Limits,
     registry: Option<&Migrations>,
 ) -> Result<Inspection, StoreError> {
+    // Snapshot and journal are read one after the other without the lock; a compaction in
+    // between (a new snapshot holding the journal's records, the journal removed) would make
+    // them an inconsistent pair and drop entries from what is shown. The snapshot file must be
+    // the same one before and after: if not, read again.
+    const ATTEMPTS: usize = 8;
     let paths = Paths::new(path.to_owned());
+    let identity = |p: &Path| -> Result<Option<FileId>, StoreError> {
+        Ok(fsio::stat(p)?.map(|m| FileId::of(&m)))
+    };
+    for _ in 1..ATTEMPTS {
+        let before = identity(&paths.snapshot)?;
+        let out = inspect_once(&paths, limits, registry)?;
+        if identity(&paths.snapshot)? == before {
+            return Ok(out);
+        }
+    }
+    let mut out = inspect_once(&paths, limits, registry)?;
+    out.notes.push(format!(
+        "{}: the cache kept changing while it was read ({ATTEMPTS} tries); entries written meanwhile may be missing",
+        out.path.display()
+    ));
+    Ok(out)
+}
+
+fn inspect_once(
+    paths: &Paths,
+    limits: &Limits,
+    registry: Option<&Migrations>,
+) -> Result<Inspection, StoreError> {
+    let path = &paths.snapshot;
     let mut out = Inspection {
         path: paths.snapshot.clone(),
         journal_path: paths.journal.clone(),

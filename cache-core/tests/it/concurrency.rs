@@ -96,3 +96,60 @@ fn two_caches_on_one_file_in_one_process_exclude_each_other() {
     assert_eq!(ids_on_disk(&path, 1, 300).len(), 300);
     assert_eq!(ids_on_disk(&path, 2, 300).len(), 300);
 }
+
+/// Reading a cache (stats, list, export) while another process compacts it shows every result
+/// that was durable before the read began: snapshot and journal are read as a consistent pair.
+#[test]
+fn inspection_during_compactions_misses_nothing_durable() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+
+    use cache_core::cache_format::Limits;
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    // Batches of 25 forever, compacting at almost every save.
+    let mut child = spawn_child(
+        "killable",
+        &path,
+        &["3".into(), "0".into(), "25".into()],
+        &[],
+    );
+    let out = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufReader::new(out).lines();
+    let started = Instant::now();
+    let mut reads = 0;
+    while started.elapsed() < Duration::from_secs(4) {
+        let Some(Ok(line)) = lines.next() else {
+            break;
+        };
+        let Some(last) = test_support::child::message(&line)
+            .and_then(|m| m.strip_prefix("flushed "))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let found = cache_core::inspect(&path, &Limits::default(), None).expect("inspect");
+        let missing: Vec<u64> = (0..=last)
+            .filter(|i| {
+                found
+                    .data
+                    .get(
+                        &Default::default(),
+                        "matmul",
+                        &crate::support::key(3, *i).fingerprint(),
+                    )
+                    .is_none()
+            })
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "read {reads}: {} durable results missing (of 0..={last}), e.g. {:?}",
+            missing.len(),
+            &missing[..missing.len().min(5)]
+        );
+        reads += 1;
+    }
+    child.kill().expect("stop the writer");
+    let _ = child.wait();
+    assert!(reads > 10, "only {reads} reads happened");
+}
