@@ -4,7 +4,7 @@
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use cache_format::{CacheData, Entry};
+use cache_format::{CacheData, Entry, Fingerprint};
 
 use super::notice::Notice;
 use super::{Shared, State, lock};
@@ -79,7 +79,25 @@ impl Shared {
             salvaged,
             events,
             needs_rewrite,
+            whole,
         } = inc;
+        // A file read whole that lacks what this process acknowledged (an old copy restored,
+        // another tool's rename): those entries are written again. A compaction by another
+        // process holds them already, so it costs nothing.
+        let lacking: Vec<(Namespace, Fingerprint)> = if whole && persistent {
+            self.memory
+                .snapshot()
+                .into_iter()
+                .filter(|(ns, e)| {
+                    !data
+                        .get(&self.scope, ns.name(), &e.fingerprint())
+                        .is_some_and(|on_disk| covers(on_disk, e))
+                })
+                .map(|(ns, e)| (ns, e.fingerprint()))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut mine = Vec::new();
         let mut others = CacheData::new();
         for (scope, scope_data) in data.into_scopes().chain(salvaged.clone().into_scopes()) {
@@ -104,10 +122,11 @@ impl Shared {
         if !others.is_empty() {
             lock(&self.others).merge(others);
         }
-        if persistent && (needs_rewrite || !salvaged.is_empty()) {
+        if persistent && (needs_rewrite || !salvaged.is_empty() || !lacking.is_empty()) {
             let mut st = lock(&self.state);
             st.rewrite |= needs_rewrite;
             self.requeue(&mut st, salvaged);
+            st.dirty.extend(lacking);
             self.mark_dirty(&mut st);
         }
         for event in events {
@@ -129,3 +148,11 @@ impl Shared {
 
 /// How far ahead of this machine's clock a timestamp may be before it is called a wrong clock.
 const WRONG_CLOCK_MS: u64 = 60_000;
+
+/// Whether `on_disk` already holds everything of `mine`: merging `mine` into it changes
+/// nothing.
+fn covers(on_disk: &Entry, mine: &Entry) -> bool {
+    let mut merged = on_disk.clone();
+    merged.merge(mine.clone());
+    merged == *on_disk
+}

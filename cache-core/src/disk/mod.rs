@@ -135,6 +135,10 @@ pub(crate) struct Incoming {
     pub(crate) events: Vec<Event>,
     /// The snapshot must be rewritten (it was migrated, or is unusable and the lock was busy).
     pub(crate) needs_rewrite: bool,
+    /// `data` holds a whole snapshot (and its journal) read afresh, because the file is not
+    /// the one this process saw last: whatever memory holds that it lacks must be written
+    /// again.
+    pub(crate) whole: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -261,6 +265,7 @@ impl Disk {
                     schema,
                 } => {
                     inc.data = data;
+                    inc.whole = true;
                     let migrated_from = report.as_ref().map(|_| schema);
                     if let Some(report) = report {
                         inc.needs_rewrite = true;

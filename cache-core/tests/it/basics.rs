@@ -300,3 +300,30 @@ fn a_timestamp_from_the_future_cannot_pin_a_result() {
     let warned = crate::support::warnings_about("in the future (a wrong clock");
     assert!(!warned.is_empty(), "a warning says so");
 }
+
+/// A cache file replaced under a running process (an old copy restored, another tool's
+/// rename): the process writes back the acknowledged results it holds that the new file lacks.
+#[test]
+fn results_acknowledged_before_a_file_was_replaced_are_written_back() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let cache = builder(&path).open();
+    for i in 0..5 {
+        cache.put(ns(), entry(1, i));
+    }
+    cache.flush().expect("saved");
+    let old_copy = path_in(&dir, "old.tcache");
+    std::fs::copy(&path, &old_copy).expect("copy");
+    for i in 5..10 {
+        cache.put(ns(), entry(1, i));
+    }
+    cache.flush().expect("saved");
+    // Someone restores the old copy: a new file at the path, without results 5..10 (and
+    // without the journal that held them).
+    std::fs::rename(&old_copy, &path).expect("restore the old copy");
+    let _ = std::fs::remove_file(path_in(&dir, "c.tcache.journal"));
+    cache.put(ns(), entry(1, 10));
+    cache.flush().expect("saved");
+    cache.flush().expect("and the write-back saved too");
+    assert_eq!(ids_on_disk(&path, 1, 11), (0..11).collect::<Vec<_>>());
+}
