@@ -110,11 +110,7 @@ impl<'a> Context<'a> {
         scope: Scope,
     ) -> anyhow::Result<Cache> {
         self.check_writable(command)?;
-        let found = inspect(path, &Limits::default(), None)?;
-        let (app, schema) = match &found.snapshot.header {
-            Some(h) => (h.app.clone(), h.schema),
-            None => (self.app(), schema),
-        };
+        let (app, schema) = self.write_target(path, schema)?;
         let cache = Cache::builder(Migrations::new(app, schema))
             .file(path)
             .ignore_env()
@@ -128,6 +124,16 @@ impl<'a> Context<'a> {
             bail!("cannot write {}: {reason}", path.display());
         }
         Ok(cache)
+    }
+
+    /// The application and schema a write to `path` records in: the file's own, or (a new
+    /// file) the context's application and `schema`.
+    pub(crate) fn write_target(&self, path: &Path, schema: u32) -> anyhow::Result<(String, u32)> {
+        let found = inspect(path, &Limits::default(), None)?;
+        Ok(match &found.snapshot.header {
+            Some(h) => (h.app.clone(), h.schema),
+            None => (self.app(), schema),
+        })
     }
 
     /// Reads a migration file.

@@ -40,6 +40,13 @@ macro_rules! bail {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JsonRecord {
+    /// The application whose schema the entry is written in (with `schema`); lines without
+    /// them are taken to be at the schema of the cache they are imported into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<String>,
+    /// The schema version the entry is written in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<u32>,
     /// The scope's fields.
     pub scope: Fields,
     /// The namespace.
@@ -134,6 +141,8 @@ pub fn candidate_json(c: &Candidate) -> JsonCandidate {
 /// An entry as one JSON line's record.
 pub fn record(scope: &Scope, namespace: &str, entry: &Entry) -> JsonRecord {
     JsonRecord {
+        app: None,
+        schema: None,
         scope: scope.fields().clone(),
         namespace: namespace.to_owned(),
         key: entry.key().fields().clone(),
@@ -195,7 +204,25 @@ pub fn parse_record(
     origin_policy: ImportOrigin,
     now: Millis,
 ) -> Result<(Scope, String, Entry), String> {
+    parse_versioned(line, source, origin_policy, now)
+        .map(|(_, scope, ns, entry)| (scope, ns, entry))
+}
+
+/// The application and schema a line says it is written in, if it says.
+pub type Version = Option<(String, u32)>;
+
+fn parse_versioned(
+    line: &str,
+    source: &str,
+    origin_policy: ImportOrigin,
+    now: Millis,
+) -> Result<(Version, Scope, String, Entry), String> {
     let r: JsonRecord = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    let version = match (r.app.clone(), r.schema) {
+        (Some(app), Some(schema)) => Some((app, schema)),
+        (None, None) => None,
+        _ => bail!("\"app\" and \"schema\" go together: give both or neither"),
+    };
     if r.namespace.is_empty() {
         bail!("empty namespace");
     }
@@ -252,7 +279,7 @@ pub fn parse_record(
         r.recorded_at.unwrap_or(now),
         candidates,
     );
-    Ok((Scope::new(r.scope), r.namespace, entry))
+    Ok((version, Scope::new(r.scope), r.namespace, entry))
 }
 
 /// Parses JSON lines; any bad line fails the whole input, naming the line.
@@ -261,9 +288,24 @@ pub fn parse_lines(
     source: &str,
     origin_policy: ImportOrigin,
 ) -> Result<CacheData, JsonLineError> {
+    let mut all = CacheData::new();
+    for (_, data) in parse_lines_versioned(text, source, origin_policy)? {
+        all.merge(data);
+    }
+    Ok(all)
+}
+
+/// Like [`parse_lines`], keeping apart the entries of each application and schema the lines
+/// say they are written in (`None`: lines that do not say), so an importer can pass each
+/// group through the version gate.
+pub fn parse_lines_versioned(
+    text: &str,
+    source: &str,
+    origin_policy: ImportOrigin,
+) -> Result<std::collections::BTreeMap<Version, CacheData>, JsonLineError> {
     let now = crate::model::now_millis();
     let limits = Limits::default();
-    let mut data = CacheData::new();
+    let mut groups: std::collections::BTreeMap<Version, CacheData> = Default::default();
     // Distinct scopes and (scope, namespace) pairs so far, for the caps of a whole file.
     let mut scopes = std::collections::HashSet::new();
     let mut namespaces = std::collections::HashSet::new();
@@ -271,15 +313,18 @@ pub fn parse_lines(
         if line.trim().is_empty() {
             continue;
         }
-        let (scope, ns, entry) =
-            parse_record(line, source, origin_policy, now).map_err(|message| JsonLineError {
+        let (version, scope, ns, entry) = parse_versioned(line, source, origin_policy, now)
+            .map_err(|message| JsonLineError {
                 source_name: source.to_owned(),
                 line: i + 1,
                 message,
             })?;
         scopes.insert(scope.fingerprint());
         namespaces.insert((scope.fingerprint(), ns.clone()));
-        data.insert(&scope, &ns, entry);
+        groups
+            .entry(version)
+            .or_default()
+            .insert(&scope, &ns, entry);
         over_cap("scopes in the import", scopes.len(), limits.max_scopes)
             .and_then(|()| {
                 over_cap(
@@ -294,7 +339,7 @@ pub fn parse_lines(
                 message,
             })?;
     }
-    Ok(data)
+    Ok(groups)
 }
 
 fn over_cap(what: &str, count: usize, limit: u64) -> Result<(), String> {
@@ -309,11 +354,24 @@ fn over_cap(what: &str, count: usize, limit: u64) -> Result<(), String> {
 
 /// Writes every entry of `data` as JSON lines, in a deterministic order.
 pub fn to_lines(data: &CacheData) -> String {
+    lines_of(data, None)
+}
+
+/// Like [`to_lines`], each line saying the application and schema it is written in, so an
+/// import elsewhere can pass it through the version gate.
+pub fn to_lines_versioned(data: &CacheData, app: &str, schema: u32) -> String {
+    lines_of(data, Some((app, schema)))
+}
+
+fn lines_of(data: &CacheData, version: Option<(&str, u32)>) -> String {
     let mut out = String::new();
     for (scope, ns, entry) in data.entries() {
-        out.push_str(
-            &serde_json::to_string(&record(scope, ns, entry)).expect("a record always serializes"),
-        );
+        let mut r = record(scope, ns, entry);
+        if let Some((app, schema)) = version {
+            r.app = Some(app.to_owned());
+            r.schema = Some(schema);
+        }
+        out.push_str(&serde_json::to_string(&r).expect("a record always serializes"));
         out.push('\n');
     }
     out

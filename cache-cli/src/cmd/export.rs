@@ -36,7 +36,26 @@ impl ExportArgs {
                 found.problems.len()
             ));
         }
-        let lines = cache_format::json::to_lines(&found.data);
+        // Each line says the application and schema it is written in (as stored), so an
+        // import elsewhere can pass it through the version gate.
+        let version = found
+            .snapshot
+            .header
+            .as_ref()
+            .map(|h| (h.app.clone(), h.schema))
+            .or_else(|| {
+                found
+                    .journal
+                    .header
+                    .as_ref()
+                    .map(|h| (h.app.clone(), h.schema))
+            });
+        let lines = match &version {
+            Some((app, schema)) => {
+                cache_format::json::to_lines_versioned(&found.data, app, *schema)
+            }
+            None => cache_format::json::to_lines(&found.data),
+        };
         if self.output.as_os_str() == "-" {
             for line in lines.lines() {
                 if out.closed() {

@@ -3,13 +3,13 @@
 use std::io::Read;
 use std::path::PathBuf;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use clap::Args;
 use serde::Serialize;
 
 use cache_core::Namespace;
-use cache_format::json::{ImportOrigin, parse_lines};
-use cache_format::{CacheData, Scope};
+use cache_format::json::{ImportOrigin, Version, parse_lines_versioned};
+use cache_format::{CacheData, FormatVersion, Limits, Scope};
 
 use crate::context::{Context, close};
 use crate::exit;
@@ -24,6 +24,10 @@ pub(crate) struct ImportArgs {
     /// Schema version of a new file (an existing file keeps its own)
     #[arg(long, default_value_t = 1)]
     schema: u32,
+    /// The application's migration file, to migrate lines written at an older schema
+    /// (needed unless the tool has the registry built in)
+    #[arg(long, value_name = "FILE")]
+    migrations: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -33,6 +37,62 @@ struct ImportReport {
 }
 
 impl ImportArgs {
+    /// Passes the lines of one application and schema through the version gate of the cache
+    /// they go into: lines of its schema (or that say none) as they are, older ones migrated,
+    /// another application's or a newer schema refused (and so the whole import).
+    fn gate(
+        &self,
+        ctx: &Context<'_>,
+        source: &str,
+        version: Version,
+        group: CacheData,
+        app: &str,
+        schema: u32,
+    ) -> anyhow::Result<CacheData> {
+        let Some((line_app, line_schema)) = version else {
+            return Ok(group);
+        };
+        if line_app != app {
+            bail!(
+                "{source}: its lines are entries of application {line_app:?}, the cache is {app:?}; nothing was imported"
+            );
+        }
+        if line_schema == schema {
+            return Ok(group);
+        }
+        if line_schema > schema {
+            bail!(
+                "{source}: its lines are at schema {line_schema}, newer than the cache's {schema}; nothing was imported (migrate the cache first)"
+            );
+        }
+        let registry = match &self.migrations {
+            Some(file) => ctx.migration_file(file)?,
+            None => ctx.registry(app).cloned().with_context(|| {
+                format!(
+                    "{source}: its lines are at schema {line_schema}, the cache at {schema}; pass --migrations FILE to migrate them (nothing was imported)"
+                )
+            })?,
+        };
+        if registry.app() != app || registry.current() != schema {
+            bail!(
+                "the migrations lead to {} schema {}, but the cache is {app:?} schema {schema}; nothing was imported",
+                registry.app(),
+                registry.current()
+            );
+        }
+        let payload = cache_format::encode_payload(&group);
+        let up = cache_migrate::upgrade(
+            &registry,
+            FormatVersion::CURRENT,
+            &line_app,
+            line_schema,
+            &payload,
+            &Limits::default(),
+        )
+        .with_context(|| format!("{source}: nothing was imported"))?;
+        Ok(up.data)
+    }
+
     fn read(&self) -> anyhow::Result<(String, String)> {
         if self.input.as_os_str() == "-" {
             let mut text = String::new();
@@ -50,7 +110,12 @@ impl ImportArgs {
         let path = ctx.path()?;
         ctx.check_writable("import")?;
         let (text, source) = self.read()?;
-        let data: CacheData = parse_lines(&text, &source, ImportOrigin::MarkImported)?;
+        let groups = parse_lines_versioned(&text, &source, ImportOrigin::MarkImported)?;
+        let (app, schema) = ctx.write_target(&path, self.schema)?;
+        let mut data = CacheData::new();
+        for (version, group) in groups {
+            data.merge(self.gate(ctx, &source, version, group, &app, schema)?);
+        }
         // All or nothing: refuse bad namespace names before anything is queued.
         for (_, ns, _) in data.entries() {
             Namespace::new(ns).with_context(|| format!("{source}: nothing was imported"))?;

@@ -310,3 +310,71 @@ fn a_migrated_file_reads_back_through_the_library() {
         Some("mask_gemm")
     );
 }
+
+/// An export says which application and schema its lines are written in, and an import
+/// passes them through the same version gate as every other read path: a schema-6 export goes
+/// into a schema-9 cache migrated (or refused, without the migrations), never stored as it is.
+#[test]
+fn an_old_export_is_migrated_on_import_not_stored_as_it_is() {
+    let dir = tempfile::tempdir().expect("dir");
+    let old = copy_input(dir.path(), 6, "old.tcache");
+    let exported = dir.path().join("old.jsonl");
+    let o = tunecache(&old, &["export", "-o", exported.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let text = std::fs::read_to_string(&exported).expect("export");
+    assert!(
+        text.lines()
+            .all(|l| l.contains(r#""app":"warpconvnet-demo","schema":6"#)),
+        "every line says its version: {}",
+        text.lines().next().unwrap_or_default()
+    );
+    // The target: the same data at schema 9.
+    let target = copy_input(dir.path(), 9, "new.tcache");
+    let migrations = migrations();
+    let migrations = migrations.to_str().expect("utf-8");
+    let before = std::fs::read(&target).expect("target");
+    let refused = tunecache(&target, &["import", exported.to_str().expect("utf-8")]);
+    assert_eq!(refused.status.code(), Some(1), "{}", out(&refused));
+    assert!(
+        out(&refused).contains("pass --migrations"),
+        "{}",
+        out(&refused)
+    );
+    assert_eq!(
+        std::fs::read(&target).expect("target"),
+        before,
+        "nothing was imported"
+    );
+    let o = tunecache(
+        &target,
+        &[
+            "import",
+            exported.to_str().expect("utf-8"),
+            "--migrations",
+            migrations,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let listed = out(&tunecache(&target, &["--json", "list"]));
+    assert!(
+        !listed.contains("\"production\""),
+        "the v8→v9 rename was applied: {listed}"
+    );
+    assert!(!listed.contains("c_in"), "the v6→v7 key rename was applied");
+    assert!(listed.contains("mask_gemm"), "{listed}");
+    // Lines of another application are refused.
+    let foreign = text.replace(r#""app":"warpconvnet-demo""#, r#""app":"someone-else""#);
+    let foreign_file = dir.path().join("foreign.jsonl");
+    std::fs::write(&foreign_file, foreign).expect("write");
+    let o = tunecache(
+        &target,
+        &[
+            "import",
+            foreign_file.to_str().expect("utf-8"),
+            "--migrations",
+            migrations,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(out(&o).contains("someone-else"), "{}", out(&o));
+}
