@@ -100,7 +100,8 @@ impl<'a> Context<'a> {
         Ok(found)
     }
 
-    /// Opens `path` for writing at its own application and schema (or the context's
+    /// Opens `path` for writing at its own application and schema (waiting at most `wait` for
+    /// the lock and for the save) (or the context's
     /// application and `schema` if it is new): the same lock and gate as the library.
     pub(crate) fn open_for_write(
         &self,
@@ -108,6 +109,7 @@ impl<'a> Context<'a> {
         path: &Path,
         schema: u32,
         scope: Scope,
+        wait: Duration,
     ) -> anyhow::Result<Cache> {
         self.check_writable(command)?;
         let (app, schema) = self.write_target(path, schema)?;
@@ -117,6 +119,10 @@ impl<'a> Context<'a> {
             .scope(scope)
             .refresh_interval(None)
             .save_delay(Duration::ZERO)
+            // A command-line write waits for its own save, as long as the user allows: for
+            // another process's lock, and for the save itself (a large file).
+            .lock_timeout(wait)
+            .flush_timeout(wait)
             .open();
         let health = cache.health();
         if health.mode != Mode::Persistent {

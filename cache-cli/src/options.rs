@@ -37,6 +37,15 @@ pub(crate) struct KeyArgs {
     pub(crate) key: String,
 }
 
+/// How long a command that writes waits for its save.
+#[derive(Debug, Args)]
+pub(crate) struct WaitArgs {
+    /// Longest wait, in seconds, for the save: for another process holding the cache's lock,
+    /// and for writing a large file
+    #[arg(long, default_value = "60", value_parser = seconds, value_name = "SECONDS")]
+    pub(crate) wait: std::time::Duration,
+}
+
 /// An optional scope filter.
 #[derive(Debug, Args)]
 pub(crate) struct ScopeFilter {

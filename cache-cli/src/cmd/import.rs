@@ -13,6 +13,7 @@ use cache_format::{CacheData, FormatVersion, Limits, Scope};
 
 use crate::context::{Context, close};
 use crate::exit;
+use crate::options::WaitArgs;
 use crate::output::{Out, Report};
 
 /// The arguments of `tunecache import`.
@@ -28,6 +29,8 @@ pub(crate) struct ImportArgs {
     /// (needed unless the tool has the registry built in)
     #[arg(long, value_name = "FILE")]
     migrations: Option<PathBuf>,
+    #[command(flatten)]
+    wait: WaitArgs,
 }
 
 #[derive(Debug, Serialize)]
@@ -121,7 +124,13 @@ impl ImportArgs {
             Namespace::new(ns).with_context(|| format!("{source}: nothing was imported"))?;
         }
         let imported = data.len();
-        let cache = ctx.open_for_write("import", &path, self.schema, Scope::default())?;
+        let cache = ctx.open_for_write(
+            "import",
+            &path,
+            self.schema,
+            Scope::default(),
+            self.wait.wait,
+        )?;
         let refused = cache.import(data);
         debug_assert!(refused.is_empty(), "names were checked above");
         close(cache, &format!("the import of {imported} entries"), &path)?;

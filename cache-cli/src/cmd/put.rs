@@ -14,7 +14,7 @@ use cache_format::{
 
 use crate::context::{Context, close};
 use crate::exit;
-use crate::options::{KeyArgs, nonneg_f64, usage};
+use crate::options::{KeyArgs, WaitArgs, nonneg_f64, usage};
 use crate::output::{Out, Report};
 use crate::render::parse_fields;
 
@@ -53,6 +53,8 @@ pub(crate) struct PutArgs {
     /// Schema version of a new file (an existing file keeps its own)
     #[arg(long, default_value_t = 1)]
     schema: u32,
+    #[command(flatten)]
+    wait: WaitArgs,
 }
 
 #[derive(Debug, Serialize)]
@@ -112,7 +114,7 @@ impl PutArgs {
             Origin::Measured(who) => Origin::Measured(format!("{who} via tunecache put")),
             other => other,
         };
-        let cache = ctx.open_for_write("put", &path, self.schema, scope)?;
+        let cache = ctx.open_for_write("put", &path, self.schema, scope, self.wait.wait)?;
         cache.put(
             ns,
             Entry::new(key.clone(), set, origin, now_millis(), [candidate]),

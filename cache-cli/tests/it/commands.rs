@@ -691,6 +691,8 @@ fn a_write_that_cannot_finish_says_to_run_it_again() {
             "b",
             "--median-ns",
             "5",
+            "--wait",
+            "1",
         ],
     )
     .env("TUNECACHE_TEST_LOCK_TIMEOUT_MS", "200")
@@ -846,4 +848,37 @@ fn commands_on_a_path_that_is_not_a_regular_file_fail_at_once_and_touch_nothing(
         .map(|e| e.expect("entry").file_name())
         .collect();
     assert_eq!(names.len(), 2, "nothing was created: {names:?}");
+}
+
+/// A command-line write waits for its own save for as long as --wait allows: a lock held
+/// past the library's default bound (2 s) no longer fails the put.
+#[test]
+fn a_put_waits_for_a_lock_held_a_while() {
+    let (dir, path) = file();
+    put(&path, "tiled", "1200");
+    let lock = dir.path().join("c.tcache.lock");
+    let holder = std::thread::spawn(move || {
+        let held = test_support::hold_lock(&lock);
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        drop(held);
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let o = tunecache(
+        &path,
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            KEY,
+            "--algo",
+            "late",
+            "--median-ns",
+            "7",
+        ],
+    );
+    holder.join().expect("holder");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let o = tunecache(&path, &["get", "-n", "matmul", "-k", KEY]);
+    assert!(text(&o).contains("late"), "saved: {}", text(&o));
 }
