@@ -2,6 +2,7 @@
 
 mod commands;
 mod migrate;
+mod robustness;
 mod tune;
 
 /// The `tunecache` binary under test.

@@ -11,7 +11,7 @@
 //! that merge-on-save does under the lock. Nothing here touches a file without the lock,
 //! except reading; an unusable file is renamed aside (quarantined), never overwritten.
 
-use std::fs::{self, OpenOptions};
+use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -24,6 +24,7 @@ use cache_migrate::{MigrateError, Migrations, Report, upgrade};
 use crate::error::{Cause, StoreError};
 use crate::fsio::{self, FileId, read_range, read_with_id};
 
+mod repair;
 mod write;
 
 /// The files of one cache.
@@ -347,40 +348,6 @@ impl Disk {
         })
     }
 
-    /// Moves an unusable snapshot aside, rescuing the valid records of its journal.
-    fn quarantine_snapshot(&self, reason: &str, inc: &mut Incoming) -> Result<(), Failure> {
-        let stamp = cache_format::now_millis();
-        let moved_to = fsio::aside(&self.paths.snapshot, &format!(".unusable-{stamp}"));
-        fs::rename(&self.paths.snapshot, &moved_to)
-            .map_err(|e| StoreError::io("move aside", &self.paths.snapshot, e))?;
-        inc.events.push(Event::Quarantined {
-            original: self.paths.snapshot.clone(),
-            moved_to,
-            reason: reason.to_owned(),
-        });
-        if fsio::stat(&self.paths.journal)?.is_some() {
-            // Its records are individually checksummed and gated: keep the good ones.
-            let mut scratch = Cursor::default();
-            let mut rescued = Incoming::default();
-            if self
-                .read_journal_any_base(&mut scratch, &mut rescued)
-                .is_ok()
-            {
-                inc.salvaged.merge(rescued.data);
-            }
-            let journal_to = fsio::aside(&self.paths.journal, &format!(".unusable-{stamp}"));
-            fs::rename(&self.paths.journal, &journal_to)
-                .map_err(|e| StoreError::io("move aside", &self.paths.journal, e))?;
-            inc.events.push(Event::Quarantined {
-                original: self.paths.journal.clone(),
-                moved_to: journal_to,
-                reason: "its snapshot was unusable; its valid records were kept".to_owned(),
-            });
-        }
-        fsio::sync_dir(&self.paths.dir)?;
-        Ok(())
-    }
-
     fn read_journal_any_base(
         &self,
         cursor: &mut Cursor,
@@ -480,34 +447,6 @@ impl Disk {
         self.apply_records(cursor, &bytes[start..], locked, inc)
     }
 
-    fn journal_unusable(
-        &self,
-        cause: Cause,
-        locked: bool,
-        inc: &mut Incoming,
-    ) -> Result<(), Failure> {
-        if locked {
-            let moved_to = fsio::aside(
-                &self.paths.journal,
-                &format!(".unusable-{}", cache_format::now_millis()),
-            );
-            fs::rename(&self.paths.journal, &moved_to)
-                .map_err(|e| StoreError::io("move aside", &self.paths.journal, e))?;
-            fsio::sync_dir(&self.paths.dir)?;
-            inc.events.push(Event::Quarantined {
-                original: self.paths.journal.clone(),
-                moved_to,
-                reason: cause.to_string(),
-            });
-        } else {
-            inc.events.push(Event::Unusable {
-                path: self.paths.journal.clone(),
-                cause,
-            });
-        }
-        Ok(())
-    }
-
     /// Applies the records in `bytes` (which start at the cursor's offset).
     fn apply_records(
         &self,
@@ -595,28 +534,5 @@ impl Disk {
             j.id = FileId::of(&meta);
         }
         Ok(())
-    }
-
-    /// Keeps a copy of `path` as `<path>.<tag>-<hash of identity>`, once: the same damage
-    /// seen again (by every process that opens the cache, at every save) keeps no new copy.
-    fn keep_copy(
-        &self,
-        path: &Path,
-        tag: &str,
-        identity: &[u8],
-    ) -> Result<Option<PathBuf>, StoreError> {
-        let to = fsio::aside(path, &format!(".{tag}-{:08x}", crc32fast::hash(identity)));
-        if !to.exists() {
-            fs::copy(path, &to).map_err(|e| StoreError::io("copy aside", path, e))?;
-        }
-        Ok(Some(to))
-    }
-
-    fn remove_journal(&self) -> Result<(), StoreError> {
-        match fs::remove_file(&self.paths.journal) {
-            Ok(()) => fsio::sync_dir(&self.paths.dir),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(StoreError::io("remove", &self.paths.journal, e)),
-        }
     }
 }

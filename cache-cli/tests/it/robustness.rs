@@ -1,0 +1,491 @@
+//! The CLI under hostile conditions: closed pipes, unwritable stderr, terminal injection,
+//! environment switches, special files, held locks, wrong clocks of other tools, and the
+//! messages that say what happened.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use crate::commands::{KEY, err, file, put, text};
+use crate::tunecache;
+
+/// A cache whose journal ends in bytes that are not a record: `verify` finds a problem.
+fn damaged() -> (tempfile::TempDir, PathBuf) {
+    let (d, path) = file();
+    put(&path, "tiled", "1200");
+    put(&path, "naive", "5000");
+    let journal = path.with_file_name("c.tcache.journal");
+    let mut bytes = std::fs::read(&journal).expect("a journal");
+    bytes.extend_from_slice(&[0xc1; 64]); // 0xc1 is never valid msgpack
+    std::fs::write(&journal, bytes).expect("write");
+    (d, path)
+}
+
+#[test]
+fn exit_codes_survive_a_closed_stdout() {
+    let (_d, path) = damaged();
+    assert_eq!(tunecache(&path, &["verify"]).status.code(), Some(3));
+    for args in [&["verify"][..], &["--json", "verify"][..]] {
+        let mut child = test_support::cli::command(crate::EXE, &path, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        drop(child.stdout.take()); // the reader goes away before anything is written
+        let status = child.wait().expect("wait");
+        assert_eq!(
+            status.code(),
+            Some(3),
+            "{args:?}: the damage is still reported"
+        );
+    }
+}
+
+#[test]
+fn nothing_panics_when_stderr_cannot_be_written() {
+    let full = || {
+        Stdio::from(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .expect("/dev/full"),
+        )
+    };
+    let (_d, path) = damaged();
+    let run = |args: &[&str]| {
+        test_support::cli::command(crate::EXE, &path, args)
+            .env("TUNECACHE_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(full())
+            .status()
+            .expect("run")
+            .code()
+    };
+    assert_eq!(run(&["get", "-n", "matmul", "-k", r#"{"m":9}"#]), Some(4));
+    assert_eq!(run(&["verify"]), Some(3));
+    // A write that warns (the damaged journal) and logs at debug level.
+    assert_eq!(
+        run(&[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            r#"{"m":9}"#,
+            "--algo",
+            "a",
+            "--median-ns",
+            "3"
+        ]),
+        Some(0)
+    );
+    assert_eq!(run(&["--no-such-flag"]), Some(2));
+}
+
+#[test]
+fn a_timeout_no_duration_can_hold_is_a_usage_error() {
+    let (_d, path) = file();
+    for bad in ["1e20", "-1", "inf", "NaN", "soon"] {
+        let flag = format!("--lock-timeout={bad}");
+        let o = tunecache(&path, &["migrate", &flag]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", err(&o));
+        assert!(err(&o).contains("--lock-timeout"), "{bad}: {}", err(&o));
+        assert!(!err(&o).contains("panicked"), "{}", err(&o));
+    }
+}
+
+/// A key whose string value carries an escape sequence (JSON allows it).
+const EVIL_KEY: &str = r#"{"m":1,"dtype":"f\u001b[31m16"}"#;
+
+#[test]
+fn names_from_the_file_cannot_drive_the_terminal_or_fake_lines() {
+    let (_d, path) = file();
+    let evil_algo = "tiled\u{1b}]0;pwned\u{7}\u{1b}[2J";
+    let evil_reason = "oom\nproblem: a line that is not ours\r";
+    for (algo, extra) in [
+        (evil_algo, vec!["--median-ns", "10"]),
+        ("naive", vec!["--failed", evil_reason]),
+    ] {
+        let mut args = vec!["put", "-n", "matmul", "-k", EVIL_KEY, "--algo", algo];
+        args.extend(extra);
+        let o = tunecache(&path, &args);
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    }
+    let key = ["-n", "matmul", "-k", EVIL_KEY];
+    for args in [
+        vec!["list"],
+        [&["get"][..], &key[..]].concat(),
+        [&["show"][..], &key[..]].concat(),
+        vec!["stats"],
+    ] {
+        let o = tunecache(&path, &args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", err(&o));
+        let out = text(&o);
+        assert!(
+            !out.chars().any(|c| c.is_control() && c != '\n'),
+            "{args:?} printed a control character: {out:?}"
+        );
+        assert!(
+            !out.lines().any(|l| l.starts_with("problem:")),
+            "{args:?} printed a line from the file as its own: {out}"
+        );
+        assert!(
+            out.contains("\\u{1b}") || args[0] == "stats",
+            "{args:?}: {out}"
+        );
+    }
+}
+
+#[test]
+fn the_environment_switches_refuse_writes_and_leave_inspection_alone() {
+    let (_d, path) = file();
+    put(&path, "tiled", "1200");
+    let files = || {
+        let journal = path.with_file_name("c.tcache.journal");
+        (std::fs::read(&path).ok(), std::fs::read(journal).ok())
+    };
+    let before = files();
+    let with = |var: &str, value: &str, args: &[&str]| {
+        test_support::cli::command(crate::EXE, &path, args)
+            .env(var, value)
+            .output()
+            .expect("run")
+    };
+    let put_args = [
+        "put",
+        "-n",
+        "matmul",
+        "-k",
+        KEY,
+        "--algo",
+        "x",
+        "--median-ns",
+        "1",
+    ];
+    let import_args = ["import", "/dev/null"];
+    let tune_args = ["tune", "--backend", "cpu", "--steps", "1", "--no-progress"];
+    for var in ["TUNECACHE_READ_ONLY", "TUNECACHE_DISABLE"] {
+        for args in [
+            &put_args[..],
+            &import_args[..],
+            &tune_args[..],
+            &["migrate"][..],
+        ] {
+            let o = with(var, "1", args);
+            assert_eq!(o.status.code(), Some(1), "{var} {args:?}: {}", err(&o));
+            assert!(
+                err(&o).contains(var) && err(&o).contains("nothing was written"),
+                "{var} {args:?}: {}",
+                err(&o)
+            );
+        }
+        for args in [
+            &["stats"][..],
+            &["verify"][..],
+            &["list"][..],
+            &["migrate", "--dry-run"][..],
+        ] {
+            let o = with(var, "1", args);
+            assert_eq!(o.status.code(), Some(0), "{var} {args:?}: {}", err(&o));
+        }
+        let o = with(var, "maybe", &["stats"]);
+        assert_eq!(o.status.code(), Some(2), "{var}=maybe: {}", err(&o));
+        assert!(err(&o).contains(&format!("{var}=\"maybe\"")), "{}", err(&o));
+    }
+    assert_eq!(files(), before, "nothing was written, snapshot or journal");
+    assert_eq!(
+        with("TUNECACHE_READ_ONLY", "0", &put_args).status.code(),
+        Some(0)
+    );
+}
+
+/// Each message says what happened and what to do, once.
+#[test]
+fn messages_say_what_happened_once() {
+    let (dir, path) = file();
+    // An OS error is not printed twice.
+    let not_a_dir = dir.path().join("plain-file");
+    std::fs::write(&not_a_dir, b"x").expect("write");
+    let o = tunecache(&not_a_dir.join("c.tcache"), &["stats"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(err(&o).matches("os error").count(), 1, "{}", err(&o));
+    // Params are not called a key.
+    let put_with = |extra: &[&str]| {
+        let mut args = vec!["put", "-n", "matmul", "-k", KEY, "--algo", "a"];
+        args.extend_from_slice(extra);
+        tunecache(&path, &args)
+    };
+    let o = put_with(&["--median-ns", "1", "--params", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err(&o).contains("--params") && !err(&o).contains("for a key"),
+        "{}",
+        err(&o)
+    );
+    // An integer out of range is not called a float.
+    for big in [
+        r#"{"m":-9223372036854775809}"#,
+        r#"{"m":18446744073709551616}"#,
+        r#"{"m":9223372036854775808}"#,
+    ] {
+        let o = tunecache(
+            &path,
+            &[
+                "put",
+                "-n",
+                "matmul",
+                "-k",
+                big,
+                "--algo",
+                "a",
+                "--median-ns",
+                "1",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(1), "{big}");
+        assert!(
+            err(&o).contains("out of range") && !err(&o).contains("float"),
+            "{big}: {}",
+            err(&o)
+        );
+    }
+    assert!(
+        err(&tunecache(
+            &path,
+            &[
+                "put",
+                "-n",
+                "m",
+                "-k",
+                r#"{"m":1.5}"#,
+                "--algo",
+                "a",
+                "--median-ns",
+                "1"
+            ]
+        ))
+        .contains("floats are not allowed")
+    );
+    // Statistics that contradict each other are a usage error, not a strange entry.
+    for extra in [
+        &["--median-ns", "1", "--min-ns", "5"][..],
+        &["--median-ns", "1", "--samples", "0"][..],
+    ] {
+        let o = put_with(extra);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", err(&o));
+    }
+    // Nothing to tune is a usage error, not a "warm run".
+    for flag in ["--steps=0", "--repeat=0"] {
+        let o = tunecache(&path, &["tune", "--backend", "cpu", flag, "--no-progress"]);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {}", err(&o));
+        assert!(!text(&o).contains("warm run"), "{flag}");
+    }
+}
+
+#[test]
+fn a_write_that_cannot_finish_says_to_run_it_again() {
+    let (dir, path) = file();
+    put(&path, "tiled", "1200");
+    let _held = test_support::hold_lock(&dir.path().join("c.tcache.lock"));
+    let o = test_support::cli::command(
+        crate::EXE,
+        &path,
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            KEY,
+            "--algo",
+            "b",
+            "--median-ns",
+            "5",
+            "--wait",
+            "1",
+        ],
+    )
+    .env("TUNECACHE_TEST_LOCK_TIMEOUT_MS", "200")
+    .output()
+    .expect("run");
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(
+        !err(&o).contains("in the background"),
+        "the process exits: {}",
+        err(&o)
+    );
+    assert!(!err(&o).contains("will retry"), "{}", err(&o));
+}
+
+#[test]
+fn log_lines_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let (_d, path) = file();
+    std::fs::write(&path, b"garbage").expect("write");
+    let o = tunecache(
+        &path,
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            KEY,
+            "--algo",
+            "a",
+            "--median-ns",
+            "1",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains("is unusable"),
+        "the warning is there: {}",
+        err(&o)
+    );
+    assert!(!err(&o).contains('\u{1b}'), "{:?}", err(&o));
+}
+
+/// Whatever a cache holds comes back through its own export, even a name the commands that
+/// record new results now refuse (an empty algorithm name, once accepted by `put`).
+#[test]
+fn a_cache_s_own_export_imports_back_whole() {
+    use cache_core::cache_format::{
+        CacheData, Candidate, Entry, Fields, Fingerprint, Key, Origin, Scope, Stats, Value,
+        encode_snapshot,
+    };
+    let (dir, path) = file();
+    let stats = Stats {
+        median_ns: 5.0,
+        min_ns: 4.0,
+        spread_ns: 0.5,
+        samples: 3,
+    };
+    let mut data = CacheData::new();
+    for i in 0..100 {
+        let key = Key::new(Fields::from([("m".to_owned(), Value::Int(i))]));
+        let name = if i % 10 == 0 { "" } else { "tiled" };
+        data.insert(
+            &Scope::default(),
+            "matmul",
+            Entry::new(
+                key,
+                Fingerprint::default(),
+                Origin::Imported("t".into()),
+                1,
+                [Candidate::measured(name, Fields::new(), stats)],
+            ),
+        );
+    }
+    std::fs::write(&path, encode_snapshot("tunecache", 1, &data)).expect("write");
+    let exported = dir.path().join("all.jsonl");
+    let o = tunecache(&path, &["export", "-o", exported.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let copy = dir.path().join("copy.tcache");
+    let o = tunecache(&copy, &["import", exported.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let listed = |p: &Path| text(&tunecache(p, &["--json", "list"])).lines().count();
+    assert_eq!(listed(&copy), 100, "every entry came back");
+    // New results with an empty name are refused where they enter.
+    let o = tunecache(
+        &path,
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            KEY,
+            "--algo",
+            "",
+            "--median-ns",
+            "1",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+}
+
+#[test]
+fn commands_on_a_path_that_is_not_a_regular_file_fail_at_once_and_touch_nothing() {
+    let (dir, _) = file();
+    let fifo = dir.path().join("fifo.tcache");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    let zero = dir.path().join("zero.tcache");
+    std::os::unix::fs::symlink("/dev/zero", &zero).expect("symlink");
+    for path in [&fifo, &zero] {
+        for args in [
+            &["stats"][..],
+            &["verify"][..],
+            &[
+                "put",
+                "-n",
+                "matmul",
+                "-k",
+                KEY,
+                "--algo",
+                "a",
+                "--median-ns",
+                "1",
+            ][..],
+            &["migrate", "--dry-run"][..],
+        ] {
+            let mut child = test_support::cli::command(crate::EXE, path, args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            let done = test_support::wait_until(std::time::Duration::from_secs(10), || {
+                matches!(child.try_wait(), Ok(Some(_)))
+            });
+            if !done {
+                let _ = child.kill();
+            }
+            assert!(done, "{args:?} on {} blocked", path.display());
+            let o = child.wait_with_output().expect("output");
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {}", err(&o));
+            assert!(
+                err(&o).contains("not a regular file"),
+                "{args:?}: {}",
+                err(&o)
+            );
+        }
+    }
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "nothing was created: {names:?}");
+}
+
+/// A command-line write waits for its own save for as long as --wait allows: a lock held
+/// past the library's default bound (2 s) no longer fails the put.
+#[test]
+fn a_put_waits_for_a_lock_held_a_while() {
+    let (dir, path) = file();
+    put(&path, "tiled", "1200");
+    let lock = dir.path().join("c.tcache.lock");
+    let holder = std::thread::spawn(move || {
+        let held = test_support::hold_lock(&lock);
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        drop(held);
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let o = tunecache(
+        &path,
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            KEY,
+            "--algo",
+            "late",
+            "--median-ns",
+            "7",
+        ],
+    );
+    holder.join().expect("holder");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let o = tunecache(&path, &["get", "-n", "matmul", "-k", KEY]);
+    assert!(text(&o).contains("late"), "saved: {}", text(&o));
+}
