@@ -32,7 +32,7 @@ mod namespace;
 mod store;
 
 pub use artifact::{ArtifactStore, Eviction};
-pub use cache::{Cache, Health, Mode};
+pub use cache::{Cache, Health, Mode, check_entry};
 pub use claim::{Claim, ClaimGuard};
 pub use config::{CacheBuilder, Location, MemoryOnly, Switches, default_dir, file_name};
 pub use error::StoreError;

@@ -119,9 +119,16 @@ impl ImportArgs {
         for (version, group) in groups {
             data.merge(self.gate(ctx, &source, version, group, &app, schema)?);
         }
-        // All or nothing: refuse bad namespace names before anything is queued.
-        for (_, ns, _) in data.entries() {
+        // All or nothing: refuse bad namespace names, and entries no reader would accept,
+        // before anything is queued.
+        for (scope, ns, entry) in data.entries() {
             Namespace::new(ns).with_context(|| format!("{source}: nothing was imported"))?;
+            cache_core::check_entry(scope, ns, entry, &Limits::default()).map_err(|why| {
+                anyhow::anyhow!(
+                    "{source}: the entry {} of namespace {ns:?} could not be read back ({why}); nothing was imported",
+                    entry.key()
+                )
+            })?;
         }
         let imported = data.len();
         let cache = ctx.open_for_write(

@@ -489,3 +489,24 @@ fn a_put_waits_for_a_lock_held_a_while() {
     let o = tunecache(&path, &["get", "-n", "matmul", "-k", KEY]);
     assert!(text(&o).contains("late"), "saved: {}", text(&o));
 }
+
+#[test]
+fn an_import_with_an_entry_no_reader_would_accept_imports_nothing() {
+    let (dir, path) = file();
+    put(&path, "tiled", "1200");
+    let before = std::fs::read(path.with_file_name("c.tcache.journal")).ok();
+    let deep = format!("{}1{}", "[".repeat(40), "]".repeat(40));
+    let lines = format!(
+        "{{\"scope\":{{}},\"namespace\":\"matmul\",\"key\":{{\"m\":1}},\"candidates\":[{{\"algo\":\"a\",\"median_ns\":5}}]}}\n\
+         {{\"scope\":{{}},\"namespace\":\"matmul\",\"key\":{{\"shape\":{deep}}},\"candidates\":[{{\"algo\":\"a\",\"median_ns\":5}}]}}\n"
+    );
+    let input = dir.path().join("deep.jsonl");
+    std::fs::write(&input, lines).expect("write");
+    let o = tunecache(&path, &["import", input.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(err(&o).contains("nothing was imported"), "{}", err(&o));
+    assert_eq!(
+        std::fs::read(path.with_file_name("c.tcache.journal")).ok(),
+        before
+    );
+}

@@ -88,6 +88,8 @@ struct Diagnostics {
 
 struct Shared {
     memory: MemoryStore,
+    /// What every reader accepts: an entry beyond it is refused where it enters.
+    limits: cache_format::Limits,
     /// Entries of the other scopes in the file (another GPU, an older driver): not for the
     /// hot path, but for warm starts after an upgrade.
     others: Mutex<CacheData>,
@@ -122,6 +124,8 @@ impl std::fmt::Debug for Cache {
 
 mod notice;
 mod queue;
+
+pub use queue::check_entry;
 mod saver;
 
 use notice::Notice;
@@ -146,6 +150,7 @@ impl Cache {
         };
         let shared = Arc::new(Shared {
             memory: MemoryStore::new(),
+            limits: builder.limits,
             others: Mutex::new(CacheData::new()),
             scope: builder.scope.clone(),
             path: path.clone(),
@@ -404,6 +409,10 @@ impl Cache {
                     continue;
                 };
                 for entry in entries.into_values() {
+                    if let Err(why) = self.shared.admissible(&scope, &ns_name, &entry) {
+                        self.shared.notify(Notice::refused_entry(&ns_name, &why));
+                        continue;
+                    }
                     if scope == self.shared.scope {
                         mine.push((ns, entry));
                     } else {
@@ -528,6 +537,13 @@ impl Store for Cache {
     }
 
     fn put(&self, ns: Namespace, mut entry: Entry) {
+        if let Err(why) = self
+            .shared
+            .admissible(&self.shared.scope, ns.name(), &entry)
+        {
+            self.shared.notify(Notice::refused_entry(ns.name(), &why));
+            return;
+        }
         let fp = entry.fingerprint();
         self.shared.clamp(std::iter::once(&mut entry));
         let incoming: Vec<(CandidateId, u64)> = entry

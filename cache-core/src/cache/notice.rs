@@ -157,6 +157,16 @@ impl Notice {
         )
     }
 
+    /// An entry no reader would accept was refused where it entered (one condition for all).
+    pub(super) fn refused_entry(ns: &str, why: &str) -> Self {
+        Notice::warn(
+            "refused-entry",
+            format!(
+                "tunecache: an entry of namespace {ns:?} was not recorded: {why} (a file holding it could not be read)"
+            ),
+        )
+    }
+
     /// A result just recorded lost the merge to one of the same candidate with a later
     /// timestamp.
     pub(super) fn lost_merge(candidate: &str, kept_at: u64) -> Self {

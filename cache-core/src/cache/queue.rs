@@ -4,7 +4,7 @@
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use cache_format::{CacheData, Entry, Fingerprint};
+use cache_format::{CacheData, Entry, Fingerprint, Scope};
 
 use super::notice::Notice;
 use super::{Shared, State, lock};
@@ -155,4 +155,36 @@ fn covers(on_disk: &Entry, mine: &Entry) -> bool {
     let mut merged = on_disk.clone();
     merged.merge(mine.clone());
     merged == *on_disk
+}
+
+impl Shared {
+    /// [`check_entry`] with this cache's limits.
+    pub(super) fn admissible(&self, scope: &Scope, ns: &str, entry: &Entry) -> Result<(), String> {
+        check_entry(scope, ns, entry, &self.limits)
+    }
+}
+
+/// Whether every reader would accept `entry` (in `scope` and namespace `ns`): finite
+/// statistics, and its encoding within the bounds and caps of `limits`. A `Cache` refuses what
+/// is not where it enters (`put`, `import`), with a warning, so it never holds back the good
+/// entries saved with it; a tool that imports all or nothing checks first with this.
+pub fn check_entry(
+    scope: &Scope,
+    ns: &str,
+    entry: &Entry,
+    limits: &cache_format::Limits,
+) -> Result<(), String> {
+    {
+        for c in entry.candidates() {
+            if let Some(s) = c.stats()
+                && !(s.median_ns.is_finite() && s.min_ns.is_finite() && s.spread_ns.is_finite())
+            {
+                return Err(format!("{} has non-finite timings", c.id));
+            }
+        }
+        let mut one = CacheData::new();
+        one.insert(scope, ns, entry.clone());
+        cache_format::check_payload(&cache_format::encode_payload(&one), limits)
+            .map_err(|e| e.to_string())
+    }
 }

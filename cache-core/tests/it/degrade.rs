@@ -368,14 +368,20 @@ fn the_writer_refuses_what_a_reader_would_refuse() {
             spread_ns: 0.0,
             samples: 1,
         };
-        let wide = Entry::new(
-            crate::support::key(2, 2),
-            Fingerprint::default(),
-            Origin::Imported("t".into()),
-            1,
-            (0..4).map(|i| Candidate::measured(format!("c{i}"), Default::default(), stats)),
-        );
-        cache.put(ns(), wide);
+        // Each put is within the cap of 3 candidates; merged, the entry has 4. Put refuses
+        // what is over the caps by itself; a merge that grows past them is the writer's to
+        // refuse.
+        let with = |range: std::ops::Range<u32>| {
+            Entry::new(
+                crate::support::key(2, 2),
+                Fingerprint::default(),
+                Origin::Imported("t".into()),
+                1,
+                range.map(|i| Candidate::measured(format!("c{i}"), Default::default(), stats)),
+            )
+        };
+        cache.put(ns(), with(0..3));
+        cache.put(ns(), with(3..4));
         let flushed = cache.flush();
         assert!(
             matches!(&flushed, Err(StoreError::Format { .. })),
@@ -395,4 +401,59 @@ fn the_writer_refuses_what_a_reader_would_refuse() {
             "compact_always={compact_always}: still readable"
         );
     }
+}
+
+/// An entry no reader would accept (non-finite timings, a key nested too deep) is refused where
+/// it enters, with a warning, so the good entries recorded with it are saved.
+#[test]
+fn an_entry_no_reader_would_accept_is_refused_and_costs_the_others_nothing() {
+    use cache_core::cache_format::{
+        Candidate, Entry, Fields, Fingerprint, Key, Origin, Stats, Value, now_millis,
+    };
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let cache = builder(&path).open();
+    let nan = Stats {
+        median_ns: f64::NAN,
+        min_ns: 1.0,
+        spread_ns: 0.0,
+        samples: 3,
+    };
+    let bad_stats = Entry::new(
+        crate::support::key(9, 1),
+        Fingerprint::default(),
+        Origin::here(),
+        now_millis(),
+        [Candidate::measured("tiled", Fields::new(), nan)],
+    );
+    let mut deep = Value::Int(1);
+    for _ in 0..40 {
+        deep = Value::List(vec![deep]);
+    }
+    let deep_key = Key::new(Fields::from([("shape".to_owned(), deep)]));
+    let ok = Stats {
+        median_ns: 5.0,
+        min_ns: 5.0,
+        spread_ns: 0.0,
+        samples: 3,
+    };
+    let bad_key = Entry::new(
+        deep_key.clone(),
+        Fingerprint::default(),
+        Origin::here(),
+        now_millis(),
+        [Candidate::measured("tiled", Fields::new(), ok)],
+    );
+    cache.put(ns(), entry(1, 1));
+    cache.put(ns(), bad_stats);
+    cache.put(ns(), bad_key);
+    cache.put(ns(), entry(1, 2));
+    cache.flush().expect("the good entries are saved");
+    assert!(cache.lookup(ns(), &crate::support::key(9, 1)).is_none());
+    assert!(cache.lookup(ns(), &deep_key).is_none());
+    drop(cache);
+    assert_eq!(ids_on_disk(&path, 1, 3), [1, 2]);
+    let warned = warnings_about("was not recorded");
+    assert!(!warned.is_empty(), "a warning says what was refused");
 }
