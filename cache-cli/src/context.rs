@@ -100,19 +100,18 @@ impl<'a> Context<'a> {
         Ok(found)
     }
 
-    /// Opens `path` for writing at its own application and schema (waiting at most `wait` for
-    /// the lock and for the save) (or the context's
+    /// Opens `path` for writing at `app` and `schema` (from [`Context::write_target`]),
+    /// waiting at most `wait` for the lock and for the save (or the context's
     /// application and `schema` if it is new): the same lock and gate as the library.
     pub(crate) fn open_for_write(
         &self,
         command: &str,
         path: &Path,
-        schema: u32,
+        (app, schema): (String, u32),
         scope: Scope,
         wait: Duration,
     ) -> anyhow::Result<Cache> {
         self.check_writable(command)?;
-        let (app, schema) = self.write_target(path, schema)?;
         let cache = Cache::builder(Migrations::new(app, schema))
             .file(path)
             .ignore_env()

@@ -134,7 +134,7 @@ impl ImportArgs {
         let cache = ctx.open_for_write(
             "import",
             &path,
-            self.schema,
+            (app, schema),
             Scope::default(),
             self.wait.wait,
         )?;

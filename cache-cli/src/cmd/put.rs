@@ -114,7 +114,13 @@ impl PutArgs {
             Origin::Measured(who) => Origin::Measured(format!("{who} via tunecache put")),
             other => other,
         };
-        let cache = ctx.open_for_write("put", &path, self.schema, scope, self.wait.wait)?;
+        let cache = ctx.open_for_write(
+            "put",
+            &path,
+            ctx.write_target(&path, self.schema)?,
+            scope,
+            self.wait.wait,
+        )?;
         cache.put(
             ns,
             Entry::new(key.clone(), set, origin, now_millis(), [candidate]),

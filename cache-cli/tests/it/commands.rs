@@ -22,6 +22,21 @@ pub(crate) fn file() -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
+/// `put -n matmul -k KEY --algo ALGO --median-ns MEDIAN`.
+pub(crate) fn put_args<'a>(key: &'a str, algo: &'a str, median: &'a str) -> [&'a str; 9] {
+    [
+        "put",
+        "-n",
+        "matmul",
+        "-k",
+        key,
+        "--algo",
+        algo,
+        "--median-ns",
+        median,
+    ]
+}
+
 pub(crate) fn put(path: &Path, algo: &str, median: &str) {
     let o = tunecache(
         path,

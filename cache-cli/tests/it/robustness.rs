@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use crate::commands::{KEY, err, file, put, text};
+use crate::commands::{KEY, err, file, put, put_args, text};
 use crate::tunecache;
 
 /// A cache whose journal ends in bytes that are not a record: `verify` finds a problem.
@@ -63,20 +63,7 @@ fn nothing_panics_when_stderr_cannot_be_written() {
     assert_eq!(run(&["get", "-n", "matmul", "-k", r#"{"m":9}"#]), Some(4));
     assert_eq!(run(&["verify"]), Some(3));
     // A write that warns (the damaged journal) and logs at debug level.
-    assert_eq!(
-        run(&[
-            "put",
-            "-n",
-            "matmul",
-            "-k",
-            r#"{"m":9}"#,
-            "--algo",
-            "a",
-            "--median-ns",
-            "3"
-        ]),
-        Some(0)
-    );
+    assert_eq!(run(&put_args(r#"{"m":9}"#, "a", "3")), Some(0));
     assert_eq!(run(&["--no-such-flag"]), Some(2));
 }
 
@@ -149,26 +136,11 @@ fn the_environment_switches_refuse_writes_and_leave_inspection_alone() {
             .output()
             .expect("run")
     };
-    let put_args = [
-        "put",
-        "-n",
-        "matmul",
-        "-k",
-        KEY,
-        "--algo",
-        "x",
-        "--median-ns",
-        "1",
-    ];
+    let put = put_args(KEY, "x", "1");
     let import_args = ["import", "/dev/null"];
     let tune_args = ["tune", "--backend", "cpu", "--steps", "1", "--no-progress"];
     for var in ["TUNECACHE_READ_ONLY", "TUNECACHE_DISABLE"] {
-        for args in [
-            &put_args[..],
-            &import_args[..],
-            &tune_args[..],
-            &["migrate"][..],
-        ] {
+        for args in [&put[..], &import_args[..], &tune_args[..], &["migrate"][..]] {
             let o = with(var, "1", args);
             assert_eq!(o.status.code(), Some(1), "{var} {args:?}: {}", err(&o));
             assert!(
@@ -192,7 +164,7 @@ fn the_environment_switches_refuse_writes_and_leave_inspection_alone() {
     }
     assert_eq!(files(), before, "nothing was written, snapshot or journal");
     assert_eq!(
-        with("TUNECACHE_READ_ONLY", "0", &put_args).status.code(),
+        with("TUNECACHE_READ_ONLY", "0", &put).status.code(),
         Some(0)
     );
 }
@@ -226,20 +198,7 @@ fn messages_say_what_happened_once() {
         r#"{"m":18446744073709551616}"#,
         r#"{"m":9223372036854775808}"#,
     ] {
-        let o = tunecache(
-            &path,
-            &[
-                "put",
-                "-n",
-                "matmul",
-                "-k",
-                big,
-                "--algo",
-                "a",
-                "--median-ns",
-                "1",
-            ],
-        );
+        let o = tunecache(&path, &put_args(big, "a", "1"));
         assert_eq!(o.status.code(), Some(1), "{big}");
         assert!(
             err(&o).contains("out of range") && !err(&o).contains("float"),
@@ -248,21 +207,8 @@ fn messages_say_what_happened_once() {
         );
     }
     assert!(
-        err(&tunecache(
-            &path,
-            &[
-                "put",
-                "-n",
-                "m",
-                "-k",
-                r#"{"m":1.5}"#,
-                "--algo",
-                "a",
-                "--median-ns",
-                "1"
-            ]
-        ))
-        .contains("floats are not allowed")
+        err(&tunecache(&path, &put_args(r#"{"m":1.5}"#, "a", "1")))
+            .contains("floats are not allowed")
     );
     // Statistics that contradict each other are a usage error, not a strange entry.
     for extra in [
@@ -288,19 +234,7 @@ fn a_write_that_cannot_finish_says_to_run_it_again() {
     let o = test_support::cli::command(
         crate::EXE,
         &path,
-        &[
-            "put",
-            "-n",
-            "matmul",
-            "-k",
-            KEY,
-            "--algo",
-            "b",
-            "--median-ns",
-            "5",
-            "--wait",
-            "1",
-        ],
+        &[&put_args(KEY, "b", "5")[..], &["--wait", "1"]].concat(),
     )
     .env("TUNECACHE_TEST_LOCK_TIMEOUT_MS", "200")
     .output()
@@ -318,20 +252,7 @@ fn a_write_that_cannot_finish_says_to_run_it_again() {
 fn log_lines_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
     let (_d, path) = file();
     std::fs::write(&path, b"garbage").expect("write");
-    let o = tunecache(
-        &path,
-        &[
-            "put",
-            "-n",
-            "matmul",
-            "-k",
-            KEY,
-            "--algo",
-            "a",
-            "--median-ns",
-            "1",
-        ],
-    );
+    let o = tunecache(&path, &put_args(KEY, "a", "1"));
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(
         err(&o).contains("is unusable"),
@@ -382,20 +303,7 @@ fn a_cache_s_own_export_imports_back_whole() {
     let listed = |p: &Path| text(&tunecache(p, &["--json", "list"])).lines().count();
     assert_eq!(listed(&copy), 100, "every entry came back");
     // New results with an empty name are refused where they enter.
-    let o = tunecache(
-        &path,
-        &[
-            "put",
-            "-n",
-            "matmul",
-            "-k",
-            KEY,
-            "--algo",
-            "",
-            "--median-ns",
-            "1",
-        ],
-    );
+    let o = tunecache(&path, &put_args(KEY, "", "1"));
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
 }
 
@@ -416,17 +324,7 @@ fn commands_on_a_path_that_is_not_a_regular_file_fail_at_once_and_touch_nothing(
         for args in [
             &["stats"][..],
             &["verify"][..],
-            &[
-                "put",
-                "-n",
-                "matmul",
-                "-k",
-                KEY,
-                "--algo",
-                "a",
-                "--median-ns",
-                "1",
-            ][..],
+            &put_args(KEY, "a", "1")[..],
             &["migrate", "--dry-run"][..],
         ] {
             let mut child = test_support::cli::command(crate::EXE, path, args)
@@ -470,20 +368,7 @@ fn a_put_waits_for_a_lock_held_a_while() {
         drop(held);
     });
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let o = tunecache(
-        &path,
-        &[
-            "put",
-            "-n",
-            "matmul",
-            "-k",
-            KEY,
-            "--algo",
-            "late",
-            "--median-ns",
-            "7",
-        ],
-    );
+    let o = tunecache(&path, &put_args(KEY, "late", "7"));
     holder.join().expect("holder");
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let o = tunecache(&path, &["get", "-n", "matmul", "-k", KEY]);

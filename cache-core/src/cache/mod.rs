@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use cache_format::{CacheData, CandidateId, Entry, Fingerprint, Scope};
+use cache_format::{CacheData, Entry, Fingerprint, Scope};
 use cache_migrate::Report;
 
 use crate::claim::Claim;
@@ -546,22 +546,19 @@ impl Store for Cache {
         }
         let fp = entry.fingerprint();
         self.shared.clamp(std::iter::once(&mut entry));
-        let incoming: Vec<(CandidateId, u64)> = entry
-            .candidates()
-            .iter()
-            .map(|c| (c.id.clone(), c.measured_at))
-            .collect();
-        self.shared.memory.merge(ns, entry);
+        // A result that will lose the merge to a later measurement of the same candidate
+        // (another machine's clock) is kept out by the merge rule: say so.
         if let Some(stored) = self.shared.memory.get(ns, &fp) {
-            for (id, at) in &incoming {
-                if let Some(kept) = stored.candidates().iter().find(|c| c.id == *id)
-                    && kept.measured_at > *at
+            for c in entry.candidates() {
+                if let Some(kept) = stored.candidates().iter().find(|k| k.id == c.id)
+                    && kept.measured_at > c.measured_at
                 {
                     self.shared
-                        .notify(Notice::lost_merge(&id.label(), kept.measured_at));
+                        .notify(Notice::lost_merge(&c.id.label(), kept.measured_at));
                 }
             }
         }
+        self.shared.memory.merge(ns, entry);
         let mut st = lock(&self.shared.state);
         st.dirty.insert((ns, fp));
         self.shared.mark_dirty(&mut st);

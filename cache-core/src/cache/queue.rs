@@ -174,17 +174,15 @@ pub fn check_entry(
     entry: &Entry,
     limits: &cache_format::Limits,
 ) -> Result<(), String> {
-    {
-        for c in entry.candidates() {
-            if let Some(s) = c.stats()
-                && !(s.median_ns.is_finite() && s.min_ns.is_finite() && s.spread_ns.is_finite())
-            {
-                return Err(format!("{} has non-finite timings", c.id));
-            }
+    for c in entry.candidates() {
+        if let Some(s) = c.stats()
+            && !(s.median_ns.is_finite() && s.min_ns.is_finite() && s.spread_ns.is_finite())
+        {
+            return Err(format!("{} has non-finite timings", c.id));
         }
-        let mut one = CacheData::new();
-        one.insert(scope, ns, entry.clone());
-        cache_format::check_payload(&cache_format::encode_payload(&one), limits)
-            .map_err(|e| e.to_string())
     }
+    let mut one = CacheData::new();
+    one.insert(scope, ns, entry.clone());
+    cache_format::check_payload(&cache_format::encode_payload(&one), limits)
+        .map_err(|e| e.to_string())
 }
