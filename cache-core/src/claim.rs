@@ -36,7 +36,7 @@ pub struct ClaimGuard {
 
 /// The folder of claim files of the cache file `path`: `<path>.claims`.
 pub(crate) fn claims_dir(path: &Path) -> PathBuf {
-    fsio::with_suffix(path, ".claims")
+    fsio::aside(path, ".claims")
 }
 
 /// The claim file of one key: the namespace with every byte outside `[A-Za-z0-9_-]` replaced

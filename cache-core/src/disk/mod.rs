@@ -44,8 +44,10 @@ impl Paths {
     pub(crate) fn new(snapshot: PathBuf) -> Self {
         let snapshot = fsio::resolve_link(&snapshot);
         Paths {
-            journal: fsio::with_suffix(&snapshot, ".journal"),
-            lock: fsio::with_suffix(&snapshot, ".lock"),
+            // `aside` shortens a name that would pass 255 bytes, so a cache with a long name
+            // still has a journal and a lock (the same rule as every other suffix).
+            journal: fsio::aside(&snapshot, ".journal"),
+            lock: fsio::aside(&snapshot, ".lock"),
             dir: fsio::parent_dir(&snapshot),
             snapshot,
         }

@@ -90,9 +90,6 @@ impl Disk {
             .snapshot
             .as_ref()
             .is_some_and(|s| s.migrated_from.is_some());
-        if migrated && self.options.backup_on_migrate {
-            events.extend(self.back_up()?);
-        }
         let bytes = encode_snapshot(self.registry.app(), self.registry.current(), data);
         // What is written must be readable: a header or a payload shape over the limits is
         // refused here, and the file on disk is left as it was.
@@ -102,7 +99,23 @@ impl Disk {
                 source,
             })?
             .header;
-        fsio::atomic_write(&self.paths.snapshot, &bytes)?;
+        // The backup is taken only once the new bytes are known to be good, and given up if
+        // they cannot be written: a failed migration leaves no copy behind (the original is
+        // still in place, so the copy would only pile up, one per attempt).
+        let backups = if migrated && self.options.backup_on_migrate {
+            self.back_up()?
+        } else {
+            Vec::new()
+        };
+        if let Err(e) = fsio::atomic_write(&self.paths.snapshot, &bytes) {
+            for b in &backups {
+                if let Event::Backup { path } = b {
+                    let _ = fs::remove_file(path);
+                }
+            }
+            return Err(e.into());
+        }
+        events.extend(backups);
         self.remove_journal()?;
         let id = fsio::stat(&self.paths.snapshot)?
             .map(|m| FileId::of(&m))
@@ -134,8 +147,17 @@ impl Disk {
                 continue;
             }
             let backup = fsio::aside(original, &format!(".bak.{stamp}"));
-            if fs::hard_link(original, &backup).is_err() {
-                fs::copy(original, &backup).map_err(|e| StoreError::io("back up", original, e))?;
+            if fs::hard_link(original, &backup).is_err()
+                && let Err(e) = fs::copy(original, &backup)
+            {
+                // A partial copy and the copies made so far are removed with the error.
+                let _ = fs::remove_file(&backup);
+                for done in &events {
+                    if let Event::Backup { path } = done {
+                        let _ = fs::remove_file(path);
+                    }
+                }
+                return Err(StoreError::io("back up", original, e));
             }
             events.push(Event::Backup { path: backup });
         }

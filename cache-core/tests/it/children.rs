@@ -27,6 +27,7 @@ fn child_process_entry() {
         "killable" => killable(path, num(0), num(1), num(2)),
         "hold-lock" => hold_lock(path, num(0)),
         "fsize" => fsize(path, num(0), &args[1]),
+        "migrate-fsize" => migrate_fsize(path, num(0)),
         "env-open" => env_open(),
         other => panic!("unknown child role {other}"),
     }
@@ -140,6 +141,41 @@ fn fsize(path: PathBuf, limit: u64, how: &str) {
     match cache.flush() {
         Ok(()) => say!("flush-ok"),
         Err(e) => say!("flush-still-failing {e}"),
+    }
+}
+
+/// Migrates `path` (schema 1 → 2) with a backup, under a file-size limit that makes writing
+/// the new snapshot fail as a full disk would.
+fn migrate_fsize(path: PathBuf, limit: u64) {
+    use cache_core::cache_migrate::{Migrations, Step};
+    use cache_core::{MigrateOptions, migrate_file};
+    let registry = Migrations::new(crate::support::APP, 2)
+        .with(Step::declarative(1, 2, "nothing to change", vec![]))
+        .expect("valid registry");
+    let options = MigrateOptions {
+        backup: true,
+        ..MigrateOptions::default()
+    };
+    limit_file_size(limit);
+    match migrate_file(&path, &registry, &options) {
+        Ok(outcome) => say!("migrate-unexpectedly-ok {outcome:?}"),
+        Err(e) => say!("migrate-failed {e}"),
+    }
+}
+
+/// Sets RLIMIT_FSIZE's soft limit to `limit` bytes, with SIGXFSZ ignored so that a write past
+/// it fails with EFBIG instead of killing the process.
+fn limit_file_size(limit: u64) {
+    // SAFETY: plain libc calls with valid arguments.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        let mut old = std::mem::zeroed::<libc::rlimit>();
+        assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &mut old), 0);
+        let limited = libc::rlimit {
+            rlim_cur: limit as libc::rlim_t,
+            rlim_max: old.rlim_max,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limited), 0);
     }
 }
 

@@ -207,6 +207,38 @@ fn a_corrupt_cache_with_a_long_name_is_moved_aside() {
     cache.flush().expect("the cache goes on");
 }
 
+/// Issue 8, case 12: a cache whose name leaves no room for `.journal` or `.lock` (more than
+/// 247 bytes) still gets a journal and a lock, under shortened names, and works as any other.
+#[test]
+fn a_cache_with_a_name_too_long_for_its_suffixes_works() {
+    let dir = temp_dir();
+    let path = path_in(&dir, &format!("{}.tcache", "n".repeat(248)));
+    assert_eq!(path.file_name().expect("name").len(), 255);
+    {
+        let cache = builder(&path).open();
+        for i in 0..4 {
+            cache.put(ns(), entry(1, i));
+            cache.flush().expect("saved");
+        }
+        assert!(cache.health().last_error.is_none(), "{:?}", cache.health());
+    }
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .map(|f| f.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .any(|n| n.ends_with(".journal") && n.len() <= 255),
+        "the journal holds the appends: {names:?}"
+    );
+    let cache = builder(&path).open();
+    for i in 0..4 {
+        assert!(has(&cache, 1, i), "entry {i} survives a reopen");
+    }
+}
+
 /// A corrupted length in the middle of the journal is damage, not an interrupted append: the
 /// records after it stay readable and are kept by the next writer, and verify reports it.
 #[test]

@@ -317,3 +317,39 @@ fn inspection_names_the_gate_a_load_would_apply() {
         GateVerdict::Unknown { schema: 1, .. }
     ));
 }
+
+/// Issue 8, case 12: a `migrate --backup` that fails (here: the disk fills while the new
+/// snapshot is written) leaves no `.bak` copy behind, so retries do not pile copies up; the
+/// original is untouched.
+#[test]
+fn a_failed_migration_leaves_no_backup_behind() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let old = file_with(APP, 1, 0..2000);
+    std::fs::write(&path, &old).expect("write");
+    for attempt in 0..2 {
+        let mut child = crate::support::spawn_child("migrate-fsize", &path, &["4096".into()], &[]);
+        let lines = crate::support::child_lines(&mut child);
+        assert!(child.wait().expect("wait").success(), "{lines:?}");
+        assert!(
+            lines.iter().any(|l| l.starts_with("migrate-failed")),
+            "attempt {attempt}: the write hit the limit: {lines:?}"
+        );
+    }
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .map(|f| f.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["c.tcache", "c.tcache.lock"],
+        "no backup or temporary file is left"
+    );
+    assert_eq!(
+        std::fs::read(&path).expect("file"),
+        old,
+        "the original is untouched"
+    );
+}
