@@ -69,6 +69,16 @@ pub enum StoreError {
         "flush did not finish within {0:?}; the save goes on in the background while this process runs"
     )]
     FlushTimeout(Duration),
+    /// An entry was refused where it entered ([`crate::Store::try_put`]): a file holding it
+    /// could not be read back (non-finite timings, nesting or a size past the readers' bounds).
+    /// Nothing of it was recorded.
+    #[error("refused an entry of namespace {namespace:?}: {reason}; nothing was recorded")]
+    Refused {
+        /// The namespace the entry was put in.
+        namespace: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A namespace name was rejected.
     #[error("invalid namespace {name:?}: {reason}")]
     InvalidNamespace {

@@ -236,8 +236,10 @@ impl Store for MemoryStore {
         MemoryStore::get(self, ns, fp)
     }
 
-    fn put(&self, ns: Namespace, entry: Entry) {
+    /// Merges without checks: a memory store writes nothing a reader could refuse.
+    fn try_put(&self, ns: Namespace, entry: Entry) -> Result<(), StoreError> {
         self.merge(ns, entry);
+        Ok(())
     }
 
     fn flush(&self) -> Result<(), StoreError> {

@@ -17,8 +17,16 @@ pub trait Store: Send + Sync {
     fn get(&self, ns: Namespace, fp: &Fingerprint) -> Option<Arc<Entry>>;
 
     /// Merges `entry` into what is recorded for its key (see `Entry::merge`). Never blocks
-    /// on I/O; a persistent store makes it durable later or on [`Store::flush`].
-    fn put(&self, ns: Namespace, entry: Entry);
+    /// on I/O; a persistent store makes it durable later or on [`Store::flush`]. An entry that
+    /// no reader could read back is refused with [`StoreError::Refused`] and nothing of it is
+    /// recorded.
+    fn try_put(&self, ns: Namespace, entry: Entry) -> Result<(), StoreError>;
+
+    /// [`Store::try_put`] for callers that have nothing to do with a refusal: the store
+    /// reports it its own way (a `Cache` logs a warning, once per condition).
+    fn put(&self, ns: Namespace, entry: Entry) {
+        let _ = self.try_put(ns, entry);
+    }
 
     /// Makes everything put so far durable, waiting a bounded time.
     fn flush(&self) -> Result<(), StoreError>;

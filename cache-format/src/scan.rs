@@ -42,6 +42,27 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// The deepest value (see [`crate::Value::depth`]) a candidate param may hold and still be
+    /// read under these limits: a param value sits 9 containers into a payload (payload,
+    /// scopes, scope, namespaces, entry list, entry, candidates, candidate, params).
+    pub fn max_param_depth(&self) -> u32 {
+        self.max_depth.saturating_sub(9)
+    }
+
+    /// The deepest value a key field may hold (7 containers in: payload, scopes, scope,
+    /// namespaces, entry list, entry, key).
+    pub fn max_key_field_depth(&self) -> u32 {
+        self.max_depth.saturating_sub(7)
+    }
+
+    /// The deepest value a scope field may hold (4 containers in: payload, scopes, scope,
+    /// its fields).
+    pub fn max_scope_field_depth(&self) -> u32 {
+        self.max_depth.saturating_sub(4)
+    }
+}
+
 /// Checks that one complete msgpack value starts at `start` and returns where it ends.
 pub(crate) fn scan_value(
     buf: &[u8],

@@ -167,6 +167,28 @@ pub enum Value {
     Map(Fields),
 }
 
+impl Value {
+    /// How many levels of lists and maps this value nests (0 for a scalar, 1 for a list of
+    /// scalars). Computed without recursion, so a hostile value cannot overflow the stack.
+    pub fn depth(&self) -> u32 {
+        let mut deepest = 0;
+        let mut stack: Vec<(&Value, u32)> = vec![(self, 0)];
+        while let Some((v, d)) = stack.pop() {
+            let children: Box<dyn Iterator<Item = &Value>> = match v {
+                Value::List(items) => Box::new(items.iter()),
+                Value::Map(fields) => Box::new(fields.iter().map(|(_, v)| v)),
+                _ => {
+                    deepest = deepest.max(d);
+                    continue;
+                }
+            };
+            deepest = deepest.max(d + 1);
+            stack.extend(children.map(|c| (c, d + 1)));
+        }
+        deepest
+    }
+}
+
 impl From<bool> for Value {
     fn from(v: bool) -> Self {
         Value::Bool(v)

@@ -191,6 +191,7 @@ impl Migrations {
                 step.from, step.to, self.current
             )));
         }
+        check_defaults(&step)?;
         if let Some(existing) = self.steps.get(&step.from) {
             return Err(MigrateError::Registry(format!(
                 "two steps start at schema {}: {existing:?} and {step:?}",
@@ -403,4 +404,30 @@ pub(crate) fn lift_format(
         });
     }
     Ok((payload, reports))
+}
+
+/// Refuses a step whose default values could not be read back once written: a param or key
+/// field default nested deeper than the readers' bound (with the default [`Limits`]).
+fn check_defaults(step: &Step) -> Result<(), MigrateError> {
+    let limits = cache_format::Limits::default();
+    for op in step.ops().unwrap_or_default() {
+        let (what, name, value, max) = match op {
+            Op::SetParamDefault { name, value, .. } => {
+                ("param", name, value, limits.max_param_depth())
+            }
+            Op::SetKeyFieldDefault { name, value, .. } => {
+                ("key field", name, value, limits.max_key_field_depth())
+            }
+            _ => continue,
+        };
+        let depth = value.depth();
+        if depth > max {
+            return Err(MigrateError::Registry(format!(
+                "step {}→{}: the default of {what} {name:?} nests {depth} levels; \
+                 readers accept at most {max}",
+                step.from, step.to
+            )));
+        }
+    }
+    Ok(())
 }

@@ -121,10 +121,10 @@ impl PutArgs {
             scope,
             self.wait.wait,
         )?;
-        cache.put(
+        cache.try_put(
             ns,
             Entry::new(key.clone(), set, origin, now_millis(), [candidate]),
-        );
+        )?;
         close(cache, "the result", &path)?;
         let report = PutReport {
             recorded: true,

@@ -395,3 +395,30 @@ fn an_import_with_an_entry_no_reader_would_accept_imports_nothing() {
         before
     );
 }
+
+/// Issue 8, case 1: `put` of a result no reader could read back (a param nested past the
+/// readers' bound) fails with exit 1 and a message naming the field; nothing is written, and a
+/// param one level shallower is recorded.
+#[test]
+fn put_refuses_what_no_reader_could_read_and_names_the_field() {
+    let (_d, path) = file();
+    let nested = |depth: usize| format!(r#"{{"p":{}1{}}}"#, "[".repeat(depth), "]".repeat(depth));
+    let deep = nested(24);
+    let mut args = put_args(KEY, "tiled", "1200").to_vec();
+    args.extend(["--params", &deep]);
+    let o = tunecache(&path, &args);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(
+        err(&o).contains(r#"param "p" nests 24 levels; readers accept at most 23"#),
+        "{}",
+        err(&o)
+    );
+    assert!(!path.exists(), "nothing was written");
+    let ok = nested(23);
+    let mut args = put_args(KEY, "tiled", "1200").to_vec();
+    args.extend(["--params", &ok]);
+    let o = tunecache(&path, &args);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = tunecache(&path, &["verify"]);
+    assert!(o.status.success(), "{}{}", text(&o), err(&o));
+}

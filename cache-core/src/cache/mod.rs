@@ -536,14 +536,20 @@ impl Store for Cache {
         self.shared.memory.get(ns, fp)
     }
 
-    fn put(&self, ns: Namespace, mut entry: Entry) {
-        if let Err(why) = self
-            .shared
-            .admissible(&self.shared.scope, ns.name(), &entry)
-        {
-            self.shared.notify(Notice::refused_entry(ns.name(), &why));
-            return;
+    fn put(&self, ns: Namespace, entry: Entry) {
+        if let Err(StoreError::Refused { reason, .. }) = self.try_put(ns, entry) {
+            self.shared
+                .notify(Notice::refused_entry(ns.name(), &reason));
         }
+    }
+
+    fn try_put(&self, ns: Namespace, mut entry: Entry) -> Result<(), StoreError> {
+        self.shared
+            .admissible(&self.shared.scope, ns.name(), &entry)
+            .map_err(|reason| StoreError::Refused {
+                namespace: ns.name().to_owned(),
+                reason,
+            })?;
         let fp = entry.fingerprint();
         self.shared.clamp(std::iter::once(&mut entry));
         // A result that will lose the merge to a later measurement of the same candidate
@@ -562,6 +568,7 @@ impl Store for Cache {
         let mut st = lock(&self.shared.state);
         st.dirty.insert((ns, fp));
         self.shared.mark_dirty(&mut st);
+        Ok(())
     }
 
     fn flush(&self) -> Result<(), StoreError> {

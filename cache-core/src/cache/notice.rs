@@ -126,6 +126,7 @@ impl Notice {
             StoreError::NotPersistent { .. } => "save:not-persistent".to_owned(),
             StoreError::FlushTimeout(_) => "save:flush-timeout".to_owned(),
             StoreError::InvalidNamespace { .. } => "save:namespace".to_owned(),
+            StoreError::Refused { .. } => "save:refused".to_owned(),
             StoreError::NotAFile { path, .. } => format!("save:not-a-file:{}", path.display()),
         };
         Notice::warn(key, format!("tunecache could not save yet: {e}"))

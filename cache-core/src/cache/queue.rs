@@ -174,6 +174,36 @@ pub fn check_entry(
     entry: &Entry,
     limits: &cache_format::Limits,
 ) -> Result<(), String> {
+    // Nesting first, so the error names the field (the encoded check below only has an offset).
+    let too_deep = |what: &str, fields: &cache_format::Fields, max: u32| {
+        fields.iter().find_map(|(name, v)| {
+            let depth = v.depth();
+            (depth > max).then(|| {
+                format!("{what} {name:?} nests {depth} levels; readers accept at most {max}")
+            })
+        })
+    };
+    let nesting = too_deep(
+        "scope field",
+        scope.fields(),
+        limits.max_scope_field_depth(),
+    )
+    .or_else(|| {
+        too_deep(
+            "key field",
+            entry.key().fields(),
+            limits.max_key_field_depth(),
+        )
+    })
+    .or_else(|| {
+        entry.candidates().iter().find_map(|c| {
+            let what = format!("{} param", c.id.algorithm);
+            too_deep(&what, &c.id.params, limits.max_param_depth())
+        })
+    });
+    if let Some(why) = nesting {
+        return Err(why);
+    }
     for c in entry.candidates() {
         if let Some(s) = c.stats()
             && !(s.median_ns.is_finite() && s.min_ns.is_finite() && s.spread_ns.is_finite())

@@ -446,9 +446,28 @@ fn an_entry_no_reader_would_accept_is_refused_and_costs_the_others_nothing() {
         [Candidate::measured("tiled", Fields::new(), ok)],
     );
     cache.put(ns(), entry(1, 1));
+    // `try_put` tells the caller (issue 8, case 1), naming what is wrong; `put` warns.
+    match cache.try_put(ns(), bad_stats.clone()) {
+        Err(StoreError::Refused { namespace, reason }) => {
+            assert_eq!(namespace, "matmul");
+            assert!(reason.contains("non-finite"), "{reason}");
+        }
+        other => panic!("NaN timings must be refused: {other:?}"),
+    }
+    match cache.try_put(ns(), bad_key.clone()) {
+        Err(StoreError::Refused { reason, .. }) => {
+            assert!(
+                reason.contains("key field \"shape\" nests 40 levels"),
+                "{reason}"
+            );
+        }
+        other => panic!("a key nested 40 deep must be refused: {other:?}"),
+    }
     cache.put(ns(), bad_stats);
     cache.put(ns(), bad_key);
-    cache.put(ns(), entry(1, 2));
+    cache
+        .try_put(ns(), entry(1, 2))
+        .expect("a good entry is accepted");
     cache.flush().expect("the good entries are saved");
     assert!(cache.lookup(ns(), &crate::support::key(9, 1)).is_none());
     assert!(cache.lookup(ns(), &deep_key).is_none());

@@ -417,3 +417,71 @@ fn json_lines_over_the_caps_are_refused_with_the_line() {
         .expect_err("too many scopes");
     assert_eq!(err.line as u64, limits.max_scopes + 1, "{err}");
 }
+
+/// The depth helpers of `Limits` say exactly how deep a param, key field or scope field may
+/// nest and still be read back: writers (and migration defaults) check with them, so they must
+/// agree with the reader's nesting bound.
+#[test]
+fn the_depth_helpers_agree_with_the_reader() {
+    use cache_format::{Fields, Scope, Value, check_payload, encode_payload};
+    fn nested(depth: u32) -> Value {
+        let mut v = Value::Int(1);
+        for i in 0..depth {
+            v = if i % 2 == 0 {
+                Value::List(vec![v])
+            } else {
+                Value::Map(Fields::from([("x".to_owned(), v)]))
+            };
+        }
+        assert_eq!(v.depth(), depth);
+        v
+    }
+    let field = |v: Value| Fields::from([("f".to_owned(), v)]);
+    let limits = Limits::default();
+    let encode = |place: &str, v: Value| {
+        let mut e = entry_with(1, 1);
+        let mut scope = Scope::default();
+        match place {
+            "param" => {
+                let stats = cache_format::Stats {
+                    median_ns: 1.0,
+                    min_ns: 1.0,
+                    spread_ns: 0.0,
+                    samples: 1,
+                };
+                e = cache_format::Entry::new(
+                    e.key().clone(),
+                    cache_format::Fingerprint::default(),
+                    cache_format::Origin::Imported("t".into()),
+                    1,
+                    [cache_format::Candidate::measured("c", field(v), stats)],
+                );
+            }
+            "key" => {
+                e = cache_format::Entry::new(
+                    cache_format::Key::new(field(v)),
+                    cache_format::Fingerprint::default(),
+                    cache_format::Origin::Imported("t".into()),
+                    1,
+                    [candidate(0)],
+                );
+            }
+            _ => scope = Scope::new(field(v)),
+        }
+        let mut data = CacheData::new();
+        data.insert(&scope, "ns", e);
+        check_payload(&encode_payload(&data), &limits)
+    };
+    for (place, max) in [
+        ("param", limits.max_param_depth()),
+        ("key", limits.max_key_field_depth()),
+        ("scope", limits.max_scope_field_depth()),
+    ] {
+        assert!(encode(place, nested(max)).is_ok(), "{place} at {max}");
+        assert!(
+            encode(place, nested(max + 1)).is_err(),
+            "{place} at {}",
+            max + 1
+        );
+    }
+}

@@ -310,6 +310,48 @@ fn a_migration_file_round_trips_and_refuses_unknown_fields() {
     }
 }
 
+/// Issue 8, case 1: a default nested deeper than readers accept is refused when the step is
+/// registered (from code or from a file), naming the step and the field, instead of producing
+/// a migrated file that no reader can open.
+#[test]
+fn a_default_too_deep_to_read_back_is_refused_at_registration() {
+    let limits = Limits::default();
+    let nested = |depth: u32| {
+        let mut v = Value::Int(0);
+        for _ in 0..depth {
+            v = Value::List(vec![v]);
+        }
+        v
+    };
+    let param = |depth| Op::SetParamDefault {
+        name: "p".into(),
+        value: nested(depth),
+        algorithm: None,
+        namespace: None,
+    };
+    let key = |depth| Op::SetKeyFieldDefault {
+        name: "k".into(),
+        value: nested(depth),
+        namespace: None,
+    };
+    let register = |op| Migrations::new("app", 2).with(Step::declarative(1, 2, "d", vec![op]));
+    assert!(register(param(limits.max_param_depth())).is_ok());
+    assert!(register(key(limits.max_key_field_depth())).is_ok());
+    for (op, field) in [
+        (param(limits.max_param_depth() + 1), "param \"p\""),
+        (key(limits.max_key_field_depth() + 1), "key field \"k\""),
+    ] {
+        let err = register(op).expect_err(field).to_string();
+        assert!(err.contains("1→2") && err.contains(field), "{err}");
+    }
+    let deep = "[".repeat(30) + &"]".repeat(30);
+    let file = format!(
+        r#"{{"app": "x", "current": 2, "steps": [{{"from": 1, "to": 2, "ops": [{{"op": "set_key_field_default", "name": "k", "value": {deep}}}]}}]}}"#
+    );
+    let err = Migrations::from_json(&file).expect_err("too deep");
+    assert!(matches!(err, MigrateError::Registry(_)), "{err}");
+}
+
 #[test]
 fn a_coded_step_may_create_a_second_namespace_of_one_name_and_it_is_merged() {
     let input = data(&[
