@@ -1,14 +1,17 @@
-//! The cross-process lock: an exclusive advisory lock on `<file>.lock`, waited for a bounded
-//! time by polling, never indefinitely.
+//! The cross-process lock: an exclusive advisory lock on `<file>.lock`, then on the folder
+//! that holds the cache, each waited for a bounded time by polling, never indefinitely.
 //!
 //! The lock file itself is created once and never deleted by tunecache. Someone else may
 //! delete or replace it (a cleanup script): a lock is only taken on the file the path names
 //! when the lock is granted, so a waiter never goes on holding a lock on a file that has
-//! been replaced. (A deletion while the lock is held still lets one other process take a lock
-//! on the new file; the holder's writes are then unguarded until it releases. Do not delete
-//! `*.lock` files of caches in use.) The kernel releases the lock when its holder dies,
-//! so a killed process never leaves a stale lock behind. On Linux this is `flock(2)`, which
-//! NFS maps to byte-range locks on NFSv4; on NFSv3 without lockd it may not exclude.
+//! been replaced. A deletion while the lock is held would still let another process lock the
+//! new file; that is what the folder lock is for: a writer of the cache holds it too, taken
+//! after the file lock (always in that order, so no two writers deadlock), and a folder cannot
+//! be deleted or replaced under its files by a cleanup of stale files. The folder lock is held
+//! only while writing, so writers of other caches in the same folder wait for it at most that
+//! long. The kernel releases both locks when their holder dies, so a killed process never
+//! leaves a stale lock behind. On Linux this is `flock(2)`, which NFS maps to byte-range locks
+//! on NFSv4; on NFSv3 without lockd it may not exclude.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::Path;
@@ -65,14 +68,71 @@ impl FileLock {
             }
         }
     }
+}
+
+/// The lock a writer of a cache holds: its lock file, then its folder (see the module docs).
+#[derive(Debug)]
+pub(crate) struct CacheLock {
+    // Released in reverse order of taking: the folder first, then the file.
+    _dir: FolderLock,
+    _file: FileLock,
+}
+
+impl CacheLock {
+    /// Takes the lock file `lock` and then the folder `dir`, waiting at most `timeout` in all.
+    pub(crate) fn acquire(lock: &Path, dir: &Path, timeout: Duration) -> Result<Self, StoreError> {
+        let start = Instant::now();
+        let file = FileLock::acquire(lock, timeout)?;
+        let dir = FolderLock::acquire(dir, timeout.saturating_sub(start.elapsed()))?;
+        Ok(CacheLock {
+            _dir: dir,
+            _file: file,
+        })
+    }
 
     /// Takes the lock only if it is free right now.
-    pub(crate) fn try_acquire(path: &Path) -> Result<Option<FileLock>, StoreError> {
-        match Self::acquire(path, Duration::ZERO) {
+    pub(crate) fn try_acquire(lock: &Path, dir: &Path) -> Result<Option<Self>, StoreError> {
+        match Self::acquire(lock, dir, Duration::ZERO) {
             Ok(lock) => Ok(Some(lock)),
             Err(StoreError::LockTimeout { .. }) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// An exclusive `flock(2)` on a folder; released on drop.
+#[derive(Debug)]
+struct FolderLock {
+    file: File,
+}
+
+impl FolderLock {
+    fn acquire(dir: &Path, timeout: Duration) -> Result<FolderLock, StoreError> {
+        let start = Instant::now();
+        let file = File::open(dir).map_err(|e| StoreError::io("open the folder", dir, e))?;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(FolderLock { file }),
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(e)) => return Err(StoreError::io("lock", dir, e)),
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return Err(StoreError::LockTimeout {
+                    path: dir.to_owned(),
+                    waited,
+                });
+            }
+            std::thread::sleep(pause.min(timeout - waited));
+            pause = (pause * 2).min(Duration::from_millis(25));
+        }
+    }
+}
+
+impl Drop for FolderLock {
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
     }
 }
 

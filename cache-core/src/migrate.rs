@@ -11,7 +11,7 @@ use cache_migrate::{Migrations, Report};
 use crate::disk::{Disk, DiskOptions, Event, Failure, Paths};
 use crate::error::StoreError;
 use crate::fsio;
-use crate::lock::FileLock;
+use crate::lock::CacheLock;
 
 /// How to migrate.
 #[derive(Debug, Clone)]
@@ -120,7 +120,7 @@ pub fn migrate_file(
             entries: preview.data.len(),
         });
     }
-    let _lock = FileLock::acquire(&paths.lock, options.lock_timeout)?;
+    let _lock = CacheLock::acquire(&paths.lock, &paths.dir, options.lock_timeout)?;
     // Exactly what the saver's compaction does when a migrated cache is first saved: read
     // everything from a fresh cursor under the lock, then write it as one snapshot. (The
     // disk tier's cursor is fresh here, so this read is the compaction's read.)

@@ -21,7 +21,7 @@ use crate::claim::Claim;
 use crate::config::{CacheBuilder, Location, MemoryOnly};
 use crate::disk::{Disk, DiskOptions, Failure, Paths};
 use crate::error::StoreError;
-use crate::lock::FileLock;
+use crate::lock::CacheLock;
 use crate::memory::MemoryStore;
 use crate::namespace::Namespace;
 use crate::store::Store;
@@ -262,7 +262,9 @@ impl Cache {
         // The first read never waits for the lock: with it free, repairs happen now;
         // otherwise the saver does them once it gets the lock.
         let held = if mode == Mode::Persistent {
-            FileLock::try_acquire(&disk.paths.lock).ok().flatten()
+            CacheLock::try_acquire(&disk.paths.lock, &disk.paths.dir)
+                .ok()
+                .flatten()
         } else {
             None
         };

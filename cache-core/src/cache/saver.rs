@@ -11,7 +11,7 @@ use super::notice::Notice;
 use super::{Mode, Shared, State, lock};
 use crate::disk::{Disk, Failure, Incoming};
 use crate::error::StoreError;
-use crate::lock::FileLock;
+use crate::lock::CacheLock;
 
 /// What the saver sees when it decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,7 +262,7 @@ impl Shared {
         mut batch: CacheData,
         rewrite: bool,
     ) -> Result<Incoming, (Failure, CacheData)> {
-        let guard = match FileLock::acquire(&disk.paths.lock, self.lock_timeout) {
+        let guard = match CacheLock::acquire(&disk.paths.lock, &disk.paths.dir, self.lock_timeout) {
             Ok(g) => g,
             Err(e) => return Err((Failure::Retry(e), batch)),
         };

@@ -58,3 +58,63 @@ fn a_long_held_lock_bounds_the_wait_and_the_result_is_saved_after() {
     );
     cache.flush().expect("flush now succeeds");
 }
+
+/// Issue 8, case 5: a cleanup script that deletes or replaces the lock file while writers hold
+/// it must not let two writers in at once. Four processes record and flush while the lock file
+/// is deleted or replaced every few milliseconds; every acknowledged result must be on disk.
+#[test]
+fn deleting_the_lock_file_while_it_is_held_loses_nothing() {
+    const WRITERS: u64 = 4;
+    const EACH: u64 = 600;
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let lock = path_in(&dir, "c.tcache.lock");
+    let mut children: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            spawn_child(
+                "writer",
+                &path,
+                &[w.to_string(), EACH.to_string(), "5".into()],
+                &[],
+            )
+        })
+        .collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let vandal = std::thread::spawn({
+        let (stop, lock, dir) = (stop.clone(), lock.clone(), dir.path().to_owned());
+        move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if n.is_multiple_of(2) {
+                    let _ = std::fs::remove_file(&lock);
+                } else {
+                    let other = dir.join("other.lock");
+                    let _ = std::fs::write(&other, b"");
+                    let _ = std::fs::rename(&other, &lock);
+                }
+                n += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            n
+        }
+    });
+    for (w, child) in children.iter_mut().enumerate() {
+        let lines = crate::support::child_lines(child);
+        assert!(
+            child.wait().expect("wait").success(),
+            "writer {w}: {lines:?}"
+        );
+        assert!(lines.iter().any(|l| l == "done"), "writer {w}: {lines:?}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let vandalised = vandal.join().expect("vandal");
+    assert!(
+        vandalised > 10,
+        "the lock file was deleted {vandalised} times"
+    );
+    let lost: Vec<(u64, usize)> = (0..WRITERS)
+        .map(|w| (w, (EACH as usize) - ids_on_disk(&path, w, EACH).len()))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert!(lost.is_empty(), "results lost (writer, count): {lost:?}");
+}
