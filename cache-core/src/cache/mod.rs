@@ -19,8 +19,9 @@ use cache_migrate::Report;
 
 use crate::claim::Claim;
 use crate::config::{CacheBuilder, Location, MemoryOnly};
-use crate::disk::{Disk, DiskOptions, Failure, Paths};
+use crate::disk::{Disk, DiskOptions, Event, Failure, Incoming, Paths};
 use crate::error::StoreError;
+use crate::fsio;
 use crate::lock::CacheLock;
 use crate::memory::MemoryStore;
 use crate::namespace::Namespace;
@@ -259,27 +260,23 @@ impl Cache {
             backup_on_migrate: builder.backup_on_migrate,
         };
         let mut disk = Disk::new(paths, Arc::new(builder.registry), options);
-        // The first read never waits for the lock: with it free, repairs happen now;
-        // otherwise the saver does them once it gets the lock.
-        let held = if mode == Mode::Persistent {
-            CacheLock::try_acquire(&disk.paths.lock, &disk.paths.dir)
-                .ok()
-                .flatten()
-        } else {
-            None
-        };
-        match disk.read_updates(held.is_some()) {
-            Ok(inc) => {
-                drop(held);
-                shared.absorb(inc, mode == Mode::Persistent);
+        // The first read takes no lock, so other writers are not held up while a large file
+        // is decoded. Then, if the lock is free, it is taken only to reconcile: read what
+        // changed since (usually nothing) and make the repairs a locked read makes (cut a
+        // torn tail, remove a stale journal or leftover temporaries). A read that found
+        // damage is redone whole under the lock, so the damage is kept aside and reported
+        // once, as a locked read does. With the lock busy, the saver repairs once it has it.
+        match open_read(&mut disk, mode == Mode::Persistent) {
+            Ok(reads) => {
+                for inc in reads {
+                    shared.absorb(inc, mode == Mode::Persistent);
+                }
             }
             Err(Failure::Blocked(b)) => {
-                drop(held);
                 shared.block(&b.path, &b.cause.to_string());
                 return cache;
             }
             Err(Failure::Retry(e)) => {
-                drop(held);
                 shared.notify(Notice::first_read_failed(&e));
                 let mut st = lock(&shared.state);
                 st.rewrite = true;
@@ -589,4 +586,34 @@ fn prepare_dir(paths: &Paths) -> Result<(), String> {
         .open(&paths.lock)
         .map(|_| ())
         .map_err(|e| format!("cannot open {}: {e}", paths.lock.display()))
+}
+
+/// The first read of [`Cache::open`] (see there): an unlocked read, then, with `writable` and
+/// the lock free right now, a locked reconcile. Returns the reads to absorb, in order.
+fn open_read(disk: &mut Disk, writable: bool) -> Result<Vec<Incoming>, Failure> {
+    let first = disk.read_updates(false)?;
+    let held = if writable {
+        CacheLock::try_acquire(&disk.paths.lock, &disk.paths.dir)
+            .ok()
+            .flatten()
+    } else {
+        None
+    };
+    let Some(_held) = held else {
+        return Ok(vec![first]);
+    };
+    fsio::remove_stale_temporaries(&disk.paths.snapshot);
+    fsio::remove_stale_temporaries(&disk.paths.journal);
+    let damaged = first.events.iter().any(|e| {
+        matches!(
+            e,
+            Event::Unusable { .. } | Event::DamagedRecords { kept: None, .. }
+        )
+    });
+    if damaged {
+        disk.reset();
+        return Ok(vec![disk.read_updates(true)?]);
+    }
+    let reconcile = disk.read_updates(true)?;
+    Ok(vec![first, reconcile])
 }

@@ -231,6 +231,11 @@ impl Disk {
         result
     }
 
+    /// Forgets what was read, so the next [`Disk::read_updates`] reads everything again.
+    pub(crate) fn reset(&mut self) {
+        self.cursor = Cursor::default();
+    }
+
     /// Reads everything on disk (all scopes) from scratch, without changing the cursor.
     pub(crate) fn read_all(&self, locked: bool) -> Result<Incoming, Failure> {
         let mut fresh = Cursor::default();

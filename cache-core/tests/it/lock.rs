@@ -118,3 +118,63 @@ fn deleting_the_lock_file_while_it_is_held_loses_nothing() {
         .collect();
     assert!(lost.is_empty(), "results lost (writer, count): {lost:?}");
 }
+
+/// Issue 8, case 11: `Cache::open` decodes without the lock, taking it only to reconcile, so
+/// another writer is never held up for the length of a large decode; and it removes temporary
+/// files a killed compaction left behind.
+#[test]
+fn open_decodes_without_holding_the_lock() {
+    use std::fs::{File, TryLockError};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    {
+        let cache = builder(&path).open();
+        for i in 0..30_000 {
+            cache.put(ns(), entry(1, i));
+        }
+        cache.flush().expect("saved");
+    }
+    let leftover = path_in(&dir, ".c.tcache.tmp.999999.0");
+    std::fs::write(&leftover, b"half a snapshot").expect("write");
+    let lock = File::options()
+        .read(true)
+        .write(true)
+        .open(path_in(&dir, "c.tcache.lock"))
+        .expect("lock file");
+    let opening = std::sync::Arc::new(AtomicBool::new(true));
+    let prober = std::thread::spawn({
+        let opening = opening.clone();
+        move || {
+            // The longest stretch during which the lock could not be taken.
+            let (mut longest, mut busy_since) = (Duration::ZERO, None::<Instant>);
+            while opening.load(Ordering::Relaxed) {
+                match lock.try_lock() {
+                    Ok(()) => {
+                        let _ = lock.unlock();
+                        if let Some(since) = busy_since.take() {
+                            longest = longest.max(since.elapsed());
+                        }
+                    }
+                    Err(TryLockError::WouldBlock) => {
+                        busy_since.get_or_insert_with(Instant::now);
+                    }
+                    Err(TryLockError::Error(e)) => panic!("probe: {e}"),
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            longest
+        }
+    });
+    let started = Instant::now();
+    let cache = builder(&path).open();
+    let took = started.elapsed();
+    opening.store(false, Ordering::Relaxed);
+    let longest = prober.join().expect("prober");
+    assert_eq!(cache.len(), 30_000);
+    assert!(
+        longest < took / 4,
+        "the lock was held for {longest:?} of an open that took {took:?}"
+    );
+    assert!(!leftover.exists(), "the leftover temporary file is removed");
+}
