@@ -11,6 +11,7 @@ use cache_migrate::Migrations;
 
 use crate::config::Config;
 use crate::options::Global;
+use crate::output::say;
 
 /// The resolved global options.
 #[derive(Debug)]
@@ -122,6 +123,9 @@ impl<'a> Context<'a> {
             // another process's lock, and for the save itself (a large file).
             .lock_timeout(wait)
             .flush_timeout(wait)
+            // A compaction that is only due gives way to an append rather than outlast the
+            // wait: a process that exits cannot finish it, and would fail every time.
+            .compaction_budget(wait / 4)
             .open();
         let health = cache.health();
         if health.mode != Mode::Persistent {
@@ -153,7 +157,28 @@ impl<'a> Context<'a> {
 /// the import) if it was not saved. The process exits next, so a save that did not finish in
 /// time does not go on: the message says to run the command again.
 pub(crate) fn close(cache: Cache, what: &str, path: &Path) -> anyhow::Result<()> {
-    match cache.close() {
+    // A save that takes a while (a held lock, a large file) says so on stderr, then every
+    // ten seconds, so a waiting user knows it is not stuck.
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let closed = std::thread::scope(|s| {
+        s.spawn(move || {
+            let started = std::time::Instant::now();
+            let mut pause = Duration::from_secs(2);
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(pause)
+            {
+                say(format!(
+                    "still saving {what} to {} ({:.0} s so far)",
+                    path.display(),
+                    started.elapsed().as_secs_f64()
+                ));
+                pause = Duration::from_secs(10);
+            }
+        });
+        let closed = cache.close();
+        drop(done);
+        closed
+    });
+    match closed {
         Ok(()) => Ok(()),
         Err(cache_core::StoreError::FlushTimeout(waited)) => bail!(
             "{what} may not be in {}: the save did not finish within {waited:?} (another process may hold the lock, or the file is large); run the command again",

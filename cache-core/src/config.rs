@@ -67,6 +67,7 @@ pub struct CacheBuilder {
     pub(crate) limits: Limits,
     pub(crate) compact_ratio: f64,
     pub(crate) compact_min_bytes: u64,
+    pub(crate) compaction_budget: Option<Duration>,
     pub(crate) backup_on_migrate: bool,
 }
 
@@ -125,6 +126,7 @@ impl CacheBuilder {
             limits: Limits::default(),
             compact_ratio: 0.5,
             compact_min_bytes: 1 << 20,
+            compaction_budget: None,
             backup_on_migrate: true,
         }
     }
@@ -200,6 +202,16 @@ impl CacheBuilder {
     pub fn compaction(mut self, ratio: f64, min_bytes: u64) -> Self {
         self.compact_ratio = ratio;
         self.compact_min_bytes = min_bytes;
+        self
+    }
+
+    /// The longest a save may spend on a compaction that is only due (the journal grew past
+    /// its share), not required: past it, the compaction is abandoned (nothing of it stays on
+    /// disk) and the save appends to the journal instead, so a short-lived writer (a
+    /// command-line `put`) is never made to fail by a compaction it has no time for. A later
+    /// writer with time compacts. Default: no bound.
+    pub fn compaction_budget(mut self, budget: Duration) -> Self {
+        self.compaction_budget = Some(budget);
         self
     }
 

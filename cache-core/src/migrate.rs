@@ -87,6 +87,7 @@ pub fn migrate_file(
         compact_ratio: 0.5,
         compact_min_bytes: 1 << 20,
         backup_on_migrate: options.backup,
+        compaction_budget: None,
     };
     let mut disk = Disk::new(paths.clone(), Arc::new(registry.clone()), disk_options);
     // A read that repairs nothing: an unusable file must be reported, not moved aside.

@@ -246,6 +246,20 @@ fn a_write_that_cannot_finish_says_to_run_it_again() {
         err(&o)
     );
     assert!(!err(&o).contains("will retry"), "{}", err(&o));
+    // A longer wait says, while it waits, that it is still saving (issue 8, case 11).
+    let o = test_support::cli::command(
+        crate::EXE,
+        &path,
+        &[&put_args(KEY, "b", "5")[..], &["--wait", "3"]].concat(),
+    )
+    .output()
+    .expect("run");
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(
+        err(&o).contains("still saving the result to"),
+        "progress while waiting: {}",
+        err(&o)
+    );
 }
 
 #[test]
@@ -421,4 +435,64 @@ fn put_refuses_what_no_reader_could_read_and_names_the_field() {
     assert!(o.status.success(), "{}", err(&o));
     let o = tunecache(&path, &["verify"]);
     assert!(o.status.success(), "{}{}", text(&o), err(&o));
+}
+
+/// Issue 8, case 11: a compaction a command-line write has no time for does not make the cache
+/// unwritable. The journal here has grown past its share, so the next save is due to compact
+/// 80,000 entries; `put --wait 2` gives the compaction a quarter of that, then appends, and
+/// says "recorded" truthfully, every time.
+#[test]
+fn a_compaction_the_put_has_no_time_for_does_not_fail_it() {
+    use cache_core::cache_format::{Candidate, Entry, Fields, Fingerprint, Key, Origin, Stats};
+    use cache_core::cache_migrate::Migrations;
+    use cache_core::{Cache, Namespace, Store};
+    let (_d, path) = file();
+    let ns = Namespace::new("matmul").expect("name");
+    let stats = Stats {
+        median_ns: 10.0,
+        min_ns: 9.0,
+        spread_ns: 0.5,
+        samples: 5,
+    };
+    let entry = |i: i64| {
+        let key = Key::new(Fields::from([("i".to_owned(), i.into())]));
+        let c = Candidate::measured("tiled", Fields::new(), stats);
+        Entry::new(key, Fingerprint::default(), Origin::here(), 1, [c])
+    };
+    for half in 0..2 {
+        // Never compacts: the first save writes the snapshot, later ones append.
+        let cache = Cache::builder(Migrations::new("bench", 1))
+            .file(&path)
+            .ignore_env()
+            .refresh_interval(None)
+            .compaction(1e9, u64::MAX)
+            .open();
+        for i in 0..40_000 {
+            cache.put(ns, entry(half * 40_000 + i));
+        }
+        cache.flush().expect("saved");
+    }
+    let journal = path.with_file_name("c.tcache.journal");
+    assert!(std::fs::metadata(&journal).expect("journal").len() > 1 << 20);
+    for attempt in 0..2 {
+        let algo = format!("algo{attempt}");
+        let mut args = put_args(KEY, &algo, "1200").to_vec();
+        args.extend(["--wait", "2"]);
+        let started = std::time::Instant::now();
+        let o = tunecache(&path, &args);
+        assert!(
+            o.status.success(),
+            "attempt {attempt} ({:?}): {}",
+            started.elapsed(),
+            err(&o)
+        );
+    }
+    let o = tunecache(&path, &["get", "-n", "matmul", "-k", KEY]);
+    assert!(
+        text(&o).contains("algo0") && text(&o).contains("algo1"),
+        "{}",
+        text(&o)
+    );
+    let o = tunecache(&path, &["stats"]);
+    assert!(text(&o).contains("80001"), "{}", text(&o));
 }

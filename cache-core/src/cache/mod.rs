@@ -258,6 +258,7 @@ impl Cache {
             compact_ratio: builder.compact_ratio,
             compact_min_bytes: builder.compact_min_bytes,
             backup_on_migrate: builder.backup_on_migrate,
+            compaction_budget: builder.compaction_budget,
         };
         let mut disk = Disk::new(paths, Arc::new(builder.registry), options);
         // The first read takes no lock, so other writers are not held up while a large file

@@ -64,6 +64,9 @@ pub(crate) struct DiskOptions {
     pub(crate) compact_min_bytes: u64,
     /// Keep the pre-migration files when a migrated snapshot is rewritten.
     pub(crate) backup_on_migrate: bool,
+    /// The longest a compaction that is not required may take before it gives way to an
+    /// append (`None`: no bound).
+    pub(crate) compaction_budget: Option<std::time::Duration>,
 }
 
 /// Something the disk tier did or found that the user should hear about (once).
@@ -197,6 +200,9 @@ pub(crate) struct Disk {
     registry: Arc<Migrations>,
     options: DiskOptions,
     cursor: Cursor,
+    /// Seconds per byte the last whole read of a snapshot took (read, check, decode): what a
+    /// compaction, which reads everything and then writes it, is estimated from.
+    read_cost: std::cell::Cell<Option<f64>>,
 }
 
 enum SnapRead {
@@ -218,6 +224,7 @@ impl Disk {
             registry,
             options,
             cursor: Cursor::default(),
+            read_cost: std::cell::Cell::new(None),
         }
     }
 
@@ -311,6 +318,18 @@ impl Disk {
     }
 
     fn load_snapshot(&self) -> Result<SnapRead, Failure> {
+        let started = std::time::Instant::now();
+        let read = self.load_snapshot_untimed();
+        if let Ok(SnapRead::Loaded { id, .. }) = &read
+            && id.len >= 64 << 10
+        {
+            let cost = started.elapsed().as_secs_f64() / id.len as f64;
+            self.read_cost.set(Some(cost));
+        }
+        read
+    }
+
+    fn load_snapshot_untimed(&self) -> Result<SnapRead, Failure> {
         let path = &self.paths.snapshot;
         let Some((bytes, id)) = read_with_id(path, self.options.limits.max_file_bytes)? else {
             return Ok(SnapRead::Missing);

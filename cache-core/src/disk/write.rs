@@ -4,6 +4,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
+use std::time::Instant;
 
 use cache_format::{
     CacheData, FormatError, FormatVersion, check_payload, encode_journal_header, encode_record,
@@ -57,23 +58,53 @@ impl Disk {
         let wants_compaction =
             snapshot_len.is_none() || rewrite || journal_len + record.len() as u64 > budget;
         if wants_compaction {
+            let required = snapshot_len.is_none() || rewrite;
             let estimate = snapshot_len.unwrap_or(0) + journal_len + record.len() as u64;
             match fs4::available_space(&self.paths.dir) {
                 // Not enough room for a new snapshot beside the old one: keep appending.
-                Ok(free) if free < estimate + (1 << 20) && snapshot_len.is_some() && !rewrite => {}
-                _ => return self.compact(batch),
+                Ok(free) if free < estimate + (1 << 20) && !required => {}
+                _ => {
+                    let deadline = match self.options.compaction_budget {
+                        Some(budget) if !required => Instant::now().checked_add(budget),
+                        _ => None,
+                    };
+                    // A compaction reads everything, then encodes, checks and writes it:
+                    // about three reads. One that cannot fit the budget is not started.
+                    let bytes = estimate as f64;
+                    let hopeless = match (self.options.compaction_budget, self.read_cost.get()) {
+                        (Some(budget), Some(cost)) if !required => {
+                            3.0 * cost * bytes > budget.as_secs_f64()
+                        }
+                        _ => false,
+                    };
+                    if !hopeless && let Some(events) = self.compact(batch, deadline)? {
+                        return Ok(events);
+                    }
+                    tracing::info!(
+                        "tunecache: the compaction of {} would not finish within its budget; appended instead (a writer with more time compacts)",
+                        self.paths.snapshot.display()
+                    );
+                }
             }
         }
         self.append(&record)?;
         Ok(Vec::new())
     }
 
-    fn compact(&mut self, batch: &CacheData) -> Result<Vec<Event>, Failure> {
+    /// Compacts; `None` if `deadline` passed first (then nothing was written).
+    fn compact(
+        &mut self,
+        batch: &CacheData,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Vec<Event>>, Failure> {
         let all = self.read_all(true)?;
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
         let mut data = all.data;
         data.merge(all.salvaged);
         data.merge(batch.clone());
-        self.write_snapshot(&data, all.events)
+        self.write_snapshot_by(&data, all.events, deadline)
     }
 
     /// Replaces the snapshot with `data` and removes the journal (under the lock). `data`
@@ -81,8 +112,21 @@ impl Disk {
     pub(crate) fn write_snapshot(
         &mut self,
         data: &CacheData,
-        mut events: Vec<Event>,
+        events: Vec<Event>,
     ) -> Result<Vec<Event>, Failure> {
+        let written = self.write_snapshot_by(data, events, None)?;
+        Ok(written.expect("without a deadline the snapshot is written or fails"))
+    }
+
+    /// [`Disk::write_snapshot`], given up (`None`, nothing written) if `deadline` passes
+    /// before the new bytes are ready.
+    fn write_snapshot_by(
+        &mut self,
+        data: &CacheData,
+        mut events: Vec<Event>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Vec<Event>>, Failure> {
+        let late = || deadline.is_some_and(|d| Instant::now() >= d);
         fsio::remove_stale_temporaries(&self.paths.snapshot);
         fsio::remove_stale_temporaries(&self.paths.journal);
         let migrated = self
@@ -91,6 +135,9 @@ impl Disk {
             .as_ref()
             .is_some_and(|s| s.migrated_from.is_some());
         let bytes = encode_snapshot(self.registry.app(), self.registry.current(), data);
+        if late() {
+            return Ok(None);
+        }
         // What is written must be readable: a header or a payload shape over the limits is
         // refused here, and the file on disk is left as it was.
         let header = read_snapshot(&bytes, &self.options.limits)
@@ -99,6 +146,9 @@ impl Disk {
                 source,
             })?
             .header;
+        if late() {
+            return Ok(None);
+        }
         // The backup is taken only once the new bytes are known to be good, and given up if
         // they cannot be written: a failed migration leaves no copy behind (the original is
         // still in place, so the copy would only pile up, one per attempt).
@@ -134,7 +184,7 @@ impl Disk {
             }),
             journal: None,
         };
-        Ok(events)
+        Ok(Some(events))
     }
 
     /// Keeps the current snapshot (and journal) as `<file>.bak.<ms>` (`<file>.journal.bak.<ms>`):
