@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use cache_core::{Cache, CacheBuilder, Inspection, Mode, Switches, inspect};
+use cache_core::{Cache, CacheBuilder, GateVerdict, Inspection, Mode, Switches, inspect};
 use cache_format::{Limits, Scope};
 use cache_migrate::Migrations;
 
@@ -97,6 +97,27 @@ impl<'a> Context<'a> {
         let found = inspect(path, &Limits::default(), self.registry(&app))?;
         if found.snapshot.bytes.is_none() && found.journal.bytes.is_none() {
             bail!("{}: no such cache file", path.display());
+        }
+        Ok(found)
+    }
+
+    /// [`Context::inspect`], with the entries as this build reads them: a file at an older
+    /// schema whose migrations this tool knows is shown migrated, as a load would see it, and
+    /// a note on stderr says so (the file is not changed).
+    pub(crate) fn inspect_as_read(&self, path: &Path) -> anyhow::Result<Inspection> {
+        let mut found = self.inspect(path)?;
+        let app = found.snapshot.header.as_ref().map(|h| h.app.clone());
+        if let (Some(GateVerdict::Migrates { from, to }), Some(registry)) = (
+            found.gate.clone(),
+            app.as_deref().and_then(|a| self.registry(a)),
+        ) {
+            found
+                .migrate_in_memory(registry, &Limits::default())
+                .with_context(|| format!("{}: cannot be read by this build", path.display()))?;
+            say(format!(
+                "{} is at schema {from}: shown as this build reads it, migrated to schema {to} (the file is unchanged; `tunecache migrate` rewrites it)",
+                path.display()
+            ));
         }
         Ok(found)
     }

@@ -146,6 +146,31 @@ impl std::fmt::Display for GateVerdict {
     }
 }
 
+impl Inspection {
+    /// Turns [`Inspection::data`] into the entries as this build reads them: a file that a
+    /// load migrates ([`GateVerdict::Migrates`]) is passed through `registry`'s steps, as a
+    /// load would (the file is not changed). Returns what the steps did, or `None` when there
+    /// was nothing to migrate (current, unknown or refused: the data stays as stored, and
+    /// [`Inspection::gate`] says which).
+    pub fn migrate_in_memory(
+        &mut self,
+        registry: &Migrations,
+        limits: &Limits,
+    ) -> Result<Option<cache_migrate::Report>, MigrateError> {
+        let Some(GateVerdict::Migrates { from, .. }) = self.gate else {
+            return Ok(None);
+        };
+        let Some(app) = self.snapshot.header.as_ref().map(|h| h.app.clone()) else {
+            return Ok(None);
+        };
+        let bytes = cache_format::encode_payload(&self.data);
+        let up =
+            cache_migrate::upgrade(registry, FormatVersion::CURRENT, &app, from, &bytes, limits)?;
+        self.data = up.data;
+        Ok(up.report)
+    }
+}
+
 /// Reads a cache file and its journal without locking or changing anything, as stored, and
 /// names the gate `registry` would apply ([`Inspection::gate`]). Only an I/O error (other
 /// than a missing file) is an `Err`; damage is listed in `problems`.

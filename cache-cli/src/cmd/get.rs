@@ -51,7 +51,7 @@ impl Lookup {
         scope: &ScopeFilter,
     ) -> anyhow::Result<Self> {
         Ok(Lookup {
-            found: ctx.inspect(&ctx.path()?)?,
+            found: ctx.inspect_as_read(&ctx.path()?)?,
             namespace: key.namespace.clone(),
             key: Key::new(parse_fields("--key", &key.key)?),
             scope: scope_filter(scope.scope.as_deref())?,

@@ -41,7 +41,7 @@ struct ListItem<'a> {
 
 impl ListArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
-        let found = ctx.inspect(&ctx.path()?)?;
+        let found = ctx.inspect_as_read(&ctx.path()?)?;
         let scope = scope_filter(self.scope.as_deref())?;
         let items = found
             .data

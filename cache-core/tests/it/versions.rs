@@ -353,3 +353,54 @@ fn a_failed_migration_leaves_no_backup_behind() {
         "the original is untouched"
     );
 }
+
+/// Issue 8, case 8: inspection can show the entries as this build reads them: an older file is
+/// migrated in memory by the registry (renamed algorithm), the gate says so, and the file is
+/// not touched. Without the step's registry, it stays as stored.
+#[test]
+fn inspection_shows_an_older_file_as_this_build_reads_it() {
+    use cache_core::cache_format::Limits;
+    use cache_core::{GateVerdict, inspect};
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let old = file_with(APP, 1, 0..10);
+    std::fs::write(&path, &old).expect("write");
+    let registry = Migrations::new(APP, 2)
+        .with(rename_step())
+        .expect("registry");
+    let limits = Limits::default();
+    let algorithms = |found: &cache_core::Inspection| -> Vec<String> {
+        let mut names: Vec<String> = found
+            .data
+            .entries()
+            .filter_map(|(_, _, e)| e.best().map(|c| c.id.algorithm.clone()))
+            .collect();
+        names.dedup();
+        names
+    };
+    let mut found = inspect(&path, &limits, Some(&registry)).expect("inspect");
+    assert_eq!(found.gate, Some(GateVerdict::Migrates { from: 1, to: 2 }));
+    assert_eq!(algorithms(&found), ["tiled"], "as stored");
+    let report = found
+        .migrate_in_memory(&registry, &limits)
+        .expect("migrates")
+        .expect("a report");
+    assert!(
+        report.to_string().contains("renamed 10 entries"),
+        "{report}"
+    );
+    assert_eq!(algorithms(&found), ["blocked"], "as this build reads it");
+    assert_eq!(
+        std::fs::read(&path).expect("file"),
+        old,
+        "the file is unchanged"
+    );
+    let mut current = inspect(&path, &limits, Some(&Migrations::new(APP, 1))).expect("inspect");
+    assert!(
+        current
+            .migrate_in_memory(&registry, &limits)
+            .expect("ok")
+            .is_none()
+    );
+    assert_eq!(algorithms(&current), ["tiled"]);
+}
