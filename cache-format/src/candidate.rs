@@ -173,18 +173,14 @@ impl Candidate {
     }
 }
 
-/// The smallest tie band, relative to the fastest median: candidates within 1% of it are
-/// never told apart by timing alone.
-pub const TIE_FLOOR: f64 = 0.01;
-
 /// Ranks candidates best first (FORMAT.md, "Ranking"): the same order on every machine for
-/// the same measurements, and noise-aware, so two processes that measured a statistical tie
-/// pick the same winner.
+/// the same measurements.
 ///
-/// Measured candidates come first. Among them, those whose median is within the tie band of
-/// the fastest median (`max(spread_fastest + spread_c, TIE_FLOOR * median_fastest)`) are
-/// ordered by identity ([`CandidateId::identity_bytes`]); the rest follow by median, then fastest
-/// sample, then identity. Failed candidates come last, by identity.
+/// Measured candidates come first, by median, then fastest sample, then identity
+/// ([`CandidateId::identity_bytes`]) for exact ties; failed candidates come last, by identity.
+/// There is no tie band: ordering candidates within a band by name let one up to the band's
+/// width slower win, and made runs agree no more often than the medians do (measured on the
+/// CPU workload). Agreement comes from measuring candidates interleaved instead.
 pub fn rank<'a>(candidates: impl IntoIterator<Item = &'a Candidate>) -> Vec<&'a Candidate> {
     let all: Vec<&Candidate> = candidates.into_iter().collect();
     rank_refs(&all).into_iter().map(|i| all[i]).collect()
@@ -212,15 +208,7 @@ fn rank_refs(all: &[&Candidate]) -> Vec<usize> {
             .then_with(|| identity[*i].cmp(&identity[*j]))
     });
     let mut order = Vec::with_capacity(all.len());
-    if let Some(&(_, best)) = measured.first() {
-        let (mut tied, rest): (Vec<_>, Vec<_>) = measured.iter().partition(|(_, s)| {
-            let band = (best.spread_ns + s.spread_ns).max(TIE_FLOOR * best.median_ns);
-            s.median_ns - best.median_ns <= band
-        });
-        tied.sort_by(|(i, _), (j, _)| identity[*i].cmp(&identity[*j]));
-        order.extend(tied.into_iter().map(|(i, _)| i));
-        order.extend(rest.into_iter().map(|(i, _)| i));
-    }
+    order.extend(measured.into_iter().map(|(i, _)| i));
     failed.sort_by(|i, j| identity[*i].cmp(&identity[*j]));
     order.extend(failed);
     order

@@ -30,7 +30,7 @@ mod ser;
 mod value;
 mod wire;
 
-pub use candidate::{Candidate, CandidateId, Outcome, Stats, TIE_FLOOR, rank};
+pub use candidate::{Candidate, CandidateId, Outcome, Stats, rank};
 pub use envelope::{
     FORMAT_VERSION, FormatVersion, Header, SNAPSHOT_MARKER, Snapshot, check_payload,
     encode_payload, encode_snapshot, peek_header, read_snapshot,

@@ -1,5 +1,5 @@
-//! Measuring one candidate: verify, warm up, take samples, stop early when it is clearly
-//! losing, and summarise.
+//! Measuring the candidates of one key: verify each, warm up, take samples interleaved across
+//! candidates, stop early those clearly losing, and summarise.
 
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,8 @@ impl Default for MeasureConfig {
 pub(crate) struct Measured {
     pub(crate) stats: Stats,
     pub(crate) stopped_early: bool,
+    /// Time spent running it.
+    pub(crate) spent: Duration,
 }
 
 /// Median, minimum and median absolute deviation of per-run times (ns).
@@ -68,56 +70,213 @@ fn median_of_sorted(v: &[f64]) -> f64 {
     }
 }
 
-/// Measures `handle` on `problem`. `best_median` is the best median measured so far for the
-/// key, for early stopping.
-pub(crate) fn measure<O: Operation>(
+/// One candidate being measured by [`measure_all`].
+struct Contender {
+    iterations: u32,
+    samples: Vec<f64>,
+    /// Time spent running it (checked run, warm-up, samples).
+    spent: Duration,
+    stopped_early: bool,
+    /// Out of the rounds: stopped early, out of time, or failed.
+    done: bool,
+    error: Option<String>,
+}
+
+/// Measures every handle on `problem`, **interleaved**: each handle gets one checked (and
+/// verified) run, then all are warmed up, then samples are taken in rounds, one sample of each
+/// live candidate per round, the order reversed every other round. A change in machine load
+/// (another process, a clock change) lands on all candidates alike instead of on whichever was
+/// being measured then, so the ranking does not depend on when it happened.
+///
+/// `best_known` is the best median already stored for the key; with the medians of this
+/// measurement it drives early stopping. Returns one result per handle, in order.
+pub(crate) fn measure_all<O: Operation>(
     op: &O,
-    handle: &O::Handle,
+    handles: &[&O::Handle],
     problem: &mut O::Problem,
     config: &MeasureConfig,
-    best_median: Option<f64>,
-) -> Result<Measured, String> {
-    let started = Instant::now();
-    // One checked run: a wrong answer disqualifies the candidate before any timing.
-    let first = op.time(handle, problem, 1)?;
-    op.verify(handle, problem)
-        .map_err(|e| format!("wrong result: {e}"))?;
-    let per_run = first.max(Duration::from_nanos(1));
-    let iterations = (config.min_sample.as_nanos() / per_run.as_nanos()).clamp(1, 1_000_000) as u32;
-    let warm_until = Instant::now() + config.warmup;
+    best_known: Option<f64>,
+) -> Vec<Result<Measured, String>> {
+    let mut all: Vec<Contender> = handles
+        .iter()
+        .map(|handle| {
+            let started = Instant::now();
+            let checked = op
+                .time(handle, problem, 1)
+                .and_then(|first| {
+                    op.verify(handle, problem)
+                        .map_err(|e| format!("wrong result: {e}"))?;
+                    Ok(first)
+                })
+                .map(|first| {
+                    let per_run = first.max(Duration::from_nanos(1));
+                    (config.min_sample.as_nanos() / per_run.as_nanos()).clamp(1, 1_000_000) as u32
+                });
+            let (iterations, error) = match checked {
+                Ok(n) => (n, None),
+                Err(e) => (1, Some(e)),
+            };
+            Contender {
+                iterations,
+                samples: Vec::with_capacity(config.samples as usize),
+                spent: started.elapsed(),
+                stopped_early: false,
+                done: error.is_some(),
+                error,
+            }
+        })
+        .collect();
+    // Warm-up, round-robin until every live candidate has had its share (at least one run).
+    let warm_until = Instant::now() + config.warmup * (all.len().max(1) as u32);
     loop {
-        op.time(handle, problem, iterations)?;
+        for (c, handle) in all.iter_mut().zip(handles) {
+            if c.done {
+                continue;
+            }
+            let started = Instant::now();
+            if let Err(e) = op.time(handle, problem, c.iterations) {
+                c.error = Some(e);
+                c.done = true;
+            }
+            c.spent += started.elapsed();
+        }
         if Instant::now() >= warm_until {
             break;
         }
     }
-    let mut samples = Vec::with_capacity(config.samples as usize);
-    let mut stopped_early = false;
-    for _ in 0..config.samples.max(1) {
-        let t = op.time(handle, problem, iterations)?;
-        samples.push(t.as_nanos() as f64 / f64::from(iterations));
-        if samples.len() as u32 >= config.early_stop_after
-            && let Some(best) = best_median
-        {
-            let fastest = samples.iter().copied().fold(f64::INFINITY, f64::min);
-            if fastest > best * config.early_stop_ratio {
-                stopped_early = true;
-                break;
+    for round in 0..config.samples.max(1) {
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..all.len()).collect()
+        } else {
+            (0..all.len()).rev().collect()
+        };
+        for i in order {
+            let c = &mut all[i];
+            if c.done {
+                continue;
+            }
+            let started = Instant::now();
+            match op.time(handles[i], problem, c.iterations) {
+                Ok(t) => c
+                    .samples
+                    .push(t.as_nanos() as f64 / f64::from(c.iterations)),
+                Err(e) => {
+                    c.error = Some(e);
+                    c.done = true;
+                }
+            }
+            c.spent += started.elapsed();
+            if c.spent >= config.max_per_candidate {
+                c.done = true;
             }
         }
-        if started.elapsed() >= config.max_per_candidate {
+        if round + 1 >= config.early_stop_after {
+            // The best median so far, over this measurement and what was stored.
+            let best = all
+                .iter()
+                .filter(|c| c.error.is_none() && !c.samples.is_empty())
+                .map(|c| {
+                    let mut s = c.samples.clone();
+                    summarise(&mut s).median_ns
+                })
+                .chain(best_known)
+                .fold(f64::INFINITY, f64::min);
+            for c in all.iter_mut().filter(|c| !c.done) {
+                let fastest = c.samples.iter().copied().fold(f64::INFINITY, f64::min);
+                if fastest > best * config.early_stop_ratio {
+                    c.stopped_early = true;
+                    c.done = true;
+                }
+            }
+        }
+        if all.iter().all(|c| c.done) {
             break;
         }
     }
-    Ok(Measured {
-        stats: summarise(&mut samples),
-        stopped_early,
-    })
+    all.into_iter()
+        .map(|mut c| match c.error {
+            Some(e) => Err(e),
+            None => Ok(Measured {
+                stats: summarise(&mut c.samples),
+                stopped_early: c.stopped_early,
+                spent: c.spent,
+            }),
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An operation whose timings are synthetic: the machine is 3× slower for the first
+    /// `slow_calls` timing calls (load that goes away), then at full speed.
+    struct Drifting {
+        calls: std::sync::atomic::AtomicU32,
+        slow_calls: u32,
+    }
+
+    impl Operation for Drifting {
+        type Key = u32;
+        type Handle = f64;
+        type Problem = ();
+        fn namespace(&self) -> &str {
+            "drift"
+        }
+        fn candidates(&self) -> Vec<cache_core::cache_format::CandidateId> {
+            Vec::new()
+        }
+        fn prepare(
+            &self,
+            _: &cache_core::cache_format::CandidateId,
+            _: &u32,
+        ) -> Result<f64, String> {
+            Ok(0.0)
+        }
+        fn problem(&self, _: &u32) -> Result<(), String> {
+            Ok(())
+        }
+        fn run(&self, _: &f64, _: &mut ()) -> Result<(), String> {
+            Ok(())
+        }
+        fn time(&self, base_ns: &f64, _: &mut (), iterations: u32) -> Result<Duration, String> {
+            let n = self
+                .calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let factor = if n < self.slow_calls { 3.0 } else { 1.0 };
+            Ok(Duration::from_nanos(
+                (base_ns * factor * f64::from(iterations)) as u64,
+            ))
+        }
+    }
+
+    /// Load that changes while a key is measured lands on every candidate alike: the truly
+    /// faster candidate (100 ns against 110 ns) keeps the lower median although the machine
+    /// was 3× slower for the first third of the measurement. Measured one after the other,
+    /// the faster one would have taken all its samples in the slow phase and lost.
+    #[test]
+    fn load_that_changes_mid_measurement_lands_on_all_candidates() {
+        let op = Drifting {
+            calls: 0.into(),
+            slow_calls: 12,
+        };
+        let config = MeasureConfig {
+            warmup: Duration::ZERO,
+            samples: 11,
+            min_sample: Duration::from_nanos(1),
+            max_per_candidate: Duration::from_secs(10),
+            early_stop_after: 3,
+            early_stop_ratio: 100.0,
+        };
+        let (fast, slow) = (100.0, 110.0);
+        let results = measure_all(&op, &[&fast, &slow], &mut (), &config, None);
+        let medians: Vec<f64> = results
+            .iter()
+            .map(|r| r.as_ref().expect("measured").stats.median_ns)
+            .collect();
+        assert!(medians[0] < medians[1], "{medians:?}");
+        assert_eq!(medians, [100.0, 110.0], "both medians are full-speed ones");
+    }
 
     #[test]
     fn statistics_are_median_min_and_mad() {

@@ -1,6 +1,6 @@
 //! The miss path: from a key that missed the dispatch table to a published choice. Looks in
-//! the cache, claims the key across processes, measures what the plan says, records each
-//! measurement as it is taken, and chooses.
+//! the cache, claims the key across processes, measures what the plan says (all candidates
+//! together, interleaved), records the key's measurements in one durable write, and chooses.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,8 +15,11 @@ use cache_core::{Claim, Store};
 use super::flight::Flight;
 use super::plan::{self, Known, Plan, ranked_current};
 use super::{Choice, MissPolicy, Progress, TuneError, TunedInner, lock};
-use crate::measure::measure;
+use crate::measure::measure_all;
 use crate::operation::Operation;
+
+/// A candidate after preparation: its handle (or why it failed) and the time it took.
+type Prepared<H> = (CandidateId, Result<Arc<H>, String>, Duration);
 
 impl<O: Operation> TunedInner<O> {
     pub(super) fn miss(
@@ -125,7 +128,8 @@ impl<O: Operation> TunedInner<O> {
         choice
     }
 
-    /// Measures `list` for the key, records each result as it completes, and chooses.
+    /// Measures `list` for the key, records the results with the candidate set in one record,
+    /// and chooses.
     pub(super) fn tune(
         &self,
         key: &O::Key,
@@ -147,6 +151,7 @@ impl<O: Operation> TunedInner<O> {
             )
         });
         let mut handles: HashMap<CandidateId, Arc<O::Handle>> = HashMap::new();
+        let mut results = Vec::new();
         if !list.is_empty() {
             self.progress(&Progress::Tuning {
                 namespace: self.namespace(),
@@ -158,19 +163,36 @@ impl<O: Operation> TunedInner<O> {
                 key: ckey.to_string(),
                 reason,
             })?;
-            let mut best = ranked_current(&entry, current)
+            let best = ranked_current(&entry, current)
                 .first()
                 .and_then(|c| c.stats().map(|s| s.median_ns));
+            // Prepare (compile) every candidate first, then measure them together,
+            // interleaved (see `measure_all`), so load changes land on all alike.
+            let mut prepared: Vec<Prepared<O::Handle>> = Vec::with_capacity(list.len());
             for spec in &list {
                 let t0 = Instant::now();
-                let outcome = match self.op.prepare(spec, key) {
-                    Err(e) => Err(format!("prepare failed: {e}")),
+                let handle = self
+                    .op
+                    .prepare(spec, key)
+                    .map(Arc::new)
+                    .map_err(|e| format!("prepare failed: {e}"));
+                prepared.push((spec.clone(), handle, t0.elapsed()));
+            }
+            let ready: Vec<&O::Handle> = prepared
+                .iter()
+                .filter_map(|(_, h, _)| h.as_ref().ok().map(|h| &**h))
+                .collect();
+            let mut measured =
+                measure_all(&self.op, &ready, &mut problem, &self.config.measure, best).into_iter();
+            results.reserve(prepared.len());
+            for (spec, handle, prep) in prepared {
+                let (outcome, spent) = match handle {
+                    Err(e) => (Err(e), Duration::ZERO),
                     Ok(handle) => {
-                        let handle = Arc::new(handle);
-                        let measured =
-                            measure(&self.op, &handle, &mut problem, &self.config.measure, best);
+                        let m = measured.next().expect("one result per prepared handle");
                         handles.insert(spec.clone(), handle);
-                        measured
+                        let spent = m.as_ref().map_or(Duration::ZERO, |m| m.spent);
+                        (m, spent)
                     }
                 };
                 let mut candidate = Candidate::new(
@@ -180,28 +202,15 @@ impl<O: Operation> TunedInner<O> {
                         Err(e) => Outcome::Failed(e.clone()),
                     },
                 );
-                candidate.tuning_ns = Some(t0.elapsed().as_nanos() as u64);
-                if let Ok(m) = &outcome {
-                    best = Some(best.map_or(m.stats.median_ns, |b| b.min(m.stats.median_ns)));
-                }
+                candidate.tuning_ns = Some((prep + spent).as_nanos() as u64);
                 self.counters.measured.fetch_add(1, Ordering::Relaxed);
-                // Durable now, marked incomplete (a zero candidate-set checksum), so a kill
-                // resumes here.
-                let record = Entry::new(
-                    ckey.clone(),
-                    Fingerprint::default(),
-                    origin.clone(),
-                    now_millis(),
-                    [candidate],
-                );
-                entry.merge(record.clone());
-                self.record(record);
                 self.progress(&Progress::Measured {
                     namespace: self.namespace(),
-                    candidate: spec,
+                    candidate: &spec,
                     result: outcome.as_ref().map(|m| &m.stats).map_err(String::as_str),
                     stopped_early: outcome.as_ref().is_ok_and(|m| m.stopped_early),
                 });
+                results.push(candidate);
             }
             self.counters.tuned_keys.fetch_add(1, Ordering::Relaxed);
             lock(&self.counted).insert(ckey.fingerprint());
@@ -209,8 +218,9 @@ impl<O: Operation> TunedInner<O> {
                 .tuning_ns
                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
-        // Complete for this candidate set.
-        let done = Entry::new(ckey.clone(), set, origin, now_millis(), []);
+        // The measurements and the candidate set they complete, in one record: one durable
+        // write per key, and no state in which the set is recorded without its results.
+        let done = Entry::new(ckey.clone(), set, origin, now_millis(), results);
         entry.merge(done.clone());
         self.record(done);
         let choice = self.choose(key, ckey, current, &entry, handles)?;

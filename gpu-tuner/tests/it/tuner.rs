@@ -507,3 +507,28 @@ fn tuning_does_not_wait_per_measurement_on_a_lock_another_process_holds() {
         .expect("the whole tune reached the file");
     assert_eq!(entry.candidates().len(), 5);
 }
+
+/// Issue 10: a key's measurements and its candidate set go to disk in one record, one durable
+/// write, whatever the number of candidates (before, one record and one sync per candidate
+/// plus one for the set, each record repeating the entry so far).
+#[test]
+fn a_tuned_key_is_one_journal_record() {
+    use cache_core::cache_format::{Limits, read_journal_header, scan_records};
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("c.tcache");
+    let cache = open(&path);
+    let op = TestOp::new(
+        "t",
+        &[("a", 50), ("b", 60), ("c", 70), ("d", 80), ("e", 90)],
+    );
+    let t = tuned(&cache, op, quick());
+    t.get(&TestKey { size: 1 }).expect("first key"); // writes the snapshot
+    t.get(&TestKey { size: 2 }).expect("second key"); // appends
+    let journal = std::fs::read(dir.path().join("c.tcache.journal")).expect("journal");
+    let limits = Limits::default();
+    let (_, _, start) = read_journal_header(&journal, &limits).expect("header");
+    let scan = scan_records(&journal, start, &limits);
+    assert_eq!(scan.records.len(), 1, "one record for the second key");
+    let second = cache.lookup(t.namespace(), &cache_key(2)).expect("stored");
+    assert_eq!(second.candidates().len(), 5);
+}
