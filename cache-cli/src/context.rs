@@ -158,10 +158,10 @@ impl<'a> Context<'a> {
 
     /// The application and schema a write to `path` records in: the file's own, or (a new
     /// file) the context's application and `schema`.
+    /// Only the header is read, so this costs the same for any size of cache.
     pub(crate) fn write_target(&self, path: &Path, schema: u32) -> anyhow::Result<(String, u32)> {
-        let found = inspect(path, &Limits::default(), None)?;
-        Ok(match &found.snapshot.header {
-            Some(h) => (h.app.clone(), h.schema),
+        Ok(match peek_header(path) {
+            Some(h) => (h.app, h.schema),
             None => (self.app(), schema),
         })
     }
@@ -178,10 +178,24 @@ impl<'a> Context<'a> {
 /// the import) if it was not saved. The process exits next, so a save that did not finish in
 /// time does not go on: the message says to run the command again.
 pub(crate) fn close(cache: Cache, what: &str, path: &Path) -> anyhow::Result<()> {
-    // A save that takes a while (a held lock, a large file) says so on stderr, then every
-    // ten seconds, so a waiting user knows it is not stuck.
+    match saving(what, path, || cache.close()) {
+        Ok(()) => Ok(()),
+        Err(cache_core::StoreError::FlushTimeout(waited)) => bail!(
+            "{what} may not be in {}: the save did not finish within {waited:?} (another process may hold the lock, or the file is large); run the command again",
+            path.display()
+        ),
+        Err(e) => {
+            Err(anyhow::Error::new(e)
+                .context(format!("{what} was not saved to {}", path.display())))
+        }
+    }
+}
+
+/// Runs `save` (a save of `what` to `path`); one that takes a while (a held lock, a large
+/// file) says so on stderr after 2 s, then every 10 s, so a waiting user knows it is not stuck.
+pub(crate) fn saving<T>(what: &str, path: &Path, save: impl FnOnce() -> T) -> T {
     let (done, finished) = std::sync::mpsc::channel::<()>();
-    let closed = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         s.spawn(move || {
             let started = std::time::Instant::now();
             let mut pause = Duration::from_secs(2);
@@ -195,25 +209,20 @@ pub(crate) fn close(cache: Cache, what: &str, path: &Path) -> anyhow::Result<()>
                 pause = Duration::from_secs(10);
             }
         });
-        let closed = cache.close();
+        let result = save();
         drop(done);
-        closed
-    });
-    match closed {
-        Ok(()) => Ok(()),
-        Err(cache_core::StoreError::FlushTimeout(waited)) => bail!(
-            "{what} may not be in {}: the save did not finish within {waited:?} (another process may hold the lock, or the file is large); run the command again",
-            path.display()
-        ),
-        Err(e) => {
-            Err(anyhow::Error::new(e)
-                .context(format!("{what} was not saved to {}", path.display())))
-        }
-    }
+        result
+    })
 }
 
 /// The application named in a cache file's header, read from its first bytes only.
 pub(crate) fn peek_app(path: &Path) -> Option<String> {
+    peek_header(path).map(|h| h.app)
+}
+
+/// A cache file's header, read from its first bytes only (`None` if there is no readable
+/// header: no file, not a regular file, damage).
+pub(crate) fn peek_header(path: &Path) -> Option<cache_format::Header> {
     use std::io::Read;
     // Only a regular file is opened (opening a FIFO blocks); the inspection that follows
     // names anything else.
@@ -228,5 +237,5 @@ pub(crate) fn peek_app(path: &Path) -> Option<String> {
         .ok()?;
     cache_format::peek_header(&prefix, &Limits::default())
         .ok()
-        .map(|(_, h)| h.app)
+        .map(|(_, h)| h)
 }

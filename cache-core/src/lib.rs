@@ -29,6 +29,7 @@ mod lock;
 mod memory;
 mod migrate;
 mod namespace;
+mod record;
 mod store;
 
 pub use artifact::{ArtifactStore, Eviction};
@@ -40,6 +41,7 @@ pub use inspect::{GateVerdict, Inspection, JournalInfo, SnapshotInfo, inspect};
 pub use memory::MemoryStore;
 pub use migrate::{MigrateOptions, MigrateOutcome, migrate_file};
 pub use namespace::{MAX_NAMESPACE_LEN, MAX_NAMESPACES, Namespace};
+pub use record::{AppendOptions, Appended, append_to_file};
 pub use store::Store;
 
 pub use cache_format;

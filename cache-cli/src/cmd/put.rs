@@ -7,12 +7,13 @@ use anyhow::Context as _;
 use clap::Args;
 use serde::Serialize;
 
-use cache_core::{Namespace, Store};
+use cache_core::cache_migrate::Migrations;
+use cache_core::{AppendOptions, Appended, Namespace, Store, append_to_file};
 use cache_format::{
     Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, Scope, Stats, now_millis,
 };
 
-use crate::context::{Context, close};
+use crate::context::{Context, close, saving};
 use crate::exit;
 use crate::options::{KeyArgs, WaitArgs, nonneg_f64, usage};
 use crate::output::{Out, Report};
@@ -114,18 +115,33 @@ impl PutArgs {
             Origin::Measured(who) => Origin::Measured(format!("{who} via tunecache put")),
             other => other,
         };
-        let cache = ctx.open_for_write(
-            "put",
-            &path,
-            ctx.write_target(&path, self.schema)?,
-            scope,
-            self.wait.wait,
-        )?;
-        cache.try_put(
-            ns,
-            Entry::new(key.clone(), set, origin, now_millis(), [candidate]),
-        )?;
-        close(cache, "the result", &path)?;
+        let target = ctx.write_target(&path, self.schema)?;
+        let entry = Entry::new(key.clone(), set, origin, now_millis(), [candidate]);
+        // One record appended under the lock, reading only the header: the cost does not
+        // depend on the cache's size. A file that needs more (none yet, an older schema,
+        // repairs, a compaction due) goes through a Cache, as the library would.
+        ctx.check_writable("put")?;
+        let options = AppendOptions {
+            lock_timeout: self.wait.wait,
+            ..AppendOptions::default()
+        };
+        let registry = Migrations::new(target.0.clone(), target.1);
+        let appended = saving("the result", &path, || {
+            append_to_file(
+                &path,
+                &registry,
+                &scope,
+                vec![(ns, entry.clone())],
+                &options,
+            )
+        })
+        .with_context(|| format!("the result was not saved to {}", path.display()))?;
+        if let Appended::NeedsCache { reason } = appended {
+            tracing::debug!("tunecache put: through a full open: {reason}");
+            let cache = ctx.open_for_write("put", &path, target, scope, self.wait.wait)?;
+            cache.try_put(ns, entry)?;
+            close(cache, "the result", &path)?;
+        }
         let report = PutReport {
             recorded: true,
             namespace: self.key.namespace,

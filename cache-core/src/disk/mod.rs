@@ -24,6 +24,7 @@ use cache_migrate::{MigrateError, Migrations, Report, upgrade};
 use crate::error::{Cause, StoreError};
 use crate::fsio::{self, FileId, read_range, read_with_id};
 
+mod append;
 mod repair;
 mod write;
 

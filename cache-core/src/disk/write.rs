@@ -30,23 +30,7 @@ impl Disk {
         let record = if batch.is_empty() {
             Vec::new()
         } else {
-            let record = encode_record(batch);
-            // What is appended must be readable (see write_snapshot).
-            let limits = &self.options.limits;
-            let scan = scan_records(&record, 0, limits);
-            let checked = match (scan.records.first(), scan.damaged.first()) {
-                (Some(payload), _) => check_payload(&record[payload.clone()], limits),
-                (None, Some(damage)) => Err(damage.error.clone()),
-                (None, None) => Err(FormatError::Invalid {
-                    what: "journal record",
-                    detail: "this build encoded a record it cannot read back".into(),
-                }),
-            };
-            checked.map_err(|source| StoreError::Format {
-                path: self.paths.journal.clone(),
-                source,
-            })?;
-            record
+            self.checked_record(batch)?
         };
         let snapshot_len = self.cursor.snapshot.as_ref().map(|s| s.id.len);
         let journal_len = fsio::stat(&self.paths.journal)?.map_or(0, |m| m.len());
@@ -89,6 +73,27 @@ impl Disk {
         }
         self.append(&record)?;
         Ok(Vec::new())
+    }
+
+    /// `batch` encoded as one journal record, checked as a reader would check it: what is
+    /// appended must be readable (see `write_snapshot`).
+    pub(super) fn checked_record(&self, batch: &CacheData) -> Result<Vec<u8>, StoreError> {
+        let record = encode_record(batch);
+        let limits = &self.options.limits;
+        let scan = scan_records(&record, 0, limits);
+        let checked = match (scan.records.first(), scan.damaged.first()) {
+            (Some(payload), _) => check_payload(&record[payload.clone()], limits),
+            (None, Some(damage)) => Err(damage.error.clone()),
+            (None, None) => Err(FormatError::Invalid {
+                what: "journal record",
+                detail: "this build encoded a record it cannot read back".into(),
+            }),
+        };
+        checked.map_err(|source| StoreError::Format {
+            path: self.paths.journal.clone(),
+            source,
+        })?;
+        Ok(record)
     }
 
     /// Compacts; `None` if `deadline` passed first (then nothing was written).
@@ -214,7 +219,7 @@ impl Disk {
         Ok(events)
     }
 
-    fn append(&mut self, record: &[u8]) -> Result<(), Failure> {
+    pub(super) fn append(&mut self, record: &[u8]) -> Result<(), Failure> {
         let path = self.paths.journal.clone();
         let snap = self
             .cursor

@@ -5,6 +5,7 @@
 //! Integration tests of cache-core: one binary, a module per concern. Concurrency, crash and
 //! lock tests use real child processes (this binary re-executed, see `children`).
 
+mod append;
 mod artifacts;
 mod basics;
 mod children;

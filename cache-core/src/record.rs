@@ -1,0 +1,100 @@
+//! Recording results into a cache file without loading it ([`append_to_file`]): one journal
+//! record appended under the lock, at a cost that does not depend on the cache's size. For
+//! one-shot writers such as `tunecache put`; a long-running program uses a [`crate::Cache`].
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cache_format::{CacheData, Entry, Limits, Scope};
+use cache_migrate::Migrations;
+
+use crate::cache::check_entry;
+use crate::disk::{Disk, DiskOptions, Failure, Paths};
+use crate::error::StoreError;
+use crate::lock::CacheLock;
+use crate::namespace::Namespace;
+
+/// How [`append_to_file`] writes.
+#[derive(Debug, Clone)]
+pub struct AppendOptions {
+    /// Longest wait for the cache lock.
+    pub lock_timeout: Duration,
+    /// The bounds every entry is checked against (the readers' bounds).
+    pub limits: Limits,
+}
+
+impl Default for AppendOptions {
+    fn default() -> Self {
+        AppendOptions {
+            lock_timeout: Duration::from_secs(10),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// What [`append_to_file`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Appended {
+    /// The entries are durable, in one journal record.
+    Done,
+    /// Nothing was written: the file needs more than an append (no file yet, an older
+    /// schema, a damaged or stale journal, a compaction due). Open a [`crate::Cache`] to
+    /// record them: it reads, repairs, migrates and compacts.
+    NeedsCache {
+        /// Why, in a few words.
+        reason: &'static str,
+    },
+}
+
+/// Appends `entries` (of `scope`) to the cache file at `path` as one journal record, under
+/// the cache lock, after reading only the snapshot's header and the journal's framing. The
+/// file must be at `registry`'s application and current schema. Each entry is checked as
+/// [`crate::Store::try_put`] checks it (an entry no reader could read is
+/// [`StoreError::Refused`], and nothing is written) and timestamps from the future are set
+/// to the present. The merge rule makes the record's entries combine with what the file
+/// holds when it is read, exactly as if a `Cache` had saved them.
+pub fn append_to_file(
+    path: &Path,
+    registry: &Migrations,
+    scope: &Scope,
+    entries: Vec<(Namespace, Entry)>,
+    options: &AppendOptions,
+) -> Result<Appended, StoreError> {
+    let now = cache_format::now_millis();
+    let mut batch = CacheData::new();
+    for (ns, mut entry) in entries {
+        check_entry(scope, ns.name(), &entry, &options.limits).map_err(|reason| {
+            StoreError::Refused {
+                namespace: ns.name().to_owned(),
+                reason,
+            }
+        })?;
+        entry.clamp_future(now);
+        batch.insert(scope, ns.name(), entry);
+    }
+    let paths = Paths::new(path.to_owned());
+    let disk_options = DiskOptions {
+        limits: options.limits,
+        compact_ratio: 0.5,
+        compact_min_bytes: 1 << 20,
+        backup_on_migrate: false,
+        compaction_budget: None,
+    };
+    // Nothing is created beside a path that is not a regular file, or for a cache that does
+    // not exist yet (the full path creates it).
+    crate::fsio::check_regular(&paths.snapshot)?;
+    if crate::fsio::stat(&paths.snapshot)?.is_none() {
+        return Ok(Appended::NeedsCache {
+            reason: "no cache file yet",
+        });
+    }
+    let mut disk = Disk::new(paths, Arc::new(registry.clone()), disk_options);
+    let _lock = CacheLock::acquire(&disk.paths.lock, &disk.paths.dir, options.lock_timeout)?;
+    match disk.append_unread(&batch) {
+        Ok(Ok(())) => Ok(Appended::Done),
+        Ok(Err(reason)) => Ok(Appended::NeedsCache { reason }),
+        Err(Failure::Blocked(b)) => Err(b.into_error()),
+        Err(Failure::Retry(e)) => Err(e),
+    }
+}

@@ -1,0 +1,179 @@
+//! `append_to_file`: one record appended under the lock without loading the cache; anything
+//! that needs more is left to a `Cache`, with nothing written.
+
+use cache_core::cache_format::{
+    Candidate, Entry, Fields, Fingerprint, Limits, Origin, Scope, Stats, Value,
+    read_journal_header, scan_records,
+};
+use cache_core::cache_migrate::{Migrations, Step};
+use cache_core::{AppendOptions, Appended, Store, StoreError, append_to_file};
+
+use crate::support::{APP, builder, entry, has, ids_on_disk, key, ns, path_in, registry, temp_dir};
+
+fn records(path: &std::path::Path) -> usize {
+    let Ok(bytes) = std::fs::read(path) else {
+        return 0;
+    };
+    let limits = Limits::default();
+    let (_, _, start) = read_journal_header(&bytes, &limits).expect("journal header");
+    scan_records(&bytes, start, &limits).records.len()
+}
+
+fn append(path: &std::path::Path, ids: std::ops::Range<u64>) -> Result<Appended, StoreError> {
+    let entries = ids.map(|i| (ns(), entry(7, i))).collect();
+    append_to_file(
+        path,
+        &registry(1),
+        &Scope::default(),
+        entries,
+        &AppendOptions::default(),
+    )
+}
+
+#[test]
+fn an_append_adds_one_record_and_merges_on_read() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    {
+        let cache = builder(&path).open();
+        for i in 0..50 {
+            cache.put(ns(), entry(1, i));
+        }
+        cache.flush().expect("saved");
+    }
+    let snapshot = std::fs::read(&path).expect("snapshot");
+    assert_eq!(append(&path, 0..3).expect("append"), Appended::Done);
+    assert_eq!(append(&path, 3..4).expect("append"), Appended::Done);
+    let journal = path_in(&dir, "c.tcache.journal");
+    assert_eq!(records(&journal), 2, "one record per append");
+    assert_eq!(
+        std::fs::read(&path).expect("snapshot"),
+        snapshot,
+        "snapshot untouched"
+    );
+    assert_eq!(ids_on_disk(&path, 7, 4), [0, 1, 2, 3]);
+    assert_eq!(ids_on_disk(&path, 1, 50).len(), 50);
+}
+
+/// A running cache in another "process" sees what was appended at its next refresh, and its
+/// own later saves keep it.
+#[test]
+fn a_running_cache_reads_what_was_appended() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let cache = builder(&path).open();
+    cache.put(ns(), entry(1, 1));
+    cache.flush().expect("saved");
+    assert_eq!(append(&path, 0..1).expect("append"), Appended::Done);
+    cache.refresh().expect("refresh");
+    assert!(has(&cache, 7, 0));
+    cache.put(ns(), entry(1, 2));
+    cache.flush().expect("saved");
+    drop(cache);
+    assert_eq!(ids_on_disk(&path, 7, 1), [0]);
+    assert_eq!(ids_on_disk(&path, 1, 3), [1, 2]);
+}
+
+/// What needs more than an append is left alone, with the reason: no file, an older schema,
+/// a torn or stale journal. Nothing is written.
+#[test]
+fn anything_but_a_plain_append_is_left_to_a_cache() {
+    let dir = temp_dir();
+    let missing = path_in(&dir, "missing.tcache");
+    assert!(matches!(
+        append(&missing, 0..1),
+        Ok(Appended::NeedsCache { .. })
+    ));
+    assert!(!missing.exists() && !path_in(&dir, "missing.tcache.lock").exists());
+
+    let path = path_in(&dir, "c.tcache");
+    {
+        let cache = builder(&path).open();
+        cache.put(ns(), entry(1, 1));
+        cache.flush().expect("snapshot");
+        cache.put(ns(), entry(1, 2));
+        cache.flush().expect("journal");
+    }
+    let journal = path_in(&dir, "c.tcache.journal");
+    // An older file for this registry: migrating is a Cache's job.
+    let newer = Migrations::new(APP, 2)
+        .with(Step::declarative(1, 2, "nothing", vec![]))
+        .expect("registry");
+    let before = (std::fs::read(&path).ok(), std::fs::read(&journal).ok());
+    let r = append_to_file(
+        &path,
+        &newer,
+        &Scope::default(),
+        vec![(ns(), entry(7, 0))],
+        &AppendOptions::default(),
+    );
+    assert!(matches!(r, Ok(Appended::NeedsCache { .. })), "{r:?}");
+    // A torn tail: repairing it is a Cache's job.
+    let mut torn = std::fs::read(&journal).expect("journal");
+    torn.extend_from_slice(&[0x92, 0xc6, 0, 0]);
+    std::fs::write(&journal, &torn).expect("tear");
+    let r = append(&path, 0..1);
+    assert!(matches!(r, Ok(Appended::NeedsCache { .. })), "{r:?}");
+    assert_eq!(
+        std::fs::read(&journal).expect("journal"),
+        torn,
+        "left as it was"
+    );
+    assert_eq!(std::fs::read(&path).ok(), before.0);
+    // The Cache path then repairs and records.
+    let cache = builder(&path).open();
+    cache.put(ns(), entry(7, 0));
+    cache.flush().expect("saved");
+    drop(cache);
+    assert_eq!(append(&path, 1..2).expect("append"), Appended::Done);
+    assert_eq!(ids_on_disk(&path, 7, 2), [0, 1]);
+    assert_eq!(ids_on_disk(&path, 1, 3), [1, 2]);
+}
+
+/// An entry no reader could read is refused, naming the field, and nothing is written.
+#[test]
+fn an_append_refuses_what_no_reader_could_read() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    {
+        let cache = builder(&path).open();
+        cache.put(ns(), entry(1, 1));
+        cache.flush().expect("saved");
+    }
+    let mut deep = Value::Int(1);
+    for _ in 0..30 {
+        deep = Value::List(vec![deep]);
+    }
+    let stats = Stats {
+        median_ns: 1.0,
+        min_ns: 1.0,
+        spread_ns: 0.0,
+        samples: 1,
+    };
+    let bad = Entry::new(
+        key(7, 0),
+        Fingerprint::default(),
+        Origin::here(),
+        1,
+        [Candidate::measured(
+            "tiled",
+            Fields::from([("p".to_owned(), deep)]),
+            stats,
+        )],
+    );
+    let r = append_to_file(
+        &path,
+        &registry(1),
+        &Scope::default(),
+        vec![(ns(), entry(7, 1)), (ns(), bad)],
+        &AppendOptions::default(),
+    );
+    match r {
+        Err(StoreError::Refused { reason, .. }) => assert!(reason.contains("\"p\""), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(
+        !path_in(&dir, "c.tcache.journal").exists(),
+        "nothing written"
+    );
+}
