@@ -70,21 +70,16 @@ pub(crate) fn scope_filter(scope: Option<&str>) -> anyhow::Result<Option<Scope>>
 }
 
 /// The entries recorded for `key` in `namespace`, in every scope or only `scope`.
-pub(crate) fn entries_for<'a>(
-    found: &'a Inspection,
+pub(crate) fn entries_for(
+    found: &Inspection,
     namespace: &str,
     key: &Key,
     scope: Option<&Scope>,
-) -> Vec<(&'a Scope, &'a Entry)> {
+) -> Vec<(Scope, Entry)> {
     found
-        .data
-        .scopes()
-        .filter(|(s, _)| scope.is_none_or(|want| want == *s))
-        .filter_map(|(s, data)| {
-            data.namespace(namespace)
-                .and_then(|e| e.get(&key.fingerprint()))
-                .map(|e| (s, e))
-        })
+        .find(namespace, &key.fingerprint())
+        .into_iter()
+        .filter(|(s, _)| scope.is_none_or(|want| want == s))
         .collect()
 }
 

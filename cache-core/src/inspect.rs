@@ -8,10 +8,13 @@
 
 use std::path::{Path, PathBuf};
 
-use cache_format::raw::{decode_payload, decode_snapshot};
+use std::collections::{BTreeMap, HashSet};
+use std::ops::ControlFlow;
+
+use cache_format::raw::{decode_entry, decode_payload, entry_fingerprint, walk_payload};
 use cache_format::{
-    CacheData, FormatVersion, Header, JournalHeader, Limits, Tail, read_journal_header,
-    read_snapshot, scan_records,
+    CacheData, Entry, Fingerprint, FormatVersion, Header, JournalHeader, Limits, Scope, Tail,
+    read_journal_header, read_snapshot, scan_records,
 };
 use cache_migrate::{Gate, MigrateError, Migrations};
 
@@ -58,8 +61,14 @@ pub struct Inspection {
     pub snapshot: SnapshotInfo,
     /// The journal.
     pub journal: JournalInfo,
-    /// Every readable entry (snapshot plus current journal), all scopes, as stored.
-    pub data: CacheData,
+    /// The snapshot file's bytes and where its payload (envelope and checksums verified) lies
+    /// in them, walked entry by entry.
+    payload: Option<(Vec<u8>, std::ops::Range<usize>)>,
+    /// The entries of the current journal's records, decoded (a journal is small).
+    journal_data: CacheData,
+    /// Every entry, once [`Inspection::migrate_in_memory`] has turned them into what this
+    /// build reads (then the payload is not walked any more).
+    migrated: Option<CacheData>,
     /// Everything wrong, one line each; empty for a healthy cache.
     pub problems: Vec<String>,
     /// Things worth knowing that are not wrong (a stale journal, a torn tail).
@@ -163,11 +172,192 @@ impl Inspection {
         let Some(app) = self.snapshot.header.as_ref().map(|h| h.app.clone()) else {
             return Ok(None);
         };
-        let bytes = cache_format::encode_payload(&self.data);
+        let bytes = cache_format::encode_payload(&self.data());
         let up =
             cache_migrate::upgrade(registry, FormatVersion::CURRENT, &app, from, &bytes, limits)?;
-        self.data = up.data;
+        self.migrated = Some(up.data);
         Ok(up.report)
+    }
+
+    fn payload_bytes(&self) -> Option<&[u8]> {
+        self.payload
+            .as_ref()
+            .map(|(bytes, range)| &bytes[range.clone()])
+    }
+
+    /// Calls `visit` with every readable entry (the snapshot's, each merged with what the
+    /// current journal records for its key, then the journal's new keys), one at a time, in
+    /// constant memory beyond the journal's entries, until it returns `Break`. Returns the
+    /// entries that could not be decoded, one line each (they are skipped).
+    pub fn for_each_entry(
+        &self,
+        mut visit: impl FnMut(&Scope, &str, &Entry) -> ControlFlow<()>,
+    ) -> Vec<String> {
+        if let Some(data) = &self.migrated {
+            for (scope, ns, entry) in data.entries() {
+                if visit(scope, ns, entry).is_break() {
+                    break;
+                }
+            }
+            return Vec::new();
+        }
+        let mut problems = Vec::new();
+        let mut overlaid: HashSet<(Fingerprint, String, Fingerprint)> = HashSet::new();
+        let mut stopped = false;
+        if let Some(payload) = self.payload_bytes() {
+            let walked = walk_payload(payload, |scope, ns, bytes| match decode_entry(bytes, ns) {
+                Ok(mut entry) => {
+                    if let Some(j) = self.journal_data.get(scope, ns, &entry.fingerprint()) {
+                        entry.merge(j.clone());
+                        overlaid.insert((scope.fingerprint(), ns.to_owned(), entry.fingerprint()));
+                    }
+                    let flow = visit(scope, ns, &entry);
+                    stopped = flow.is_break();
+                    flow
+                }
+                Err(e) => {
+                    problems.push(format!("{}: {e}", self.path.display()));
+                    ControlFlow::Continue(())
+                }
+            });
+            if let Err(e) = walked {
+                problems.push(format!("{}: {e}", self.path.display()));
+            }
+        }
+        if !stopped {
+            for (scope, ns, entry) in self.journal_data.entries() {
+                let key = (scope.fingerprint(), ns.to_owned(), entry.fingerprint());
+                if !overlaid.contains(&key) && visit(scope, ns, entry).is_break() {
+                    break;
+                }
+            }
+        }
+        problems
+    }
+
+    /// How many entries each scope's namespaces hold (the snapshot's plus the journal's new
+    /// keys), counted from the stored fingerprints without decoding the entries.
+    pub fn counts(&self) -> BTreeMap<Scope, BTreeMap<String, usize>> {
+        let mut counts: BTreeMap<Scope, BTreeMap<String, usize>> = BTreeMap::new();
+        let mut add = |scope: &Scope, ns: &str, n: usize| {
+            *counts
+                .entry(scope.clone())
+                .or_default()
+                .entry(ns.to_owned())
+                .or_default() += n;
+        };
+        if let Some(data) = &self.migrated {
+            for (scope, ns, _) in data.entries() {
+                add(scope, ns, 1);
+            }
+            return counts;
+        }
+        // Journal keys the snapshot also holds are not new entries.
+        let mut known: HashSet<(Fingerprint, String, Fingerprint)> = HashSet::new();
+        if let Some(payload) = self.payload_bytes() {
+            let mut run: Option<(Scope, String, usize)> = None;
+            let _ = walk_payload(payload, |scope, ns, bytes| {
+                match &mut run {
+                    Some((s, n, count)) if s == scope && n == ns => *count += 1,
+                    _ => {
+                        if let Some((s, n, count)) = run.take() {
+                            add(&s, &n, count);
+                        }
+                        run = Some((scope.clone(), ns.to_owned(), 1));
+                    }
+                }
+                if !self.journal_data.is_empty()
+                    && let Some(fp) = entry_fingerprint(bytes)
+                    && self.journal_data.get(scope, ns, &fp).is_some()
+                {
+                    known.insert((scope.fingerprint(), ns.to_owned(), fp));
+                }
+                ControlFlow::Continue(())
+            });
+            if let Some((s, n, count)) = run.take() {
+                add(&s, &n, count);
+            }
+        }
+        for (scope, ns, entry) in self.journal_data.entries() {
+            if !known.contains(&(scope.fingerprint(), ns.to_owned(), entry.fingerprint())) {
+                add(scope, ns, 1);
+            }
+        }
+        counts
+    }
+
+    /// The entries recorded for the key fingerprint `fp` in namespace `ns`, one per scope it
+    /// was recorded in: only those entries are decoded.
+    pub fn find(&self, ns: &str, fp: &Fingerprint) -> Vec<(Scope, Entry)> {
+        let mut found: Vec<(Scope, Entry)> = Vec::new();
+        if let Some(data) = &self.migrated {
+            for (scope, data) in data.scopes() {
+                if let Some(e) = data.namespace(ns).and_then(|n| n.get(fp)) {
+                    found.push((scope.clone(), e.clone()));
+                }
+            }
+            return found;
+        }
+        if let Some(payload) = self.payload_bytes() {
+            let _ = walk_payload(payload, |scope, name, bytes| {
+                if name == ns
+                    && entry_fingerprint(bytes).as_ref() == Some(fp)
+                    && let Ok(entry) = decode_entry(bytes, ns)
+                {
+                    found.push((scope.clone(), entry));
+                }
+                ControlFlow::Continue(())
+            });
+        }
+        for (scope, data) in self.journal_data.scopes() {
+            if let Some(j) = data.namespace(ns).and_then(|n| n.get(fp)) {
+                match found.iter_mut().find(|(s, _)| s == scope) {
+                    Some((_, e)) => e.merge(j.clone()),
+                    None => found.push((scope.clone(), j.clone())),
+                }
+            }
+        }
+        found
+    }
+
+    /// Every readable entry, whole (for callers that need them all at once; the others walk
+    /// them with [`Inspection::for_each_entry`]).
+    pub fn data(&self) -> CacheData {
+        if let Some(data) = &self.migrated {
+            return data.clone();
+        }
+        let mut data = CacheData::new();
+        self.for_each_entry(|scope, ns, entry| {
+            data.insert(scope, ns, entry.clone());
+            ControlFlow::Continue(())
+        });
+        data
+    }
+
+    /// Decodes every entry and lists what is wrong with them: entries that do not decode, and
+    /// a header whose entry count is not the payload's. What `verify` checks beyond the files'
+    /// framing, in constant memory. Returns the number of readable entries too.
+    pub fn check_entries(&self) -> (usize, Vec<String>) {
+        let mut entries = 0usize;
+        let mut problems = self.for_each_entry(|_, _, _| {
+            entries += 1;
+            ControlFlow::Continue(())
+        });
+        if let (Some(payload), Some(header)) = (self.payload_bytes(), &self.snapshot.header) {
+            let mut stored = 0u64;
+            let _ = walk_payload(payload, |_, _, _| {
+                stored += 1;
+                ControlFlow::Continue(())
+            });
+            if stored != header.entries {
+                problems.push(format!(
+                    "{}: the header counts {} entries, the payload holds {stored}",
+                    self.path.display(),
+                    header.entries
+                ));
+            }
+        }
+        (entries, problems)
     }
 }
 
@@ -214,7 +404,9 @@ fn inspect_once(
         journal_path: paths.journal.clone(),
         snapshot: SnapshotInfo::default(),
         journal: JournalInfo::default(),
-        data: CacheData::new(),
+        payload: None,
+        journal_data: CacheData::new(),
+        migrated: None,
         problems: Vec::new(),
         notes: Vec::new(),
         gate: None,
@@ -222,6 +414,7 @@ fn inspect_once(
     let mut generation = None;
     if let Some(bytes) = read(&paths.snapshot, limits, &mut out.problems)? {
         out.snapshot.bytes = Some(bytes.len() as u64);
+        let mut range = None;
         match read_snapshot(&bytes, limits) {
             Ok(snap) => {
                 out.snapshot.format = Some(snap.format);
@@ -231,24 +424,15 @@ fn inspect_once(
                     &snap.header.app,
                     snap.header.schema,
                 ));
-                match decode_snapshot(&snap) {
-                    Ok(data) => {
-                        if data.len() as u64 != snap.header.entries {
-                            out.problems.push(format!(
-                                "{}: the header counts {} entries, the payload holds {}",
-                                path.display(),
-                                snap.header.entries,
-                                data.len()
-                            ));
-                        }
-                        out.data = data;
-                    }
-                    Err(e) => out.problems.push(format!("{}: {e}", path.display())),
-                }
+                let payload = snap.payload_bytes();
+                let start = payload.as_ptr() as usize - bytes.as_ptr() as usize;
+                range = Some(start..start + payload.len());
                 out.snapshot.header = Some(snap.header);
             }
             Err(e) => out.problems.push(format!("{}: {e}", path.display())),
         }
+        // The file's bytes are kept, not copied: the payload is walked in place.
+        out.payload = range.map(|r| (bytes, r));
     }
     let jpath = &paths.journal;
     if let Some(bytes) = read(jpath, limits, &mut out.problems)? {
@@ -314,7 +498,7 @@ fn inspect_once(
                 if !out.journal.stale {
                     for range in &scan.records {
                         match decode_payload(&bytes[range.clone()], limits) {
-                            Ok(data) => out.data.merge(data),
+                            Ok(data) => out.journal_data.merge(data),
                             Err(e) => out.problems.push(format!(
                                 "{}: record at offset {}: {e}",
                                 jpath.display(),
@@ -347,12 +531,12 @@ fn read(
             ));
             Ok(None)
         }
-        Ok(_) => {
+        Ok(m) => {
             let Some(file) = crate::fsio::open_regular(path)? else {
                 return Ok(None);
             };
             // Bounded by the bytes actually read, not by what the metadata said.
-            let mut bytes = Vec::new();
+            let mut bytes = Vec::with_capacity(m.len().min(limits.max_file_bytes) as usize + 1);
             std::io::Read::read_to_end(
                 &mut std::io::Read::take(file, limits.max_file_bytes + 1),
                 &mut bytes,

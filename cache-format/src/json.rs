@@ -366,13 +366,19 @@ pub fn to_lines_versioned(data: &CacheData, app: &str, schema: u32) -> String {
 fn lines_of(data: &CacheData, version: Option<(&str, u32)>) -> String {
     let mut out = String::new();
     for (scope, ns, entry) in data.entries() {
-        let mut r = record(scope, ns, entry);
-        if let Some((app, schema)) = version {
-            r.app = Some(app.to_owned());
-            r.schema = Some(schema);
-        }
-        out.push_str(&serde_json::to_string(&r).expect("a record always serializes"));
+        out.push_str(&line(scope, ns, entry, version));
         out.push('\n');
     }
     out
+}
+
+/// One JSON line (without its line break) for an entry, labelled with the application and
+/// schema it is written in when `version` is given.
+pub fn line(scope: &Scope, namespace: &str, entry: &Entry, version: Option<(&str, u32)>) -> String {
+    let mut r = record(scope, namespace, entry);
+    if let Some((app, schema)) = version {
+        r.app = Some(app.to_owned());
+        r.schema = Some(schema);
+    }
+    serde_json::to_string(&r).expect("a record always serializes")
 }

@@ -27,6 +27,7 @@ mod model;
 pub mod raw;
 mod scan;
 mod ser;
+mod stream;
 mod value;
 mod wire;
 

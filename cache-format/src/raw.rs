@@ -45,3 +45,5 @@ pub fn decode_snapshot(snap: &Snapshot<'_>) -> Result<CacheData, FormatError> {
         FormatVersion::V1 => wire::decode_payload(snap.payload_bytes(), "payload"),
     }
 }
+
+pub use crate::stream::{decode_entry, entry_fingerprint, walk_payload};

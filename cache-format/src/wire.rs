@@ -197,7 +197,7 @@ struct ScopeIn<'a> {
 }
 
 #[derive(Deserialize)]
-struct EntryIn<'a> {
+pub(crate) struct EntryIn<'a> {
     fp: Fp,
     key: Fields,
     candidate_set: Fp,
@@ -254,7 +254,11 @@ pub(crate) fn decode_payload(bytes: &[u8], what: &'static str) -> Result<CacheDa
     Ok(data)
 }
 
-fn entry_from_wire(e: EntryIn<'_>, ns: &str, what: &'static str) -> Result<Entry, FormatError> {
+pub(crate) fn entry_from_wire(
+    e: EntryIn<'_>,
+    ns: &str,
+    what: &'static str,
+) -> Result<Entry, FormatError> {
     let key = Key::new(e.key);
     if key.fingerprint() != e.fp.0 {
         return Err(FormatError::invalid(

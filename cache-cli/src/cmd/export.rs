@@ -3,6 +3,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
+use std::io::Write as _;
+use std::ops::ControlFlow;
+
 use clap::Args;
 use serde::Serialize;
 
@@ -50,25 +53,49 @@ impl ExportArgs {
                     .as_ref()
                     .map(|h| (h.app.clone(), h.schema))
             });
-        let lines = match &version {
-            Some((app, schema)) => {
-                cache_format::json::to_lines_versioned(&found.data, app, *schema)
-            }
-            None => cache_format::json::to_lines(&found.data),
-        };
+        let version = version
+            .as_ref()
+            .map(|(app, schema)| (app.as_str(), *schema));
+        // Written as decoded, one entry at a time: memory does not grow with the cache.
+        let mut exported = 0usize;
+        let mut failed: anyhow::Result<()> = Ok(());
         if self.output.as_os_str() == "-" {
-            for line in lines.lines() {
+            found.for_each_entry(|scope, ns, entry| {
                 if out.closed() {
-                    break;
+                    return ControlFlow::Break(());
                 }
-                out.line(line)?;
-            }
+                match out.line(cache_format::json::line(scope, ns, entry, version)) {
+                    Ok(()) => ControlFlow::Continue(()),
+                    Err(e) => {
+                        failed = Err(e);
+                        ControlFlow::Break(())
+                    }
+                }
+            });
+            failed?;
             return Ok(exit::OK);
         }
-        std::fs::write(&self.output, lines)
+        let file = std::fs::File::create(&self.output)
+            .with_context(|| format!("cannot write {}", self.output.display()))?;
+        let mut writer = std::io::BufWriter::new(file);
+        found.for_each_entry(|scope, ns, entry| {
+            let line = cache_format::json::line(scope, ns, entry, version);
+            match writeln!(writer, "{line}") {
+                Ok(()) => {
+                    exported += 1;
+                    ControlFlow::Continue(())
+                }
+                Err(e) => {
+                    failed = Err(e.into());
+                    ControlFlow::Break(())
+                }
+            }
+        });
+        failed
+            .and_then(|()| writer.flush().map_err(Into::into))
             .with_context(|| format!("cannot write {}", self.output.display()))?;
         let report = ExportReport {
-            exported: found.data.len(),
+            exported,
             path: found.path,
             output: self.output,
             problems: found.problems.len(),

@@ -58,7 +58,7 @@ impl Lookup {
         })
     }
 
-    pub(crate) fn entries(&self) -> Vec<(&Scope, &Entry)> {
+    pub(crate) fn entries(&self) -> Vec<(Scope, Entry)> {
         entries_for(&self.found, &self.namespace, &self.key, self.scope.as_ref())
     }
 
@@ -76,7 +76,7 @@ impl Lookup {
     /// Prints the entries as interchange records, one JSON line each.
     pub(crate) fn print_json(&self, out: &mut Out) -> anyhow::Result<()> {
         for (scope, entry) in self.entries() {
-            out.json_line(&record(scope, &self.namespace, entry))?;
+            out.json_line(&record(&scope, &self.namespace, &entry))?;
         }
         Ok(())
     }
@@ -89,7 +89,7 @@ impl GetArgs {
         if entries.is_empty() {
             return Ok(lookup.not_found());
         }
-        for (scope, entry) in entries {
+        for (scope, entry) in &entries {
             let found = Found {
                 record: record(scope, &lookup.namespace, entry),
                 scope,

@@ -1,6 +1,8 @@
 //! `tunecache list`: entries with their best candidate, one per line (JSON lines with
 //! `--json`, so a large cache streams).
 
+use std::ops::ControlFlow;
+
 use clap::Args;
 use serde::Serialize;
 
@@ -43,29 +45,39 @@ impl ListArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         let found = ctx.inspect_as_read(&ctx.path()?)?;
         let scope = scope_filter(self.scope.as_deref())?;
-        let items = found
-            .data
-            .entries()
-            .filter(|(s, n, _)| {
-                self.namespace.as_deref().is_none_or(|want| *n == want)
-                    && scope.as_ref().is_none_or(|want| *s == want)
-            })
-            .take(self.limit.unwrap_or(usize::MAX))
-            .map(|(s, n, e)| ListItem {
-                scope: short(s.fingerprint()),
-                namespace: n,
-                key: e.key().fields(),
-                fingerprint: e.fingerprint().to_hex(),
-                candidates: e.candidates().len(),
-                best: e.candidates().first().map(candidate_json),
-                entry: e,
+        // Entries are decoded one at a time and printing stops at the limit, so a listing
+        // of a few entries costs a few entries.
+        let mut left = self.limit.unwrap_or(usize::MAX);
+        let mut failed: anyhow::Result<()> = Ok(());
+        if left > 0 {
+            found.for_each_entry(|s, n, e| {
+                if self.namespace.as_deref().is_some_and(|want| n != want)
+                    || scope.as_ref().is_some_and(|want| s != want)
+                {
+                    return ControlFlow::Continue(());
+                }
+                let item = ListItem {
+                    scope: short(s.fingerprint()),
+                    namespace: n,
+                    key: e.key().fields(),
+                    fingerprint: e.fingerprint().to_hex(),
+                    candidates: e.candidates().len(),
+                    best: e.candidates().first().map(candidate_json),
+                    entry: e,
+                };
+                if let Err(err) = out.item(&item, ctx.json) {
+                    failed = Err(err);
+                    return ControlFlow::Break(());
+                }
+                left -= 1;
+                if left == 0 || out.closed() {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
             });
-        for item in items {
-            if out.closed() {
-                break; // the reader went away: the rest would be dropped anyway
-            }
-            out.item(&item, ctx.json)?;
         }
+        failed?;
         Ok(exit::OK)
     }
 }

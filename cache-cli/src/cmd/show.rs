@@ -34,7 +34,7 @@ impl ShowArgs {
             lookup.print_json(out)?;
             return Ok(exit::OK);
         }
-        for (scope, entry) in entries {
+        for (scope, entry) in &entries {
             chart(&lookup.namespace, scope, entry, out)?;
         }
         Ok(exit::OK)

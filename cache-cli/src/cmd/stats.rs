@@ -53,6 +53,9 @@ struct ScopeReport {
 impl StatsArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         let found = ctx.inspect(&ctx.path()?)?;
+        // Counted from the stored fingerprints, without decoding the entries (`verify`
+        // decodes and checks them).
+        let counts = found.counts();
         let header = found.snapshot.header.as_ref();
         let report = StatsReport {
             path: found.path.clone(),
@@ -62,7 +65,7 @@ impl StatsArgs {
             schema: header.map(|h| h.schema),
             generation: header.map(|h| format!("{:016x}", h.generation)),
             gate: found.gate.as_ref().map(ToString::to_string),
-            entries: found.data.len(),
+            entries: counts.values().flat_map(|n| n.values()).sum(),
             journal: JournalReport {
                 bytes: found.journal.bytes,
                 records: found.journal.records,
@@ -70,17 +73,13 @@ impl StatsArgs {
                 damaged: found.journal.damaged,
                 torn_bytes: found.journal.torn_bytes,
             },
-            scopes: found
-                .data
-                .scopes()
-                .map(|(scope, data)| ScopeReport {
+            scopes: counts
+                .into_iter()
+                .map(|(scope, namespaces)| ScopeReport {
                     scope: scope.fields().clone(),
                     fingerprint: scope.fingerprint().to_hex(),
                     text: scope.to_string(),
-                    namespaces: data
-                        .namespaces()
-                        .map(|(n, e)| (n.to_owned(), e.len()))
-                        .collect(),
+                    namespaces: namespaces.into_iter().collect(),
                 })
                 .collect(),
             problems: found.problems,

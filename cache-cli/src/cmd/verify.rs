@@ -27,10 +27,13 @@ struct VerifyReport {
 
 impl VerifyArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
-        let found = ctx.inspect(&ctx.path()?)?;
+        let mut found = ctx.inspect(&ctx.path()?)?;
+        // Entry by entry, in constant memory.
+        let (entries, problems) = found.check_entries();
+        found.problems.extend(problems);
         let report = VerifyReport {
             ok: found.problems.is_empty(),
-            entries: found.data.len(),
+            entries,
             journal_records: found.journal.records,
             gate: found.gate.as_ref().map(ToString::to_string),
             path: found.path,

@@ -177,3 +177,70 @@ fn an_append_refuses_what_no_reader_could_read() {
         "nothing written"
     );
 }
+
+/// Inspection walks the snapshot entry by entry with the journal merged in: a key the journal
+/// updates appears once, merged; a key only the journal has is counted and listed; `find`
+/// decodes only the key asked for.
+#[test]
+fn inspection_streams_the_snapshot_with_the_journal_merged_in() {
+    use std::ops::ControlFlow;
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    {
+        let cache = builder(&path).open();
+        for i in 0..10 {
+            cache.put(ns(), entry(1, i));
+        }
+        cache.flush().expect("snapshot");
+    }
+    // Key 3 gets a second candidate, key 20 is new: both in the journal.
+    let mut update = entry(1, 3);
+    let stats = Stats {
+        median_ns: 1.0,
+        min_ns: 1.0,
+        spread_ns: 0.0,
+        samples: 1,
+    };
+    update.merge(Entry::new(
+        key(1, 3),
+        Fingerprint::default(),
+        Origin::here(),
+        1,
+        [Candidate::measured("other", Fields::new(), stats)],
+    ));
+    let r = append_to_file(
+        &path,
+        &registry(1),
+        &Scope::default(),
+        vec![(ns(), update), (ns(), entry(1, 20))],
+        &AppendOptions::default(),
+    );
+    assert_eq!(r.expect("append"), Appended::Done);
+    let found = cache_core::inspect(&path, &Limits::default(), None).expect("inspect");
+    let counts = found.counts();
+    assert_eq!(counts[&Scope::default()]["matmul"], 11);
+    let mut seen = Vec::new();
+    let problems = found.for_each_entry(|_, _, e| {
+        seen.push((e.fingerprint(), e.candidates().len()));
+        ControlFlow::Continue(())
+    });
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(seen.len(), 11);
+    assert!(
+        seen.contains(&(key(1, 3).fingerprint(), 2)),
+        "merged: {seen:?}"
+    );
+    assert!(seen.contains(&(key(1, 20).fingerprint(), 1)));
+    let hit = found.find("matmul", &key(1, 3).fingerprint());
+    assert_eq!(hit.len(), 1);
+    assert_eq!(hit[0].1.candidates().len(), 2);
+    let (entries, problems) = found.check_entries();
+    assert_eq!((entries, problems.len()), (11, 0), "{problems:?}");
+    // Walking stops when asked to.
+    let mut first = 0;
+    found.for_each_entry(|_, _, _| {
+        first += 1;
+        ControlFlow::Break(())
+    });
+    assert_eq!(first, 1);
+}

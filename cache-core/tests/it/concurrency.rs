@@ -128,11 +128,12 @@ fn inspection_during_compactions_misses_nothing_durable() {
         else {
             continue;
         };
-        let found = cache_core::inspect(&path, &Limits::default(), None).expect("inspect");
+        let found = cache_core::inspect(&path, &Limits::default(), None)
+            .expect("inspect")
+            .data();
         let missing: Vec<u64> = (0..=last)
             .filter(|i| {
                 found
-                    .data
                     .get(
                         &Default::default(),
                         "matmul",

@@ -281,7 +281,7 @@ fn a_corrupted_length_mid_journal_costs_only_its_record() {
         found.notes
     );
     assert_eq!(
-        found.data.len(),
+        found.data().len(),
         5,
         "every other record is read: {:?}",
         found.problems

@@ -288,7 +288,7 @@ fn inspection_names_the_gate_a_load_would_apply() {
         let path = path_in(&dir, &format!("{name}.tcache"));
         std::fs::write(&path, bytes).expect("write");
         let found = inspect(&path, &Limits::default(), registry).expect("inspect");
-        assert_eq!(found.data.len(), 3, "{name}: shown as stored");
+        assert_eq!(found.data().len(), 3, "{name}: shown as stored");
         found.gate.expect("a header was read")
     };
     let older = verdict("older", file_with(APP, 1, 0..3), Some(&registry));
@@ -370,8 +370,8 @@ fn inspection_shows_an_older_file_as_this_build_reads_it() {
         .expect("registry");
     let limits = Limits::default();
     let algorithms = |found: &cache_core::Inspection| -> Vec<String> {
-        let mut names: Vec<String> = found
-            .data
+        let data = found.data();
+        let mut names: Vec<String> = data
             .entries()
             .filter_map(|(_, _, e)| e.best().map(|c| c.id.algorithm.clone()))
             .collect();

@@ -24,10 +24,19 @@ proptest! {
         prop_assert_eq!(encode_snapshot("app", schema, &back), bytes.clone());
         // The schema-less view decodes to the same data.
         let value = raw::payload_value(snap.payload_bytes(), &Limits::default()).expect("schema-less view");
-        prop_assert_eq!(raw::data_from_value(&value, &Limits::default()).expect("typed from value"), data);
+        prop_assert_eq!(&raw::data_from_value(&value, &Limits::default()).expect("typed from value"), &data);
         // The header alone is readable from a prefix.
         let (_, header) = peek_header(&bytes[..bytes.len().min(4096)], &Limits::default()).expect("peek");
-        prop_assert_eq!(header, snap.header);
+        prop_assert_eq!(&header, &snap.header);
+        // Walked entry by entry, it holds the same entries, each under its stored fingerprint.
+        let mut walked = cache_format::CacheData::new();
+        raw::walk_payload(snap.payload_bytes(), |scope, ns, bytes| {
+            let entry = raw::decode_entry(bytes, ns).expect("entry decodes");
+            assert_eq!(raw::entry_fingerprint(bytes), Some(entry.fingerprint()));
+            walked.insert(scope, ns, entry);
+            std::ops::ControlFlow::Continue(())
+        }).expect("walks");
+        prop_assert_eq!(walked, data);
     }
 
     #[test]

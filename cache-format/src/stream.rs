@@ -1,0 +1,170 @@
+//! Walking a format-1 payload entry by entry, without building the model: for readers that
+//! count, check or print entries one at a time in constant memory (`tunecache stats`,
+//! `verify`, `list`, `export`). The payload must have been scanned (every length backed by
+//! bytes, nesting bounded) and its census checked, as [`crate::read_snapshot`] and
+//! [`crate::raw::decode_payload`] do.
+
+use std::ops::ControlFlow;
+
+use rmp::Marker;
+
+use crate::error::FormatError;
+use crate::fingerprint::Fingerprint;
+use crate::model::{Entry, Scope};
+use crate::scan::scan_value;
+use crate::value::Fields;
+use crate::wire;
+
+/// Calls `visit` with each entry's scope, namespace and encoded bytes, in file order, until it
+/// returns `Break`. The scope is decoded once per scope. An error is a payload whose shape is
+/// not FORMAT.md's (the decoder would refuse it as well).
+pub fn walk_payload(
+    payload: &[u8],
+    mut visit: impl FnMut(&Scope, &str, &[u8]) -> ControlFlow<()>,
+) -> Result<(), FormatError> {
+    let mut w = Walker {
+        bytes: payload,
+        pos: 0,
+    };
+    let scopes = w.field_ranges(&["scopes"])?;
+    let Some(scopes) = scopes[0].clone() else {
+        return Err(shape("a payload without scopes"));
+    };
+    w.pos = scopes.start;
+    let n = w.array_len("the scopes")?;
+    for _ in 0..n {
+        let start = w.pos;
+        let fields = w.field_ranges(&["scope", "namespaces"])?;
+        let after = w.pos;
+        let (Some(scope), Some(namespaces)) = (fields[0].clone(), fields[1].clone()) else {
+            return Err(shape("a scope without its fields or namespaces"));
+        };
+        let scope_fields: Fields = rmp_serde::from_slice(&payload[scope])
+            .map_err(|e| FormatError::invalid("payload", e))?;
+        let scope = Scope::new(scope_fields);
+        w.pos = namespaces.start;
+        let count = w.map_len("the namespaces")?;
+        for _ in 0..count {
+            let name = w.string("a namespace name")?;
+            if name.is_empty() {
+                return Err(shape("an empty namespace name"));
+            }
+            let entries = w.array_len("a namespace's entries")?;
+            for _ in 0..entries {
+                let at = w.pos;
+                w.skip()?;
+                if visit(&scope, name, &payload[at..w.pos]).is_break() {
+                    return Ok(());
+                }
+            }
+        }
+        debug_assert!(start < after);
+        w.pos = after;
+    }
+    Ok(())
+}
+
+/// Decodes one entry's bytes (from [`walk_payload`]) of namespace `ns`, with every check the
+/// whole-payload decoder makes (the fingerprint matches the key, statuses, finite timings).
+pub fn decode_entry(bytes: &[u8], ns: &str) -> Result<Entry, FormatError> {
+    let e: wire::EntryIn<'_> =
+        rmp_serde::from_slice(bytes).map_err(|e| FormatError::invalid("payload", e))?;
+    wire::entry_from_wire(e, ns, "payload")
+}
+
+/// The fingerprint an entry is stored under, read from its bytes without decoding the rest
+/// (`None` if it has none: the decoder reports that).
+pub fn entry_fingerprint(bytes: &[u8]) -> Option<Fingerprint> {
+    let mut w = Walker { bytes, pos: 0 };
+    let range = w.field_ranges(&["fp"]).ok()?[0].clone()?;
+    let mut rd = &bytes[range];
+    let len = rmp::decode::read_bin_len(&mut rd).ok()?;
+    let fp: [u8; 16] = (len == 16).then(|| rd.get(..16))??.try_into().ok()?;
+    Some(Fingerprint(fp))
+}
+
+fn shape(what: &str) -> FormatError {
+    FormatError::invalid("payload", format_args!("not the format-1 layout: {what}"))
+}
+
+struct Walker<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Walker<'a> {
+    /// Reads a struct, written as a map by field name or as an array by position, and
+    /// returns the byte range of the value of each of `names` (if present). Leaves `pos`
+    /// after the struct.
+    fn field_ranges(
+        &mut self,
+        names: &[&str],
+    ) -> Result<Vec<Option<std::ops::Range<usize>>>, FormatError> {
+        let mut found = vec![None; names.len()];
+        let start = self.pos;
+        let mut rd = &self.bytes[self.pos..];
+        if let Ok(n) = rmp::decode::read_map_len(&mut rd) {
+            self.pos = self.bytes.len() - rd.len();
+            for _ in 0..n {
+                let key_at = self.pos;
+                self.skip()?;
+                let name = key_name(&self.bytes[key_at..self.pos]);
+                let at = self.pos;
+                self.skip()?;
+                if let Some(i) = name.and_then(|k| names.iter().position(|n| *n == k)) {
+                    found[i] = Some(at..self.pos);
+                }
+            }
+            return Ok(found);
+        }
+        self.pos = start;
+        let n = self.array_len("a struct")?;
+        for i in 0..n {
+            let at = self.pos;
+            self.skip()?;
+            if let Some(slot) = usize::try_from(i).ok().and_then(|i| found.get_mut(i)) {
+                *slot = Some(at..self.pos);
+            }
+        }
+        Ok(found)
+    }
+
+    fn skip(&mut self) -> Result<(), FormatError> {
+        self.pos = scan_value(self.bytes, self.pos, "payload", u32::MAX)?;
+        Ok(())
+    }
+
+    fn array_len(&mut self, what: &str) -> Result<u32, FormatError> {
+        let mut rd = &self.bytes[self.pos..];
+        let n = rmp::decode::read_array_len(&mut rd)
+            .map_err(|_| shape(&format!("{what} are not an array")))?;
+        self.pos = self.bytes.len() - rd.len();
+        Ok(n)
+    }
+
+    fn map_len(&mut self, what: &str) -> Result<u32, FormatError> {
+        let mut rd = &self.bytes[self.pos..];
+        let n = rmp::decode::read_map_len(&mut rd)
+            .map_err(|_| shape(&format!("{what} are not a map")))?;
+        self.pos = self.bytes.len() - rd.len();
+        Ok(n)
+    }
+
+    fn string(&mut self, what: &str) -> Result<&'a str, FormatError> {
+        let at = self.pos;
+        self.skip()?;
+        key_name(&self.bytes[at..self.pos]).ok_or_else(|| shape(&format!("{what} is not a string")))
+    }
+}
+
+/// The text of an encoded msgpack string, or `None` for anything else.
+fn key_name(bytes: &[u8]) -> Option<&str> {
+    let header = match Marker::from_u8(*bytes.first()?) {
+        Marker::FixStr(_) => 1,
+        Marker::Str8 => 2,
+        Marker::Str16 => 3,
+        Marker::Str32 => 5,
+        _ => return None,
+    };
+    std::str::from_utf8(bytes.get(header..)?).ok()
+}
