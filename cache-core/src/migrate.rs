@@ -90,42 +90,58 @@ pub fn migrate_file(
         compaction_budget: None,
     };
     let mut disk = Disk::new(paths.clone(), Arc::new(registry.clone()), disk_options);
+    // A real migration reads (and migrates) once, under the lock: what it writes is exactly
+    // what it read. A dry run takes no lock.
+    let lock = if options.dry_run {
+        None
+    } else {
+        Some(CacheLock::acquire(
+            &paths.lock,
+            &paths.dir,
+            options.lock_timeout,
+        )?)
+    };
     // A read that repairs nothing: an unusable file must be reported, not moved aside.
-    let preview = disk.read_all(false).map_err(failure)?;
+    let mut read = disk.read_updates(false).map_err(failure)?;
     let mut report = None;
-    for event in preview.events {
+    let mut damaged = false;
+    for event in &read.events {
         match event {
-            Event::Unusable { path, cause } => return Err(StoreError::unusable(path, cause)),
-            Event::Migrated { report: r, .. } => report = Some(r),
+            Event::Unusable { path, cause } => {
+                return Err(StoreError::unusable(path.clone(), cause.clone()));
+            }
+            Event::Migrated { report: r, .. } => report = Some(r.clone()),
+            Event::DamagedRecords { .. } | Event::TornTail { .. } => damaged = true,
             _ => {}
         }
     }
-    if !preview.needs_rewrite {
+    if !read.needs_rewrite {
         return Ok(MigrateOutcome::Current {
-            entries: preview.data.len(),
+            entries: read.data.len(),
         });
     }
     let report = report.unwrap_or_else(|| Report {
         app: registry.app().to_owned(),
         from: registry.current(),
         to: registry.current(),
-        entries: preview.data.len() as u64,
+        entries: read.data.len() as u64,
         steps: Vec::new(),
         collisions: Vec::new(),
     });
-    if options.dry_run {
+    if lock.is_none() {
         return Ok(MigrateOutcome::Migrated {
             report,
             written: false,
             backups: Vec::new(),
-            entries: preview.data.len(),
+            entries: read.data.len(),
         });
     }
-    let _lock = CacheLock::acquire(&paths.lock, &paths.dir, options.lock_timeout)?;
-    // Exactly what the saver's compaction does when a migrated cache is first saved: read
-    // everything from a fresh cursor under the lock, then write it as one snapshot. (The
-    // disk tier's cursor is fresh here, so this read is the compaction's read.)
-    let read = disk.read_updates(true).map_err(failure)?;
+    if damaged {
+        // Damage in the journal is kept aside before the journal is replaced: that is the
+        // locked read's job, so read again as the saver's compaction would.
+        disk.reset();
+        read = disk.read_updates(true).map_err(failure)?;
+    }
     let mut data = read.data;
     data.merge(read.salvaged);
     let entries = data.len();

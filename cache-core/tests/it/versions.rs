@@ -404,3 +404,70 @@ fn inspection_shows_an_older_file_as_this_build_reads_it() {
     );
     assert_eq!(algorithms(&current), ["tiled"]);
 }
+
+/// A real migration reads (and migrates) the file once, under the lock; a journal record with
+/// damage is still kept aside before the journal is replaced, and the good records are kept.
+#[test]
+fn a_migration_keeps_damage_aside_and_the_good_records() {
+    use cache_core::cache_format::{
+        JournalHeader, Limits, encode_journal_header, encode_record, read_snapshot,
+    };
+    use cache_core::{MigrateOptions, MigrateOutcome, migrate_file};
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let snapshot = file_with(APP, 1, 0..5);
+    let generation = read_snapshot(&snapshot, &Limits::default())
+        .expect("valid")
+        .header
+        .generation;
+    std::fs::write(&path, &snapshot).expect("write");
+    let mut journal = encode_journal_header(&JournalHeader {
+        app: APP.into(),
+        schema: 1,
+        base: generation,
+    });
+    let record = |ids: std::ops::Range<u64>| {
+        let mut data = CacheData::new();
+        for i in ids {
+            data.insert(&Scope::default(), "matmul", entry(5, i));
+        }
+        encode_record(&data)
+    };
+    let mut bad = record(10..11);
+    let n = bad.len();
+    bad[n - 10] ^= 0xff; // inside the payload: its checksum fails
+    journal.extend_from_slice(&bad);
+    journal.extend_from_slice(&record(20..21));
+    std::fs::write(path_in(&dir, "c.tcache.journal"), &journal).expect("journal");
+    let registry = Migrations::new(APP, 2)
+        .with(rename_step())
+        .expect("registry");
+    let outcome = migrate_file(&path, &registry, &MigrateOptions::default()).expect("migrates");
+    assert!(
+        matches!(
+            outcome,
+            MigrateOutcome::Migrated {
+                written: true,
+                entries: 6,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .map(|f| f.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.contains(".journal.damaged-")),
+        "the damage is kept aside: {names:?}"
+    );
+    let cache = Cache::builder(registry)
+        .file(&path)
+        .ignore_env()
+        .refresh_interval(None)
+        .open();
+    assert!(cache.lookup(ns(), &crate::support::key(5, 20)).is_some());
+    assert_eq!(cache.len(), 6);
+}
