@@ -122,6 +122,22 @@ impl Operation for TestOp {
         Ok(())
     }
 
+    /// Runs for real (tuning takes the time it would), but reports each candidate's declared
+    /// time: what these tests check is what the tuner does with measurements, and a loaded
+    /// machine (CI runs tests in parallel on two cores) must not turn a 300 µs candidate
+    /// into a slower one than an 800 µs candidate by preempting it.
+    fn time(
+        &self,
+        handle: &TestHandle,
+        problem: &mut (),
+        iterations: u32,
+    ) -> Result<Duration, String> {
+        for _ in 0..iterations {
+            self.run(handle, problem)?;
+        }
+        Ok(Duration::from_micros(handle.micros) * iterations)
+    }
+
     fn verify(&self, handle: &TestHandle, _problem: &mut ()) -> Result<(), String> {
         // Called once per measured candidate: the count of what was measured.
         self.measured
