@@ -6,12 +6,15 @@
 //! - `golden`: golden-file migration checks (`--check`, `--bless`, `--new-input`).
 //! - `release`: every version bump has its migration step and golden inputs.
 //! - `docs`: every path ARCHITECTURE.md names exists.
+//! - `bench-report`: the command-line costs for caches of 1k to 1M entries, side by side with
+//!   Python msgpack on the same files.
 //! - `test`: the README's test command: prepares a Python environment, runs every test,
 //!   fails on a skip.
 //!
 //! Each task is a module; the project root is found from `CARGO_MANIFEST_DIR`.
 #![allow(clippy::print_stdout, reason = "a command-line tool reports on stdout")]
 
+mod bench_report;
 mod docs;
 mod golden;
 mod layering;
@@ -37,6 +40,9 @@ tasks:
              compare with its expected output, byte for byte
   release    check that every format or schema version has its step and golden inputs
   docs       check that every file or folder ARCHITECTURE.md names exists
+  bench-report [--sizes N,N,...]  time stats, list, verify, put, export, migrate and
+             import of the release binary on caches of each size (default 1k,10k,100k,1M),
+             beside Python's msgpack.unpackb of the same file
   test       [--allow-skips] [-- ARGS] prepare what the tests need (Python packages, the
              NVRTC wheel) and run the whole test suite; a skipped test fails the run";
 
@@ -48,6 +54,7 @@ fn main() -> ExitCode {
         Some("release") => release::run(&project_root()),
         Some("docs") => docs::run(&project_root()),
         Some("test") => test::run(&project_root(), &args[1..]),
+        Some("bench-report") => bench_report::run(&project_root(), &args[1..]),
         Some("-h" | "--help") | None => {
             eprintln!("{USAGE}");
             return ExitCode::from(if args.is_empty() { 2 } else { 0 });
