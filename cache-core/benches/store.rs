@@ -207,6 +207,29 @@ fn record(c: &mut Criterion) {
     });
 }
 
+/// A put into the memory tier of a small and of a large store: the cost should not grow with
+/// the store (issue 10: it copied a whole shard, N/1024 entries, so N puts were quadratic).
+fn put_by_size(c: &mut Criterion) {
+    let ns = Namespace::new("matmul").expect("valid");
+    let mut group = c.benchmark_group("memory_put");
+    for n in [10_000u64, 1_000_000] {
+        let store = MemoryStore::new();
+        store.merge_many((0..n).map(|i| (ns, entry(i))));
+        let mut i = n;
+        group.bench_function(format!("into_{n}"), |b| {
+            b.iter_batched(
+                || {
+                    i += 1;
+                    entry(i)
+                },
+                |e| store.merge(ns, e),
+                criterion::BatchSize::SmallInput,
+            )
+        });
+    }
+    group.finish();
+}
+
 fn load_and_save(c: &mut Criterion) {
     let ns = Namespace::new("matmul").expect("valid");
     let dir = tempfile::tempdir().expect("dir");
@@ -281,5 +304,5 @@ fn load_and_save(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, hits, record, load_and_save);
+criterion_group!(benches, hits, record, put_by_size, load_and_save);
 criterion_main!(benches);
