@@ -41,7 +41,7 @@ pub use inspect::{GateVerdict, Inspection, JournalInfo, SnapshotInfo, inspect};
 pub use memory::MemoryStore;
 pub use migrate::{MigrateOptions, MigrateOutcome, migrate_file};
 pub use namespace::{MAX_NAMESPACE_LEN, MAX_NAMESPACES, Namespace};
-pub use record::{AppendOptions, Appended, append_to_file};
+pub use record::{AppendOptions, Appended, append_to_file, merge_into_file};
 pub use store::Store;
 
 pub use cache_format;

@@ -1,6 +1,7 @@
-//! Recording results into a cache file without loading it ([`append_to_file`]): one journal
-//! record appended under the lock, at a cost that does not depend on the cache's size. For
-//! one-shot writers such as `tunecache put`; a long-running program uses a [`crate::Cache`].
+//! Recording results into a cache file without a [`crate::Cache`], for one-shot writers such
+//! as `tunecache put` and `import`: [`append_to_file`] appends one journal record under the
+//! lock, at a cost that does not depend on the cache's size; [`merge_into_file`] merges many
+//! entries with one read of the file and one write. A long-running program uses a `Cache`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -97,4 +98,58 @@ pub fn append_to_file(
         Err(Failure::Blocked(b)) => Err(b.into_error()),
         Err(Failure::Retry(e)) => Err(e),
     }
+}
+
+/// Merges `data` (entries of any scopes) into the cache file at `path`, under the lock: one
+/// read of everything on disk (with the repairs and migration a `Cache` makes), then one
+/// write, an append or, when due, a compaction that uses what was just read. Every entry is
+/// checked first ([`StoreError::Refused`] for the first that no reader could read, and then
+/// nothing is written) and timestamps from the future are set to the present. Returns how
+/// many entries were merged. For an import: it holds the imported entries, what the file had
+/// and the bytes written, not a `Cache`'s memory tier and save queue besides.
+pub fn merge_into_file(
+    path: &Path,
+    registry: &Migrations,
+    data: CacheData,
+    options: &AppendOptions,
+) -> Result<usize, StoreError> {
+    let now = cache_format::now_millis();
+    let mut batch = CacheData::new();
+    for (scope, scope_data) in data.into_scopes() {
+        for (ns, entries) in scope_data.into_namespaces() {
+            for mut entry in entries.into_values() {
+                check_entry(&scope, &ns, &entry, &options.limits).map_err(|reason| {
+                    StoreError::Refused {
+                        namespace: ns.clone(),
+                        reason,
+                    }
+                })?;
+                entry.clamp_future(now);
+                batch.insert(&scope, &ns, entry);
+            }
+        }
+    }
+    let count = batch.len();
+    let paths = Paths::new(path.to_owned());
+    crate::fsio::check_regular(&paths.snapshot)?;
+    let disk_options = DiskOptions {
+        limits: options.limits,
+        compact_ratio: 0.5,
+        compact_min_bytes: 1 << 20,
+        backup_on_migrate: true,
+        compaction_budget: None,
+    };
+    let mut disk = Disk::new(paths, Arc::new(registry.clone()), disk_options);
+    let _lock = CacheLock::acquire(&disk.paths.lock, &disk.paths.dir, options.lock_timeout)?;
+    let failure = |f: Failure| match f {
+        Failure::Blocked(b) => b.into_error(),
+        Failure::Retry(e) => e,
+    };
+    let mut read = disk.read_updates(true).map_err(failure)?;
+    let rewrite = read.needs_rewrite;
+    // What a compaction needs: everything on disk, rescued entries included.
+    let salvaged = std::mem::take(&mut read.salvaged);
+    read.data.merge(salvaged);
+    disk.write_knowing(&batch, rewrite, read).map_err(failure)?;
+    Ok(count)
 }

@@ -7,11 +7,12 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use serde::Serialize;
 
-use cache_core::Namespace;
+use cache_core::cache_migrate::Migrations;
+use cache_core::{AppendOptions, Namespace, merge_into_file};
 use cache_format::json::{ImportOrigin, Version, parse_lines_versioned};
-use cache_format::{CacheData, FormatVersion, Limits, Scope};
+use cache_format::{CacheData, FormatVersion, Limits};
 
-use crate::context::{Context, close};
+use crate::context::{Context, saving};
 use crate::exit;
 use crate::options::WaitArgs;
 use crate::output::{Out, Report};
@@ -130,17 +131,18 @@ impl ImportArgs {
                 )
             })?;
         }
-        let imported = data.len();
-        let cache = ctx.open_for_write(
-            "import",
-            &path,
-            (app, schema),
-            Scope::default(),
-            self.wait.wait,
-        )?;
-        let refused = cache.import(data);
-        debug_assert!(refused.is_empty(), "names were checked above");
-        close(cache, &format!("the import of {imported} entries"), &path)?;
+        // One read of the cache and one write, under the lock: no Cache, no second copy of
+        // everything in a memory tier and a save queue.
+        let what = format!("the import of {} entries", data.len());
+        let options = AppendOptions {
+            lock_timeout: self.wait.wait,
+            ..AppendOptions::default()
+        };
+        let registry = Migrations::new(app, schema);
+        let imported = saving(&what, &path, || {
+            merge_into_file(&path, &registry, data, &options)
+        })
+        .with_context(|| format!("{what} was not saved to {}", path.display()))?;
         let report = ImportReport { imported, path };
         out.item(&report, ctx.json)?;
         Ok(exit::OK)

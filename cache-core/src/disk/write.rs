@@ -11,7 +11,7 @@ use cache_format::{
     encode_snapshot, read_snapshot, scan_records,
 };
 
-use super::{Cursor, Disk, Event, Failure, JournalState, SnapState};
+use super::{Cursor, Disk, Event, Failure, Incoming, JournalState, SnapState};
 use crate::error::StoreError;
 use crate::fsio::{self, FileId};
 
@@ -23,6 +23,26 @@ impl Disk {
         &mut self,
         batch: &CacheData,
         rewrite: bool,
+    ) -> Result<Vec<Event>, Failure> {
+        self.write_inner(batch, rewrite, None)
+    }
+
+    /// [`Disk::write`] for a caller that has just read everything (`known`: a read from a
+    /// fresh cursor under the lock): a compaction uses it instead of reading again.
+    pub(crate) fn write_knowing(
+        &mut self,
+        batch: &CacheData,
+        rewrite: bool,
+        known: Incoming,
+    ) -> Result<Vec<Event>, Failure> {
+        self.write_inner(batch, rewrite, Some(known))
+    }
+
+    fn write_inner(
+        &mut self,
+        batch: &CacheData,
+        rewrite: bool,
+        mut known: Option<Incoming>,
     ) -> Result<Vec<Event>, Failure> {
         if batch.is_empty() && !rewrite {
             return Ok(Vec::new());
@@ -61,7 +81,9 @@ impl Disk {
                         }
                         _ => false,
                     };
-                    if !hopeless && let Some(events) = self.compact(batch, deadline)? {
+                    if !hopeless
+                        && let Some(events) = self.compact(batch, deadline, known.take())?
+                    {
                         return Ok(events);
                     }
                     tracing::info!(
@@ -101,8 +123,12 @@ impl Disk {
         &mut self,
         batch: &CacheData,
         deadline: Option<Instant>,
+        known: Option<Incoming>,
     ) -> Result<Option<Vec<Event>>, Failure> {
-        let all = self.read_all(true)?;
+        let all = match known {
+            Some(all) => all,
+            None => self.read_all(true)?,
+        };
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(None);
         }

@@ -244,3 +244,73 @@ fn inspection_streams_the_snapshot_with_the_journal_merged_in() {
     });
     assert_eq!(first, 1);
 }
+
+/// `merge_into_file` (what `tunecache import` uses): one read and one write under the lock;
+/// a new file gets a snapshot, a small import into a larger cache one journal record, every
+/// scope is kept, entries merge with what is stored, and a bad entry writes nothing.
+#[test]
+fn merging_into_a_file_reads_once_and_writes_once() {
+    use cache_core::cache_format::CacheData;
+    use cache_core::merge_into_file;
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let other = Scope::new(Fields::from([("device".to_owned(), Value::from("B"))]));
+    let mut data = CacheData::new();
+    for i in 0..5000 {
+        data.insert(&Scope::default(), "matmul", entry(1, i));
+    }
+    data.insert(&other, "matmul", entry(2, 0));
+    let options = AppendOptions::default();
+    assert_eq!(
+        merge_into_file(&path, &registry(1), data, &options).expect("merged"),
+        5001
+    );
+    assert!(
+        !path_in(&dir, "c.tcache.journal").exists(),
+        "a new file is a snapshot"
+    );
+    // A small import into it: one journal record.
+    let mut more = CacheData::new();
+    more.insert(&Scope::default(), "matmul", entry(3, 0));
+    more.insert(&Scope::default(), "matmul", entry(1, 7));
+    merge_into_file(&path, &registry(1), more, &options).expect("merged");
+    assert_eq!(records(&path_in(&dir, "c.tcache.journal")), 1);
+    assert_eq!(ids_on_disk(&path, 1, 5000).len(), 5000);
+    assert_eq!(ids_on_disk(&path, 3, 1), [0]);
+    let found = cache_core::inspect(&path, &Limits::default(), None).expect("inspect");
+    assert!(
+        found
+            .find("matmul", &key(2, 0).fingerprint())
+            .iter()
+            .any(|(s, _)| *s == other),
+        "the other scope is kept"
+    );
+    // A bad entry: refused, nothing written.
+    let before = std::fs::read(path_in(&dir, "c.tcache.journal")).expect("journal");
+    let mut bad = CacheData::new();
+    let mut nan = entry(4, 0);
+    nan = Entry::new(
+        nan.key().clone(),
+        Fingerprint::default(),
+        Origin::here(),
+        1,
+        [Candidate::measured(
+            "x",
+            Fields::new(),
+            Stats {
+                median_ns: f64::NAN,
+                min_ns: 1.0,
+                spread_ns: 0.0,
+                samples: 1,
+            },
+        )],
+    );
+    bad.insert(&Scope::default(), "matmul", entry(4, 1));
+    bad.insert(&Scope::default(), "matmul", nan);
+    let r = merge_into_file(&path, &registry(1), bad, &options);
+    assert!(matches!(r, Err(StoreError::Refused { .. })), "{r:?}");
+    assert_eq!(
+        std::fs::read(path_in(&dir, "c.tcache.journal")).expect("journal"),
+        before
+    );
+}
