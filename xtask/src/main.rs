@@ -55,6 +55,7 @@ fn main() -> ExitCode {
         Some("docs") => docs::run(&project_root()),
         Some("test") => test::run(&project_root(), &args[1..]),
         Some("bench-report") => bench_report::run(&project_root(), &args[1..]),
+        Some("bench-gen") => bench_report::generate(&args[1..]),
         Some("-h" | "--help") | None => {
             eprintln!("{USAGE}");
             return ExitCode::from(if args.is_empty() { 2 } else { 0 });
