@@ -14,7 +14,7 @@ use std::ops::ControlFlow;
 use cache_format::raw::{decode_entry, decode_payload, entry_fingerprint, walk_payload};
 use cache_format::{
     CacheData, Entry, Fingerprint, FormatVersion, Header, JournalHeader, Limits, Scope, Tail,
-    read_journal_header, read_snapshot, scan_records,
+    read_journal_header, read_snapshot_framing, scan_records,
 };
 use cache_migrate::{Gate, MigrateError, Migrations};
 
@@ -69,6 +69,8 @@ pub struct Inspection {
     /// Every entry, once [`Inspection::migrate_in_memory`] has turned them into what this
     /// build reads (then the payload is not walked any more).
     migrated: Option<CacheData>,
+    /// The bounds the file was read with.
+    limits: Limits,
     /// Everything wrong, one line each; empty for a healthy cache.
     pub problems: Vec<String>,
     /// Things worth knowing that are not wrong (a stale journal, a torn tail).
@@ -205,21 +207,29 @@ impl Inspection {
         let mut overlaid: HashSet<(Fingerprint, String, Fingerprint)> = HashSet::new();
         let mut stopped = false;
         if let Some(payload) = self.payload_bytes() {
-            let walked = walk_payload(payload, |scope, ns, bytes| match decode_entry(bytes, ns) {
-                Ok(mut entry) => {
-                    if let Some(j) = self.journal_data.get(scope, ns, &entry.fingerprint()) {
-                        entry.merge(j.clone());
-                        overlaid.insert((scope.fingerprint(), ns.to_owned(), entry.fingerprint()));
+            let walked = walk_payload(
+                payload,
+                &self.limits,
+                |scope, ns, bytes| match decode_entry(bytes, ns) {
+                    Ok(mut entry) => {
+                        if let Some(j) = self.journal_data.get(scope, ns, &entry.fingerprint()) {
+                            entry.merge(j.clone());
+                            overlaid.insert((
+                                scope.fingerprint(),
+                                ns.to_owned(),
+                                entry.fingerprint(),
+                            ));
+                        }
+                        let flow = visit(scope, ns, &entry);
+                        stopped = flow.is_break();
+                        flow
                     }
-                    let flow = visit(scope, ns, &entry);
-                    stopped = flow.is_break();
-                    flow
-                }
-                Err(e) => {
-                    problems.push(format!("{}: {e}", self.path.display()));
-                    ControlFlow::Continue(())
-                }
-            });
+                    Err(e) => {
+                        problems.push(format!("{}: {e}", self.path.display()));
+                        ControlFlow::Continue(())
+                    }
+                },
+            );
             if let Err(e) = walked {
                 problems.push(format!("{}: {e}", self.path.display()));
             }
@@ -236,8 +246,10 @@ impl Inspection {
     }
 
     /// How many entries each scope's namespaces hold (the snapshot's plus the journal's new
-    /// keys), counted from the stored fingerprints without decoding the entries.
-    pub fn counts(&self) -> BTreeMap<Scope, BTreeMap<String, usize>> {
+    /// keys), counted from the stored fingerprints without decoding the entries, and what
+    /// stopped the count if the payload's structure is broken (one line; the counts are then
+    /// those before the damage).
+    pub fn counts(&self) -> (BTreeMap<Scope, BTreeMap<String, usize>>, Option<String>) {
         let mut counts: BTreeMap<Scope, BTreeMap<String, usize>> = BTreeMap::new();
         let mut add = |scope: &Scope, ns: &str, n: usize| {
             *counts
@@ -250,13 +262,14 @@ impl Inspection {
             for (scope, ns, _) in data.entries() {
                 add(scope, ns, 1);
             }
-            return counts;
+            return (counts, None);
         }
+        let mut broken = None;
         // Journal keys the snapshot also holds are not new entries.
         let mut known: HashSet<(Fingerprint, String, Fingerprint)> = HashSet::new();
         if let Some(payload) = self.payload_bytes() {
             let mut run: Option<(Scope, String, usize)> = None;
-            let _ = walk_payload(payload, |scope, ns, bytes| {
+            let walked = walk_payload(payload, &self.limits, |scope, ns, bytes| {
                 match &mut run {
                     Some((s, n, count)) if s == scope && n == ns => *count += 1,
                     _ => {
@@ -277,13 +290,16 @@ impl Inspection {
             if let Some((s, n, count)) = run.take() {
                 add(&s, &n, count);
             }
+            if let Err(e) = walked {
+                broken = Some(format!("{}: {e}", self.path.display()));
+            }
         }
         for (scope, ns, entry) in self.journal_data.entries() {
             if !known.contains(&(scope.fingerprint(), ns.to_owned(), entry.fingerprint())) {
                 add(scope, ns, 1);
             }
         }
-        counts
+        (counts, broken)
     }
 
     /// The entries recorded for the key fingerprint `fp` in namespace `ns`, one per scope it
@@ -299,7 +315,7 @@ impl Inspection {
             return found;
         }
         if let Some(payload) = self.payload_bytes() {
-            let _ = walk_payload(payload, |scope, name, bytes| {
+            let _ = walk_payload(payload, &self.limits, |scope, name, bytes| {
                 if name == ns
                     && entry_fingerprint(bytes).as_ref() == Some(fp)
                     && let Ok(entry) = decode_entry(bytes, ns)
@@ -344,8 +360,12 @@ impl Inspection {
             ControlFlow::Continue(())
         });
         if let (Some(payload), Some(header)) = (self.payload_bytes(), &self.snapshot.header) {
+            // The whole-payload checks a loading reader makes (structure, nesting, the caps).
+            if let Err(e) = cache_format::check_payload(payload, &self.limits) {
+                problems.push(format!("{}: {e}", self.path.display()));
+            }
             let mut stored = 0u64;
-            let _ = walk_payload(payload, |_, _, _| {
+            let _ = walk_payload(payload, &self.limits, |_, _, _| {
                 stored += 1;
                 ControlFlow::Continue(())
             });
@@ -407,6 +427,7 @@ fn inspect_once(
         payload: None,
         journal_data: CacheData::new(),
         migrated: None,
+        limits: *limits,
         problems: Vec::new(),
         notes: Vec::new(),
         gate: None,
@@ -415,7 +436,9 @@ fn inspect_once(
     if let Some(bytes) = read(&paths.snapshot, limits, &mut out.problems)? {
         out.snapshot.bytes = Some(bytes.len() as u64);
         let mut range = None;
-        match read_snapshot(&bytes, limits) {
+        // The envelope and checksums only: the payload is walked entry by entry later, each
+        // entry checked as it goes (`verify` also scans it whole and checks the caps).
+        match read_snapshot_framing(&bytes, limits) {
             Ok(snap) => {
                 out.snapshot.format = Some(snap.format);
                 generation = Some(snap.header.generation);

@@ -177,6 +177,20 @@ pub(crate) fn write_checksummed(out: &mut Vec<u8>, bytes: &[u8]) {
 
 /// Verifies a snapshot's envelope, checksums and header, without decoding the payload.
 pub fn read_snapshot<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Snapshot<'a>, FormatError> {
+    let snap = read_snapshot_framing(bytes, limits)?;
+    scan_whole(snap.payload, "payload", limits)?;
+    crate::census::check(snap.payload, limits)?;
+    Ok(snap)
+}
+
+/// [`read_snapshot`] without the structural scan and census of the payload: the envelope,
+/// both checksums and the header. For readers that walk the payload entry by entry with
+/// [`crate::raw::walk_payload`], which checks each entry's structure and depth as it goes
+/// (a whole-payload decoder needs [`read_snapshot`]).
+pub fn read_snapshot_framing<'a>(
+    bytes: &'a [u8],
+    limits: &Limits,
+) -> Result<Snapshot<'a>, FormatError> {
     let mut rd = Reader::new(bytes, "file");
     if bytes.len() as u64 > limits.max_file_bytes {
         return Err(FormatError::TooLarge {
@@ -203,8 +217,6 @@ pub fn read_snapshot<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Snapshot<'a
             bytes.len() - rd.pos
         )));
     }
-    scan_whole(payload, "payload", limits)?;
-    crate::census::check(payload, limits)?;
     let header = decode_header(header_bytes, limits)?;
     Ok(Snapshot {
         format,

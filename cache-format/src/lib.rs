@@ -34,7 +34,7 @@ mod wire;
 pub use candidate::{Candidate, CandidateId, Outcome, Stats, rank};
 pub use envelope::{
     FORMAT_VERSION, FormatVersion, Header, SNAPSHOT_MARKER, Snapshot, check_payload,
-    encode_payload, encode_snapshot, peek_header, read_snapshot,
+    encode_payload, encode_snapshot, peek_header, read_snapshot, read_snapshot_framing,
 };
 pub use error::FormatError;
 pub use fingerprint::{CANDIDATES_TAG, Fingerprint, KEY_TAG, ParseFingerprintError, SCOPE_TAG};

@@ -1,8 +1,10 @@
 //! Walking a format-1 payload entry by entry, without building the model: for readers that
 //! count, check or print entries one at a time in constant memory (`tunecache stats`,
-//! `verify`, `list`, `export`). The payload must have been scanned (every length backed by
-//! bytes, nesting bounded) and its census checked, as [`crate::read_snapshot`] and
-//! [`crate::raw::decode_payload`] do.
+//! `verify`, `list`, `export`). The payload need not have been scanned first: every length is
+//! checked against the bytes as the walk goes, and each scope and entry is scanned with the
+//! nesting bound it has inside a payload before it is handed out or decoded. (The census caps
+//! are not applied: entries are decoded one at a time, so memory is bounded by the largest
+//! entry, not the payload; `verify` checks the caps separately.)
 
 use std::ops::ControlFlow;
 
@@ -11,7 +13,7 @@ use rmp::Marker;
 use crate::error::FormatError;
 use crate::fingerprint::Fingerprint;
 use crate::model::{Entry, Scope};
-use crate::scan::scan_value;
+use crate::scan::{Limits, scan_value};
 use crate::value::Fields;
 use crate::wire;
 
@@ -20,8 +22,13 @@ use crate::wire;
 /// not FORMAT.md's (the decoder would refuse it as well).
 pub fn walk_payload(
     payload: &[u8],
+    limits: &Limits,
     mut visit: impl FnMut(&Scope, &str, &[u8]) -> ControlFlow<()>,
 ) -> Result<(), FormatError> {
+    // Containers above a scope's fields: payload, scopes, scope. Above an entry: those,
+    // namespaces and the entry list. (The same bound a whole-payload scan applies.)
+    let scope_depth = limits.max_depth.saturating_sub(3);
+    let entry_depth = limits.max_depth.saturating_sub(5);
     let mut w = Walker {
         bytes: payload,
         pos: 0,
@@ -39,6 +46,7 @@ pub fn walk_payload(
         let (Some(scope), Some(namespaces)) = (fields[0].clone(), fields[1].clone()) else {
             return Err(shape("a scope without its fields or namespaces"));
         };
+        scan_value(&payload[scope.clone()], 0, "payload", scope_depth)?;
         let scope_fields: Fields = rmp_serde::from_slice(&payload[scope])
             .map_err(|e| FormatError::invalid("payload", e))?;
         let scope = Scope::new(scope_fields);
@@ -52,7 +60,7 @@ pub fn walk_payload(
             let entries = w.array_len("a namespace's entries")?;
             for _ in 0..entries {
                 let at = w.pos;
-                w.skip()?;
+                w.pos = scan_value(payload, at, "payload", entry_depth)?;
                 if visit(&scope, name, &payload[at..w.pos]).is_break() {
                     return Ok(());
                 }
@@ -64,8 +72,9 @@ pub fn walk_payload(
     Ok(())
 }
 
-/// Decodes one entry's bytes (from [`walk_payload`]) of namespace `ns`, with every check the
-/// whole-payload decoder makes (the fingerprint matches the key, statuses, finite timings).
+/// Decodes one entry's bytes (from [`walk_payload`], which scanned them) of namespace `ns`,
+/// with every check the whole-payload decoder makes (the fingerprint matches the key,
+/// statuses, finite timings).
 pub fn decode_entry(bytes: &[u8], ns: &str) -> Result<Entry, FormatError> {
     let e: wire::EntryIn<'_> =
         rmp_serde::from_slice(bytes).map_err(|e| FormatError::invalid("payload", e))?;

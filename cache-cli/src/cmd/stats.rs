@@ -52,10 +52,11 @@ struct ScopeReport {
 
 impl StatsArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
-        let found = ctx.inspect(&ctx.path()?)?;
+        let mut found = ctx.inspect(&ctx.path()?)?;
         // Counted from the stored fingerprints, without decoding the entries (`verify`
         // decodes and checks them).
-        let counts = found.counts();
+        let (counts, broken) = found.counts();
+        found.problems.extend(broken);
         let header = found.snapshot.header.as_ref();
         let report = StatsReport {
             path: found.path.clone(),

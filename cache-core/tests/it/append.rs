@@ -217,7 +217,8 @@ fn inspection_streams_the_snapshot_with_the_journal_merged_in() {
     );
     assert_eq!(r.expect("append"), Appended::Done);
     let found = cache_core::inspect(&path, &Limits::default(), None).expect("inspect");
-    let counts = found.counts();
+    let (counts, broken) = found.counts();
+    assert!(broken.is_none(), "{broken:?}");
     assert_eq!(counts[&Scope::default()]["matmul"], 11);
     let mut seen = Vec::new();
     let problems = found.for_each_entry(|_, _, e| {

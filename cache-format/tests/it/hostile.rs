@@ -81,8 +81,25 @@ fn rewrap(header: &[u8], payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Reads a snapshot fully; returns whether it was accepted.
+/// Reads a snapshot fully; returns whether it was accepted. Also walks it entry by entry as
+/// the streaming readers do (after the framing check alone): never a panic, and a payload the
+/// whole decoder accepts walks without error.
 fn try_read(bytes: &[u8]) -> bool {
+    let walked = cache_format::read_snapshot_framing(bytes, &Limits::default()).map(|snap| {
+        raw::walk_payload(snap.payload_bytes(), &Limits::default(), |_, ns, entry| {
+            let _ = raw::decode_entry(entry, ns);
+            let _ = raw::entry_fingerprint(entry);
+            std::ops::ControlFlow::Continue(())
+        })
+    });
+    let accepted = try_read_whole(bytes);
+    if accepted {
+        assert!(matches!(walked, Ok(Ok(()))), "{walked:?}");
+    }
+    accepted
+}
+
+fn try_read_whole(bytes: &[u8]) -> bool {
     match read_snapshot(bytes, &Limits::default()) {
         Ok(snap) => {
             let typed = raw::decode_payload(snap.payload_bytes(), &Limits::default()).is_ok();
@@ -484,4 +501,40 @@ fn the_depth_helpers_agree_with_the_reader() {
             max + 1
         );
     }
+}
+
+/// A payload nested far deeper than the bound, behind valid checksums: the walk refuses it
+/// with an error (no stack overflow, no panic), as the whole-payload scan does.
+#[test]
+fn a_deeply_nested_entry_is_refused_by_the_walk() {
+    let data = {
+        let mut d = CacheData::new();
+        d.insert(&cache_format::Scope::default(), "ns", entry_with(1, 1));
+        d
+    };
+    let bytes = encode_snapshot("app", 1, &data);
+    let (header, payload) = split_snapshot(&bytes);
+    // Replace the payload with scopes → one scope → namespaces → an "entry" nested 100,000
+    // arrays deep.
+    let mut deep = Vec::new();
+    deep.push(0x81);
+    rmp::encode::write_str(&mut deep, "scopes").expect("vec");
+    deep.push(0x91);
+    deep.push(0x82);
+    rmp::encode::write_str(&mut deep, "scope").expect("vec");
+    deep.push(0x80);
+    rmp::encode::write_str(&mut deep, "namespaces").expect("vec");
+    deep.push(0x81);
+    rmp::encode::write_str(&mut deep, "ns").expect("vec");
+    deep.push(0x91);
+    deep.extend(std::iter::repeat_n(0x91, 100_000));
+    deep.push(0x01);
+    let _ = payload;
+    let file = rewrap(&header, &deep);
+    let snap = cache_format::read_snapshot_framing(&file, &Limits::default()).expect("framing");
+    let walked = raw::walk_payload(snap.payload_bytes(), &Limits::default(), |_, _, _| {
+        panic!("no entry may be handed out")
+    });
+    assert!(walked.is_err());
+    assert!(read_snapshot(&file, &Limits::default()).is_err());
 }

@@ -30,7 +30,7 @@ proptest! {
         prop_assert_eq!(&header, &snap.header);
         // Walked entry by entry, it holds the same entries, each under its stored fingerprint.
         let mut walked = cache_format::CacheData::new();
-        raw::walk_payload(snap.payload_bytes(), |scope, ns, bytes| {
+        raw::walk_payload(snap.payload_bytes(), &Limits::default(), |scope, ns, bytes| {
             let entry = raw::decode_entry(bytes, ns).expect("entry decodes");
             assert_eq!(raw::entry_fingerprint(bytes), Some(entry.fingerprint()));
             walked.insert(scope, ns, entry);
