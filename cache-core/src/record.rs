@@ -150,6 +150,13 @@ pub fn merge_into_file(
     // What a compaction needs: everything on disk, rescued entries included.
     let salvaged = std::mem::take(&mut read.salvaged);
     read.data.merge(salvaged);
-    disk.write_knowing(&batch, rewrite, read).map_err(failure)?;
+    if rewrite || !disk.has_snapshot() {
+        // A new snapshot either way: the imported entries move into it, no copy.
+        let mut all = read.data;
+        all.merge(batch);
+        disk.write_snapshot(&all, read.events).map_err(failure)?;
+    } else {
+        disk.write_knowing(&batch, rewrite, read).map_err(failure)?;
+    }
     Ok(count)
 }

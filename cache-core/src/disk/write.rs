@@ -47,12 +47,13 @@ impl Disk {
         if batch.is_empty() && !rewrite {
             return Ok(Vec::new());
         }
-        let record = if batch.is_empty() {
+        let snapshot_len = self.cursor.snapshot.as_ref().map(|s| s.id.len);
+        // A required compaction never appends: the record is not encoded for nothing.
+        let record = if batch.is_empty() || snapshot_len.is_none() || rewrite {
             Vec::new()
         } else {
             self.checked_record(batch)?
         };
-        let snapshot_len = self.cursor.snapshot.as_ref().map(|s| s.id.len);
         let journal_len = fsio::stat(&self.paths.journal)?.map_or(0, |m| m.len());
         let budget = snapshot_len.map_or(0, |len| {
             self.options
@@ -216,6 +217,11 @@ impl Disk {
             journal: None,
         };
         Ok(Some(events))
+    }
+
+    /// Whether a snapshot was there at the last read.
+    pub(crate) fn has_snapshot(&self) -> bool {
+        self.cursor.snapshot.is_some()
     }
 
     /// Keeps the current snapshot (and journal) as `<file>.bak.<ms>` (`<file>.journal.bak.<ms>`):
