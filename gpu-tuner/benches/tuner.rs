@@ -49,6 +49,31 @@ fn dispatch(c: &mut Criterion) {
     group.bench_function("hit", |b| {
         b.iter(|| matmul.get(black_box(&key)).expect("hit"))
     });
+    // `run` borrows the choice: no shared reference count on the hot path.
+    group.bench_function("run_hit", |b| {
+        b.iter(|| matmul.run(black_box(&key), |h| Ok(black_box(h) as *const _ as usize)))
+    });
+    group.bench_function("run_hit_2_threads", |b| {
+        b.iter_custom(|iters| {
+            let stop = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        black_box(matmul.run(&key, |h| Ok(black_box(h) as *const _ as usize)))
+                            .expect("hit");
+                    }
+                });
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(matmul.run(black_box(&key), |h| Ok(h as *const _ as usize)))
+                        .expect("hit");
+                }
+                let took = start.elapsed();
+                stop.store(true, Ordering::Relaxed);
+                took
+            })
+        })
+    });
     // Baseline in the same process: a std HashMap probe with the same key, returning an Arc.
     let baseline: HashMap<MatmulKey, Arc<u64>> =
         [(key, Arc::new(1)), (MatmulKey::f32(8, 8, 8), Arc::new(2))].into();

@@ -226,12 +226,32 @@ impl<O: Operation> Tuned<O> {
     /// Runs `f` with the chosen handle; if it fails, the candidate is recorded as failed (in
     /// the cache, so no process chooses it again) and the runner-up is tried, until one
     /// succeeds or none is left.
+    ///
+    /// A hit runs `f` on the choice borrowed from the dispatch table: no reference count is
+    /// touched, so threads running the same key do not contend on one (with [`Tuned::get`],
+    /// each hit increments and decrements the choice's shared count).
     pub fn run<R>(
         &self,
         key: &O::Key,
         mut f: impl FnMut(&O::Handle) -> Result<R, String>,
     ) -> Result<R, TuneError> {
-        let mut choice = self.get(key)?;
+        let failed = {
+            let map = self.inner.dispatch.load();
+            match map.get(key) {
+                Some(choice) if choice.expires.is_none_or(|t| Instant::now() < t) => {
+                    self.inner.counters.hits.add(1);
+                    match f(choice.handle()) {
+                        Ok(r) => return Ok(r),
+                        Err(reason) => Some((Arc::clone(choice), reason)),
+                    }
+                }
+                _ => None,
+            }
+        };
+        let mut choice = match failed {
+            Some((choice, reason)) => self.inner.demote(key, &choice, reason)?,
+            None => self.get(key)?,
+        };
         loop {
             match f(choice.handle()) {
                 Ok(r) => return Ok(r),

@@ -532,3 +532,29 @@ fn a_tuned_key_is_one_journal_record() {
     let second = cache.lookup(t.namespace(), &cache_key(2)).expect("stored");
     assert_eq!(second.candidates().len(), 5);
 }
+
+/// `run` on a hit borrows the choice from the dispatch table; a failure there still demotes
+/// the winner, records it and runs the runner-up, as on a miss.
+#[test]
+fn a_winner_that_fails_on_a_hit_falls_back_too() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    let t = tuned(&cache, three(), quick());
+    assert_eq!(t.get(&K).expect("tuned").candidate().algorithm, "fast");
+    let hits = t.stats().hits;
+    let ran = t.run(&K, |h| Ok(h.name.clone())).expect("runs");
+    assert_eq!(ran, "fast");
+    assert_eq!(t.stats().hits, hits + 1, "a hit");
+    let launched = t
+        .run(&K, |h| {
+            if h.name == "fast" {
+                Err("CUDA_ERROR_ILLEGAL_ADDRESS".into())
+            } else {
+                Ok(h.name.clone())
+            }
+        })
+        .expect("the runner-up runs");
+    assert_eq!(launched, "mid");
+    assert_eq!(t.stats().failures, 1);
+    assert_eq!(t.get(&K).expect("choice").candidate().algorithm, "mid");
+}
