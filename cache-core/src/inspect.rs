@@ -193,16 +193,26 @@ impl Inspection {
     /// entries that could not be decoded, one line each (they are skipped).
     pub fn for_each_entry(
         &self,
-        mut visit: impl FnMut(&Scope, &str, &Entry) -> ControlFlow<()>,
+        visit: impl FnMut(&Scope, &str, &Entry) -> ControlFlow<()>,
     ) -> Vec<String> {
+        self.walk(visit).0
+    }
+
+    /// [`Inspection::for_each_entry`], also counting the entries the snapshot's payload
+    /// holds (decodable or not) as it walks them.
+    fn walk(
+        &self,
+        mut visit: impl FnMut(&Scope, &str, &Entry) -> ControlFlow<()>,
+    ) -> (Vec<String>, u64) {
         if let Some(data) = &self.migrated {
             for (scope, ns, entry) in data.entries() {
                 if visit(scope, ns, entry).is_break() {
                     break;
                 }
             }
-            return Vec::new();
+            return (Vec::new(), 0);
         }
+        let mut stored = 0u64;
         let mut problems = Vec::new();
         let mut overlaid: HashSet<(Fingerprint, String, Fingerprint)> = HashSet::new();
         let mut stopped = false;
@@ -212,7 +222,10 @@ impl Inspection {
                 &self.limits,
                 |scope, ns, bytes| match decode_entry(bytes, ns) {
                     Ok(mut entry) => {
-                        if let Some(j) = self.journal_data.get(scope, ns, &entry.fingerprint()) {
+                        stored += 1;
+                        if !self.journal_data.is_empty()
+                            && let Some(j) = self.journal_data.get(scope, ns, &entry.fingerprint())
+                        {
                             entry.merge(j.clone());
                             overlaid.insert((
                                 scope.fingerprint(),
@@ -225,6 +238,7 @@ impl Inspection {
                         flow
                     }
                     Err(e) => {
+                        stored += 1;
                         problems.push(format!("{}: {e}", self.path.display()));
                         ControlFlow::Continue(())
                     }
@@ -242,7 +256,7 @@ impl Inspection {
                 }
             }
         }
-        problems
+        (problems, stored)
     }
 
     /// How many entries each scope's namespaces hold (the snapshot's plus the journal's new
@@ -355,7 +369,7 @@ impl Inspection {
     /// framing, in constant memory. Returns the number of readable entries too.
     pub fn check_entries(&self) -> (usize, Vec<String>) {
         let mut entries = 0usize;
-        let mut problems = self.for_each_entry(|_, _, _| {
+        let (mut problems, stored) = self.walk(|_, _, _| {
             entries += 1;
             ControlFlow::Continue(())
         });
@@ -364,11 +378,6 @@ impl Inspection {
             if let Err(e) = cache_format::check_payload(payload, &self.limits) {
                 problems.push(format!("{}: {e}", self.path.display()));
             }
-            let mut stored = 0u64;
-            let _ = walk_payload(payload, &self.limits, |_, _, _| {
-                stored += 1;
-                ControlFlow::Continue(())
-            });
             if stored != header.entries {
                 problems.push(format!(
                     "{}: the header counts {} entries, the payload holds {stored}",
