@@ -21,6 +21,10 @@ pub(crate) const ENV_DIR: &str = "TUNECACHE_DIR";
 pub(crate) const ENV_DISABLE: &str = "TUNECACHE_DISABLE";
 /// `1` reads the file but never writes it.
 pub(crate) const ENV_READ_ONLY: &str = "TUNECACHE_READ_ONLY";
+/// `off`, `read` or `read-write`: what a cache does with its shared tier.
+pub const ENV_REMOTE_MODE: &str = "TUNECACHE_REMOTE_MODE";
+/// The shared tier's read budget in milliseconds.
+pub const ENV_REMOTE_TIMEOUT_MS: &str = "TUNECACHE_REMOTE_TIMEOUT_MS";
 /// Extension of cache files.
 pub(crate) const FILE_EXTENSION: &str = "tcache";
 
@@ -69,6 +73,8 @@ pub struct CacheBuilder {
     pub(crate) compact_min_bytes: u64,
     pub(crate) compaction_budget: Option<Duration>,
     pub(crate) backup_on_migrate: bool,
+    pub(crate) remote: Option<std::sync::Arc<dyn crate::remote::Remote>>,
+    remote_options: crate::remote::RemoteOptions,
 }
 
 /// Where the entries live, once configuration is resolved.
@@ -128,7 +134,50 @@ impl CacheBuilder {
             compact_min_bytes: 1 << 20,
             compaction_budget: None,
             backup_on_migrate: true,
+            remote: None,
+            remote_options: crate::remote::RemoteOptions::default(),
         }
+    }
+
+    /// A shared tier behind the file (e.g. `cache_remote::RedisRemote`): read on a local
+    /// miss, published to in the background. `TUNECACHE_REMOTE_MODE` and
+    /// `TUNECACHE_REMOTE_TIMEOUT_MS` override the options' mode and budget.
+    pub fn remote(mut self, remote: std::sync::Arc<dyn crate::remote::Remote>) -> Self {
+        self.remote = Some(remote);
+        self
+    }
+
+    /// How the shared tier is used (see [`crate::RemoteOptions`]).
+    pub fn remote_options(mut self, options: crate::remote::RemoteOptions) -> Self {
+        self.remote_options = options;
+        self
+    }
+
+    /// The remote options with the environment applied; the strings are warnings about
+    /// values that were ignored.
+    pub fn effective_remote_options(&self) -> (crate::remote::RemoteOptions, Vec<String>) {
+        let mut options = self.remote_options.clone();
+        let mut warnings = Vec::new();
+        if let Some(v) = self.env(ENV_REMOTE_MODE).filter(|v| !v.trim().is_empty()) {
+            match v.parse() {
+                Ok(mode) => options.mode = mode,
+                Err(e) => warnings.push(format!("ignoring {ENV_REMOTE_MODE}: {e}")),
+            }
+        }
+        if let Some(v) = self
+            .env(ENV_REMOTE_TIMEOUT_MS)
+            .filter(|v| !v.trim().is_empty())
+        {
+            match v.trim().parse::<u64>() {
+                Ok(ms) if (1..=60_000).contains(&ms) => {
+                    options.budget = Duration::from_millis(ms);
+                }
+                _ => warnings.push(format!(
+                    "ignoring {ENV_REMOTE_TIMEOUT_MS}={v:?}: expected milliseconds from 1 to 60000"
+                )),
+            }
+        }
+        (options, warnings)
     }
 
     /// The scope lookups and records of this cache belong to.

@@ -30,18 +30,26 @@ mod memory;
 mod migrate;
 mod namespace;
 mod record;
+mod remote;
 mod store;
 
 pub use artifact::{ArtifactStore, Eviction};
 pub use cache::{Cache, Health, Mode, check_entry};
 pub use claim::{Claim, ClaimGuard};
-pub use config::{CacheBuilder, Location, MemoryOnly, Switches, default_dir, file_name};
+pub use config::{
+    CacheBuilder, ENV_REMOTE_MODE, ENV_REMOTE_TIMEOUT_MS, Location, MemoryOnly, Switches,
+    default_dir, file_name,
+};
 pub use error::StoreError;
 pub use inspect::{GateVerdict, Inspection, JournalInfo, SnapshotInfo, inspect};
 pub use memory::MemoryStore;
 pub use migrate::{MigrateOptions, MigrateOutcome, migrate_file};
 pub use namespace::{MAX_NAMESPACE_LEN, MAX_NAMESPACES, Namespace};
 pub use record::{AppendOptions, Appended, append_to_file, merge_into_file};
+pub use remote::{
+    BreakerState, KEY_SALT, MemoryRemote, Remote, RemoteError, RemoteHealth, RemoteMode,
+    RemoteOptions, Swap, encode_value, remote_key,
+};
 pub use store::Store;
 
 pub use cache_format;

@@ -55,6 +55,8 @@ pub struct Health {
     pub migration: Option<Report>,
     /// Results recorded but not yet durable.
     pub pending: usize,
+    /// The shared tier, if the cache has one.
+    pub remote: Option<crate::remote::RemoteHealth>,
 }
 
 struct State {
@@ -104,12 +106,17 @@ struct Shared {
     state: Mutex<State>,
     cv: Condvar,
     diag: Mutex<Diagnostics>,
+    /// The shared tier, if one is configured.
+    remote: Option<crate::remote::RemoteTier>,
+    publish: Mutex<shared_tier::Publish>,
+    publish_cv: Condvar,
 }
 
 /// A persistent autotune cache for one application and scope. See the crate docs.
 pub struct Cache {
     shared: Arc<Shared>,
     saver: Option<JoinHandle<()>>,
+    publisher: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Cache {
@@ -125,6 +132,7 @@ impl std::fmt::Debug for Cache {
 
 mod notice;
 mod queue;
+mod shared_tier;
 
 pub use queue::check_entry;
 mod saver;
@@ -144,7 +152,21 @@ impl Cache {
     }
 
     pub(crate) fn open(builder: CacheBuilder) -> Cache {
-        let (location, warnings) = builder.resolve();
+        let (location, mut warnings) = builder.resolve();
+        let registry = Arc::new(builder.registry.clone());
+        let remote = builder.remote.clone().and_then(|remote| {
+            let (options, notes) = builder.effective_remote_options();
+            warnings.extend(notes);
+            (options.mode != crate::remote::RemoteMode::Off).then(|| {
+                crate::remote::RemoteTier::new(
+                    remote,
+                    options,
+                    Arc::clone(&registry),
+                    builder.limits,
+                    builder.scope.clone(),
+                )
+            })
+        });
         let (path, read_only) = match &location {
             Location::File { path, read_only } => (Some(path.clone()), *read_only),
             Location::Memory(_) => (None, false),
@@ -185,6 +207,9 @@ impl Cache {
                 quarantined: Vec::new(),
                 migration: None,
             }),
+            remote,
+            publish: Mutex::new(shared_tier::Publish::default()),
+            publish_cv: Condvar::new(),
         });
         for w in warnings {
             shared.notify(Notice::config(w));
@@ -192,7 +217,22 @@ impl Cache {
         let mut cache = Cache {
             shared: Arc::clone(&shared),
             saver: None,
+            publisher: None,
         };
+        if shared.remote.as_ref().is_some_and(|t| t.writes()) {
+            lock(&shared.publish).running = true;
+            let worker = Arc::clone(&shared);
+            match std::thread::Builder::new()
+                .name("tunecache-publisher".into())
+                .spawn(move || worker.run_publisher())
+            {
+                Ok(handle) => cache.publisher = Some(handle),
+                Err(e) => {
+                    lock(&shared.publish).running = false;
+                    shared.notify(Notice::no_publisher(&e));
+                }
+            }
+        }
         let path = match location {
             Location::Memory(why) => {
                 if let MemoryOnly::NoLocation(reason) = &why {
@@ -260,7 +300,7 @@ impl Cache {
             backup_on_migrate: builder.backup_on_migrate,
             compaction_budget: builder.compaction_budget,
         };
-        let mut disk = Disk::new(paths, Arc::new(builder.registry), options);
+        let mut disk = Disk::new(paths, registry, options);
         // The first read takes no lock, so other writers are not held up while a large file
         // is decoded. Then, if the lock is free, it is taken only to reconcile: read what
         // changed since (usually nothing) and make the repairs a locked read makes (cut a
@@ -392,7 +432,25 @@ impl Cache {
             quarantined: diag.quarantined.clone(),
             migration: diag.migration.clone(),
             pending: st.dirty.len() + st.other.len(),
+            remote: self
+                .shared
+                .remote
+                .as_ref()
+                .map(|t| t.health(lock(&self.shared.publish).pending.len())),
         }
+    }
+
+    /// Reads the keys of `fps` that memory lacks from the shared tier, in one round trip
+    /// within its budget (a tuner about to ask for many keys calls this first); returns how
+    /// many the remote had. Without a remote, nothing.
+    pub fn prefetch(&self, ns: Namespace, fps: &[Fingerprint]) -> usize {
+        self.shared.fetch_remote(ns, fps)
+    }
+
+    /// Waits at most `timeout` until what was recorded so far is published to the shared
+    /// tier (a command-line tool before it exits). Without a writable remote, `Ok` at once.
+    pub fn publish_within(&self, timeout: Duration) -> Result<(), crate::remote::RemoteError> {
+        self.shared.publish_within(timeout)
     }
 
     /// Queues entries of any scope for saving (e.g. an import); entries of the current scope
@@ -423,6 +481,7 @@ impl Cache {
         }
         self.shared.clamp(mine.iter_mut().map(|(_, e)| e));
         let keys: Vec<_> = mine.iter().map(|(ns, e)| (*ns, e.fingerprint())).collect();
+        self.shared.queue_publish(keys.iter().copied());
         self.shared.memory.merge_many(mine);
         lock(&self.shared.others).merge(others.clone());
         let mut st = lock(&self.shared.state);
@@ -492,6 +551,19 @@ impl Cache {
 
     fn stop(&mut self) {
         self.stop_saver();
+        if let Some(handle) = self.publisher.take() {
+            // One last bounded round; a server that does not answer costs at most its budget.
+            let wait = self
+                .shared
+                .remote
+                .as_ref()
+                .map_or(Duration::ZERO, |t| t.options().publish_budget)
+                + Duration::from_millis(100);
+            self.shared.stop_publisher(wait);
+            if !lock(&self.shared.publish).running {
+                let _ = handle.join();
+            }
+        }
         self.shared.summarize_repeats();
     }
 
@@ -533,7 +605,11 @@ impl Drop for Cache {
 impl Store for Cache {
     #[inline]
     fn get(&self, ns: Namespace, fp: &Fingerprint) -> Option<Arc<Entry>> {
-        self.shared.memory.get(ns, fp)
+        match self.shared.memory.get(ns, fp) {
+            Some(e) => Some(e),
+            None if self.shared.remote.is_some() => self.shared.read_through(ns, fp),
+            None => None,
+        }
     }
 
     fn put(&self, ns: Namespace, entry: Entry) {
@@ -565,6 +641,7 @@ impl Store for Cache {
             }
         }
         self.shared.memory.merge(ns, entry);
+        self.shared.queue_publish([(ns, fp)]);
         let mut st = lock(&self.shared.state);
         st.dirty.insert((ns, fp));
         self.shared.mark_dirty(&mut st);

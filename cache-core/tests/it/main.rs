@@ -14,5 +14,6 @@ mod corrupt;
 mod crash;
 mod degrade;
 mod lock;
+mod remote;
 mod support;
 mod versions;
