@@ -742,10 +742,13 @@ impl RemoteTier {
     /// Publishes `entries` (measured here), merged with what the server holds, by a bounded
     /// compare-and-set loop: read the current values, merge, write where nothing changed
     /// meanwhile, and redo the keys that lost a race (at most four rounds).
+    ///
+    /// `force` (a caller waits for it) probes even while the breaker is open.
     pub(crate) fn publish(
         &self,
         entries: Vec<(Namespace, Entry)>,
         deadline: Instant,
+        force: bool,
     ) -> PublishOutcome {
         let all_keys = || {
             entries
@@ -765,7 +768,7 @@ impl RemoteTier {
                 error: Some(RemoteError::Full("cooling down".to_owned())),
             };
         }
-        if !self.allow(self.options.budget) {
+        if !force && !self.allow(self.options.budget) {
             return PublishOutcome {
                 left: all_keys(),
                 error: Some(RemoteError::Unreachable(

@@ -9,10 +9,11 @@ use serde_json::Value;
 
 /// The layers, lowest first. A crate may depend (normally, not for tests) only on crates in
 /// lower layers.
-pub(crate) const LAYERS: [&str; 5] = [
+pub(crate) const LAYERS: [&str; 6] = [
     "cache-format",
     "cache-migrate",
     "cache-core",
+    "cache-remote",
     "gpu-tuner",
     "cache-cli",
 ];

@@ -4,10 +4,12 @@
 //! 1. A virtual environment at `target/test-venv` with the Python packages the tests use
 //!    (`msgpack` for the cross-language fingerprint check, `nvidia-cuda-nvrtc-cu12` for NVRTC
 //!    without a GPU), installed with pip once and reused.
-//! 2. `cargo test --workspace --locked` with that environment's `bin` first on `PATH`, NVRTC's
+//! 2. `redis-server` (Debian's package, installed with apt-get when missing) for the shared
+//!    tier's tests, which start their own servers on free loopback ports.
+//! 3. `cargo test --workspace --locked` with that environment's `bin` first on `PATH`, NVRTC's
 //!    library folder on `LD_LIBRARY_PATH`, and `TUNECACHE_SKIP_LOG` naming a file where every
 //!    skipped test writes why (test-support's `skip::missing`).
-//! 3. A skip fails the run (listing each), unless `--allow-skips` was given.
+//! 4. A skip fails the run (listing each), unless `--allow-skips` was given.
 //!
 //! Arguments after `--` go to `cargo test`.
 
@@ -35,6 +37,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let venv = root.join("target").join("test-venv");
     let python = prepare_venv(&venv)?;
     let nvrtc = nvrtc_lib(&python)?;
+    prepare_redis();
     let skip_log = root.join("target").join("test-skips.log");
     let _ = std::fs::remove_file(&skip_log);
 
@@ -58,6 +61,40 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let log = std::fs::read_to_string(&skip_log).unwrap_or_default();
     println!("xtask test: {}", verdict(&log, allow_skips)?);
     Ok(())
+}
+
+/// Whether `redis-server` runs here.
+fn has_redis() -> bool {
+    Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Installs Debian's `redis-server` when it is missing and apt-get can (as root). Failing
+/// that, says what to install: the shared tier's tests then fail in CI and skip elsewhere.
+fn prepare_redis() {
+    if has_redis() {
+        println!("xtask test: redis-server is installed");
+        return;
+    }
+    println!("xtask test: installing redis-server (apt-get)");
+    let install = |update: bool| {
+        if update {
+            let _ = Command::new("apt-get").args(["update", "-qq"]).status();
+        }
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "redis-server"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !(install(false) || install(true)) || !has_redis() {
+        println!(
+            "xtask test: could not install redis-server; install it (apt-get install \
+             redis-server) or the shared tier's tests fail in CI and skip elsewhere"
+        );
+    }
 }
 
 /// The run's verdict from the skip log: a skip fails it unless skips are allowed.

@@ -157,6 +157,7 @@ impl Shared {
                 }
             }
             let serving = p.requested;
+            let force = p.requested > p.served;
             p.final_round = p.shutdown;
             let keys: Vec<(Namespace, Fingerprint)> = p.pending.drain().collect();
             p.since = None;
@@ -165,7 +166,11 @@ impl Shared {
                 .iter()
                 .filter_map(|(ns, fp)| self.memory.get(*ns, fp).map(|e| (*ns, Entry::clone(&e))))
                 .collect();
-            let outcome = tier.publish(entries, Instant::now() + tier.options().publish_budget);
+            let outcome = tier.publish(
+                entries,
+                Instant::now() + tier.options().publish_budget,
+                force,
+            );
             let mut p = lock(&self.publish);
             if !outcome.left.is_empty() {
                 p.pending.extend(outcome.left);

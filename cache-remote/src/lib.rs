@@ -1,0 +1,358 @@
+//! The shared tier of tunecache on Redis: [`RedisRemote`] implements
+//! [`cache_core::Remote`] with the `redis` crate's synchronous client (no async runtime).
+//!
+//! Every call is bounded by its deadline, connecting included: the connection is made with
+//! the remaining time as its timeout, the library-name handshake (`CLIENT SETINFO`, a second
+//! round trip that could cost a second timeout) is skipped, and each command gets the
+//! remaining time as its socket read and write timeout. Connections are pooled; one that
+//! failed is dropped, never reused (a timed-out reply could still arrive on it).
+//!
+//! Only single-key commands are used, so the layout works on Redis Cluster (no `CROSSSLOT`):
+//! reads are one pipeline of `GET` (or `GETEX … PX` to refresh the time to live in
+//! read-write mode), writes one pipeline of a single-key compare-and-set script. What is
+//! stored, and the checks a read value must pass, are cache-core's (FORMAT.md, "Shared
+//! tier").
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! # fn f(registry: cache_core::cache_migrate::Migrations) -> Result<(), String> {
+//! let remote = cache_remote::RedisRemote::open("redis://cache.internal:6379/0")?;
+//! let cache = cache_core::Cache::builder(registry).remote(Arc::new(remote)).open();
+//! # Ok(()) }
+//! ```
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cache_core::{CacheBuilder, Remote, RemoteError, Swap};
+use redis::IntoConnectionInfo;
+
+/// The environment variable that names the server: `redis://[user:password@]host:port/db`,
+/// `rediss://…` (TLS, with the `tls` feature) or `redis+unix:///path/to/socket`.
+pub const ENV_REMOTE: &str = "TUNECACHE_REMOTE";
+
+/// Connections kept for reuse.
+const POOL: usize = 8;
+
+/// Compare-and-set of one key: ARGV = has-expected (`1`/`0`), expected, new value, time to
+/// live in ms (`0`: none). Returns 1 if it set the value. Lua strings are binary-safe.
+const CAS_SCRIPT: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if ARGV[1] == '1' then
+  if cur ~= ARGV[2] then return 0 end
+elseif cur then
+  return 0
+end
+if ARGV[4] == '0' then
+  redis.call('SET', KEYS[1], ARGV[3])
+else
+  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+end
+return 1
+";
+
+/// A Redis server as a [`Remote`].
+pub struct RedisRemote {
+    client: redis::Client,
+    describe: String,
+    pool: Mutex<Vec<redis::Connection>>,
+}
+
+impl std::fmt::Debug for RedisRemote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisRemote")
+            .field("server", &self.describe)
+            .finish()
+    }
+}
+
+impl RedisRemote {
+    /// A client for the server at `url`; checks the address but does not connect (the first
+    /// call does, within its deadline). The error never contains the password.
+    pub fn open(url: &str) -> Result<Self, String> {
+        let describe = redact(url);
+        let info = url
+            .into_connection_info()
+            .map_err(|e| format!("{ENV_REMOTE}: cannot use {describe}: {:?}", e.kind()))?;
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let info = info.set_redis_settings(settings);
+        let client = redis::Client::open(info)
+            .map_err(|e| format!("{ENV_REMOTE}: cannot use {describe}: {:?}", e.kind()))?;
+        Ok(RedisRemote {
+            client,
+            describe,
+            pool: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The server named by `TUNECACHE_REMOTE`, if it is set and not empty.
+    pub fn from_env() -> Result<Option<Self>, String> {
+        match std::env::var(ENV_REMOTE) {
+            Ok(url) if !url.trim().is_empty() => Self::open(url.trim()).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, Vec<redis::Connection>> {
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on a pooled (or new) connection with the time left until `deadline` as its
+    /// socket timeouts. A pooled connection that turns out dead (the server restarted since)
+    /// is dropped with the rest of the pool, and `f` runs once more on a fresh one: every
+    /// command sent here is safe to repeat (reads, and a compare-and-set that fails if the
+    /// first attempt did land).
+    fn run<T>(
+        &self,
+        deadline: Instant,
+        mut f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, RemoteError> {
+        let pooled = self.pool().pop();
+        if let Some(conn) = pooled {
+            match self.run_on(conn, deadline, &mut f) {
+                Err(RemoteError::Unreachable(_)) => self.pool().clear(),
+                other => return other,
+            }
+        }
+        let conn = self
+            .client
+            .get_connection_with_timeout(left(deadline, "connect")?)
+            .map_err(|e| classify(&e))?;
+        self.run_on(conn, deadline, &mut f)
+    }
+
+    fn run_on<T>(
+        &self,
+        mut conn: redis::Connection,
+        deadline: Instant,
+        f: &mut impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, RemoteError> {
+        let time = left(deadline, "send the command")?;
+        conn.set_read_timeout(Some(time))
+            .and_then(|()| conn.set_write_timeout(Some(time)))
+            .map_err(|e| classify(&e))?;
+        let result = f(&mut conn).map_err(|e| classify(&e));
+        if result.is_ok() {
+            let mut pool = self.pool();
+            if pool.len() < POOL {
+                pool.push(conn);
+            }
+        }
+        result
+    }
+
+    /// Runs `INFO section` and returns its text (for `tunecache remote stats`).
+    pub fn info(&self, section: &str, deadline: Instant) -> Result<String, RemoteError> {
+        self.run(deadline, |c| redis::cmd("INFO").arg(section).query(c))
+    }
+
+    /// Counts the keys of this tool's layout (`SCAN` with the salt's prefix), for
+    /// `tunecache remote stats`; stops at the deadline with what it counted.
+    pub fn count_keys(&self, deadline: Instant) -> Result<u64, RemoteError> {
+        self.run(deadline, |c| {
+            let mut cursor: u64 = 0;
+            let mut n = 0u64;
+            loop {
+                let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(format!("{}:*", cache_core::KEY_SALT))
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query(c)?;
+                n += keys.len() as u64;
+                cursor = next;
+                if cursor == 0 || Instant::now() >= deadline {
+                    return Ok(n);
+                }
+            }
+        })
+    }
+}
+
+impl Remote for RedisRemote {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn get_many(
+        &self,
+        keys: &[String],
+        touch: Option<Duration>,
+        deadline: Instant,
+    ) -> Result<Vec<Option<Vec<u8>>>, RemoteError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values: Vec<Option<Vec<u8>>> = self.run(deadline, |c| {
+            let mut pipe = redis::pipe();
+            for key in keys {
+                match touch {
+                    Some(ttl) => pipe.cmd("GETEX").arg(key).arg("PX").arg(millis(ttl)),
+                    None => pipe.cmd("GET").arg(key),
+                };
+            }
+            pipe.query(c)
+        })?;
+        if values.len() != keys.len() {
+            return Err(RemoteError::Protocol(format!(
+                "{} replies to {} reads",
+                values.len(),
+                keys.len()
+            )));
+        }
+        Ok(values)
+    }
+
+    fn compare_and_set_many(
+        &self,
+        swaps: &[Swap<'_>],
+        ttl: Option<Duration>,
+        deadline: Instant,
+    ) -> Result<Vec<bool>, RemoteError> {
+        if swaps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ttl = ttl.map_or(0, millis);
+        let done: Vec<i64> = self.run(deadline, |c| {
+            let mut pipe = redis::pipe();
+            for s in swaps {
+                pipe.cmd("EVAL")
+                    .arg(CAS_SCRIPT)
+                    .arg(1)
+                    .arg(s.key)
+                    .arg(if s.expected.is_some() { "1" } else { "0" })
+                    .arg(s.expected.unwrap_or_default())
+                    .arg(s.value)
+                    .arg(ttl);
+            }
+            pipe.query(c)
+        })?;
+        if done.len() != swaps.len() {
+            return Err(RemoteError::Protocol(format!(
+                "{} replies to {} writes",
+                done.len(),
+                swaps.len()
+            )));
+        }
+        Ok(done.into_iter().map(|d| d == 1).collect())
+    }
+
+    fn ping(&self, deadline: Instant) -> Result<(), RemoteError> {
+        let pong: String = self.run(deadline, |c| redis::cmd("PING").query(c))?;
+        if pong == "PONG" {
+            Ok(())
+        } else {
+            Err(RemoteError::Protocol(format!("PING answered {pong:?}")))
+        }
+    }
+}
+
+/// The time left until `deadline`, or a timeout if none is.
+fn left(deadline: Instant, what: &str) -> Result<Duration, RemoteError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(RemoteError::Timeout(format!("no time left to {what}")))
+    } else {
+        Ok(left)
+    }
+}
+
+/// Milliseconds of a duration, at least 1 (Redis refuses `PX 0`).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Sorts a client error into what the tier does about it.
+fn classify(e: &redis::RedisError) -> RemoteError {
+    let text = e.to_string();
+    if e.is_timeout() {
+        RemoteError::Timeout(text)
+    } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
+        RemoteError::Unreachable(text)
+    } else if e.code() == Some("OOM") || text.contains("OOM") {
+        RemoteError::Full(text)
+    } else if e.code().is_some() {
+        RemoteError::Refused(text)
+    } else {
+        RemoteError::Protocol(text)
+    }
+}
+
+/// The address without its password: `redis://user:***@host:6379/0`, and `pass=***` in a
+/// query string.
+pub fn redact(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (s, r),
+        None => return "(not a URL)".to_owned(),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => format!("***@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    let path = match path.split_once('?') {
+        Some((p, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _))
+                        if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") =>
+                    {
+                        format!("{k}=***")
+                    }
+                    _ => kv.to_owned(),
+                })
+                .collect();
+            format!("{p}?{}", query.join("&"))
+        }
+        None => path.to_owned(),
+    };
+    format!("{scheme}://{authority}{path}")
+}
+
+/// Extends a [`CacheBuilder`] with the server named by `TUNECACHE_REMOTE`.
+pub trait RemoteFromEnv: Sized {
+    /// Gives the builder the server named by `TUNECACHE_REMOTE`, if set. A value that is not
+    /// a usable address is an error naming the variable (the password left out).
+    fn remote_from_env(self) -> Result<Self, String>;
+}
+
+impl RemoteFromEnv for CacheBuilder {
+    fn remote_from_env(self) -> Result<Self, String> {
+        Ok(match RedisRemote::from_env()? {
+            Some(remote) => self.remote(Arc::new(remote)),
+            None => self,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_never_shown() {
+        assert_eq!(
+            redact("redis://alice:s3cret@db.internal:6379/2"),
+            "redis://alice:***@db.internal:6379/2"
+        );
+        assert_eq!(redact("redis://:s3cret@h/0"), "redis://:***@h/0");
+        assert_eq!(redact("rediss://s3cret@h"), "rediss://***@h");
+        assert_eq!(
+            redact("redis+unix:///run/redis.sock?db=1&pass=s3cret"),
+            "redis+unix:///run/redis.sock?db=1&pass=***"
+        );
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        let e = RedisRemote::open("redis://alice:s3cret@[::1").expect_err("bad address");
+        assert!(!e.contains("s3cret"), "{e}");
+        let ok = RedisRemote::open("redis://alice:s3cret@127.0.0.1:1/0").expect("parses");
+        assert!(!format!("{ok:?} {}", ok.describe()).contains("s3cret"));
+    }
+}

@@ -1,0 +1,195 @@
+//! Real faults: nothing listening, a frozen server (SIGSTOP), a slow one (`DEBUG SLEEP`), a
+//! server killed mid-publish and restarted, and a full one (`maxmemory`).
+
+use std::time::{Duration, Instant};
+
+use cache_core::{BreakerState, RemoteError, RemoteOptions, Store, encode_value};
+
+use crate::server::Server;
+use crate::{cache, capture_logs, entry, key, ns, registry, remote_key, scope, warnings_about};
+
+fn budget(ms: u64) -> RemoteOptions {
+    RemoteOptions {
+        budget: Duration::from_millis(ms),
+        ..RemoteOptions::default()
+    }
+}
+
+#[test]
+fn an_unreachable_server_costs_one_budget_then_nothing_and_warns_once() {
+    capture_logs();
+    // A port nothing listens on: take a free one and leave it closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let opened = Instant::now();
+    let c = cache(&dir.path().join("a.tcache"), &url, budget(50));
+    let open_cost = opened.elapsed();
+    let t = Instant::now();
+    assert!(c.lookup(ns(), &key(0)).is_none());
+    let first = t.elapsed();
+    let t = Instant::now();
+    for id in 1..=1000 {
+        assert!(c.lookup(ns(), &key(id)).is_none());
+    }
+    let next = t.elapsed();
+    println!("unreachable: open {open_cost:?}, first miss {first:?}, next 1,000 misses {next:?}");
+    assert!(first <= Duration::from_millis(75), "first miss {first:?}");
+    // The breaker, not the clock, is the check: every one of them skipped the server.
+    assert!(next < Duration::from_secs(1), "1,000 misses {next:?}");
+    c.put(ns(), entry(1, "tiled", 5.0));
+    c.flush().expect("the local cache goes on as before");
+    let h = c.health().remote.expect("remote");
+    assert!(matches!(h.breaker, BreakerState::Open { .. }), "{h:?}");
+    assert!(h.skipped >= 999, "{h:?}");
+    assert_eq!(warnings_about(&format!("127.0.0.1:{port}")).len(), 1);
+}
+
+#[test]
+fn a_frozen_server_costs_each_call_its_budget_and_recovers_after_sigcont() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.set_raw(
+        &remote_key(7),
+        &encode_value(&registry(), &scope(), "matmul", &entry(7, "tiled", 70.0)),
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = cache(&dir.path().join("a.tcache"), &server.url(), budget(100));
+    assert!(c.lookup(ns(), &key(1)).is_none(), "connected");
+    server.signal(libc::SIGSTOP);
+    let mut slowest = Duration::ZERO;
+    for id in 100..130 {
+        let t = Instant::now();
+        assert!(c.lookup(ns(), &key(id)).is_none());
+        slowest = slowest.max(t.elapsed());
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    println!("frozen: slowest miss {slowest:?} (budget 100 ms)");
+    assert!(slowest <= Duration::from_millis(150), "slowest {slowest:?}");
+    server.signal(libc::SIGCONT);
+    let resumed = Instant::now();
+    let mut value = None;
+    while resumed.elapsed() < Duration::from_secs(5) && value.is_none() {
+        value = c.lookup(ns(), &key(7));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let recovered = resumed.elapsed();
+    println!("frozen: recovered {recovered:?} after SIGCONT");
+    let value = value.expect("reads resume");
+    assert_eq!(
+        value.best().and_then(|b| b.stats()).map(|s| s.median_ns),
+        Some(70.0)
+    );
+    assert!(recovered <= Duration::from_millis(2_500), "{recovered:?}");
+}
+
+#[test]
+fn a_slow_server_costs_each_call_at_most_its_budget() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = cache(&dir.path().join("a.tcache"), &server.url(), budget(100));
+    assert!(c.lookup(ns(), &key(1)).is_none(), "connected");
+    let sleeper = std::thread::spawn({
+        let url = server.url();
+        move || {
+            let client = redis::Client::open(url).expect("url");
+            let mut conn = client.get_connection().expect("connect");
+            let _: redis::Value = redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg("1")
+                .query(&mut conn)
+                .expect("DEBUG SLEEP");
+        }
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    assert!(c.lookup(ns(), &key(2)).is_none());
+    let took = t.elapsed();
+    sleeper.join().expect("sleeper");
+    println!("DEBUG SLEEP 1: the miss took {took:?} (budget 100 ms)");
+    assert!(took <= Duration::from_millis(150), "{took:?}");
+    let h = c.health().remote.expect("remote");
+    assert_eq!(h.timeouts, 1, "{h:?}");
+}
+
+#[test]
+fn a_server_killed_mid_publish_loses_nothing_locally_and_gets_what_came_after() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("a.tcache");
+    let c = cache(&path, &server.url(), budget(50));
+    let mut id = 0;
+    for round in 0..20u64 {
+        for _ in 0..5 {
+            c.put(ns(), entry(id, "tiled", 1.0 + id as f64));
+            id += 1;
+        }
+        std::thread::sleep(Duration::from_millis(round % 4 * 10));
+        server.kill();
+        std::thread::sleep(Duration::from_millis(30));
+        server.restart();
+        let after: Vec<u64> = (id..id + 5).collect();
+        for i in &after {
+            c.put(ns(), entry(*i, "naive", 1.0 + *i as f64));
+        }
+        id += 5;
+        c.publish_within(Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        for i in after {
+            assert!(
+                server.get_raw(&remote_key(i)).is_some(),
+                "round {round}: key {i}"
+            );
+        }
+    }
+    c.flush().expect("local save");
+    drop(c);
+    let reopened = cache(&path, "redis://127.0.0.1:1/0", budget(10));
+    let kept = (0..id)
+        .filter(|i| reopened.lookup(ns(), &key(*i)).is_some())
+        .count();
+    assert_eq!(kept as u64, id, "every result is in the local file");
+}
+
+#[test]
+fn a_full_server_turns_publishing_off_for_a_while_and_reads_go_on() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.set_raw(
+        &remote_key(3),
+        &encode_value(&registry(), &scope(), "matmul", &entry(3, "tiled", 30.0)),
+    );
+    server.cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = cache(&dir.path().join("a.tcache"), &server.url(), budget(200));
+    c.put(ns(), entry(4, "tiled", 40.0));
+    let e = c.publish_within(Duration::from_secs(5)).expect_err("full");
+    assert!(matches!(e, RemoteError::Full(_)), "{e}");
+    let h = c.health().remote.expect("remote");
+    assert!(h.full, "{h:?}");
+    assert!(
+        c.lookup(ns(), &key(3)).is_some(),
+        "reads go on (GET, not GETEX)"
+    );
+    // With eviction allowed, writes succeed again (after the cool-down, or on request).
+    server.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    server.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+    drop(c);
+    let c = cache(&dir.path().join("b.tcache"), &server.url(), budget(200));
+    for i in 100..300 {
+        c.put(ns(), entry(i, "tiled", 1.0));
+    }
+    c.publish_within(Duration::from_secs(10))
+        .expect("published with eviction on");
+    assert!(server.get_raw(&remote_key(299)).is_some());
+}

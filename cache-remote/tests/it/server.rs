@@ -1,0 +1,173 @@
+//! A real `redis-server` for one test: started on a free loopback port with persistence off,
+//! stopped by its pid (SIGKILL) when dropped. Faults are real: kill and restart on the same
+//! port, SIGSTOP/SIGCONT, `DEBUG SLEEP`, `CONFIG SET maxmemory`.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub(crate) struct Server {
+    child: Option<Child>,
+    pub(crate) port: u16,
+    exe: String,
+}
+
+/// The `redis-server` executable, if this machine has one.
+fn executable() -> Option<String> {
+    let candidates = [
+        "redis-server",
+        "/usr/bin/redis-server",
+        "/usr/local/bin/redis-server",
+    ];
+    candidates.into_iter().map(str::to_owned).find(|exe| {
+        Command::new(exe)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("address").port()
+}
+
+impl Server {
+    /// Starts one, or says why not: `None` skips the test outside CI and fails it in CI.
+    pub(crate) fn start() -> Option<Server> {
+        let Some(exe) = executable() else {
+            test_support::skip::missing(
+                "redis-server",
+                "the shared tier is tested against a real server (apt-get install redis-server)",
+            );
+            return None;
+        };
+        let mut server = Server {
+            child: None,
+            port: free_port(),
+            exe,
+        };
+        server.spawn();
+        Some(server)
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(&self.exe)
+            .args(["--bind", "127.0.0.1", "--port"])
+            .arg(self.port.to_string())
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--enable-debug-command", "local", "--protected-mode", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.admin().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "redis-server on port {} did not answer within 10 s",
+            self.port
+        );
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// A plain connection for the test's own commands (not counted by the tier).
+    pub(crate) fn admin(&self) -> Option<redis::Connection> {
+        let client = redis::Client::open(self.url()).ok()?;
+        let mut c = client
+            .get_connection_with_timeout(Duration::from_millis(500))
+            .ok()?;
+        c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let pong: String = redis::cmd("PING").query(&mut c).ok()?;
+        (pong == "PONG").then_some(c)
+    }
+
+    pub(crate) fn cmd(&self, args: &[&str]) -> redis::Value {
+        let mut c = self.admin().expect("the test server answers");
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut c).expect("admin command")
+    }
+
+    pub(crate) fn set_raw(&self, key: &str, value: &[u8]) {
+        let mut c = self.admin().expect("the test server answers");
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .query(&mut c)
+            .expect("SET");
+    }
+
+    pub(crate) fn get_raw(&self, key: &str) -> Option<Vec<u8>> {
+        let mut c = self.admin().expect("the test server answers");
+        redis::cmd("GET").arg(key).query(&mut c).expect("GET")
+    }
+
+    /// Calls of each command since the last `CONFIG RESETSTAT`, from `INFO commandstats`.
+    pub(crate) fn command_calls(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut c = self.admin().expect("the test server answers");
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut c)
+            .expect("INFO");
+        info.lines()
+            .filter_map(|l| {
+                let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = rest
+                    .strip_prefix("calls=")?
+                    .split(',')
+                    .next()?
+                    .parse()
+                    .ok()?;
+                Some((name.to_owned(), calls))
+            })
+            .collect()
+    }
+
+    pub(crate) fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    pub(crate) fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        let rc = unsafe { libc::kill(self.pid(), sig) };
+        assert_eq!(rc, 0, "kill({}, {sig})", self.pid());
+    }
+
+    /// Kills it (SIGKILL) and reaps it.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port, empty.
+    pub(crate) fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            // A stopped server must be continued before it can die of SIGKILL cleanly.
+            // SAFETY: as in `signal`.
+            unsafe { libc::kill(self.pid(), libc::SIGCONT) };
+        }
+        self.kill();
+    }
+}

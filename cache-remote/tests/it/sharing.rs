@@ -1,0 +1,182 @@
+//! Two caches (two files, standing in for two machines) sharing one real server.
+
+use std::time::Duration;
+
+use cache_core::cache_format::{Origin, now_millis};
+use cache_core::{RemoteMode, RemoteOptions, Store, encode_value};
+
+use crate::server::Server;
+use crate::{cache, entry, key, ns, registry, remote_key, scope};
+
+#[test]
+fn a_result_recorded_by_one_is_a_hit_for_the_other_and_both_files_converge() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let a = cache(
+        &dir.path().join("a.tcache"),
+        &server.url(),
+        RemoteOptions::default(),
+    );
+    let b = cache(
+        &dir.path().join("b.tcache"),
+        &server.url(),
+        RemoteOptions::default(),
+    );
+    // The same key measured differently on each machine, published in turn.
+    a.put(ns(), entry(1, "tiled", 500.0));
+    b.put(ns(), entry(1, "naive", 400.0));
+    a.put(ns(), entry(2, "tiled", 100.0));
+    a.publish_within(Duration::from_secs(10))
+        .expect("a published");
+    b.publish_within(Duration::from_secs(10))
+        .expect("b published");
+    // Key 2: one miss on b, then a hit from the server, origin remote.
+    let hit = b.lookup(ns(), &key(2)).expect("read through");
+    match hit.origin() {
+        Origin::Remote(from) => assert!(from.contains(&server.port.to_string()), "{from}"),
+        other => panic!("origin {other}"),
+    }
+    // Key 1: the server holds the fold of both measurements.
+    let stored = server.get_raw(&remote_key(1)).expect("key 1 on the server");
+    let mut fold = entry(1, "tiled", 500.0);
+    fold.merge(entry(1, "naive", 400.0));
+    let snap =
+        cache_core::cache_format::read_snapshot(&stored, &Default::default()).expect("a snapshot");
+    let data = cache_core::cache_migrate::upgrade(
+        &registry(),
+        snap.format,
+        &snap.header.app,
+        snap.header.schema,
+        snap.payload_bytes(),
+        &Default::default(),
+    )
+    .expect("current")
+    .data;
+    let (_, _, on_server) = data.entries().next().expect("one entry");
+    let names = |e: &cache_core::cache_format::Entry| {
+        e.candidates()
+            .iter()
+            .map(|c| c.id.algorithm.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(on_server), ["naive", "tiled"], "the join of both");
+    let h = b.health().remote.expect("remote");
+    assert_eq!(h.hits, 1, "{h:?}");
+    assert!(h.published >= 1, "{h:?}");
+    assert_eq!(h.timeouts + h.errors, 0, "{h:?}");
+}
+
+#[test]
+fn a_local_hit_sends_no_command_and_read_mode_no_write() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    server.set_raw(
+        &remote_key(5),
+        &encode_value(&registry(), &scope(), "matmul", &entry(5, "tiled", 10.0)),
+    );
+    let ro = cache(
+        &dir.path().join("a.tcache"),
+        &server.url(),
+        RemoteOptions {
+            mode: RemoteMode::Read,
+            ..RemoteOptions::default()
+        },
+    );
+    ro.put(ns(), entry(6, "naive", 10.0));
+    server.cmd(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..1000 {
+        assert!(ro.lookup(ns(), &key(6)).is_some());
+    }
+    let calls = server.command_calls();
+    assert_eq!(
+        calls
+            .keys()
+            .filter(|c| !matches!(c.as_str(), "ping" | "config|resetstat" | "info"))
+            .count(),
+        0,
+        "1,000 local hits sent {calls:?}"
+    );
+    assert!(ro.lookup(ns(), &key(5)).is_some(), "reads on a miss");
+    ro.flush().expect("local save");
+    ro.publish_within(Duration::from_secs(2))
+        .expect("nothing to publish");
+    drop(ro);
+    let calls = server.command_calls();
+    for write in [
+        "set", "getex", "eval", "evalsha", "expire", "pexpire", "del",
+    ] {
+        assert!(
+            !calls.contains_key(write),
+            "read mode sent {write}: {calls:?}"
+        );
+    }
+    assert_eq!(calls.get("get"), Some(&1), "{calls:?}");
+}
+
+#[test]
+fn crafted_values_on_the_server_are_misses_with_counters() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let now = now_millis();
+    let wrong_scope = cache_core::cache_format::Scope::default();
+    server.set_raw(
+        &remote_key(10),
+        &encode_value(&registry(), &wrong_scope, "matmul", &entry(10, "t", 1.0)),
+    );
+    server.set_raw(
+        &remote_key(11),
+        &encode_value(
+            &cache_core::cache_migrate::Migrations::new("remoteapp", 7),
+            &scope(),
+            "matmul",
+            &entry(11, "t", 1.0),
+        ),
+    );
+    let mut future = entry(12, "t", 1.0);
+    future.clamp_future(u64::MAX);
+    let future = {
+        let mut c = future.candidates()[0].clone();
+        c.measured_at = now + 86_400_000;
+        cache_core::cache_format::Entry::new(
+            key(12),
+            Default::default(),
+            Origin::Measured("x".into()),
+            now,
+            [c],
+        )
+    };
+    server.set_raw(
+        &remote_key(12),
+        &encode_value(&registry(), &scope(), "matmul", &future),
+    );
+    server.set_raw(&remote_key(13), &vec![0x7f; 1 << 20]);
+    server.set_raw(&remote_key(14), b"\x96\xa6TCACHE\x01");
+    // A key of another type: the read fails (WRONGTYPE), nothing panics.
+    server.cmd(&["RPUSH", &remote_key(15), "x"]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = cache(
+        &dir.path().join("a.tcache"),
+        &server.url(),
+        RemoteOptions::default(),
+    );
+    for id in 10..=15 {
+        assert!(c.lookup(ns(), &key(id)).is_none(), "key {id}");
+    }
+    let h = c.health().remote.expect("remote");
+    for why in [
+        "wrong scope",
+        "newer schema",
+        "future timestamp",
+        "oversized",
+        "damaged",
+    ] {
+        assert_eq!(h.rejected.get(why), Some(&1), "{why}: {h:?}");
+    }
+    assert_eq!(h.errors, 1, "the list at key 15: {h:?}");
+    assert_eq!(c.len(), 0);
+}
