@@ -17,6 +17,7 @@ pub mod exit;
 mod options;
 mod output;
 mod render;
+mod shared;
 pub mod workload;
 
 use std::ffi::OsString;

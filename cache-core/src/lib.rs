@@ -47,8 +47,8 @@ pub use migrate::{MigrateOptions, MigrateOutcome, migrate_file};
 pub use namespace::{MAX_NAMESPACE_LEN, MAX_NAMESPACES, Namespace};
 pub use record::{AppendOptions, Appended, append_to_file, merge_into_file};
 pub use remote::{
-    BreakerState, KEY_SALT, MemoryRemote, Remote, RemoteError, RemoteHealth, RemoteMode,
-    RemoteOptions, Swap, encode_value, remote_key,
+    BreakerState, KEY_SALT, MemoryRemote, Published, Pulled, Remote, RemoteError, RemoteHealth,
+    RemoteMode, RemoteOptions, SharedTier, Swap, encode_value, remote_key,
 };
 pub use store::Store;
 

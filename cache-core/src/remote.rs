@@ -56,6 +56,16 @@ pub trait Remote: Send + Sync + fmt::Debug {
 
     /// One round trip that changes nothing, to check the connection.
     fn ping(&self, deadline: Instant) -> Result<(), RemoteError>;
+
+    /// The keys matching `pattern` (a glob where only `*` is special), for tools that pull or
+    /// count (`tunecache remote`); never on a cache's path. A backend that cannot list keys
+    /// refuses.
+    fn scan(&self, pattern: &str, deadline: Instant) -> Result<Vec<String>, RemoteError> {
+        let _ = (pattern, deadline);
+        Err(RemoteError::Refused(
+            "this shared store cannot list its keys".to_owned(),
+        ))
+    }
 }
 
 /// One compare-and-set of [`Remote::compare_and_set_many`].
@@ -356,6 +366,36 @@ impl Remote for MemoryRemote {
         self.commands.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
+
+    fn scan(&self, pattern: &str, _deadline: Instant) -> Result<Vec<String>, RemoteError> {
+        self.check()?;
+        self.commands.fetch_add(1, Ordering::Relaxed);
+        Ok(self
+            .keys()
+            .into_iter()
+            .filter(|k| glob(pattern, k))
+            .collect())
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` matches any run of bytes.
+fn glob(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !text.starts_with(first) || !text[first.len()..].ends_with(last) {
+        return false;
+    }
+    let mut rest = &text[first.len()..text.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// The key of one entry on the server: the salt, then application, schema, scope
@@ -409,10 +449,10 @@ pub(crate) fn check_value(
     registry: &Migrations,
     limits: &Limits,
     options: &RemoteOptions,
-    scope: &Scope,
+    scope: &Fingerprint,
     ns: &str,
     fp: &Fingerprint,
-) -> Result<Entry, Rejection> {
+) -> Result<(Scope, Entry), Rejection> {
     if bytes.len() > options.max_value_bytes {
         return Err("oversized");
     }
@@ -435,13 +475,13 @@ pub(crate) fn check_value(
         return Err("not one entry");
     }
     let (found_scope, found_ns, entry) = data.entries().next().ok_or("not one entry")?;
-    if found_scope != scope {
+    if found_scope.fingerprint() != *scope {
         return Err("wrong scope");
     }
     if found_ns != ns || entry.fingerprint() != *fp {
         return Err("wrong key");
     }
-    crate::cache::check_entry(scope, ns, entry, limits).map_err(|_| "unreadable entry")?;
+    crate::cache::check_entry(found_scope, ns, entry, limits).map_err(|_| "unreadable entry")?;
     let latest = now_millis().saturating_add(FUTURE_SLACK_MS);
     if entry.recorded_at() > latest || entry.candidates().iter().any(|c| c.measured_at > latest) {
         return Err("future timestamp");
@@ -459,7 +499,7 @@ pub(crate) fn check_value(
     if implausible {
         return Err("implausible statistics");
     }
-    Ok(entry.clone())
+    Ok((found_scope.clone(), entry.clone()))
 }
 
 /// The circuit breaker: after an outage, calls are skipped for a back-off that doubles from
@@ -593,11 +633,15 @@ impl RemoteTier {
     }
 
     fn key(&self, ns: Namespace, fp: &Fingerprint) -> String {
+        self.key_in(&self.scope, ns.name(), fp)
+    }
+
+    fn key_in(&self, scope: &Scope, ns: &str, fp: &Fingerprint) -> String {
         remote_key(
             self.registry.app(),
             self.registry.current(),
-            &self.scope.fingerprint(),
-            ns.name(),
+            &scope.fingerprint(),
+            ns,
             fp,
         )
     }
@@ -713,11 +757,11 @@ impl RemoteTier {
                 &self.registry,
                 &self.limits,
                 &self.options,
-                &self.scope,
+                &self.scope.fingerprint(),
                 ns.name(),
                 fp,
             ) {
-                Ok(mut entry) => {
+                Ok((_, mut entry)) => {
                     self.counters.hits.fetch_add(1, Ordering::Relaxed);
                     entry.set_origin(Origin::Remote(self.describe.clone()));
                     found.push(entry);
@@ -746,6 +790,18 @@ impl RemoteTier {
     /// `force` (a caller waits for it) probes even while the breaker is open.
     pub(crate) fn publish(
         &self,
+        entries: Vec<(Namespace, Entry)>,
+        deadline: Instant,
+        force: bool,
+    ) -> PublishOutcome {
+        let scope = self.scope.clone();
+        self.publish_in(&scope, entries, deadline, force)
+    }
+
+    /// [`RemoteTier::publish`] for entries of `scope` (which need not be the cache's).
+    pub(crate) fn publish_in(
+        &self,
+        scope: &Scope,
         entries: Vec<(Namespace, Entry)>,
         deadline: Instant,
         force: bool,
@@ -779,7 +835,7 @@ impl RemoteTier {
         let mut todo: Vec<(Namespace, Entry, String)> = entries
             .into_iter()
             .map(|(ns, e)| {
-                let key = self.key(ns, &e.fingerprint());
+                let key = self.key_in(scope, ns.name(), &e.fingerprint());
                 (ns, e, key)
             })
             .collect();
@@ -799,10 +855,11 @@ impl RemoteTier {
                         &self.registry,
                         &self.limits,
                         &self.options,
-                        &self.scope,
+                        &scope.fingerprint(),
                         ns.name(),
                         &mine.fingerprint(),
                     )
+                    .map(|(_, e)| e)
                     .map_err(|why| self.reject(why))
                     .ok()
                 });
@@ -818,7 +875,7 @@ impl RemoteTier {
                     }
                     None => mine.clone(),
                 };
-                let bytes = encode_value(&self.registry, &self.scope, ns.name(), &merged);
+                let bytes = encode_value(&self.registry, scope, ns.name(), &merged);
                 if bytes.len() > self.options.max_value_bytes {
                     self.reject("oversized");
                     continue;
@@ -933,6 +990,257 @@ impl RemoteTier {
     }
 }
 
+/// What a publication by [`SharedTier::publish`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Published {
+    /// Entries written (new, or merged with what the server held).
+    pub written: u64,
+    /// Entries the server already held in full.
+    pub unchanged: u64,
+    /// Entries refused before writing (too large, a namespace no cache accepts).
+    pub refused: u64,
+    /// Entries that came from a shared tier (origin `remote`): not published again, so a
+    /// pull followed by a push changes nothing on the server.
+    pub from_remote: u64,
+    /// Entries not published: lost races every round, or the round stopped on an error.
+    pub left: usize,
+}
+
+/// What [`SharedTier::pull`] read.
+#[derive(Debug, Clone, Default)]
+pub struct Pulled {
+    /// The entries that passed every check, with origin `remote`.
+    pub data: CacheData,
+    /// Keys of this application and schema found on the server.
+    pub keys: usize,
+    /// Values refused, by reason.
+    pub rejected: BTreeMap<&'static str, u64>,
+}
+
+/// The shared tier for tools that use it without a [`crate::Cache`] (the CLI's `get`, `put`,
+/// `import` and `remote`): the same key layout, checks, breaker and counters.
+#[derive(Debug)]
+pub struct SharedTier {
+    tier: RemoteTier,
+}
+
+/// Keys read per round trip when pulling.
+const PULL_BATCH: usize = 500;
+
+impl SharedTier {
+    /// The tier of `registry`'s application and current schema on `remote`; `scope` is the
+    /// one [`SharedTier::publish`] and lookups default to.
+    pub fn new(remote: Arc<dyn Remote>, options: RemoteOptions, registry: Migrations) -> Self {
+        SharedTier {
+            tier: RemoteTier::new(
+                remote,
+                options,
+                Arc::new(registry),
+                Limits::default(),
+                Scope::default(),
+            ),
+        }
+    }
+
+    /// Where it is (no password).
+    pub fn describe(&self) -> &str {
+        &self.tier.describe
+    }
+
+    /// One round trip within `timeout`; returns how long it took.
+    pub fn ping(&self, timeout: Duration) -> Result<Duration, RemoteError> {
+        let started = Instant::now();
+        let result = self.tier.remote.ping(started + timeout);
+        self.tier.outcome(&result);
+        result.map(|()| started.elapsed())
+    }
+
+    fn prefix(&self) -> String {
+        let mut p = format!("{KEY_SALT}:");
+        escape_into(&mut p, self.tier.registry.app());
+        p.push_str(&format!(":{}:", self.tier.registry.current()));
+        p
+    }
+
+    /// The entries stored for key `fp` of namespace `ns`: in `scope`, or in every scope the
+    /// server holds (a key listing). Values that fail a check are left out and counted.
+    pub fn find(
+        &self,
+        ns: &str,
+        fp: &Fingerprint,
+        scope: Option<&Scope>,
+        timeout: Duration,
+    ) -> Result<Vec<(Scope, Entry)>, RemoteError> {
+        let deadline = Instant::now() + timeout;
+        let keys = match scope {
+            Some(scope) => vec![self.tier.key_in(scope, ns, fp)],
+            None => {
+                let mut pattern = self.prefix();
+                pattern.push_str("*:");
+                escape_into(&mut pattern, ns);
+                pattern.push(':');
+                pattern.push_str(&fp.to_hex());
+                let keys = self.tier.remote.scan(&pattern, deadline);
+                self.tier.outcome(&keys);
+                keys?
+            }
+        };
+        Ok(self
+            .read_keys(&keys, deadline)?
+            .into_iter()
+            .map(|(scope, _, entry)| (scope, entry))
+            .collect())
+    }
+
+    /// Reads `keys` (of this application and schema), up to 500 per round trip, checking
+    /// each value against what its key says; returns what passed, with its namespace.
+    fn read_keys(
+        &self,
+        keys: &[String],
+        deadline: Instant,
+    ) -> Result<Vec<(Scope, String, Entry)>, RemoteError> {
+        let mut out = Vec::new();
+        for batch in keys.chunks(PULL_BATCH) {
+            let values = self.tier.remote.get_many(batch, None, deadline);
+            self.tier.outcome(&values);
+            for (key, value) in batch.iter().zip(values?) {
+                let Some(bytes) = value else { continue };
+                let Some((scope_fp, ns, fp)) = self.parse_key(key) else {
+                    self.tier.reject("foreign key");
+                    continue;
+                };
+                match check_value(
+                    &bytes,
+                    &self.tier.registry,
+                    &self.tier.limits,
+                    &self.tier.options,
+                    &scope_fp,
+                    &ns,
+                    &fp,
+                ) {
+                    Ok((scope, mut entry)) => {
+                        self.tier.counters.hits.fetch_add(1, Ordering::Relaxed);
+                        entry.set_origin(Origin::Remote(self.tier.describe.clone()));
+                        out.push((scope, ns, entry));
+                    }
+                    Err(why) => self.tier.reject(why),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The scope fingerprint, namespace and key fingerprint a key of this application and
+    /// schema names.
+    fn parse_key(&self, key: &str) -> Option<(Fingerprint, String, Fingerprint)> {
+        let rest = key.strip_prefix(&self.prefix())?;
+        let mut parts = rest.split(':');
+        let scope = parts.next()?.parse().ok()?;
+        let ns = unescape(parts.next()?)?;
+        let fp = parts.next()?.parse().ok()?;
+        parts.next().is_none().then_some((scope, ns, fp))
+    }
+
+    /// Every entry of this application and schema on the server, checked (a key listing,
+    /// then reads of up to 500 keys per round trip, all within `timeout`).
+    pub fn pull(&self, timeout: Duration) -> Result<Pulled, RemoteError> {
+        let deadline = Instant::now() + timeout;
+        let mut pattern = self.prefix();
+        pattern.push('*');
+        let keys = self.tier.remote.scan(&pattern, deadline);
+        self.tier.outcome(&keys);
+        let keys = keys?;
+        let before = lock(&self.tier.counters.rejected).clone();
+        let mut data = CacheData::new();
+        for (scope, ns, entry) in self.read_keys(&keys, deadline)? {
+            data.insert(&scope, &ns, entry);
+        }
+        let mut rejected = lock(&self.tier.counters.rejected).clone();
+        for (why, n) in before {
+            if let Some(now) = rejected.get_mut(why) {
+                *now -= n;
+            }
+        }
+        rejected.retain(|_, n| *n > 0);
+        Ok(Pulled {
+            data,
+            keys: keys.len(),
+            rejected,
+        })
+    }
+
+    /// How many keys of this application and schema the server holds.
+    pub fn count(&self, timeout: Duration) -> Result<usize, RemoteError> {
+        let mut pattern = self.prefix();
+        pattern.push('*');
+        let keys = self.tier.remote.scan(&pattern, Instant::now() + timeout);
+        self.tier.outcome(&keys);
+        keys.map(|k| k.len())
+    }
+
+    /// Publishes every entry of `data` (any scope), merged with what the server holds, within
+    /// `timeout`.
+    pub fn publish(&self, data: &CacheData, timeout: Duration) -> Result<Published, RemoteError> {
+        let deadline = Instant::now() + timeout;
+        let before = (
+            self.tier.counters.published.load(Ordering::Relaxed),
+            self.tier.counters.unchanged.load(Ordering::Relaxed),
+        );
+        let mut report = Published::default();
+        let mut error = None;
+        for (scope, scope_data) in data.scopes() {
+            let mut entries = Vec::new();
+            for (ns, by_fp) in scope_data.namespaces() {
+                let Ok(ns) = Namespace::new(ns) else {
+                    report.refused += by_fp.len() as u64;
+                    continue;
+                };
+                for e in by_fp.values() {
+                    if let Origin::Remote(_) = e.origin() {
+                        report.from_remote += 1;
+                    } else {
+                        entries.push((ns, e.clone()));
+                    }
+                }
+            }
+            let outcome = self.tier.publish_in(scope, entries, deadline, true);
+            report.left += outcome.left.len();
+            if let Some(e) = outcome.error {
+                error = Some(e);
+            }
+        }
+        report.written = self.tier.counters.published.load(Ordering::Relaxed) - before.0;
+        report.unchanged = self.tier.counters.unchanged.load(Ordering::Relaxed) - before.1;
+        match error {
+            Some(e) if report.written + report.unchanged == 0 => Err(e),
+            _ => Ok(report),
+        }
+    }
+
+    /// The counters so far.
+    pub fn health(&self) -> RemoteHealth {
+        self.tier.health(0)
+    }
+}
+
+/// The inverse of the key's percent-escaping.
+fn unescape(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -975,6 +1283,29 @@ mod tests {
             )
         );
         assert_eq!(key.matches(':').count(), 5);
+    }
+
+    #[test]
+    fn a_key_names_its_scope_namespace_and_fingerprint_back() {
+        let tier = SharedTier::new(
+            Arc::new(MemoryRemote::new()),
+            RemoteOptions::default(),
+            Migrations::new("my:app", 4),
+        );
+        let (scope, fp) = (Fingerprint([7; 16]), Fingerprint([9; 16]));
+        for ns in ["matmul", "mat mul:%", "ünï/code"] {
+            let key = remote_key("my:app", 4, &scope, ns, &fp);
+            assert_eq!(
+                tier.parse_key(&key),
+                Some((scope, ns.to_owned(), fp)),
+                "{key}"
+            );
+        }
+        let other_schema = remote_key("my:app", 5, &scope, "matmul", &fp);
+        assert_eq!(tier.parse_key(&other_schema), None);
+        assert_eq!(tier.parse_key("tc1:my%3Aapp:4:zz:matmul:zz"), None);
+        assert!(glob("tc1:a:*:m:f", "tc1:a:0123:m:f"));
+        assert!(!glob("tc1:a:*:m:f", "tc1:a:0123:m:g"));
     }
 
     #[test]

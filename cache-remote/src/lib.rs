@@ -71,9 +71,12 @@ impl RedisRemote {
     /// call does, within its deadline). The error never contains the password.
     pub fn open(url: &str) -> Result<Self, String> {
         let describe = redact(url);
-        let info = url
-            .into_connection_info()
-            .map_err(|e| format!("{ENV_REMOTE}: cannot use {describe}: {:?}", e.kind()))?;
+        let info = url.into_connection_info().map_err(|e| {
+            format!(
+                "{ENV_REMOTE}: cannot use {describe} ({:?}): expected redis://[USER:PASSWORD@]HOST:PORT/DB, rediss://… (TLS) or redis+unix:///PATH",
+                e.kind()
+            )
+        })?;
         let settings = info.redis_settings().clone().set_skip_set_lib_name();
         let info = info.set_redis_settings(settings);
         let client = redis::Client::open(info)
@@ -145,29 +148,6 @@ impl RedisRemote {
     pub fn info(&self, section: &str, deadline: Instant) -> Result<String, RemoteError> {
         self.run(deadline, |c| redis::cmd("INFO").arg(section).query(c))
     }
-
-    /// Counts the keys of this tool's layout (`SCAN` with the salt's prefix), for
-    /// `tunecache remote stats`; stops at the deadline with what it counted.
-    pub fn count_keys(&self, deadline: Instant) -> Result<u64, RemoteError> {
-        self.run(deadline, |c| {
-            let mut cursor: u64 = 0;
-            let mut n = 0u64;
-            loop {
-                let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(format!("{}:*", cache_core::KEY_SALT))
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query(c)?;
-                n += keys.len() as u64;
-                cursor = next;
-                if cursor == 0 || Instant::now() >= deadline {
-                    return Ok(n);
-                }
-            }
-        })
-    }
 }
 
 impl Remote for RedisRemote {
@@ -236,6 +216,33 @@ impl Remote for RedisRemote {
             )));
         }
         Ok(done.into_iter().map(|d| d == 1).collect())
+    }
+
+    fn scan(&self, pattern: &str, deadline: Instant) -> Result<Vec<String>, RemoteError> {
+        self.run(deadline, |c| {
+            let mut cursor: u64 = 0;
+            let mut keys = Vec::new();
+            loop {
+                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query(c)?;
+                keys.extend(batch);
+                cursor = next;
+                if cursor == 0 {
+                    return Ok(keys);
+                }
+                if Instant::now() >= deadline {
+                    return Err(redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "listing the keys did not finish in time",
+                    )));
+                }
+            }
+        })
     }
 
     fn ping(&self, deadline: Instant) -> Result<(), RemoteError> {

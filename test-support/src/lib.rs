@@ -7,6 +7,7 @@
 //! - [`skip`]: the rule for tests that need something the machine may lack (a GPU library,
 //!   Python): skip loudly on a developer's machine, fail in CI;
 //! - [`env`](mod@env): an environment with no `TUNECACHE_*` variable, for every process a test starts;
+//! - [`redis_server`]: a real `redis-server` on a free loopback port, stopped by pid;
 //! - [`hold_lock`], [`temp_dir`], [`wait_until`].
 
 use std::fs::{File, OpenOptions};
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 pub mod child;
 pub mod cli;
 pub mod env;
+pub mod redis_server;
 pub mod skip;
 
 /// A temporary directory whose name says it belongs to a tunecache test.

@@ -42,6 +42,9 @@ pub(crate) struct Lookup {
     pub(crate) namespace: String,
     pub(crate) key: Key,
     pub(crate) scope: Option<Scope>,
+    /// What the shared tier had, when the file had nothing (read through, as a cache would;
+    /// the file is not changed).
+    remote: Vec<(Scope, Entry)>,
 }
 
 impl Lookup {
@@ -50,15 +53,76 @@ impl Lookup {
         key: &KeyArgs,
         scope: &ScopeFilter,
     ) -> anyhow::Result<Self> {
-        Ok(Lookup {
+        let mut lookup = Lookup {
             found: ctx.inspect_as_read(&ctx.path()?)?,
             namespace: key.namespace.clone(),
             key: Key::new(parse_fields("--key", &key.key)?),
             scope: scope_filter(scope.scope.as_deref())?,
-        })
+            remote: Vec::new(),
+        };
+        if lookup.entries().is_empty() {
+            lookup.remote = lookup.read_through(ctx)?;
+        }
+        Ok(lookup)
+    }
+
+    /// A local miss: the key in the shared tier, if `TUNECACHE_REMOTE` names one.
+    fn read_through(&self, ctx: &Context<'_>) -> anyhow::Result<Vec<(Scope, Entry)>> {
+        if std::env::var_os(cache_remote::ENV_REMOTE).is_none() {
+            return Ok(Vec::new());
+        }
+        let (app, schema) = match &self.found.snapshot.header {
+            Some(h) => (h.app.clone(), h.schema),
+            None => (ctx.app(), 1),
+        };
+        let registry = ctx
+            .registry(&app)
+            .filter(|r| r.current() == schema)
+            .cloned()
+            .unwrap_or_else(|| cache_core::cache_migrate::Migrations::new(app, schema));
+        let Some(tier) = crate::shared::tier(&registry)? else {
+            return Ok(Vec::new());
+        };
+        let fp = self.key.fingerprint();
+        match tier.find(
+            &self.namespace,
+            &fp,
+            self.scope.as_ref(),
+            crate::shared::WAIT,
+        ) {
+            Ok(found) => {
+                if !found.is_empty() {
+                    say(format_args!(
+                        "not in {}; read from the shared tier at {}",
+                        self.found.path.display(),
+                        tier.describe()
+                    ));
+                }
+                let rejected: u64 = tier.health().rejected.values().sum();
+                if rejected > 0 {
+                    say(format_args!(
+                        "the shared tier at {} held {rejected} value(s) for this key that failed the checks: {:?}",
+                        tier.describe(),
+                        tier.health().rejected
+                    ));
+                }
+                Ok(found)
+            }
+            Err(e) => {
+                say(format_args!(
+                    "not in {}, and the shared tier at {} could not be read: {e}",
+                    self.found.path.display(),
+                    tier.describe()
+                ));
+                Ok(Vec::new())
+            }
+        }
     }
 
     pub(crate) fn entries(&self) -> Vec<(Scope, Entry)> {
+        if !self.remote.is_empty() {
+            return self.remote.clone();
+        }
         entries_for(&self.found, &self.namespace, &self.key, self.scope.as_ref())
     }
 

@@ -139,10 +139,17 @@ impl ImportArgs {
             ..AppendOptions::default()
         };
         let registry = Migrations::new(app, schema);
+        // Kept for the shared tier only when there is one to publish to.
+        let to_publish = (std::env::var_os(cache_remote::ENV_REMOTE).is_some()
+            && crate::shared::writable(&registry))
+        .then(|| data.clone());
         let imported = saving(&what, &path, || {
             merge_into_file(&path, &registry, data, &options)
         })
         .with_context(|| format!("{what} was not saved to {}", path.display()))?;
+        if let Some(data) = to_publish {
+            crate::shared::publish(&registry, &data)?;
+        }
         let report = ImportReport { imported, path };
         out.item(&report, ctx.json)?;
         Ok(exit::OK)

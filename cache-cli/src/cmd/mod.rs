@@ -7,6 +7,7 @@ pub(crate) mod import;
 pub(crate) mod list;
 pub(crate) mod migrate;
 pub(crate) mod put;
+pub(crate) mod remote;
 pub(crate) mod show;
 pub(crate) mod stats;
 pub(crate) mod tune;
@@ -40,6 +41,8 @@ pub(crate) enum Command {
     Migrate(migrate::MigrateArgs),
     /// Merge entries from JSON lines (all lines or none)
     Import(import::ImportArgs),
+    /// The shared tier named by TUNECACHE_REMOTE: ping, stats, push, pull
+    Remote(remote::RemoteArgs),
 }
 
 /// Runs one command; returns its exit code.
@@ -55,5 +58,6 @@ pub(crate) fn dispatch(command: Command, ctx: &Context<'_>, out: &mut Out) -> an
         Command::Export(args) => args.run(ctx, out),
         Command::Migrate(args) => args.run(ctx, out),
         Command::Import(args) => args.run(ctx, out),
+        Command::Remote(args) => args.run(ctx, out),
     }
 }

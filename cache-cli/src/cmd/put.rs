@@ -138,10 +138,13 @@ impl PutArgs {
         .with_context(|| format!("the result was not saved to {}", path.display()))?;
         if let Appended::NeedsCache { reason } = appended {
             tracing::debug!("tunecache put: through a full open: {reason}");
-            let cache = ctx.open_for_write("put", &path, target, scope, self.wait.wait)?;
-            cache.try_put(ns, entry)?;
+            let cache = ctx.open_for_write("put", &path, target, scope.clone(), self.wait.wait)?;
+            cache.try_put(ns, entry.clone())?;
             close(cache, "the result", &path)?;
         }
+        let mut published = cache_format::CacheData::new();
+        published.insert(&scope, ns.name(), entry);
+        crate::shared::publish(&registry, &published)?;
         let report = PutReport {
             recorded: true,
             namespace: self.key.namespace,

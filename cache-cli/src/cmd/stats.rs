@@ -30,6 +30,51 @@ struct StatsReport {
     scopes: Vec<ScopeReport>,
     problems: Vec<String>,
     notes: Vec<String>,
+    /// The shared tier named by `TUNECACHE_REMOTE`, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shared_tier: Option<TierReport>,
+}
+
+#[derive(Debug, Serialize)]
+struct TierReport {
+    server: String,
+    /// Round trip, if it answered.
+    round_trip_ms: Option<f64>,
+    /// Entries of this application and schema on it, if it could list them.
+    entries: Option<usize>,
+    error: Option<String>,
+}
+
+/// The shared tier's line of `stats`: reachable or not, and what it holds for `app`.
+fn tier_report(ctx: &Context<'_>, app: &str, schema: u32) -> anyhow::Result<Option<TierReport>> {
+    if std::env::var_os(cache_remote::ENV_REMOTE).is_none() {
+        return Ok(None);
+    }
+    let registry = ctx
+        .registry(app)
+        .filter(|r| r.current() == schema)
+        .cloned()
+        .unwrap_or_else(|| cache_core::cache_migrate::Migrations::new(app, schema));
+    let Some(tier) = crate::shared::tier(&registry)? else {
+        return Ok(None);
+    };
+    let mut report = TierReport {
+        server: tier.describe().to_owned(),
+        round_trip_ms: None,
+        entries: None,
+        error: None,
+    };
+    match tier
+        .ping(crate::shared::WAIT)
+        .and_then(|rtt| Ok((rtt, tier.count(crate::shared::WAIT)?)))
+    {
+        Ok((rtt, n)) => {
+            report.round_trip_ms = Some(rtt.as_secs_f64() * 1e3);
+            report.entries = Some(n);
+        }
+        Err(e) => report.error = Some(e.to_string()),
+    }
+    Ok(Some(report))
 }
 
 #[derive(Debug, Serialize)]
@@ -58,6 +103,11 @@ impl StatsArgs {
         let (counts, broken) = found.counts();
         found.problems.extend(broken);
         let header = found.snapshot.header.as_ref();
+        let shared_tier = tier_report(
+            ctx,
+            &header.map_or_else(|| ctx.app(), |h| h.app.clone()),
+            header.map_or(1, |h| h.schema),
+        )?;
         let report = StatsReport {
             path: found.path.clone(),
             snapshot_bytes: found.snapshot.bytes,
@@ -85,6 +135,7 @@ impl StatsArgs {
                 .collect(),
             problems: found.problems,
             notes: found.notes,
+            shared_tier,
         };
         out.report(&report, ctx.json)?;
         Ok(exit::OK)
@@ -94,6 +145,16 @@ impl StatsArgs {
 impl Report for StatsReport {
     fn text(&self, out: &mut Out) -> anyhow::Result<()> {
         out.line(format!("file       {}", self.path.display()))?;
+        if let Some(t) = &self.shared_tier {
+            match (&t.error, t.round_trip_ms, t.entries) {
+                (Some(e), _, _) => out.line(format!("shared     {}: {e}", t.server))?,
+                (None, Some(ms), Some(n)) => out.line(format!(
+                    "shared     {} answers in {ms:.2} ms, holds {n} entries of this application and schema",
+                    t.server
+                ))?,
+                _ => out.line(format!("shared     {}", t.server))?,
+            }
+        }
         match (&self.app, self.snapshot_bytes) {
             (Some(app), Some(bytes)) => out.line(format!(
                 "snapshot   {bytes} bytes, format {}, app {app:?} schema {}, generation {}",

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use cache_core::{Cache, Mode, Namespace, Store};
+use cache_core::{Cache, CacheBuilder, Mode, Namespace, Store};
 use cache_format::{Fields, Key, Scope, Value};
 use clap::{Args, ValueEnum};
 use gpu_tuner::{Progress, Tuner};
@@ -112,7 +112,7 @@ impl TuneArgs {
             run_cuda(&path, self.device, self.repeat, self.flush_l2, &calls, &pb)?
         } else {
             let scope = gpu_tuner::cpu::scope();
-            let cache = open_cache(&path, scope.clone());
+            let cache = open_cache(&path, scope.clone())?;
             let tuner = tuner_with_progress(&cache, &pb);
             let matmul = tuner.register(gpu_tuner::cpu::Matmul, workload::op_config("matmul"))?;
             let reduce = tuner.register(gpu_tuner::cpu::Reduce, workload::op_config("reduce"))?;
@@ -121,6 +121,22 @@ impl TuneArgs {
         };
         pb.finish_and_clear();
         let durable = cache.flush();
+        if let Some(remote) = cache.health().remote
+            && remote.mode == cache_core::RemoteMode::ReadWrite
+        {
+            match cache.publish_within(crate::shared::WAIT) {
+                Ok(()) => say(format_args!(
+                    "shared tier at {}: {} read, {} published",
+                    remote.describe,
+                    remote.hits,
+                    cache.health().remote.map_or(0, |r| r.published)
+                )),
+                Err(e) => say(format_args!(
+                    "could not publish to the shared tier at {}: {e} (the local save still counts)",
+                    remote.describe
+                )),
+            }
+        }
         let report = TuneReport::new(path.clone(), backend, &scope, &summary, &cache);
         out.report(&report, ctx.json)?;
         match durable {
@@ -182,7 +198,7 @@ fn run_cuda(
     };
     let device = gpu_tuner::cuda::Device::open(ordinal, artifacts)?;
     let scope = device.scope();
-    let cache = open_cache(path, scope.clone());
+    let cache = open_cache(path, scope.clone())?;
     let tuner = tuner_with_progress(&cache, pb);
     let mut mm = gpu_tuner::cuda::CudaMatmul::new(Arc::clone(&device));
     mm.flush_l2 = flush_l2;
@@ -211,13 +227,30 @@ fn run_cuda(
     anyhow::bail!("this tunecache was built without the cuda feature")
 }
 
-fn open_cache(path: &Path, scope: Scope) -> Arc<Cache> {
-    let cache = Cache::builder(workload::registry())
+fn open_cache(path: &Path, scope: Scope) -> anyhow::Result<Arc<Cache>> {
+    use cache_remote::RemoteFromEnv as _;
+    let builder = Cache::builder(workload::registry())
         .file(path)
         .ignore_env()
         .scope(scope)
-        .refresh_interval(None)
-        .open();
+        .refresh_interval(None);
+    // The shared tier is the one setting taken from the environment here (the file comes
+    // from the command line): TUNECACHE_REMOTE and its mode and budget.
+    let builder = match std::env::var_os(cache_remote::ENV_REMOTE) {
+        Some(_) => {
+            let (options, warnings) =
+                CacheBuilder::new(workload::registry()).effective_remote_options();
+            for w in warnings {
+                say(w);
+            }
+            builder
+                .remote_options(options)
+                .remote_from_env()
+                .map_err(anyhow::Error::msg)?
+        }
+        None => builder,
+    };
+    let cache = builder.open();
     if cache.health().mode != Mode::Persistent {
         say(format_args!(
             "results will not be saved: {}",
@@ -227,7 +260,7 @@ fn open_cache(path: &Path, scope: Scope) -> Arc<Cache> {
                 .unwrap_or_else(|| "the cache is not persistent".into())
         ));
     }
-    Arc::new(cache)
+    Ok(Arc::new(cache))
 }
 
 fn tuner_with_progress(cache: &Arc<Cache>, pb: &ProgressBar) -> Tuner {

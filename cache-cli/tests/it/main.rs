@@ -3,6 +3,7 @@
 mod commands;
 mod migrate;
 mod robustness;
+mod shared;
 mod tune;
 
 /// The `tunecache` binary under test.

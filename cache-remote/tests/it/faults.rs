@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use cache_core::{BreakerState, RemoteError, RemoteOptions, Store, encode_value};
 
-use crate::server::Server;
 use crate::{cache, capture_logs, entry, key, ns, registry, remote_key, scope, warnings_about};
+use test_support::redis_server::Server;
 
 fn budget(ms: u64) -> RemoteOptions {
     RemoteOptions {

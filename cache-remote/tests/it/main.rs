@@ -6,7 +6,7 @@
 //! caches, the commands a hit and a read-only cache send, crafted values, and real faults.
 
 mod faults;
-mod server;
+
 mod sharing;
 
 use std::path::Path;

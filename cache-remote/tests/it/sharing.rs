@@ -5,8 +5,8 @@ use std::time::Duration;
 use cache_core::cache_format::{Origin, now_millis};
 use cache_core::{RemoteMode, RemoteOptions, Store, encode_value};
 
-use crate::server::Server;
 use crate::{cache, entry, key, ns, registry, remote_key, scope};
+use test_support::redis_server::Server;
 
 #[test]
 fn a_result_recorded_by_one_is_a_hit_for_the_other_and_both_files_converge() {

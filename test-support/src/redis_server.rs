@@ -6,9 +6,12 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub(crate) struct Server {
+/// A running `redis-server` owned by a test.
+#[derive(Debug)]
+pub struct Server {
     child: Option<Child>,
-    pub(crate) port: u16,
+    /// Its loopback port.
+    pub port: u16,
     exe: String,
 }
 
@@ -36,9 +39,9 @@ fn free_port() -> u16 {
 
 impl Server {
     /// Starts one, or says why not: `None` skips the test outside CI and fails it in CI.
-    pub(crate) fn start() -> Option<Server> {
+    pub fn start() -> Option<Server> {
         let Some(exe) = executable() else {
-            test_support::skip::missing(
+            crate::skip::missing(
                 "redis-server",
                 "the shared tier is tested against a real server (apt-get install redis-server)",
             );
@@ -77,12 +80,13 @@ impl Server {
         );
     }
 
-    pub(crate) fn url(&self) -> String {
+    /// `redis://127.0.0.1:PORT/0`.
+    pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
     /// A plain connection for the test's own commands (not counted by the tier).
-    pub(crate) fn admin(&self) -> Option<redis::Connection> {
+    pub fn admin(&self) -> Option<redis::Connection> {
         let client = redis::Client::open(self.url()).ok()?;
         let mut c = client
             .get_connection_with_timeout(Duration::from_millis(500))
@@ -92,7 +96,8 @@ impl Server {
         (pong == "PONG").then_some(c)
     }
 
-    pub(crate) fn cmd(&self, args: &[&str]) -> redis::Value {
+    /// Runs one command on an admin connection.
+    pub fn cmd(&self, args: &[&str]) -> redis::Value {
         let mut c = self.admin().expect("the test server answers");
         let mut cmd = redis::cmd(args[0]);
         for a in &args[1..] {
@@ -101,7 +106,8 @@ impl Server {
         cmd.query(&mut c).expect("admin command")
     }
 
-    pub(crate) fn set_raw(&self, key: &str, value: &[u8]) {
+    /// Sets a key to raw bytes.
+    pub fn set_raw(&self, key: &str, value: &[u8]) {
         let mut c = self.admin().expect("the test server answers");
         let _: () = redis::cmd("SET")
             .arg(key)
@@ -110,13 +116,14 @@ impl Server {
             .expect("SET");
     }
 
-    pub(crate) fn get_raw(&self, key: &str) -> Option<Vec<u8>> {
+    /// The raw bytes of a key.
+    pub fn get_raw(&self, key: &str) -> Option<Vec<u8>> {
         let mut c = self.admin().expect("the test server answers");
         redis::cmd("GET").arg(key).query(&mut c).expect("GET")
     }
 
     /// Calls of each command since the last `CONFIG RESETSTAT`, from `INFO commandstats`.
-    pub(crate) fn command_calls(&self) -> std::collections::BTreeMap<String, u64> {
+    pub fn command_calls(&self) -> std::collections::BTreeMap<String, u64> {
         let mut c = self.admin().expect("the test server answers");
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
@@ -136,18 +143,20 @@ impl Server {
             .collect()
     }
 
-    pub(crate) fn pid(&self) -> i32 {
+    /// The server's pid.
+    pub fn pid(&self) -> i32 {
         self.child.as_ref().map_or(0, |c| c.id() as i32)
     }
 
-    pub(crate) fn signal(&self, sig: i32) {
+    /// Sends `sig` to the server.
+    pub fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
         let rc = unsafe { libc::kill(self.pid(), sig) };
         assert_eq!(rc, 0, "kill({}, {sig})", self.pid());
     }
 
     /// Kills it (SIGKILL) and reaps it.
-    pub(crate) fn kill(&mut self) {
+    pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -155,7 +164,7 @@ impl Server {
     }
 
     /// Starts it again on the same port, empty.
-    pub(crate) fn restart(&mut self) {
+    pub fn restart(&mut self) {
         self.kill();
         self.spawn();
     }

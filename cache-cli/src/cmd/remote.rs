@@ -1,0 +1,197 @@
+//! `tunecache remote`: the shared tier named by `TUNECACHE_REMOTE`: check it (`ping`), see
+//! what it holds (`stats`), seed it from the cache file (`push`) or the file from it (`pull`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use cache_core::cache_migrate::Migrations;
+use cache_core::{AppendOptions, SharedTier, merge_into_file};
+
+use crate::context::{Context, saving};
+use crate::exit;
+use crate::options::{WaitArgs, usage};
+use crate::output::{Out, Report, say};
+
+/// The arguments of `tunecache remote`.
+#[derive(Debug, Args)]
+pub(crate) struct RemoteArgs {
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Debug, Subcommand)]
+enum Action {
+    /// One round trip to the server; exit 1 if it does not answer
+    Ping,
+    /// The server, and how many entries it holds for this application and schema
+    Stats,
+    /// Publish every entry of the cache file to the server, merged with what it holds
+    Push(WaitArgs),
+    /// Merge every entry the server holds for this application and schema into the file
+    Pull(WaitArgs),
+}
+
+#[derive(Debug, Serialize)]
+struct RemoteReport {
+    server: String,
+    app: String,
+    schema: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    round_trip_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    entries_on_server: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    published: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    already_there: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    not_published: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pulled: Option<usize>,
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    rejected: std::collections::BTreeMap<&'static str, u64>,
+    path: PathBuf,
+}
+
+impl RemoteArgs {
+    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let path = ctx.path()?;
+        let (app, schema) = ctx.write_target(&path, 1)?;
+        let registry = ctx
+            .registry(&app)
+            .filter(|r| r.current() == schema)
+            .cloned()
+            .unwrap_or_else(|| Migrations::new(app.clone(), schema));
+        if std::env::var_os(cache_remote::ENV_REMOTE).is_none() {
+            return Err(usage(format!(
+                "`tunecache remote` needs a server: set {}=redis://HOST:PORT/DB",
+                cache_remote::ENV_REMOTE
+            )));
+        }
+        let Some(tier) = crate::shared::tier(&registry)? else {
+            bail!("the shared tier is switched off (TUNECACHE_REMOTE_MODE=off)");
+        };
+        let mut report = RemoteReport {
+            server: tier.describe().to_owned(),
+            app,
+            schema,
+            round_trip_ms: None,
+            entries_on_server: None,
+            published: None,
+            already_there: None,
+            not_published: None,
+            pulled: None,
+            rejected: Default::default(),
+            path: path.clone(),
+        };
+        let code = match self.action {
+            Action::Ping => {
+                let rtt = tier
+                    .ping(crate::shared::WAIT)
+                    .with_context(|| format!("{} does not answer", tier.describe()))?;
+                report.round_trip_ms = Some(rtt.as_secs_f64() * 1e3);
+                exit::OK
+            }
+            Action::Stats => {
+                let rtt = tier
+                    .ping(crate::shared::WAIT)
+                    .with_context(|| format!("{} does not answer", tier.describe()))?;
+                report.round_trip_ms = Some(rtt.as_secs_f64() * 1e3);
+                report.entries_on_server = Some(tier.count(Duration::from_secs(30))?);
+                exit::OK
+            }
+            Action::Push(wait) => push(ctx, &tier, &path, wait.wait, &mut report)?,
+            Action::Pull(wait) => pull(ctx, &tier, &registry, &path, wait.wait, &mut report)?,
+        };
+        out.report(&report, ctx.json)?;
+        Ok(code)
+    }
+}
+
+fn push(
+    ctx: &Context<'_>,
+    tier: &SharedTier,
+    path: &Path,
+    wait: Duration,
+    report: &mut RemoteReport,
+) -> anyhow::Result<u8> {
+    if !crate::shared::writable(&Migrations::new(report.app.clone(), report.schema)) {
+        bail!("TUNECACHE_REMOTE_MODE=read: `tunecache remote push` writes to the server");
+    }
+    let data = ctx.inspect_as_read(path)?.data();
+    let published = tier
+        .publish(&data, wait)
+        .with_context(|| format!("nothing was published to {}", tier.describe()))?;
+    report.published = Some(published.written);
+    report.already_there = Some(published.unchanged + published.from_remote);
+    report.not_published = Some(published.left + published.refused as usize);
+    report.rejected = tier.health().rejected;
+    Ok(if published.left > 0 {
+        exit::ERROR
+    } else {
+        exit::OK
+    })
+}
+
+fn pull(
+    ctx: &Context<'_>,
+    tier: &SharedTier,
+    registry: &Migrations,
+    path: &Path,
+    wait: Duration,
+    report: &mut RemoteReport,
+) -> anyhow::Result<u8> {
+    ctx.check_writable("remote pull")?;
+    let pulled = tier
+        .pull(wait)
+        .with_context(|| format!("cannot read {}", tier.describe()))?;
+    report.entries_on_server = Some(pulled.keys);
+    report.rejected = pulled.rejected;
+    let n = pulled.data.len();
+    if n > 0 {
+        let options = AppendOptions {
+            lock_timeout: wait,
+            ..AppendOptions::default()
+        };
+        saving("the pulled entries", path, || {
+            merge_into_file(path, registry, pulled.data, &options)
+        })
+        .with_context(|| format!("the pulled entries were not saved to {}", path.display()))?;
+    } else {
+        say("the server holds nothing for this application and schema");
+    }
+    report.pulled = Some(n);
+    Ok(exit::OK)
+}
+
+impl Report for RemoteReport {
+    fn text(&self, out: &mut Out) -> anyhow::Result<()> {
+        out.line(format!(
+            "shared tier {} (application {}, schema {})",
+            self.server, self.app, self.schema
+        ))?;
+        if let Some(ms) = self.round_trip_ms {
+            out.line(format!("  answers in {ms:.2} ms"))?;
+        }
+        if let Some(n) = self.entries_on_server {
+            out.line(format!("  {n} entries on the server"))?;
+        }
+        if let (Some(w), Some(u)) = (self.published, self.already_there) {
+            out.line(format!(
+                "  published {w}, already there {u}, not published {}",
+                self.not_published.unwrap_or(0)
+            ))?;
+        }
+        if let Some(n) = self.pulled {
+            out.line(format!("  pulled {n} entries into {}", self.path.display()))?;
+        }
+        for (why, n) in &self.rejected {
+            out.line(format!("  refused {n}: {why}"))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,192 @@
+//! The CLI with a shared tier (`TUNECACHE_REMOTE`) on a real `redis-server`: `tune` on one
+//! machine's file is reused by `tune` on another's, `put` publishes and `get` reads through,
+//! `remote` pulls and pushes, and an unreachable server never fails a local command.
+
+use std::path::Path;
+use std::process::Output;
+
+use test_support::cli::{command, stderr, stdout};
+use test_support::redis_server::Server;
+
+use crate::EXE;
+
+fn with_remote(url: &str, file: &Path, args: &[&str]) -> Output {
+    command(EXE, file, args)
+        .env("TUNECACHE_REMOTE", url)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run tunecache")
+}
+
+fn text(o: &Output) -> String {
+    format!("stdout:\n{}\nstderr:\n{}", stdout(o), stderr(o))
+}
+
+#[test]
+fn a_second_machine_reuses_what_the_first_tuned() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let args = [
+        "--json",
+        "tune",
+        "--backend",
+        "cpu",
+        "--steps",
+        "2",
+        "--no-progress",
+    ];
+    let first = with_remote(&server.url(), &dir.path().join("a.tcache"), &args);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    assert!(stderr(&first).contains("published"), "{}", text(&first));
+    let second = with_remote(&server.url(), &dir.path().join("b.tcache"), &args);
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second));
+    let report: serde_json::Value = serde_json::from_slice(&second.stdout).expect("JSON");
+    for ns in ["matmul", "reduce"] {
+        assert_eq!(report["namespaces"][ns]["keys_tuned"], 0, "{report:#}");
+        assert_eq!(
+            report["namespaces"][ns]["candidates_measured"], 0,
+            "{report:#}"
+        );
+    }
+    // b's own file now holds them, with origin remote.
+    let export = test_support::cli::run(EXE, &dir.path().join("b.tcache"), &["export"]);
+    let lines = stdout(&export);
+    assert!(
+        !lines.is_empty() && lines.lines().all(|l| l.contains("\"remote\"")),
+        "{}",
+        text(&export)
+    );
+}
+
+#[test]
+fn put_publishes_get_reads_through_and_remote_pulls_and_pushes() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("dir");
+    let (a, b, c) = (
+        dir.path().join("a.tcache"),
+        dir.path().join("b.tcache"),
+        dir.path().join("c.tcache"),
+    );
+    let put = |file: &Path, m: u32| {
+        let key = format!("{{\"m\":{m}}}");
+        let o = with_remote(
+            &url,
+            file,
+            &[
+                "put",
+                "-n",
+                "matmul",
+                "-k",
+                &key,
+                "--algo",
+                "tiled",
+                "--median-ns",
+                "100",
+                "--samples",
+                "5",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(stderr(&o).contains("1 written"), "{}", text(&o));
+    };
+    put(&a, 1);
+    put(&b, 2);
+    let get = with_remote(&url, &b, &["get", "-n", "matmul", "-k", r#"{"m":1}"#]);
+    assert_eq!(get.status.code(), Some(0), "{}", text(&get));
+    assert!(
+        stdout(&get).contains("remote (redis://127.0.0.1"),
+        "{}",
+        text(&get)
+    );
+    assert!(
+        stderr(&get).contains("read from the shared tier"),
+        "{}",
+        text(&get)
+    );
+    let stats = with_remote(&url, &b, &["stats"]);
+    assert!(
+        stdout(&stats).contains("holds 2 entries of this application"),
+        "{}",
+        text(&stats)
+    );
+    let pull = with_remote(&url, &c, &["--json", "remote", "pull"]);
+    assert_eq!(pull.status.code(), Some(0), "{}", text(&pull));
+    let r: serde_json::Value = serde_json::from_slice(&pull.stdout).expect("JSON");
+    assert_eq!(r["pulled"], 2, "{r:#}");
+    let push = with_remote(&url, &c, &["--json", "remote", "push"]);
+    let r: serde_json::Value = serde_json::from_slice(&push.stdout).expect("JSON");
+    assert_eq!(
+        (r["published"].as_u64(), r["already_there"].as_u64()),
+        (Some(0), Some(2)),
+        "{r:#}"
+    );
+    let ping = with_remote(&url, &c, &["remote", "ping"]);
+    assert_eq!(ping.status.code(), Some(0), "{}", text(&ping));
+    // Read mode: nothing is written.
+    let ro = command(
+        EXE,
+        &a,
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            r#"{"m":3}"#,
+            "--algo",
+            "x",
+            "--median-ns",
+            "1",
+        ],
+    )
+    .env("TUNECACHE_REMOTE", &url)
+    .env("TUNECACHE_REMOTE_MODE", "read")
+    .output()
+    .expect("run");
+    assert_eq!(ro.status.code(), Some(0), "{}", text(&ro));
+    assert!(!stderr(&ro).contains("published"), "{}", text(&ro));
+    assert!(server.command_calls().get("eval").is_some_and(|n| *n == 2));
+}
+
+#[test]
+fn an_unreachable_server_never_fails_a_local_command_and_hides_the_password() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("a.tcache");
+    let url = "redis://alice:s3cret@127.0.0.1:1/0";
+    let put = with_remote(
+        url,
+        &path,
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            r#"{"m":1}"#,
+            "--algo",
+            "tiled",
+            "--median-ns",
+            "5",
+        ],
+    );
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put));
+    assert!(
+        stderr(&put).contains("the local save still counts"),
+        "{}",
+        text(&put)
+    );
+    let get = with_remote(url, &path, &["get", "-n", "matmul", "-k", r#"{"m":2}"#]);
+    assert_eq!(get.status.code(), Some(4), "{}", text(&get));
+    let ping = with_remote(url, &path, &["remote", "ping"]);
+    assert_eq!(ping.status.code(), Some(1), "{}", text(&ping));
+    for o in [&put, &get, &ping] {
+        assert!(!text(o).contains("s3cret"), "{}", text(o));
+        assert!(text(o).contains("alice:***@"), "{}", text(o));
+    }
+    let bad = with_remote("http://nope", &path, &["remote", "ping"]);
+    assert_ne!(bad.status.code(), Some(0), "{}", text(&bad));
+    assert!(stderr(&bad).contains("TUNECACHE_REMOTE"), "{}", text(&bad));
+}
