@@ -60,6 +60,11 @@ impl<O: Operation> TunedInner<O> {
                 Some(h) => Ok(h),
                 None => self.op.prepare(&spec, key).map(Arc::new),
             };
+            let handle = handle.and_then(|h| {
+                self.check_remote(entry, key, &h)
+                    .map(|()| h)
+                    .map_err(|e| format!("a winner from {} failed here: {e}", entry.origin()))
+            });
             match handle {
                 Ok(handle) => {
                     return Ok(Arc::new(Choice {
@@ -80,7 +85,11 @@ impl<O: Operation> TunedInner<O> {
                         now_millis(),
                         [Candidate::new(
                             spec.clone(),
-                            Outcome::Failed(format!("prepare failed: {e}")),
+                            Outcome::Failed(if e.starts_with("a winner from") {
+                                e.clone()
+                            } else {
+                                format!("prepare failed: {e}")
+                            }),
                         )],
                     ));
                     ranking.remove(0);
@@ -103,6 +112,31 @@ impl<O: Operation> TunedInner<O> {
                 reasons.join("; ")
             },
         })
+    }
+
+    /// Under [`super::RemotePolicy::Verify`], a candidate of an entry from a shared tier runs
+    /// once on this key's problem and must pass the operation's verification before it is
+    /// used (counted; a failure is counted and reported once per candidate).
+    fn check_remote(&self, entry: &Entry, key: &O::Key, handle: &O::Handle) -> Result<(), String> {
+        if !matches!(entry.origin(), Origin::Remote(_))
+            || self.config.remote != super::RemotePolicy::Verify
+        {
+            return Ok(());
+        }
+        self.counters.remote_checked.fetch_add(1, Ordering::Relaxed);
+        let checked = self.op.problem(key).and_then(|mut problem| {
+            self.op.run(handle, &mut problem)?;
+            self.op.verify(handle, &mut problem)
+        });
+        if let Err(e) = &checked {
+            self.counters.remote_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                "tunecache: {}: a winner from {} failed its verification here ({e}); trying the next candidate",
+                self.namespace(),
+                entry.origin()
+            );
+        }
+        checked
     }
 
     /// A stand-in while someone else tunes: the declared default, else the nearest tuned key's

@@ -28,6 +28,20 @@ pub enum MissPolicy {
     },
 }
 
+/// What the tuner does with a winner that came from a shared tier (measured on another
+/// machine): a poisoned or merely wrong entry from elsewhere must not be trusted blindly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RemotePolicy {
+    /// Use it as measured there.
+    Trust,
+    /// Run the operation's verification on it once (per process) before using it; a candidate
+    /// that fails here is recorded as failed and the next one is tried. The default.
+    #[default]
+    Verify,
+    /// Measure it here against the runner-up (with verification) and choose from that.
+    Retime,
+}
+
 /// How one operation is tuned.
 #[derive(Debug, Clone)]
 pub struct OpConfig {
@@ -53,6 +67,8 @@ pub struct OpConfig {
     pub durable_wait: Duration,
     /// How long a provisional fallback is used before the key is looked at again.
     pub provisional_ttl: Duration,
+    /// What to do with a winner from a shared tier.
+    pub remote: RemotePolicy,
 }
 
 impl Default for OpConfig {
@@ -66,6 +82,7 @@ impl Default for OpConfig {
             flush_each: true,
             durable_wait: Duration::from_millis(250),
             provisional_ttl: Duration::from_secs(1),
+            remote: RemotePolicy::Verify,
         }
     }
 }
@@ -163,6 +180,10 @@ pub struct TuneStats {
     pub provisional: u64,
     /// Chosen candidates that failed at run time and were replaced by the runner-up.
     pub failures: u64,
+    /// Winners from a shared tier checked here (verified, or re-timed) before use.
+    pub remote_checked: u64,
+    /// Winners from a shared tier that failed their verification here (recorded as failed).
+    pub remote_refused: u64,
     /// Time spent preparing and measuring.
     pub tuning_time: Duration,
     /// Tuning time recorded for the cache keys reused (each counted once, none that this

@@ -39,6 +39,8 @@ pub(super) struct Counters {
     pub(super) measured: AtomicU64,
     pub(super) provisional: AtomicU64,
     pub(super) failures: AtomicU64,
+    pub(super) remote_checked: AtomicU64,
+    pub(super) remote_refused: AtomicU64,
     pub(super) tuning_ns: AtomicU64,
     pub(super) saved_ns: AtomicU64,
 }
@@ -54,6 +56,8 @@ impl Counters {
             measured: get(&self.measured),
             provisional: get(&self.provisional),
             failures: get(&self.failures),
+            remote_checked: get(&self.remote_checked),
+            remote_refused: get(&self.remote_refused),
             tuning_time: Duration::from_nanos(get(&self.tuning_ns)),
             saved_time: Duration::from_nanos(get(&self.saved_ns)),
         }

@@ -95,7 +95,7 @@ impl<O: Operation> TunedInner<O> {
         let set = self.set_checksum(&current);
         // Fast path: complete in the cache, no claim needed.
         if let Plan::Use(entry) = self.plan(&ckey, &current, set) {
-            return self.choose_reused(key, &ckey, &current, &entry);
+            return self.reuse(key, &ckey, &current, set, entry);
         }
         // Someone has to measure: take the key's claim (other processes wait for it), and
         // look again, since another process may have finished it meanwhile.
@@ -112,7 +112,7 @@ impl<O: Operation> TunedInner<O> {
             return self.fallback(key, "another process is still tuning this key");
         }
         let choice = match plan {
-            Plan::Use(entry) => self.choose_reused(key, &ckey, &current, &entry),
+            Plan::Use(entry) => self.reuse(key, &ckey, &current, set, entry),
             Plan::Measure { entry, list } => self.tune(key, &ckey, &current, set, entry, list),
             Plan::Miss => match policy {
                 MissPolicy::TuneNow => self.tune(key, &ckey, &current, set, None, current.clone()),
@@ -126,6 +126,33 @@ impl<O: Operation> TunedInner<O> {
         };
         drop(claim);
         choice
+    }
+
+    /// A complete entry from the cache: chosen from, after the remote policy for an entry
+    /// that came from a shared tier (re-timing its top two here under `Retime`; `Verify` is
+    /// applied by [`TunedInner::choose`]).
+    fn reuse(
+        &self,
+        key: &O::Key,
+        ckey: &Key,
+        current: &[CandidateId],
+        set: Fingerprint,
+        entry: Entry,
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        if matches!(entry.origin(), Origin::Remote(_))
+            && self.config.remote == super::RemotePolicy::Retime
+        {
+            let list: Vec<CandidateId> = ranked_current(&entry, current)
+                .into_iter()
+                .take(2)
+                .map(|c| c.id.clone())
+                .collect();
+            if !list.is_empty() {
+                self.counters.remote_checked.fetch_add(1, Ordering::Relaxed);
+                return self.tune(key, ckey, current, set, Some(entry), list);
+            }
+        }
+        self.choose_reused(key, ckey, current, &entry)
     }
 
     /// Measures `list` for the key, records the results with the candidate set in one record,

@@ -26,7 +26,7 @@ use cache_core::{Cache, Namespace, Store, StoreError};
 use rustc_hash::FxBuildHasher;
 
 use config::ProgressFn;
-pub use config::{MissPolicy, OpConfig, Progress, TuneError, TuneStats};
+pub use config::{MissPolicy, OpConfig, Progress, RemotePolicy, TuneError, TuneStats};
 use counters::Counters;
 use flight::{Background, Flight};
 

@@ -6,5 +6,6 @@ mod children;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod processes;
+mod shared;
 mod support;
 mod tuner;

@@ -1,0 +1,141 @@
+//! Winners from a shared tier (another machine's measurements), under each remote policy:
+//! used as they are (`Trust`), verified here first (`Verify`, the default: a candidate that
+//! computes a wrong answer here is recorded as failed and the next one is used), or re-timed
+//! against the runner-up (`Retime`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cache_core::cache_format::{Key, Origin};
+use cache_core::{Cache, MemoryRemote, Remote, Store};
+use gpu_tuner::{OpConfig, RemotePolicy, Tuned, Tuner};
+
+use crate::support::{Behaviour, TestKey, TestOp, builder, quick};
+
+const K: TestKey = TestKey { size: 3 };
+
+fn op(fast_is_wrong_here: bool) -> TestOp {
+    TestOp::new("mm", &[("slow", 900)]).with(
+        "fast",
+        Behaviour {
+            micros: 100,
+            wrong: fast_is_wrong_here,
+            ..Behaviour::default()
+        },
+    )
+}
+
+/// Machine A tunes `K` and publishes; returns the shared store.
+fn tuned_elsewhere() -> (Arc<MemoryRemote>, tempfile::TempDir) {
+    let remote = Arc::new(MemoryRemote::named("fleet"));
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = Arc::new(
+        builder(&dir.path().join("a.tcache"))
+            .remote(Arc::clone(&remote) as Arc<dyn Remote>)
+            .open(),
+    );
+    let t = Tuner::new(Arc::clone(&cache))
+        .register(op(false), quick())
+        .expect("register");
+    assert_eq!(t.get(&K).expect("tuned").candidate().algorithm, "fast");
+    cache
+        .publish_within(Duration::from_secs(10))
+        .expect("published");
+    assert_eq!(remote.keys().len(), 1);
+    (remote, dir)
+}
+
+/// Machine B, whose `fast` computes a wrong answer, under `policy`.
+fn machine_b(
+    remote: &Arc<MemoryRemote>,
+    dir: &tempfile::TempDir,
+    policy: RemotePolicy,
+) -> (Tuned<TestOp>, TestOp, Arc<Cache>) {
+    let cache = Arc::new(
+        builder(&dir.path().join(format!("b-{policy:?}.tcache")))
+            .remote(Arc::clone(remote) as Arc<dyn Remote>)
+            .open(),
+    );
+    let op = op(true);
+    let config = OpConfig {
+        remote: policy,
+        ..quick()
+    };
+    let t = Tuner::new(Arc::clone(&cache))
+        .register(op.clone(), config)
+        .expect("register");
+    (t, op, cache)
+}
+
+#[test]
+fn trust_uses_the_remote_winner_as_it_is() {
+    let (remote, dir) = tuned_elsewhere();
+    let (t, op, _) = machine_b(&remote, &dir, RemotePolicy::Trust);
+    assert_eq!(t.get(&K).expect("chosen").candidate().algorithm, "fast");
+    assert!(
+        op.measured().is_empty(),
+        "nothing measured: {:?}",
+        op.measured()
+    );
+    let s = t.stats();
+    assert_eq!(
+        (s.reused_keys, s.remote_checked, s.remote_refused),
+        (1, 0, 0)
+    );
+}
+
+#[test]
+fn verify_refuses_a_remote_winner_that_is_wrong_here_and_records_it() {
+    let (remote, dir) = tuned_elsewhere();
+    let (t, op, cache) = machine_b(&remote, &dir, RemotePolicy::Verify);
+    let choice = t.get(&K).expect("chosen");
+    assert_eq!(
+        choice.candidate().algorithm,
+        "slow",
+        "the runner-up, verified"
+    );
+    // The test operation logs each verification: both were verified, once.
+    assert_eq!(op.measured(), ["fast", "slow"]);
+    let s = t.stats();
+    assert_eq!((s.remote_checked, s.remote_refused), (2, 1), "{s:?}");
+    assert_eq!((s.measured, s.tuned_keys), (0, 0), "nothing timed: {s:?}");
+    let stored = cache
+        .lookup(t.namespace(), &Key::from_serialize(&K).expect("key"))
+        .expect("stored");
+    let fast = stored
+        .candidates()
+        .iter()
+        .find(|c| c.id.algorithm == "fast")
+        .expect("fast");
+    assert!(fast.stats().is_none(), "recorded as failed: {fast:?}");
+    assert!(!matches!(stored.origin(), Origin::Remote(_)));
+}
+
+#[test]
+fn verify_passes_a_remote_winner_that_is_right_here() {
+    let (remote, dir) = tuned_elsewhere();
+    let cache = Arc::new(
+        builder(&dir.path().join("c.tcache"))
+            .remote(Arc::clone(&remote) as Arc<dyn Remote>)
+            .open(),
+    );
+    let op = op(false);
+    let t = Tuner::new(cache)
+        .register(op.clone(), quick())
+        .expect("register");
+    assert_eq!(t.get(&K).expect("chosen").candidate().algorithm, "fast");
+    assert_eq!(op.measured(), ["fast"], "verified once");
+    let s = t.stats();
+    assert_eq!((s.remote_checked, s.remote_refused), (1, 0), "{s:?}");
+    assert_eq!(s.measured, 0, "nothing timed: {s:?}");
+}
+
+#[test]
+fn retime_measures_the_remote_top_two_here() {
+    let (remote, dir) = tuned_elsewhere();
+    let (t, op, _) = machine_b(&remote, &dir, RemotePolicy::Retime);
+    assert_eq!(t.get(&K).expect("chosen").candidate().algorithm, "slow");
+    assert_eq!(op.measured(), ["fast", "slow"], "both re-timed here");
+    let s = t.stats();
+    assert_eq!((s.remote_checked, s.measured), (1, 2), "{s:?}");
+}
