@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub struct Server {
     child: Option<Child>,
+    /// With [`Server::start_unix`]: the socket it listens on (and its folder), no TCP port.
+    socket: Option<(std::path::PathBuf, tempfile::TempDir)>,
     /// Its loopback port.
     pub port: u16,
     exe: String,
@@ -49,6 +51,7 @@ impl Server {
         };
         let mut server = Server {
             child: None,
+            socket: None,
             port: free_port(),
             exe,
         };
@@ -56,10 +59,25 @@ impl Server {
         Some(server)
     }
 
+    /// Like [`Server::start`], listening on a unix socket only (`--port 0`).
+    pub fn start_unix() -> Option<Server> {
+        let mut server = Server::start()?;
+        server.kill();
+        let dir = crate::temp_dir();
+        server.socket = Some((dir.path().join("redis.sock"), dir));
+        server.spawn();
+        Some(server)
+    }
+
     fn spawn(&mut self) {
-        let child = Command::new(&self.exe)
-            .args(["--bind", "127.0.0.1", "--port"])
-            .arg(self.port.to_string())
+        let mut cmd = Command::new(&self.exe);
+        match &self.socket {
+            Some((socket, _)) => cmd.args(["--port", "0", "--unixsocket"]).arg(socket),
+            None => cmd
+                .args(["--bind", "127.0.0.1", "--port"])
+                .arg(self.port.to_string()),
+        };
+        let child = cmd
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(["--enable-debug-command", "local", "--protected-mode", "no"])
             .stdout(Stdio::null())
@@ -82,7 +100,10 @@ impl Server {
 
     /// `redis://127.0.0.1:PORT/0`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        match &self.socket {
+            Some((socket, _)) => format!("redis+unix://{}", socket.display()),
+            None => format!("redis://127.0.0.1:{}/0", self.port),
+        }
     }
 
     /// A plain connection for the test's own commands (not counted by the tier).

@@ -180,3 +180,31 @@ fn crafted_values_on_the_server_are_misses_with_counters() {
     assert_eq!(h.errors, 1, "the list at key 15: {h:?}");
     assert_eq!(c.len(), 0);
 }
+
+#[test]
+fn a_unix_socket_serves_as_well() {
+    let Some(server) = Server::start_unix() else {
+        return;
+    };
+    assert!(
+        server.url().starts_with("redis+unix://"),
+        "{}",
+        server.url()
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let a = cache(
+        &dir.path().join("a.tcache"),
+        &server.url(),
+        RemoteOptions::default(),
+    );
+    let b = cache(
+        &dir.path().join("b.tcache"),
+        &server.url(),
+        RemoteOptions::default(),
+    );
+    a.put(ns(), entry(1, "tiled", 5.0));
+    a.publish_within(Duration::from_secs(10))
+        .expect("published");
+    let hit = b.lookup(ns(), &key(1)).expect("read through the socket");
+    assert_eq!(hit.origin().kind(), "remote");
+}
