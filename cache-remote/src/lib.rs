@@ -31,6 +31,10 @@ use redis::IntoConnectionInfo;
 /// `rediss://…` (TLS, with the `tls` feature) or `redis+unix:///path/to/socket`.
 pub const ENV_REMOTE: &str = "TUNECACHE_REMOTE";
 
+/// A PEM file of the certificate authorities to trust for `rediss://` (instead of the
+/// system's), e.g. a private CA.
+pub const ENV_REMOTE_CA: &str = "TUNECACHE_REMOTE_CA";
+
 /// Connections kept for reuse.
 const POOL: usize = 8;
 
@@ -71,6 +75,15 @@ impl RedisRemote {
     /// call does, within its deadline). The error never contains the password.
     pub fn open(url: &str) -> Result<Self, String> {
         let describe = redact(url);
+        let tls = url
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("rediss://");
+        if tls && !cfg!(feature = "tls") {
+            return Err(format!(
+                "{ENV_REMOTE}: {describe} needs TLS, and this build has none (cache-remote's `tls` feature)"
+            ));
+        }
         let info = url.into_connection_info().map_err(|e| {
             format!(
                 "{ENV_REMOTE}: cannot use {describe} ({:?}): expected redis://[USER:PASSWORD@]HOST:PORT/DB, rediss://… (TLS) or redis+unix:///PATH",
@@ -79,8 +92,12 @@ impl RedisRemote {
         })?;
         let settings = info.redis_settings().clone().set_skip_set_lib_name();
         let info = info.set_redis_settings(settings);
-        let client = redis::Client::open(info)
-            .map_err(|e| format!("{ENV_REMOTE}: cannot use {describe}: {:?}", e.kind()))?;
+        let client = if tls {
+            tls_client(info, &describe)?
+        } else {
+            redis::Client::open(info)
+                .map_err(|e| format!("{ENV_REMOTE}: cannot use {describe}: {:?}", e.kind()))?
+        };
         Ok(RedisRemote {
             client,
             describe,
@@ -253,6 +270,38 @@ impl Remote for RedisRemote {
             Err(RemoteError::Protocol(format!("PING answered {pong:?}")))
         }
     }
+}
+
+/// A client for `rediss://`: rustls with the ring provider, trusting the system's
+/// certificate authorities or those of the PEM file `TUNECACHE_REMOTE_CA`.
+#[cfg(feature = "tls")]
+fn tls_client(info: redis::ConnectionInfo, describe: &str) -> Result<redis::Client, String> {
+    // The process-wide provider, if the program has not chosen one (then its choice stands).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let root_cert = match std::env::var_os(ENV_REMOTE_CA) {
+        Some(path) => Some(std::fs::read(&path).map_err(|e| {
+            format!(
+                "{ENV_REMOTE_CA}: cannot read {}: {e}",
+                std::path::Path::new(&path).display()
+            )
+        })?),
+        None => None,
+    };
+    redis::Client::build_with_tls(
+        info,
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert,
+        },
+    )
+    .map_err(|e| format!("{ENV_REMOTE}: cannot use {describe} over TLS: {e}"))
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(_: redis::ConnectionInfo, describe: &str) -> Result<redis::Client, String> {
+    Err(format!(
+        "{ENV_REMOTE}: {describe} needs TLS, and this build has none"
+    ))
 }
 
 /// The time left until `deadline`, or a timeout if none is.

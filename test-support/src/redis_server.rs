@@ -12,6 +12,8 @@ pub struct Server {
     child: Option<Child>,
     /// With [`Server::start_unix`]: the socket it listens on (and its folder), no TCP port.
     socket: Option<(std::path::PathBuf, tempfile::TempDir)>,
+    /// With [`Server::start_tls`]: the folder holding the CA and the server's certificate.
+    tls: Option<tempfile::TempDir>,
     /// Its loopback port.
     pub port: u16,
     exe: String,
@@ -52,11 +54,92 @@ impl Server {
         let mut server = Server {
             child: None,
             socket: None,
+            tls: None,
             port: free_port(),
             exe,
         };
         server.spawn();
         Some(server)
+    }
+
+    /// Like [`Server::start`], speaking TLS only on its port (`rediss://localhost:PORT/0`),
+    /// with a certificate for `localhost` signed by a fresh CA ([`Server::ca_file`]), made
+    /// with the `openssl` command.
+    pub fn start_tls() -> Option<Server> {
+        let mut server = Server::start()?;
+        server.kill();
+        let dir = crate::temp_dir();
+        let openssl = |args: &[&str]| {
+            Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let made = openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=tunecache test CA",
+        ]) && openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ]) && std::fs::write(
+            dir.path().join("ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        )
+        .is_ok()
+            && openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.crt",
+                "-days",
+                "2",
+                "-extfile",
+                "ext",
+            ]);
+        if !made {
+            crate::skip::missing(
+                "openssl",
+                "the TLS test makes its certificates with the openssl command",
+            );
+            return None;
+        }
+        server.tls = Some(dir);
+        server.spawn();
+        Some(server)
+    }
+
+    /// With [`Server::start_tls`]: the CA certificate (PEM) that signed the server's.
+    pub fn ca_file(&self) -> Option<std::path::PathBuf> {
+        self.tls.as_ref().map(|d| d.path().join("ca.crt"))
     }
 
     /// Like [`Server::start`], listening on a unix socket only (`--port 0`).
@@ -71,9 +154,19 @@ impl Server {
 
     fn spawn(&mut self) {
         let mut cmd = Command::new(&self.exe);
-        match &self.socket {
-            Some((socket, _)) => cmd.args(["--port", "0", "--unixsocket"]).arg(socket),
-            None => cmd
+        match (&self.socket, &self.tls) {
+            (Some((socket, _)), _) => cmd.args(["--port", "0", "--unixsocket"]).arg(socket),
+            (None, Some(dir)) => cmd
+                .args(["--bind", "127.0.0.1", "--port", "0", "--tls-port"])
+                .arg(self.port.to_string())
+                .arg("--tls-cert-file")
+                .arg(dir.path().join("server.crt"))
+                .arg("--tls-key-file")
+                .arg(dir.path().join("server.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(dir.path().join("ca.crt"))
+                .args(["--tls-auth-clients", "no"]),
+            (None, None) => cmd
                 .args(["--bind", "127.0.0.1", "--port"])
                 .arg(self.port.to_string()),
         };
@@ -87,7 +180,7 @@ impl Server {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if self.admin().is_some() {
+            if self.answers() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -100,9 +193,25 @@ impl Server {
 
     /// `redis://127.0.0.1:PORT/0`.
     pub fn url(&self) -> String {
-        match &self.socket {
-            Some((socket, _)) => format!("redis+unix://{}", socket.display()),
-            None => format!("redis://127.0.0.1:{}/0", self.port),
+        match (&self.socket, &self.tls) {
+            (Some((socket, _)), _) => format!("redis+unix://{}", socket.display()),
+            (None, Some(_)) => format!("rediss://localhost:{}/0", self.port),
+            (None, None) => format!("redis://127.0.0.1:{}/0", self.port),
+        }
+    }
+
+    /// Whether it answers PING (over TLS through `redis-cli`, which the package ships).
+    fn answers(&self) -> bool {
+        match &self.tls {
+            None => self.admin().is_some(),
+            Some(dir) => Command::new("redis-cli")
+                .args(["--tls", "--cacert"])
+                .arg(dir.path().join("ca.crt"))
+                .args(["-h", "localhost", "-p"])
+                .arg(self.port.to_string())
+                .arg("PING")
+                .output()
+                .is_ok_and(|o| o.status.success() && o.stdout.starts_with(b"PONG")),
         }
     }
 

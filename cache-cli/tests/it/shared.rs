@@ -190,3 +190,70 @@ fn an_unreachable_server_never_fails_a_local_command_and_hides_the_password() {
     assert_ne!(bad.status.code(), Some(0), "{}", text(&bad));
     assert!(stderr(&bad).contains("TUNECACHE_REMOTE"), "{}", text(&bad));
 }
+
+#[test]
+fn rediss_with_a_private_ca_works_and_without_it_is_refused() {
+    let Some(server) = Server::start_tls() else {
+        return;
+    };
+    let ca = server.ca_file().expect("a CA");
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("a.tcache");
+    let run = |ca: Option<&Path>, args: &[&str]| {
+        let mut cmd = command(EXE, &path, args);
+        cmd.env("TUNECACHE_REMOTE", server.url());
+        if let Some(ca) = ca {
+            cmd.env("TUNECACHE_REMOTE_CA", ca);
+        }
+        cmd.stdin(std::process::Stdio::null())
+            .output()
+            .expect("run")
+    };
+    let put = run(
+        Some(&ca),
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            r#"{"m":1}"#,
+            "--algo",
+            "tiled",
+            "--median-ns",
+            "9",
+        ],
+    );
+    assert!(stderr(&put).contains("1 written"), "{}", text(&put));
+    let ping = run(Some(&ca), &["remote", "ping"]);
+    assert_eq!(ping.status.code(), Some(0), "{}", text(&ping));
+    let b = dir.path().join("b.tcache");
+    let get = command(
+        EXE,
+        &b,
+        &[
+            "put",
+            "-n",
+            "other",
+            "-k",
+            "{}",
+            "--algo",
+            "x",
+            "--median-ns",
+            "1",
+        ],
+    )
+    .env("TUNECACHE_REMOTE", server.url())
+    .env("TUNECACHE_REMOTE_CA", &ca)
+    .output()
+    .expect("run");
+    assert_eq!(get.status.code(), Some(0), "{}", text(&get));
+    let get = command(EXE, &b, &["get", "-n", "matmul", "-k", r#"{"m":1}"#])
+        .env("TUNECACHE_REMOTE", server.url())
+        .env("TUNECACHE_REMOTE_CA", &ca)
+        .output()
+        .expect("run");
+    assert_eq!(get.status.code(), Some(0), "{}", text(&get));
+    // The server's certificate is not trusted without the CA: no connection, said clearly.
+    let untrusted = run(None, &["remote", "ping"]);
+    assert_eq!(untrusted.status.code(), Some(1), "{}", text(&untrusted));
+}
