@@ -63,37 +63,45 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether `redis-server` runs here.
-fn has_redis() -> bool {
-    Command::new("redis-server")
-        .arg("--version")
+/// Whether `tool` runs here (`openssl version`, `redis-server --version`).
+fn has(tool: &str) -> bool {
+    let arg = if tool == "openssl" {
+        "version"
+    } else {
+        "--version"
+    };
+    Command::new(tool)
+        .arg(arg)
         .output()
         .is_ok_and(|o| o.status.success())
 }
 
-/// Installs Debian's `redis-server` when it is missing and apt-get can (as root). Failing
-/// that, says what to install: the shared tier's tests then fail in CI and skip elsewhere.
+/// Installs Debian's `redis-server` (the shared tier's tests) and `openssl` (their TLS
+/// certificates) when missing and apt-get can (as root). Failing that, says what to install:
+/// those tests then fail in CI and skip elsewhere.
 fn prepare_redis() {
-    if has_redis() {
-        println!("xtask test: redis-server is installed");
-        return;
-    }
-    println!("xtask test: installing redis-server (apt-get)");
-    let install = |update: bool| {
-        if update {
-            let _ = Command::new("apt-get").args(["update", "-qq"]).status();
+    for tool in ["redis-server", "openssl"] {
+        if has(tool) {
+            println!("xtask test: {tool} is installed");
+            continue;
         }
-        Command::new("apt-get")
-            .args(["install", "-y", "-qq", "redis-server"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !(install(false) || install(true)) || !has_redis() {
-        println!(
-            "xtask test: could not install redis-server; install it (apt-get install \
-             redis-server) or the shared tier's tests fail in CI and skip elsewhere"
-        );
+        println!("xtask test: installing {tool} (apt-get)");
+        let install = |update: bool| {
+            if update {
+                let _ = Command::new("apt-get").args(["update", "-qq"]).status();
+            }
+            Command::new("apt-get")
+                .args(["install", "-y", "-qq", tool])
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !(install(false) || install(true)) || !has(tool) {
+            println!(
+                "xtask test: could not install {tool}; install it (apt-get install {tool}) or \
+                 the shared tier's tests fail in CI and skip elsewhere"
+            );
+        }
     }
 }
 
