@@ -578,7 +578,15 @@ pub(crate) struct PublishOutcome {
     pub(crate) left: Vec<(Namespace, Fingerprint)>,
     /// The error that stopped the round, if any.
     pub(crate) error: Option<RemoteError>,
+    /// Entries the server now holds that have more than what was published (another
+    /// machine's measurements of the same key, joined in): for the publisher's memory and
+    /// file, so every machine's file converges to the fold.
+    pub(crate) folded: Vec<(Namespace, Entry)>,
 }
+
+/// One compare-and-set of a publication round: the index of its entry, the value expected,
+/// the new bytes, and the merged entry if it holds more than what this machine had.
+type Write = (usize, Option<Vec<u8>>, Vec<u8>, Option<Entry>);
 
 /// A cache's use of its remote: the policy around [`Remote`] (see the module docs).
 #[derive(Debug)]
@@ -816,12 +824,14 @@ impl RemoteTier {
             return PublishOutcome {
                 left: Vec::new(),
                 error: None,
+                folded: Vec::new(),
             };
         }
         if self.full() {
             return PublishOutcome {
                 left: all_keys(),
                 error: Some(RemoteError::Full("cooling down".to_owned())),
+                folded: Vec::new(),
             };
         }
         if !force && !self.allow(self.options.budget) {
@@ -830,8 +840,10 @@ impl RemoteTier {
                 error: Some(RemoteError::Unreachable(
                     "the breaker is open after an outage".to_owned(),
                 )),
+                folded: Vec::new(),
             };
         }
+        let mut folded: Vec<(Namespace, Entry)> = Vec::new();
         let mut todo: Vec<(Namespace, Entry, String)> = entries
             .into_iter()
             .map(|(ns, e)| {
@@ -845,9 +857,9 @@ impl RemoteTier {
             self.outcome(&current);
             let current = match current {
                 Ok(c) => c,
-                Err(e) => return self.left(todo, e),
+                Err(e) => return self.left(todo, e, folded),
             };
-            let mut writes: Vec<(usize, Option<Vec<u8>>, Vec<u8>)> = Vec::new();
+            let mut writes: Vec<Write> = Vec::new();
             for (i, ((ns, mine, _), value)) in todo.iter().zip(current).enumerate() {
                 let stored = value.as_deref().and_then(|bytes| {
                     check_value(
@@ -869,6 +881,9 @@ impl RemoteTier {
                         merged.merge(mine.clone());
                         if merged == stored {
                             self.counters.unchanged.fetch_add(1, Ordering::Relaxed);
+                            if stored != *mine {
+                                folded.push((*ns, stored));
+                            }
                             continue;
                         }
                         merged
@@ -880,17 +895,19 @@ impl RemoteTier {
                     self.reject("oversized");
                     continue;
                 }
-                writes.push((i, value, bytes));
+                let more = (merged != *mine).then_some(merged);
+                writes.push((i, value, bytes, more));
             }
             if writes.is_empty() {
                 return PublishOutcome {
                     left: Vec::new(),
                     error: None,
+                    folded,
                 };
             }
             let swaps: Vec<Swap<'_>> = writes
                 .iter()
-                .map(|(i, expected, value)| Swap {
+                .map(|(i, expected, value, _)| Swap {
                     key: &todo[*i].2,
                     expected: expected.as_deref(),
                     value,
@@ -908,17 +925,22 @@ impl RemoteTier {
                         d.len(),
                         swaps.len()
                     ));
-                    return self.left(todo, e);
+                    return self.left(todo, e, folded);
                 }
-                Err(e) => return self.left(todo, e),
+                Err(e) => return self.left(todo, e, folded),
             };
             let mut again = Vec::new();
             let lost: Vec<usize> = writes
                 .iter()
                 .zip(&done)
                 .filter(|(_, ok)| !**ok)
-                .map(|((i, _, _), _)| *i)
+                .map(|((i, _, _, _), _)| *i)
                 .collect();
+            for ((i, _, _, more), ok) in writes.into_iter().zip(&done) {
+                if let (Some(merged), true) = (more, *ok) {
+                    folded.push((todo[i].0, merged));
+                }
+            }
             let set = done.iter().filter(|ok| **ok).count() as u64;
             self.counters.published.fetch_add(set, Ordering::Relaxed);
             self.counters
@@ -933,6 +955,7 @@ impl RemoteTier {
                 return PublishOutcome {
                     left: Vec::new(),
                     error: None,
+                    folded,
                 };
             }
             todo = again;
@@ -946,17 +969,97 @@ impl RemoteTier {
                 .map(|(ns, e, _)| (ns, e.fingerprint()))
                 .collect(),
             error: None,
+            folded,
         }
     }
 
-    fn left(&self, todo: Vec<(Namespace, Entry, String)>, error: RemoteError) -> PublishOutcome {
+    fn left(
+        &self,
+        todo: Vec<(Namespace, Entry, String)>,
+        error: RemoteError,
+        folded: Vec<(Namespace, Entry)>,
+    ) -> PublishOutcome {
         PublishOutcome {
             left: todo
                 .into_iter()
                 .map(|(ns, e, _)| (ns, e.fingerprint()))
                 .collect(),
             error: Some(error),
+            folded,
         }
+    }
+
+    pub(crate) fn prefix(&self) -> String {
+        let mut p = format!("{KEY_SALT}:");
+        escape_into(&mut p, self.registry.app());
+        p.push_str(&format!(":{}:", self.registry.current()));
+        p
+    }
+
+    /// Reads `keys` (of this application and schema), up to 500 per round trip, checking
+    /// each value against what its key says; returns what passed, with its namespace.
+    pub(crate) fn read_keys(
+        &self,
+        keys: &[String],
+        deadline: Instant,
+    ) -> Result<Vec<(Scope, String, Entry)>, RemoteError> {
+        let mut out = Vec::new();
+        for batch in keys.chunks(PULL_BATCH) {
+            let values = self.remote.get_many(batch, None, deadline);
+            self.outcome(&values);
+            for (key, value) in batch.iter().zip(values?) {
+                let Some(bytes) = value else { continue };
+                let Some((scope_fp, ns, fp)) = self.parse_key(key) else {
+                    self.reject("foreign key");
+                    continue;
+                };
+                match check_value(
+                    &bytes,
+                    &self.registry,
+                    &self.limits,
+                    &self.options,
+                    &scope_fp,
+                    &ns,
+                    &fp,
+                ) {
+                    Ok((scope, mut entry)) => {
+                        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                        entry.set_origin(Origin::Remote(self.describe.clone()));
+                        out.push((scope, ns, entry));
+                    }
+                    Err(why) => self.reject(why),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The scope fingerprint, namespace and key fingerprint a key of this application and
+    /// schema names.
+    fn parse_key(&self, key: &str) -> Option<(Fingerprint, String, Fingerprint)> {
+        let rest = key.strip_prefix(&self.prefix())?;
+        let mut parts = rest.split(':');
+        let scope = parts.next()?.parse().ok()?;
+        let ns = unescape(parts.next()?)?;
+        let fp = parts.next()?.parse().ok()?;
+        parts.next().is_none().then_some((scope, ns, fp))
+    }
+
+    /// Every entry of the cache's own scope on the server, checked, by namespace.
+    pub(crate) fn pull_scope(
+        &self,
+        deadline: Instant,
+    ) -> Result<Vec<(Namespace, Entry)>, RemoteError> {
+        let mut pattern = self.prefix();
+        pattern.push_str(&self.scope.fingerprint().to_hex());
+        pattern.push_str(":*");
+        let keys = self.remote.scan(&pattern, deadline);
+        self.outcome(&keys);
+        Ok(self
+            .read_keys(&keys?, deadline)?
+            .into_iter()
+            .filter_map(|(_, ns, entry)| Some((Namespace::new(&ns).ok()?, entry)))
+            .collect())
     }
 
     /// When the breaker lets the next call out (`None`: now).
@@ -1055,13 +1158,6 @@ impl SharedTier {
         result.map(|()| started.elapsed())
     }
 
-    fn prefix(&self) -> String {
-        let mut p = format!("{KEY_SALT}:");
-        escape_into(&mut p, self.tier.registry.app());
-        p.push_str(&format!(":{}:", self.tier.registry.current()));
-        p
-    }
-
     /// The entries stored for key `fp` of namespace `ns`: in `scope`, or in every scope the
     /// server holds (a key listing). Values that fail a check are left out and counted.
     pub fn find(
@@ -1075,7 +1171,7 @@ impl SharedTier {
         let keys = match scope {
             Some(scope) => vec![self.tier.key_in(scope, ns, fp)],
             None => {
-                let mut pattern = self.prefix();
+                let mut pattern = self.tier.prefix();
                 pattern.push_str("*:");
                 escape_into(&mut pattern, ns);
                 pattern.push(':');
@@ -1086,73 +1182,25 @@ impl SharedTier {
             }
         };
         Ok(self
+            .tier
             .read_keys(&keys, deadline)?
             .into_iter()
             .map(|(scope, _, entry)| (scope, entry))
             .collect())
     }
 
-    /// Reads `keys` (of this application and schema), up to 500 per round trip, checking
-    /// each value against what its key says; returns what passed, with its namespace.
-    fn read_keys(
-        &self,
-        keys: &[String],
-        deadline: Instant,
-    ) -> Result<Vec<(Scope, String, Entry)>, RemoteError> {
-        let mut out = Vec::new();
-        for batch in keys.chunks(PULL_BATCH) {
-            let values = self.tier.remote.get_many(batch, None, deadline);
-            self.tier.outcome(&values);
-            for (key, value) in batch.iter().zip(values?) {
-                let Some(bytes) = value else { continue };
-                let Some((scope_fp, ns, fp)) = self.parse_key(key) else {
-                    self.tier.reject("foreign key");
-                    continue;
-                };
-                match check_value(
-                    &bytes,
-                    &self.tier.registry,
-                    &self.tier.limits,
-                    &self.tier.options,
-                    &scope_fp,
-                    &ns,
-                    &fp,
-                ) {
-                    Ok((scope, mut entry)) => {
-                        self.tier.counters.hits.fetch_add(1, Ordering::Relaxed);
-                        entry.set_origin(Origin::Remote(self.tier.describe.clone()));
-                        out.push((scope, ns, entry));
-                    }
-                    Err(why) => self.tier.reject(why),
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// The scope fingerprint, namespace and key fingerprint a key of this application and
-    /// schema names.
-    fn parse_key(&self, key: &str) -> Option<(Fingerprint, String, Fingerprint)> {
-        let rest = key.strip_prefix(&self.prefix())?;
-        let mut parts = rest.split(':');
-        let scope = parts.next()?.parse().ok()?;
-        let ns = unescape(parts.next()?)?;
-        let fp = parts.next()?.parse().ok()?;
-        parts.next().is_none().then_some((scope, ns, fp))
-    }
-
     /// Every entry of this application and schema on the server, checked (a key listing,
     /// then reads of up to 500 keys per round trip, all within `timeout`).
     pub fn pull(&self, timeout: Duration) -> Result<Pulled, RemoteError> {
         let deadline = Instant::now() + timeout;
-        let mut pattern = self.prefix();
+        let mut pattern = self.tier.prefix();
         pattern.push('*');
         let keys = self.tier.remote.scan(&pattern, deadline);
         self.tier.outcome(&keys);
         let keys = keys?;
         let before = lock(&self.tier.counters.rejected).clone();
         let mut data = CacheData::new();
-        for (scope, ns, entry) in self.read_keys(&keys, deadline)? {
+        for (scope, ns, entry) in self.tier.read_keys(&keys, deadline)? {
             data.insert(&scope, &ns, entry);
         }
         let mut rejected = lock(&self.tier.counters.rejected).clone();
@@ -1171,7 +1219,7 @@ impl SharedTier {
 
     /// How many keys of this application and schema the server holds.
     pub fn count(&self, timeout: Duration) -> Result<usize, RemoteError> {
-        let mut pattern = self.prefix();
+        let mut pattern = self.tier.prefix();
         pattern.push('*');
         let keys = self.tier.remote.scan(&pattern, Instant::now() + timeout);
         self.tier.outcome(&keys);
@@ -1296,14 +1344,14 @@ mod tests {
         for ns in ["matmul", "mat mul:%", "ünï/code"] {
             let key = remote_key("my:app", 4, &scope, ns, &fp);
             assert_eq!(
-                tier.parse_key(&key),
+                tier.tier.parse_key(&key),
                 Some((scope, ns.to_owned(), fp)),
                 "{key}"
             );
         }
         let other_schema = remote_key("my:app", 5, &scope, "matmul", &fp);
-        assert_eq!(tier.parse_key(&other_schema), None);
-        assert_eq!(tier.parse_key("tc1:my%3Aapp:4:zz:matmul:zz"), None);
+        assert_eq!(tier.tier.parse_key(&other_schema), None);
+        assert_eq!(tier.tier.parse_key("tc1:my%3Aapp:4:zz:matmul:zz"), None);
         assert!(glob("tc1:a:*:m:f", "tc1:a:0123:m:f"));
         assert!(!glob("tc1:a:*:m:f", "tc1:a:0123:m:g"));
     }

@@ -447,6 +447,14 @@ impl Cache {
         self.shared.fetch_remote(ns, fps)
     }
 
+    /// Reads every entry of this cache's scope that the shared tier holds and merges them in
+    /// (kept in the file as well); returns how many it held. For warming a fresh machine at
+    /// start-up, or converging with what other machines published since. Without a remote,
+    /// `Ok(0)`.
+    pub fn pull_remote(&self, timeout: Duration) -> Result<usize, crate::remote::RemoteError> {
+        self.shared.pull_remote(timeout)
+    }
+
     /// Waits at most `timeout` until what was recorded so far is published to the shared
     /// tier (a command-line tool before it exits). Without a writable remote, `Ok` at once.
     pub fn publish_within(&self, timeout: Duration) -> Result<(), crate::remote::RemoteError> {

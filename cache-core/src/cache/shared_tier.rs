@@ -50,21 +50,51 @@ impl Shared {
             .filter(|fp| self.memory.get(ns, fp).is_none())
             .copied()
             .collect();
-        let mut found = tier.fetch(ns, &missing);
-        if found.is_empty() {
-            return 0;
-        }
-        self.clamp(found.iter_mut());
-        let keys: Vec<(Namespace, Fingerprint)> =
-            found.iter().map(|e| (ns, e.fingerprint())).collect();
+        let found = tier.fetch(ns, &missing);
         let n = found.len();
-        self.memory.merge_many(found.into_iter().map(|e| (ns, e)));
-        if lock(&self.diag).mode == Mode::Persistent {
+        self.absorb_remote(found.into_iter().map(|e| (ns, e)).collect());
+        n
+    }
+
+    /// Merges entries read from the shared tier into memory and, for a persistent cache,
+    /// queues the keys whose entry changed for the file (not for publishing: they came from
+    /// there).
+    pub(super) fn absorb_remote(&self, mut entries: Vec<(Namespace, Entry)>) {
+        if entries.is_empty() {
+            return;
+        }
+        self.clamp(entries.iter_mut().map(|(_, e)| e));
+        let changed: Vec<(Namespace, Fingerprint)> = entries
+            .iter()
+            .filter(|(ns, e)| {
+                self.memory.get(*ns, &e.fingerprint()).is_none_or(|held| {
+                    let mut merged = Entry::clone(&held);
+                    merged.merge(e.clone());
+                    merged != *held
+                })
+            })
+            .map(|(ns, e)| (*ns, e.fingerprint()))
+            .collect();
+        self.memory.merge_many(entries);
+        if !changed.is_empty() && lock(&self.diag).mode == Mode::Persistent {
             let mut st = lock(&self.state);
-            st.dirty.extend(keys);
+            st.dirty.extend(changed);
             self.mark_dirty(&mut st);
         }
-        n
+    }
+
+    /// Reads every entry of this cache's application, schema and scope that the shared tier
+    /// holds (a key listing, then batched reads) and merges them in; returns how many there
+    /// were. Not on any hot path: for warming a fresh machine, or converging after
+    /// publishing.
+    pub(super) fn pull_remote(&self, timeout: Duration) -> Result<usize, RemoteError> {
+        let Some(tier) = &self.remote else {
+            return Ok(0);
+        };
+        let pulled = tier.pull_scope(Instant::now() + timeout)?;
+        let n = pulled.len();
+        self.absorb_remote(pulled);
+        Ok(n)
     }
 
     /// Queues keys measured here for publishing.
@@ -171,6 +201,9 @@ impl Shared {
                 Instant::now() + tier.options().publish_budget,
                 force,
             );
+            if !outcome.folded.is_empty() {
+                self.absorb_remote(outcome.folded);
+            }
             let mut p = lock(&self.publish);
             if !outcome.left.is_empty() {
                 p.pending.extend(outcome.left);

@@ -315,3 +315,55 @@ fn a_full_server_pauses_publishing_but_not_reading() {
     assert!(c.lookup(ns(), &key(1, 3)).is_some(), "reads go on");
     let _ = Value::Int(0);
 }
+
+#[test]
+fn both_files_converge_to_the_fold_whatever_the_order() {
+    let now = now_millis();
+    let mut results = Vec::new();
+    for order in [[0, 1], [1, 0]] {
+        let remote = Arc::new(MemoryRemote::named("fold"));
+        let dir = temp_dir();
+        let paths = [path_in(&dir, "a.tcache"), path_in(&dir, "b.tcache")];
+        let caches = [shared(&remote, &paths[0]), shared(&remote, &paths[1])];
+        caches[0].put(ns(), measured(1, "tiled", 500.0, now - 10));
+        caches[1].put(ns(), measured(1, "naive", 400.0, now - 5));
+        caches[0].put(ns(), measured(2, "tiled", 100.0, now - 3));
+        for i in order {
+            caches[i]
+                .publish_within(Duration::from_secs(10))
+                .expect("published");
+        }
+        // The second publisher folded the first's result in; the first pulls.
+        for c in &caches {
+            c.pull_remote(Duration::from_secs(10)).expect("pulled");
+            c.flush().expect("saved");
+        }
+        drop(caches);
+        let mut files = Vec::new();
+        for p in &paths {
+            let reopened = builder(p).scope(scope("H100")).open();
+            let mut entries: Vec<(Fingerprint, Vec<Candidate>)> = reopened
+                .entries()
+                .into_iter()
+                .map(|(_, e)| (e.fingerprint(), e.candidates().to_vec()))
+                .collect();
+            entries.sort_by_key(|(fp, _)| *fp);
+            files.push(entries);
+        }
+        assert_eq!(
+            files[0], files[1],
+            "order {order:?}: both files hold the same"
+        );
+        assert_eq!(files[0].len(), 2);
+        results.push(files.remove(0));
+    }
+    assert_eq!(results[0], results[1], "the same whatever the order");
+    let mut fold = measured(1, "tiled", 500.0, now - 10);
+    fold.merge(measured(1, "naive", 400.0, now - 5));
+    let key1 = key(1, 1).fingerprint();
+    let got = results[0]
+        .iter()
+        .find(|(fp, _)| *fp == key1)
+        .expect("key 1");
+    assert_eq!(got.1, fold.candidates());
+}

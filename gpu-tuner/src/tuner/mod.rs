@@ -260,6 +260,18 @@ impl<O: Operation> Tuned<O> {
         }
     }
 
+    /// Reads the keys of `keys` that the cache lacks from its shared tier, if it has one, in
+    /// one round trip (a batch of calls about to start), so their misses find them in memory
+    /// instead of asking the server one by one. Returns how many the server had.
+    pub fn prefetch(&self, keys: &[O::Key]) -> usize {
+        let fps: Vec<_> = keys
+            .iter()
+            .filter_map(|k| self.inner.cache_key(k).ok())
+            .map(|k| k.fingerprint())
+            .collect();
+        self.inner.cache().prefetch(self.inner.ns, &fps)
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> TuneStats {
         self.inner.counters.snapshot()

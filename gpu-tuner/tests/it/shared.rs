@@ -139,3 +139,27 @@ fn retime_measures_the_remote_top_two_here() {
     let s = t.stats();
     assert_eq!((s.remote_checked, s.measured), (1, 2), "{s:?}");
 }
+
+#[test]
+fn a_batch_of_keys_is_read_from_the_shared_tier_in_one_round_trip() {
+    let (remote, dir) = tuned_elsewhere();
+    let cache = Arc::new(
+        builder(&dir.path().join("d.tcache"))
+            .remote(Arc::clone(&remote) as Arc<dyn Remote>)
+            .open(),
+    );
+    let t = Tuner::new(Arc::clone(&cache))
+        .register(op(false), quick())
+        .expect("register");
+    let before = remote.commands.load(std::sync::atomic::Ordering::Relaxed);
+    let keys = [K, TestKey { size: 4 }, TestKey { size: 5 }];
+    assert_eq!(t.prefetch(&keys), 1, "the server has K only");
+    let after = remote.commands.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(after - before, 3, "one batch of three reads");
+    assert_eq!(t.get(&K).expect("chosen").candidate().algorithm, "fast");
+    assert_eq!(
+        remote.commands.load(std::sync::atomic::Ordering::Relaxed),
+        after,
+        "the miss found K in memory"
+    );
+}
