@@ -3,13 +3,11 @@
 //! depends on it: a server that cannot be reached is said on stderr, and the local result
 //! stands.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use cache_core::cache_format::CacheData;
 use cache_core::cache_migrate::Migrations;
 use cache_core::{CacheBuilder, RemoteMode, SharedTier};
-use cache_remote::RedisRemote;
 
 use crate::output::say;
 
@@ -21,7 +19,7 @@ pub(crate) const WAIT: Duration = Duration::from_secs(2);
 /// and the mode is not `off`. A value that is not a usable address is an error naming the
 /// variable (no password in it).
 pub(crate) fn tier(registry: &Migrations) -> anyhow::Result<Option<SharedTier>> {
-    let Some(remote) = RedisRemote::from_env().map_err(anyhow::Error::msg)? else {
+    let Some(remote) = cache_remote::from_env().map_err(anyhow::Error::msg)? else {
         return Ok(None);
     };
     let (options, warnings) = CacheBuilder::new(registry.clone()).effective_remote_options();
@@ -31,11 +29,7 @@ pub(crate) fn tier(registry: &Migrations) -> anyhow::Result<Option<SharedTier>> 
     if options.mode == RemoteMode::Off {
         return Ok(None);
     }
-    Ok(Some(SharedTier::new(
-        Arc::new(remote),
-        options,
-        registry.clone(),
-    )))
+    Ok(Some(SharedTier::new(remote, options, registry.clone())))
 }
 
 /// Whether the shared tier may be written (`TUNECACHE_REMOTE_MODE` is not `read`).

@@ -22,6 +22,11 @@
 //! ```
 
 use std::sync::{Arc, Mutex};
+
+#[cfg(feature = "cluster")]
+mod cluster;
+#[cfg(feature = "cluster")]
+pub use cluster::RedisClusterRemote;
 use std::time::{Duration, Instant};
 
 use cache_core::{CacheBuilder, Remote, RemoteError, Swap};
@@ -36,11 +41,11 @@ pub const ENV_REMOTE: &str = "TUNECACHE_REMOTE";
 pub const ENV_REMOTE_CA: &str = "TUNECACHE_REMOTE_CA";
 
 /// Connections kept for reuse.
-const POOL: usize = 8;
+pub(crate) const POOL: usize = 8;
 
 /// Compare-and-set of one key: ARGV = has-expected (`1`/`0`), expected, new value, time to
 /// live in ms (`0`: none). Returns 1 if it set the value. Lua strings are binary-safe.
-const CAS_SCRIPT: &str = r"
+pub(crate) const CAS_SCRIPT: &str = r"
 local cur = redis.call('GET', KEYS[1])
 if ARGV[1] == '1' then
   if cur ~= ARGV[2] then return 0 end
@@ -305,7 +310,7 @@ fn tls_client(_: redis::ConnectionInfo, describe: &str) -> Result<redis::Client,
 }
 
 /// The time left until `deadline`, or a timeout if none is.
-fn left(deadline: Instant, what: &str) -> Result<Duration, RemoteError> {
+pub(crate) fn left(deadline: Instant, what: &str) -> Result<Duration, RemoteError> {
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
         Err(RemoteError::Timeout(format!("no time left to {what}")))
@@ -315,12 +320,12 @@ fn left(deadline: Instant, what: &str) -> Result<Duration, RemoteError> {
 }
 
 /// Milliseconds of a duration, at least 1 (Redis refuses `PX 0`).
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 /// Sorts a client error into what the tier does about it.
-fn classify(e: &redis::RedisError) -> RemoteError {
+pub(crate) fn classify(e: &redis::RedisError) -> RemoteError {
     let text = e.to_string();
     if e.is_timeout() {
         RemoteError::Timeout(text)
@@ -382,10 +387,51 @@ pub trait RemoteFromEnv: Sized {
 
 impl RemoteFromEnv for CacheBuilder {
     fn remote_from_env(self) -> Result<Self, String> {
-        Ok(match RedisRemote::from_env()? {
-            Some(remote) => self.remote(Arc::new(remote)),
+        Ok(match from_env()? {
+            Some(remote) => self.remote(remote),
             None => self,
         })
+    }
+}
+
+/// The shared store at `address`: one server (`redis://…`, `rediss://…`,
+/// `redis+unix://…`), or a Redis Cluster given as some of its nodes separated by commas
+/// (the `cluster` feature).
+pub fn connect(address: &str) -> Result<Arc<dyn Remote>, String> {
+    let nodes: Vec<&str> = address
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    if nodes.len() > 1 {
+        return cluster(&nodes);
+    }
+    Ok(Arc::new(RedisRemote::open(address.trim())?))
+}
+
+#[cfg(feature = "cluster")]
+fn cluster(nodes: &[&str]) -> Result<Arc<dyn Remote>, String> {
+    Ok(Arc::new(RedisClusterRemote::open(nodes)?))
+}
+
+#[cfg(not(feature = "cluster"))]
+fn cluster(nodes: &[&str]) -> Result<Arc<dyn Remote>, String> {
+    let describe = nodes
+        .iter()
+        .map(|u| redact(u))
+        .collect::<Vec<_>>()
+        .join(",");
+    Err(format!(
+        "{ENV_REMOTE}: {describe} lists several nodes (a Redis Cluster), and this build has no cluster support (cache-remote's `cluster` feature)"
+    ))
+}
+
+/// The shared store named by `TUNECACHE_REMOTE` (see [`connect`]), if it is set and not
+/// empty.
+pub fn from_env() -> Result<Option<Arc<dyn Remote>>, String> {
+    match std::env::var(ENV_REMOTE) {
+        Ok(address) if !address.trim().is_empty() => connect(&address).map(Some),
+        _ => Ok(None),
     }
 }
 

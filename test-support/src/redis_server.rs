@@ -14,6 +14,8 @@ pub struct Server {
     socket: Option<(std::path::PathBuf, tempfile::TempDir)>,
     /// With [`Server::start_tls`]: the folder holding the CA and the server's certificate.
     tls: Option<tempfile::TempDir>,
+    /// More arguments (a cluster node's).
+    extra: Vec<std::ffi::OsString>,
     /// Its loopback port.
     pub port: u16,
     exe: String,
@@ -55,6 +57,7 @@ impl Server {
             child: None,
             socket: None,
             tls: None,
+            extra: Vec::new(),
             port: free_port(),
             exe,
         };
@@ -171,6 +174,7 @@ impl Server {
                 .arg(self.port.to_string()),
         };
         let child = cmd
+            .args(&self.extra)
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(["--enable-debug-command", "local", "--protected-mode", "no"])
             .stdout(Stdio::null())
@@ -308,5 +312,84 @@ impl Drop for Server {
             unsafe { libc::kill(self.pid(), libc::SIGCONT) };
         }
         self.kill();
+    }
+}
+
+/// A Redis Cluster of three primaries (no replicas) on free loopback ports, made with
+/// `redis-cli --cluster create`; its nodes are stopped by pid when it is dropped.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The nodes.
+    pub nodes: Vec<Server>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts one, or says why not (as [`Server::start`]).
+    pub fn start() -> Option<Cluster> {
+        let dir = crate::temp_dir();
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            let mut node = Server::start()?;
+            node.kill();
+            node.extra = vec![
+                "--cluster-enabled".into(),
+                "yes".into(),
+                "--cluster-config-file".into(),
+                dir.path().join(format!("nodes-{}.conf", node.port)).into(),
+                "--cluster-node-timeout".into(),
+                "2000".into(),
+            ];
+            node.spawn();
+            nodes.push(node);
+        }
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port));
+        }
+        let made = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(made, "redis-cli --cluster create failed");
+        let cluster = Cluster { nodes, _dir: dir };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if cluster.nodes.iter().all(|n| {
+                n.admin().is_some_and(|mut c| {
+                    redis::cmd("CLUSTER")
+                        .arg("INFO")
+                        .query::<String>(&mut c)
+                        .is_ok_and(|i| i.contains("cluster_state:ok"))
+                })
+            }) {
+                return Some(cluster);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the test cluster did not reach cluster_state:ok within 20 s");
+    }
+
+    /// Its nodes' addresses, separated by commas (what `TUNECACHE_REMOTE` takes).
+    pub fn url(&self) -> String {
+        self.nodes
+            .iter()
+            .map(Server::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Keys held by each node (`DBSIZE`).
+    pub fn keys_per_node(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .map(|n| match n.cmd(&["DBSIZE"]) {
+                redis::Value::Int(k) => k as u64,
+                other => panic!("DBSIZE answered {other:?}"),
+            })
+            .collect()
     }
 }

@@ -257,3 +257,45 @@ fn rediss_with_a_private_ca_works_and_without_it_is_refused() {
     let untrusted = run(None, &["remote", "ping"]);
     assert_eq!(untrusted.status.code(), Some(1), "{}", text(&untrusted));
 }
+
+#[test]
+fn a_redis_cluster_serves_as_the_shared_tier_without_crossslot() {
+    let Some(cluster) = test_support::redis_server::Cluster::start() else {
+        return;
+    };
+    let url = cluster.url();
+    let dir = tempfile::tempdir().expect("dir");
+    let args = [
+        "--json",
+        "tune",
+        "--backend",
+        "cpu",
+        "--steps",
+        "2",
+        "--no-progress",
+    ];
+    let first = with_remote(&url, &dir.path().join("a.tcache"), &args);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    assert!(stderr(&first).contains("published"), "{}", text(&first));
+    let spread = cluster.keys_per_node();
+    assert!(
+        spread.iter().filter(|n| **n > 0).count() >= 2,
+        "the keys live on several nodes: {spread:?}"
+    );
+    let second = with_remote(&url, &dir.path().join("b.tcache"), &args);
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second));
+    let report: serde_json::Value = serde_json::from_slice(&second.stdout).expect("JSON");
+    for ns in ["matmul", "reduce"] {
+        assert_eq!(report["namespaces"][ns]["keys_tuned"], 0, "{report:#}");
+    }
+    // A key listing scans every primary.
+    let stats = with_remote(
+        &url,
+        &dir.path().join("c.tcache"),
+        &["--json", "remote", "pull"],
+    );
+    assert_eq!(stats.status.code(), Some(0), "{}", text(&stats));
+    let r: serde_json::Value = serde_json::from_slice(&stats.stdout).expect("JSON");
+    let total: u64 = spread.iter().sum();
+    assert_eq!(r["pulled"].as_u64(), Some(total), "{r:#}");
+}
