@@ -186,8 +186,11 @@ impl Remote for RedisRemote {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let values: Vec<Option<Vec<u8>>> = self.run(deadline, |c| {
+        // Errors are taken per key, so one key of another type (a value someone else put
+        // there) does not fail the others.
+        let replies: Vec<redis::RedisResult<Option<Vec<u8>>>> = self.run(deadline, |c| {
             let mut pipe = redis::pipe();
+            pipe.ignore_errors();
             for key in keys {
                 match touch {
                     Some(ttl) => pipe.cmd("GETEX").arg(key).arg("PX").arg(millis(ttl)),
@@ -196,6 +199,16 @@ impl Remote for RedisRemote {
             }
             pipe.query(c)
         })?;
+        let mut values = Vec::with_capacity(replies.len());
+        for reply in replies {
+            match reply {
+                Ok(v) => values.push(v),
+                // A full server refuses GETEX (a write) for every key alike.
+                Err(e) if matches!(classify(&e), RemoteError::Full(_)) => return Err(classify(&e)),
+                // Not a string (WRONGTYPE): an empty value, which the checks refuse.
+                Err(_) => values.push(Some(Vec::new())),
+            }
+        }
         if values.len() != keys.len() {
             return Err(RemoteError::Protocol(format!(
                 "{} replies to {} reads",

@@ -156,7 +156,7 @@ fn crafted_values_on_the_server_are_misses_with_counters() {
     );
     server.set_raw(&remote_key(13), &vec![0x7f; 1 << 20]);
     server.set_raw(&remote_key(14), b"\x96\xa6TCACHE\x01");
-    // A key of another type: the read fails (WRONGTYPE), nothing panics.
+    // A key of another type: its read fails (WRONGTYPE) alone, refused as damaged.
     server.cmd(&["RPUSH", &remote_key(15), "x"]);
     let dir = tempfile::tempdir().expect("temp dir");
     let c = cache(
@@ -173,11 +173,27 @@ fn crafted_values_on_the_server_are_misses_with_counters() {
         "newer schema",
         "future timestamp",
         "oversized",
-        "damaged",
     ] {
         assert_eq!(h.rejected.get(why), Some(&1), "{why}: {h:?}");
     }
-    assert_eq!(h.errors, 1, "the list at key 15: {h:?}");
+    assert_eq!(
+        h.rejected.get("damaged"),
+        Some(&2),
+        "key 14, and the list at 15: {h:?}"
+    );
+    assert_eq!(h.errors, 0, "{h:?}");
+    // In one batch, the list does not hide the good key beside it.
+    server.set_raw(
+        &remote_key(16),
+        &encode_value(&registry(), &scope(), "matmul", &entry(16, "t", 1.0)),
+    );
+    let fps: Vec<_> = [15, 16].iter().map(|i| key(*i).fingerprint()).collect();
+    let d = cache(
+        &dir.path().join("d.tcache"),
+        &server.url(),
+        RemoteOptions::default(),
+    );
+    assert_eq!(d.prefetch(ns(), &fps), 1);
     assert_eq!(c.len(), 0);
 }
 
