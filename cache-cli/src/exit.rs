@@ -6,7 +6,7 @@ pub const OK: u8 = 0;
 pub const ERROR: u8 = 1;
 /// Wrong usage: an unknown flag or command (from the argument parser).
 pub const USAGE: u8 = 2;
-/// `verify` found problems.
+/// `verify` found problems, or `diff` found a category named by `--fail-on`.
 pub const PROBLEMS: u8 = 3;
 /// `get` found no entry for the key.
 pub const NOT_FOUND: u8 = 4;

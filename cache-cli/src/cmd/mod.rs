@@ -1,6 +1,7 @@
 //! One module per command: its arguments (`#[derive(Args)]`), its `run(self, ctx, out)`, and
 //! the typed report it renders as text or JSON.
 
+pub(crate) mod diff;
 pub(crate) mod export;
 pub(crate) mod get;
 pub(crate) mod import;
@@ -43,6 +44,8 @@ pub(crate) enum Command {
     Import(import::ImportArgs),
     /// The shared tier named by TUNECACHE_REMOTE: ping, stats, push, pull
     Remote(remote::RemoteArgs),
+    /// Compare two caches key by key: winners kept, changed, regressed; exit 3 on --fail-on
+    Diff(diff::DiffArgs),
 }
 
 /// Runs one command; returns its exit code.
@@ -59,5 +62,6 @@ pub(crate) fn dispatch(command: Command, ctx: &Context<'_>, out: &mut Out) -> an
         Command::Migrate(args) => args.run(ctx, out),
         Command::Import(args) => args.run(ctx, out),
         Command::Remote(args) => args.run(ctx, out),
+        Command::Diff(args) => args.run(ctx, out),
     }
 }

@@ -1,6 +1,7 @@
 //! Integration tests of the `tunecache` binary: real processes, real files.
 
 mod commands;
+mod diff;
 mod migrate;
 mod robustness;
 mod shared;
