@@ -6,6 +6,7 @@ pub(crate) mod export;
 pub(crate) mod get;
 pub(crate) mod import;
 pub(crate) mod list;
+pub(crate) mod merge;
 pub(crate) mod migrate;
 pub(crate) mod put;
 pub(crate) mod remote;
@@ -44,6 +45,8 @@ pub(crate) enum Command {
     Import(import::ImportArgs),
     /// The shared tier named by TUNECACHE_REMOTE: ping, stats, push, pull
     Remote(remote::RemoteArgs),
+    /// Join several caches (filters first) into a new file, the same bytes in any order
+    Merge(merge::MergeArgs),
     /// Compare two caches key by key: winners kept, changed, regressed; exit 3 on --fail-on
     Diff(diff::DiffArgs),
 }
@@ -63,5 +66,6 @@ pub(crate) fn dispatch(command: Command, ctx: &Context<'_>, out: &mut Out) -> an
         Command::Import(args) => args.run(ctx, out),
         Command::Remote(args) => args.run(ctx, out),
         Command::Diff(args) => args.run(ctx, out),
+        Command::Merge(args) => args.run(ctx, out),
     }
 }

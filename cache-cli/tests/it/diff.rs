@@ -11,9 +11,9 @@ use cache_core::{Cache, Namespace, Store};
 
 use crate::tunecache;
 
-type Cands<'a> = &'a [(&'a str, Option<(f64, f64)>)];
+pub(crate) type Cands<'a> = &'a [(&'a str, Option<(f64, f64)>)];
 
-fn entry(id: i64, set: u8, cands: Cands<'_>) -> Entry {
+pub(crate) fn entry(id: i64, set: u8, cands: Cands<'_>) -> Entry {
     let key = Key::new(Fields::from([("id".to_owned(), Value::Int(id))]));
     Entry::new(
         key,
@@ -37,7 +37,7 @@ fn entry(id: i64, set: u8, cands: Cands<'_>) -> Entry {
     )
 }
 
-fn write(path: &Path, entries: Vec<Entry>) {
+pub(crate) fn write(path: &Path, entries: Vec<Entry>) {
     let cache = Cache::builder(Migrations::new("difftest", 1))
         .file(path)
         .ignore_env()

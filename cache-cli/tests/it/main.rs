@@ -2,6 +2,7 @@
 
 mod commands;
 mod diff;
+mod merge;
 mod migrate;
 mod robustness;
 mod shared;

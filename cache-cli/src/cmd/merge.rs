@@ -1,0 +1,252 @@
+//! `tunecache merge -o OUT A B ...`: the join of several caches (the one merge rule,
+//! `Entry::merge`), after filters, written as a new file whose bytes do not depend on the order
+//! or grouping of the inputs; with a report of the keys whose winners differ between inputs.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use serde::Serialize;
+
+use cache_core::cache_migrate::Migrations;
+use cache_core::{GateVerdict, write_new_cache};
+use cache_format::{CacheData, Entry, Fingerprint, Limits, Outcome, Scope, now_millis};
+
+use crate::context::Context;
+use crate::exit;
+use crate::options::nonneg_f64;
+use crate::output::{Out, Report};
+use crate::render::{fmt_ns, scope_filter};
+
+/// The arguments of `tunecache merge`.
+#[derive(Debug, Args)]
+pub(crate) struct MergeArgs {
+    /// The merged cache to write (a new file: an existing one is refused)
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    output: PathBuf,
+    /// The caches to merge, of one application and schema
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// Keep only this scope (a JSON object)
+    #[arg(long)]
+    scope: Option<String>,
+    /// Keep only this namespace (repeatable)
+    #[arg(short = 'n', long = "namespace")]
+    namespaces: Vec<String>,
+    /// Drop entries recorded more than this many days ago
+    #[arg(long, value_name = "DAYS", value_parser = nonneg_f64)]
+    max_age: Option<f64>,
+    /// Drop measurements taken with fewer samples (failures are kept)
+    #[arg(long, value_name = "N")]
+    min_samples: Option<u32>,
+}
+
+#[derive(Debug, Serialize)]
+struct Winner {
+    input: usize,
+    winner: String,
+    median_ns: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Conflict {
+    scope: String,
+    namespace: String,
+    key: String,
+    /// The winner each input that has the key measured.
+    winners: Vec<Winner>,
+    /// The slowest of these winners' medians over the fastest.
+    ratio: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct MergeReport {
+    output: PathBuf,
+    app: String,
+    schema: u32,
+    inputs: Vec<(PathBuf, usize)>,
+    entries: usize,
+    bytes: u64,
+    conflicts: Vec<Conflict>,
+}
+
+type KeyId = (Fingerprint, String, Fingerprint);
+
+impl MergeArgs {
+    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let scope = scope_filter(self.scope.as_deref())?;
+        let oldest = self
+            .max_age
+            .map(|days| now_millis().saturating_sub((days * 86_400_000.0) as u64));
+        let mut target: Option<(String, u32)> = None;
+        let mut merged = CacheData::new();
+        let mut inputs = Vec::new();
+        let mut winners: BTreeMap<KeyId, (Scope, String, String, Vec<Winner>)> = BTreeMap::new();
+        for (i, path) in self.inputs.iter().enumerate() {
+            if path == &self.output {
+                bail!("{} is both an input and the output", path.display());
+            }
+            let found = ctx.inspect_as_read(path)?;
+            let Some(header) = found.snapshot.header.clone() else {
+                bail!("{}: no readable snapshot to merge", path.display());
+            };
+            let schema = match (&found.gate, ctx.registry(&header.app)) {
+                (Some(GateVerdict::Migrates { to, .. }), Some(_)) => *to,
+                _ => header.schema,
+            };
+            match &target {
+                None => target = Some((header.app.clone(), schema)),
+                Some((app, s)) if *app != header.app || *s != schema => bail!(
+                    "{} is application {:?} schema {schema}, the first input {app:?} schema {s}: \
+                     merge caches of one application and schema (`tunecache migrate` brings one \
+                     forward)",
+                    path.display(),
+                    header.app
+                ),
+                Some(_) => {}
+            }
+            let mut kept = 0;
+            for (s, ns, entry) in found.data().entries() {
+                let keep_scope = scope.as_ref().is_none_or(|want| want == s);
+                let keep_ns = self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == ns);
+                let keep_age = oldest.is_none_or(|t| entry.recorded_at() >= t);
+                if !(keep_scope && keep_ns && keep_age) {
+                    continue;
+                }
+                let Some(entry) = self.with_enough_samples(entry) else {
+                    continue;
+                };
+                if let Some(c) = entry.best()
+                    && let Some(stats) = c.stats()
+                {
+                    winners
+                        .entry((s.fingerprint(), ns.to_owned(), entry.fingerprint()))
+                        .or_insert_with(|| {
+                            (
+                                s.clone(),
+                                ns.to_owned(),
+                                entry.key().to_string(),
+                                Vec::new(),
+                            )
+                        })
+                        .3
+                        .push(Winner {
+                            input: i,
+                            winner: c.id.label(),
+                            median_ns: stats.median_ns,
+                        });
+                }
+                merged.insert(s, ns, entry);
+                kept += 1;
+            }
+            inputs.push((path.clone(), kept));
+        }
+        let (app, schema) = target.context("no input")?;
+        let bytes = write_new_cache(
+            &self.output,
+            &Migrations::new(app.clone(), schema),
+            &merged,
+            &Limits::default(),
+        )
+        .with_context(|| format!("the merge was not written to {}", self.output.display()))?;
+        let conflicts = winners
+            .into_values()
+            .filter(|(_, _, _, w)| {
+                w.iter()
+                    .any(|x| w.first().is_some_and(|first| first.winner != x.winner))
+            })
+            .map(|(scope, namespace, key, winners)| {
+                let fastest = winners
+                    .iter()
+                    .map(|w| w.median_ns)
+                    .fold(f64::INFINITY, f64::min);
+                let slowest = winners.iter().map(|w| w.median_ns).fold(0.0, f64::max);
+                Conflict {
+                    scope: scope.to_string(),
+                    namespace,
+                    key,
+                    ratio: if fastest > 0.0 {
+                        slowest / fastest
+                    } else {
+                        1.0
+                    },
+                    winners,
+                }
+            })
+            .collect();
+        let report = MergeReport {
+            output: self.output,
+            app,
+            schema,
+            inputs,
+            entries: merged.len(),
+            bytes,
+            conflicts,
+        };
+        out.report(&report, ctx.json)?;
+        Ok(exit::OK)
+    }
+
+    /// `entry` without the measurements below `--min-samples` (`None`: nothing left).
+    fn with_enough_samples(&self, entry: &Entry) -> Option<Entry> {
+        let Some(min) = self.min_samples else {
+            return Some(entry.clone());
+        };
+        let kept: Vec<_> = entry
+            .candidates()
+            .iter()
+            .filter(|c| match &c.outcome {
+                Outcome::Measured(s) => s.samples >= min,
+                Outcome::Failed(_) => true,
+            })
+            .cloned()
+            .collect();
+        if kept.is_empty() {
+            return None;
+        }
+        Some(Entry::new(
+            entry.key().clone(),
+            entry.candidate_set(),
+            entry.origin().clone(),
+            entry.recorded_at(),
+            kept,
+        ))
+    }
+}
+
+impl Report for MergeReport {
+    fn text(&self, out: &mut Out) -> anyhow::Result<()> {
+        for c in &self.conflicts {
+            let winners: Vec<String> = c
+                .winners
+                .iter()
+                .map(|w| format!("#{} {} {}", w.input + 1, w.winner, fmt_ns(w.median_ns)))
+                .collect();
+            out.line(format!(
+                "conflict {} {} [{}]: {} ({:.2}x apart)",
+                c.namespace,
+                c.key,
+                c.scope,
+                winners.join(", "),
+                c.ratio
+            ))?;
+        }
+        for (i, (path, n)) in self.inputs.iter().enumerate() {
+            out.line(format!(
+                "input #{} {}: {n} entries kept",
+                i + 1,
+                path.display()
+            ))?;
+        }
+        out.line(format!(
+            "merged {} entries ({} bytes, application {:?} schema {}) into {}; {} keys whose winners differ",
+            self.entries,
+            self.bytes,
+            self.app,
+            self.schema,
+            self.output.display(),
+            self.conflicts.len()
+        ))
+    }
+}
