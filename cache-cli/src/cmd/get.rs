@@ -119,6 +119,19 @@ impl Lookup {
         }
     }
 
+    /// The file's entries for the key (in the scope filter, if any), without the shared tier.
+    pub(crate) fn local_entries(&self) -> Vec<(Scope, Entry)> {
+        entries_for(&self.found, &self.namespace, &self.key, self.scope.as_ref())
+    }
+
+    /// The shared tier's entries for the key (already read if the file had none).
+    pub(crate) fn remote_entries(&self, ctx: &Context<'_>) -> anyhow::Result<Vec<(Scope, Entry)>> {
+        if !self.remote.is_empty() {
+            return Ok(self.remote.clone());
+        }
+        self.read_through(ctx)
+    }
+
     pub(crate) fn entries(&self) -> Vec<(Scope, Entry)> {
         if !self.remote.is_empty() {
             return self.remote.clone();

@@ -2,6 +2,7 @@
 //! the typed report it renders as text or JSON.
 
 pub(crate) mod diff;
+pub(crate) mod explain;
 pub(crate) mod export;
 pub(crate) mod get;
 pub(crate) mod import;
@@ -47,6 +48,8 @@ pub(crate) enum Command {
     Remote(remote::RemoteArgs),
     /// Join several caches (filters first) into a new file, the same bytes in any order
     Merge(merge::MergeArgs),
+    /// Why one key would or would not be used here: which tiers and scopes have it, what differs
+    Explain(explain::ExplainArgs),
     /// Compare two caches key by key: winners kept, changed, regressed; exit 3 on --fail-on
     Diff(diff::DiffArgs),
 }
@@ -66,6 +69,7 @@ pub(crate) fn dispatch(command: Command, ctx: &Context<'_>, out: &mut Out) -> an
         Command::Import(args) => args.run(ctx, out),
         Command::Remote(args) => args.run(ctx, out),
         Command::Diff(args) => args.run(ctx, out),
+        Command::Explain(args) => args.run(ctx, out),
         Command::Merge(args) => args.run(ctx, out),
     }
 }

@@ -2,6 +2,7 @@
 
 mod commands;
 mod diff;
+mod explain;
 mod merge;
 mod migrate;
 mod robustness;

@@ -1,0 +1,237 @@
+//! `tunecache explain -n NS -k KEY`: for one key, which tiers (the file, the shared tier) and
+//! scopes have it, and why each entry would or would not be used here: another scope (and
+//! which of its fields differ), a changed candidate set, a winner that is not a current
+//! candidate, every candidate failed. Exit 4 when nothing would be used.
+
+use clap::Args;
+use serde::Serialize;
+
+use cache_format::{Entry, Fingerprint, Key, Scope, Value};
+
+use crate::cmd::get::Lookup;
+use crate::context::Context;
+use crate::exit;
+use crate::options::{KeyArgs, ScopeFilter};
+use crate::output::{Out, Report};
+use crate::render::{fmt_ns, parse_fields};
+
+/// The arguments of `tunecache explain`.
+#[derive(Debug, Args)]
+pub(crate) struct ExplainArgs {
+    #[command(flatten)]
+    key: KeyArgs,
+    /// The scope a lookup here would use (a JSON object) [default: this machine's CPU scope,
+    /// as `tunecache tune --backend cpu` uses]
+    #[arg(long)]
+    scope: Option<String>,
+    /// The checksum of the current candidate set (32 hex digits), to say whether it changed
+    #[arg(long)]
+    candidate_set: Option<String>,
+    /// A current candidate's algorithm name (repeatable), to say whether the winner is one
+    #[arg(long = "candidate", value_name = "ALGO")]
+    candidates: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct FieldDiff {
+    field: String,
+    here: Option<Value>,
+    there: Option<Value>,
+}
+
+#[derive(Debug, Serialize)]
+struct Found {
+    tier: String,
+    scope: String,
+    scope_fingerprint: String,
+    used: bool,
+    reasons: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    differing_fields: Vec<FieldDiff>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    winner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    median_ns: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct ExplainReport {
+    namespace: String,
+    key: String,
+    fingerprint: String,
+    scope: String,
+    found: Vec<Found>,
+    verdict: String,
+}
+
+impl ExplainArgs {
+    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let here = match &self.scope {
+            Some(s) => Scope::new(parse_fields("--scope", s)?),
+            None => gpu_tuner::cpu::scope(),
+        };
+        let set: Option<Fingerprint> = self
+            .candidate_set
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--candidate-set: {e}"))?;
+        // Every scope of the file, then (on a local miss in this scope) the shared tier.
+        let lookup = Lookup::new(ctx, &self.key, &ScopeFilter { scope: None })?;
+        let key = Key::new(parse_fields("--key", &self.key.key)?);
+        let mut found = Vec::new();
+        let local = lookup.local_entries();
+        for (scope, entry) in &local {
+            found.push(self.judge("file", &here, set, scope, entry));
+        }
+        // A cache reads the shared tier only when its own scope misses locally.
+        if !local.iter().any(|(s, _)| *s == here) {
+            for (scope, entry) in lookup.remote_entries(ctx)? {
+                found.push(self.judge("shared tier", &here, set, &scope, &entry));
+            }
+        }
+        let used = found.iter().find(|f| f.used);
+        let code = if used.is_some() {
+            exit::OK
+        } else {
+            exit::NOT_FOUND
+        };
+        let verdict = match used {
+            Some(f) => format!(
+                "a lookup here uses the {} entry: {}",
+                f.tier,
+                f.winner.as_deref().unwrap_or("?")
+            ),
+            None if found.is_empty() => "no tier has this key: a lookup here misses".to_owned(),
+            None => "no entry is usable here: a lookup misses (or re-measures)".to_owned(),
+        };
+        let report = ExplainReport {
+            namespace: self.key.namespace.clone(),
+            fingerprint: key.fingerprint().to_hex(),
+            key: key.to_string(),
+            scope: here.to_string(),
+            found,
+            verdict,
+        };
+        out.report(&report, ctx.json)?;
+        Ok(code)
+    }
+
+    fn judge(
+        &self,
+        tier: &str,
+        here: &Scope,
+        set: Option<Fingerprint>,
+        scope: &Scope,
+        entry: &Entry,
+    ) -> Found {
+        let mut reasons = Vec::new();
+        let differing_fields = scope_diff(here, scope);
+        if !differing_fields.is_empty() {
+            let names: Vec<&str> = differing_fields.iter().map(|d| d.field.as_str()).collect();
+            let volatile = names
+                .iter()
+                .all(|n| gpu_tuner::DEFAULT_VOLATILE_SCOPE_FIELDS.contains(n));
+            reasons.push(format!(
+                "another scope: it differs in {}{}",
+                names.join(", "),
+                if volatile {
+                    " only (software versions: a tuner re-times its best few instead of tuning from scratch)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        let best = entry.best();
+        if best.is_none() {
+            reasons.push("every candidate failed".to_owned());
+        }
+        if let Some(set) = set
+            && set != entry.candidate_set()
+        {
+            reasons.push(format!(
+                "the candidate set changed (stored {}, current {set}): the tuner measures what is new and the leader",
+                entry.candidate_set()
+            ));
+        }
+        if let Some(b) = best
+            && !self.candidates.is_empty()
+            && !self.candidates.contains(&b.id.algorithm)
+        {
+            reasons.push(format!(
+                "its winner {} is not a current candidate: the best current one is used, or measured",
+                b.id.label()
+            ));
+        }
+        let used = reasons.is_empty();
+        if used {
+            reasons.push("same scope, a measured winner".to_owned());
+        }
+        Found {
+            tier: tier.to_owned(),
+            scope: scope.to_string(),
+            scope_fingerprint: scope.fingerprint().to_hex(),
+            used,
+            reasons,
+            differing_fields,
+            winner: best.map(|b| b.id.label()),
+            median_ns: best.and_then(|b| b.stats()).map(|s| s.median_ns),
+        }
+    }
+}
+
+/// The fields whose values differ between two scopes (missing on one side: `None`).
+fn scope_diff(here: &Scope, there: &Scope) -> Vec<FieldDiff> {
+    let mut names: Vec<&String> = here
+        .fields()
+        .iter()
+        .chain(there.fields().iter())
+        .map(|(n, _)| n)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter_map(|n| {
+            let (a, b) = (here.fields().get(n), there.fields().get(n));
+            (a != b).then(|| FieldDiff {
+                field: n.clone(),
+                here: a.cloned(),
+                there: b.cloned(),
+            })
+        })
+        .collect()
+}
+
+impl Report for ExplainReport {
+    fn text(&self, out: &mut Out) -> anyhow::Result<()> {
+        out.line(format!(
+            "{} {} ({}) for scope {}",
+            self.namespace, self.key, self.fingerprint, self.scope
+        ))?;
+        for f in &self.found {
+            out.line(format!(
+                "  {}: scope {} ({}): {} — {}",
+                f.tier,
+                f.scope,
+                &f.scope_fingerprint[..8],
+                if f.used { "USED" } else { "not used" },
+                f.reasons.join("; ")
+            ))?;
+            for d in &f.differing_fields {
+                let show =
+                    |v: &Option<Value>| v.as_ref().map_or("(none)".to_owned(), ToString::to_string);
+                out.line(format!(
+                    "      {}: here {}, there {}",
+                    d.field,
+                    show(&d.here),
+                    show(&d.there)
+                ))?;
+            }
+            if let (Some(w), Some(m)) = (&f.winner, f.median_ns) {
+                out.line(format!("      winner {w} ({})", fmt_ns(m)))?;
+            }
+        }
+        out.line(&self.verdict)
+    }
+}

@@ -1,0 +1,83 @@
+//! `tunecache explain`: which scope field differs, and the other reasons an entry is not used.
+
+use std::path::Path;
+use std::time::Duration;
+
+use cache_core::cache_format::{Fields, Scope, Value};
+use cache_core::cache_migrate::Migrations;
+use cache_core::{Cache, Namespace, Store};
+
+use crate::diff::entry;
+use crate::tunecache;
+
+fn scope(driver: &str) -> Scope {
+    Scope::new(Fields::from([
+        ("device".to_owned(), Value::from("H100")),
+        ("driver".to_owned(), Value::from(driver)),
+    ]))
+}
+
+fn explain(path: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let mut args = vec!["--json", "explain", "-n", "mm", "-k", r#"{"id":1}"#];
+    args.extend_from_slice(extra);
+    let o = tunecache(path, &args);
+    let json = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    (o.status.code(), json)
+}
+
+#[test]
+fn explain_names_the_differing_scope_field_and_the_other_reasons() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("a.tcache");
+    let cache = Cache::builder(Migrations::new("tunecache", 1))
+        .file(&path)
+        .ignore_env()
+        .scope(scope("550"))
+        .refresh_interval(None)
+        .flush_timeout(Duration::from_secs(30))
+        .open();
+    let x_wins = &[("x", Some((100.0, 5.0))), ("y", Some((200.0, 5.0)))];
+    cache
+        .try_put(Namespace::new("mm").expect("ns"), entry(1, 0, x_wins))
+        .expect("put");
+    cache.close().expect("saved");
+
+    let (code, r) = explain(&path, &["--scope", r#"{"device":"H100","driver":"560"}"#]);
+    assert_eq!(code, Some(4), "{r:#}");
+    let found = &r["found"][0];
+    assert_eq!(found["used"], false, "{r:#}");
+    assert_eq!(
+        found["differing_fields"],
+        serde_json::json!([{"field": "driver", "here": "560", "there": "550"}]),
+        "{r:#}"
+    );
+
+    let here = r#"{"device":"H100","driver":"550"}"#;
+    let (code, r) = explain(&path, &["--scope", here]);
+    assert_eq!(code, Some(0), "{r:#}");
+    assert_eq!(r["found"][0]["used"], true, "{r:#}");
+    assert_eq!(r["found"][0]["winner"], "x", "{r:#}");
+
+    let other_set = "0101010101010101010101010101010101010101"[..32].to_owned();
+    let (code, r) = explain(&path, &["--scope", here, "--candidate-set", &other_set]);
+    assert_eq!(code, Some(4), "{r:#}");
+    assert!(
+        r["found"][0]["reasons"][0]
+            .as_str()
+            .expect("text")
+            .contains("candidate set changed")
+    );
+
+    let (code, r) = explain(
+        &path,
+        &["--scope", here, "--candidate", "y", "--candidate", "z"],
+    );
+    assert_eq!(code, Some(4), "{r:#}");
+    assert!(
+        r["found"][0]["reasons"][0]
+            .as_str()
+            .expect("text")
+            .contains("not a current candidate")
+    );
+}
