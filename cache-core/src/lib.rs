@@ -24,6 +24,7 @@ mod config;
 mod disk;
 mod error;
 mod fsio;
+mod gc;
 mod inspect;
 mod lock;
 mod memory;
@@ -41,6 +42,7 @@ pub use config::{
     default_dir, file_name,
 };
 pub use error::StoreError;
+pub use gc::{GcPolicy, GcReport, gc_file};
 pub use inspect::{GateVerdict, Inspection, JournalInfo, SnapshotInfo, inspect};
 pub use memory::MemoryStore;
 pub use migrate::{MigrateOptions, MigrateOutcome, migrate_file};

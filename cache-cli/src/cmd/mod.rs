@@ -4,6 +4,7 @@
 pub(crate) mod diff;
 pub(crate) mod explain;
 pub(crate) mod export;
+pub(crate) mod gc;
 pub(crate) mod get;
 pub(crate) mod import;
 pub(crate) mod list;
@@ -50,6 +51,8 @@ pub(crate) enum Command {
     Merge(merge::MergeArgs),
     /// Why one key would or would not be used here: which tiers and scopes have it, what differs
     Explain(explain::ExplainArgs),
+    /// Prune a cache: by age, by size (oldest first), unheld claim files, leftovers on request
+    Gc(gc::GcArgs),
     /// Compare two caches key by key: winners kept, changed, regressed; exit 3 on --fail-on
     Diff(diff::DiffArgs),
 }
@@ -69,6 +72,7 @@ pub(crate) fn dispatch(command: Command, ctx: &Context<'_>, out: &mut Out) -> an
         Command::Import(args) => args.run(ctx, out),
         Command::Remote(args) => args.run(ctx, out),
         Command::Diff(args) => args.run(ctx, out),
+        Command::Gc(args) => args.run(ctx, out),
         Command::Explain(args) => args.run(ctx, out),
         Command::Merge(args) => args.run(ctx, out),
     }

@@ -3,6 +3,7 @@
 mod commands;
 mod diff;
 mod explain;
+mod gc;
 mod merge;
 mod migrate;
 mod robustness;

@@ -1,0 +1,149 @@
+//! `tunecache gc`: under the size limit keeping the most recently recorded entries, by age,
+//! a dry run that changes nothing, unheld claim files, leftovers only when asked.
+
+use std::path::Path;
+use std::time::Duration;
+
+use cache_core::cache_format::{
+    Candidate, CandidateId, Entry, Fields, Fingerprint, Key, Origin, Stats, Value, now_millis,
+};
+use cache_core::cache_migrate::Migrations;
+use cache_core::{Cache, Namespace, Store};
+
+use crate::tunecache;
+
+fn key(id: i64) -> Key {
+    Key::new(Fields::from([("id".to_owned(), Value::Int(id))]))
+}
+
+fn write(path: &Path, ids: impl Iterator<Item = (i64, u64)>) {
+    let cache = Cache::builder(Migrations::new("gctest", 1))
+        .file(path)
+        .ignore_env()
+        .refresh_interval(None)
+        .flush_timeout(Duration::from_secs(30))
+        .open();
+    let ns = Namespace::new("mm").expect("ns");
+    for (id, at) in ids {
+        let mut c = Candidate::new(
+            CandidateId::new("tiled", &[("tile", id % 7)]),
+            cache_core::cache_format::Outcome::Measured(Stats {
+                median_ns: 100.0 + id as f64,
+                min_ns: 90.0,
+                spread_ns: 2.0,
+                samples: 9,
+            }),
+        );
+        c.measured_at = at;
+        let e = Entry::new(
+            key(id),
+            Fingerprint::default(),
+            Origin::Imported("t".into()),
+            at,
+            [c],
+        );
+        cache.try_put(ns, e).expect("put");
+    }
+    cache.close().expect("saved");
+}
+
+fn ids(path: &Path, upto: i64) -> Vec<i64> {
+    let cache = Cache::builder(Migrations::new("gctest", 1))
+        .file(path)
+        .ignore_env()
+        .read_only(true)
+        .refresh_interval(None)
+        .open();
+    let ns = Namespace::new("mm").expect("ns");
+    (0..upto)
+        .filter(|i| cache.lookup(ns, &key(*i)).is_some())
+        .collect()
+}
+
+fn size(path: &Path) -> u64 {
+    let journal = path.with_file_name(format!(
+        "{}.journal",
+        path.file_name().and_then(|n| n.to_str()).expect("name")
+    ));
+    std::fs::metadata(path).map_or(0, |m| m.len())
+        + std::fs::metadata(journal).map_or(0, |m| m.len())
+}
+
+fn gc(path: &Path, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--json", "gc"];
+    all.extend_from_slice(args);
+    let o = tunecache(path, &all);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("JSON")
+}
+
+#[test]
+fn max_size_keeps_the_file_under_the_limit_and_the_most_recent_entries() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("c.tcache");
+    let base = now_millis() - 1_000_000;
+    // Recorded in a shuffled order of ids, so the file's order is not the age order.
+    write(
+        &path,
+        (0..300).map(|i| ((i * 7) % 300, base + ((i * 7) % 300) as u64)),
+    );
+    let before = size(&path);
+    let limit = before / 2;
+    let dry = gc(&path, &["--dry-run", "--max-size", &limit.to_string()]);
+    assert!(dry["dropped_by_size"].as_u64().expect("n") > 0, "{dry:#}");
+    assert_eq!(size(&path), before, "a dry run changes nothing");
+    let r = gc(&path, &["--max-size", &limit.to_string()]);
+    let after = size(&path);
+    assert!(after <= limit, "{after} > {limit}: {r:#}");
+    let kept = ids(&path, 300);
+    assert!(!kept.is_empty() && kept.len() < 300, "{r:#}");
+    let first = kept[0];
+    assert_eq!(
+        kept,
+        (first..300).collect::<Vec<_>>(),
+        "the most recent ones, all of them"
+    );
+    assert_eq!(r["entries_after"].as_u64(), Some(kept.len() as u64));
+}
+
+#[test]
+fn max_age_claims_and_leftovers() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("c.tcache");
+    let now = now_millis();
+    write(
+        &path,
+        (0..10).map(|i| (i, if i < 4 { 1_000 } else { now - 1_000 })),
+    );
+    // Claim files: one held by a live lock, one not.
+    let claims = dir.path().join("c.tcache.claims");
+    std::fs::create_dir_all(&claims).expect("claims dir");
+    let held = test_support::hold_lock(&claims.join("mm-held.lock"));
+    std::fs::write(claims.join("mm-done.lock"), b"").expect("claim");
+    let leftovers = [
+        dir.path().join("c.tcache.bak.1"),
+        dir.path().join("c.tcache.unusable-5"),
+    ];
+    for l in &leftovers {
+        std::fs::write(l, b"old").expect("leftover");
+    }
+    let r = gc(&path, &["--max-age", "1"]);
+    assert_eq!(r["dropped_by_age"], 4, "{r:#}");
+    assert_eq!(ids(&path, 10), (4..10).collect::<Vec<_>>());
+    assert_eq!(r["claims_removed"], 1, "{r:#}");
+    assert!(claims.join("mm-held.lock").exists() && !claims.join("mm-done.lock").exists());
+    assert!(leftovers.iter().all(|l| l.exists()), "kept unless asked");
+    let r = gc(&path, &["--leftovers", "0"]);
+    assert_eq!(
+        r["leftovers_removed"].as_array().map(Vec::len),
+        Some(2),
+        "{r:#}"
+    );
+    assert!(leftovers.iter().all(|l| !l.exists()));
+    drop(held);
+}

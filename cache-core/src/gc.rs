@@ -1,0 +1,244 @@
+//! Pruning a cache file (`tunecache gc`): entries past an age, the oldest entries past a size
+//! limit, claim files no process holds, and, only when asked, the copies kept aside after
+//! damage, migrations and torn appends.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use cache_format::{CacheData, Fingerprint, Limits, Scope, now_millis};
+use cache_migrate::Migrations;
+
+use crate::disk::{Disk, DiskOptions, Failure, Paths};
+use crate::error::StoreError;
+use crate::lock::CacheLock;
+
+/// What [`gc_file`] removes.
+#[derive(Debug, Clone)]
+pub struct GcPolicy {
+    /// Keep the snapshot at most this many bytes, dropping the entries recorded longest ago
+    /// first.
+    pub max_bytes: Option<u64>,
+    /// Drop entries recorded longer ago than this.
+    pub max_age: Option<Duration>,
+    /// Also remove the copies kept aside (`.unusable-*`, `.bak.*`, `.torn-*`) older than this.
+    pub leftovers_older_than: Option<Duration>,
+    /// Say what would go; change nothing.
+    pub dry_run: bool,
+    /// The longest wait for the cache's lock.
+    pub lock_timeout: Duration,
+    /// The bounds the rewritten file must meet.
+    pub limits: Limits,
+}
+
+impl Default for GcPolicy {
+    fn default() -> Self {
+        GcPolicy {
+            max_bytes: None,
+            max_age: None,
+            leftovers_older_than: None,
+            dry_run: false,
+            lock_timeout: Duration::from_secs(60),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// What [`gc_file`] did (or, in a dry run, would do).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// Entries before.
+    pub entries_before: usize,
+    /// Entries kept.
+    pub entries_after: usize,
+    /// Entries dropped for their age.
+    pub dropped_by_age: usize,
+    /// Entries dropped to meet the size limit.
+    pub dropped_by_size: usize,
+    /// Snapshot and journal bytes before.
+    pub bytes_before: u64,
+    /// Snapshot bytes after (the journal is folded in).
+    pub bytes_after: u64,
+    /// Claim files no process held, removed.
+    pub claims_removed: usize,
+    /// Copies kept aside, removed.
+    pub leftovers_removed: Vec<PathBuf>,
+}
+
+/// Prunes the cache file at `path` (see [`GcPolicy`]) under its lock: one read with repairs
+/// and migration, then one new snapshot if anything is dropped. "Least recently used" is
+/// measured by when an entry was last recorded: the file keeps no read times.
+pub fn gc_file(
+    path: &Path,
+    registry: &Migrations,
+    policy: &GcPolicy,
+) -> Result<GcReport, StoreError> {
+    let paths = Paths::new(path.to_owned());
+    crate::fsio::check_regular(&paths.snapshot)?;
+    let size = |p: &Path| crate::fsio::stat(p).ok().flatten().map_or(0, |m| m.len());
+    let mut report = GcReport {
+        bytes_before: size(&paths.snapshot) + size(&paths.journal),
+        ..GcReport::default()
+    };
+    let options = DiskOptions {
+        limits: policy.limits,
+        compact_ratio: 0.5,
+        compact_min_bytes: 1 << 20,
+        backup_on_migrate: true,
+        compaction_budget: None,
+    };
+    let mut disk = Disk::new(paths.clone(), Arc::new(registry.clone()), options);
+    let lock = CacheLock::acquire(&disk.paths.lock, &disk.paths.dir, policy.lock_timeout)?;
+    let failure = |f: Failure| match f {
+        Failure::Blocked(b) => b.into_error(),
+        Failure::Retry(e) => e,
+    };
+    let mut read = disk.read_updates(true).map_err(failure)?;
+    let salvaged = std::mem::take(&mut read.salvaged);
+    let mut data = read.data;
+    data.merge(salvaged);
+    report.entries_before = data.len();
+
+    // Oldest first, ties broken by identity so the choice does not depend on map order.
+    let mut all: Vec<(u64, Fingerprint, String, Fingerprint, Scope)> = data
+        .entries()
+        .map(|(s, ns, e)| {
+            (
+                e.recorded_at(),
+                s.fingerprint(),
+                ns.to_owned(),
+                e.fingerprint(),
+                s.clone(),
+            )
+        })
+        .collect();
+    all.sort_by(|a, b| (a.0, a.1, &a.2, a.3).cmp(&(b.0, b.1, &b.2, b.3)));
+    let oldest_kept = policy
+        .max_age
+        .map(|age| now_millis().saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)));
+    let mut kept = CacheData::new();
+    let mut by_age = 0;
+    let mut order = Vec::new();
+    for (at, _, ns, fp, scope) in &all {
+        if oldest_kept.is_some_and(|t| *at < t) {
+            by_age += 1;
+            continue;
+        }
+        order.push((scope.clone(), ns.clone(), *fp));
+    }
+    for (scope, ns, fp) in &order {
+        if let Some(e) = data.get(scope, ns, fp) {
+            kept.insert(scope, ns, e.clone());
+        }
+    }
+    report.dropped_by_age = by_age;
+    // Drop the oldest until the encoded snapshot fits: first by each entry's share of the
+    // payload, then exactly.
+    let mut bytes = encoded_len(registry, &kept);
+    let mut by_size = 0;
+    if let Some(max) = policy.max_bytes
+        && bytes > max
+    {
+        let per_entry = bytes as f64 / kept.len().max(1) as f64;
+        let estimate = (((bytes - max) as f64 / per_entry).ceil() as usize).min(order.len());
+        let mut dropped = estimate.saturating_sub(1);
+        loop {
+            let mut smaller = CacheData::new();
+            for (scope, ns, fp) in &order[dropped..] {
+                if let Some(e) = data.get(scope, ns, fp) {
+                    smaller.insert(scope, ns, e.clone());
+                }
+            }
+            bytes = encoded_len(registry, &smaller);
+            kept = smaller;
+            if bytes <= max || dropped >= order.len() {
+                break;
+            }
+            dropped += 1 + (dropped / 64);
+            dropped = dropped.min(order.len());
+        }
+        by_size = dropped;
+    }
+    report.dropped_by_size = by_size;
+    report.entries_after = kept.len();
+    report.bytes_after = bytes;
+    if !policy.dry_run && (by_age + by_size > 0 || read.needs_rewrite) {
+        disk.write_snapshot(&kept, read.events).map_err(failure)?;
+    } else if !policy.dry_run {
+        report.bytes_after = size(&paths.snapshot) + size(&paths.journal);
+    }
+    report.claims_removed = prune_claims(path, policy.dry_run);
+    if let Some(age) = policy.leftovers_older_than {
+        report.leftovers_removed = prune_leftovers(&paths, age, policy.dry_run);
+    }
+    drop(lock);
+    Ok(report)
+}
+
+fn encoded_len(registry: &Migrations, data: &CacheData) -> u64 {
+    cache_format::encode_snapshot(registry.app(), registry.current(), data).len() as u64
+}
+
+/// Removes the claim files that no process holds (each is locked first, so a claim held by a
+/// live process stays); returns how many went (or would go).
+fn prune_claims(path: &Path, dry_run: bool) -> usize {
+    let dir = crate::claim::claims_dir(path);
+    let Ok(files) = std::fs::read_dir(&dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for f in files.flatten() {
+        let p = f.path();
+        if p.extension().is_none_or(|e| e != "lock") || !f.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        let Ok(file) = std::fs::OpenOptions::new().read(true).write(true).open(&p) else {
+            continue;
+        };
+        if file.try_lock().is_err() {
+            continue;
+        }
+        if dry_run || std::fs::remove_file(&p).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The copies kept aside beside the cache (`<file>.unusable-*`, `<file>.bak.*`,
+/// `<file>.torn-*`, and the journal's) older than `age`, removed.
+fn prune_leftovers(paths: &Paths, age: Duration, dry_run: bool) -> Vec<PathBuf> {
+    let names: Vec<String> = [&paths.snapshot, &paths.journal]
+        .iter()
+        .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
+        .collect();
+    let Ok(files) = std::fs::read_dir(&paths.dir) else {
+        return Vec::new();
+    };
+    let now = SystemTime::now();
+    let mut removed = Vec::new();
+    for f in files.flatten() {
+        let Some(name) = f.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let aside = names.iter().any(|base| {
+            name.strip_prefix(base.as_str()).is_some_and(|rest| {
+                rest.starts_with(".unusable-")
+                    || rest.starts_with(".bak.")
+                    || rest.starts_with(".torn-")
+            })
+        });
+        let old = f
+            .metadata()
+            .ok()
+            .filter(std::fs::Metadata::is_file)
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|d| d >= age);
+        if aside && old && (dry_run || std::fs::remove_file(f.path()).is_ok()) {
+            removed.push(f.path());
+        }
+    }
+    removed.sort();
+    removed
+}
