@@ -16,6 +16,7 @@
 //! handling. The byte layout is specified in `FORMAT.md` at the repository root.
 #![deny(missing_docs)]
 
+pub mod bundle;
 mod candidate;
 mod census;
 mod envelope;

@@ -1,6 +1,7 @@
 //! One module per command: its arguments (`#[derive(Args)]`), its `run(self, ctx, out)`, and
 //! the typed report it renders as text or JSON.
 
+pub(crate) mod bundle;
 pub(crate) mod diff;
 pub(crate) mod explain;
 pub(crate) mod export;
@@ -53,6 +54,8 @@ pub(crate) enum Command {
     Explain(explain::ExplainArgs),
     /// Prune a cache: by age, by size (oldest first), unheld claim files, leftovers on request
     Gc(gc::GcArgs),
+    /// Ship entries as one checksummed file with a manifest: create, inspect, verify, import
+    Bundle(bundle::BundleArgs),
     /// Compare two caches key by key: winners kept, changed, regressed; exit 3 on --fail-on
     Diff(diff::DiffArgs),
 }
@@ -72,6 +75,7 @@ pub(crate) fn dispatch(command: Command, ctx: &Context<'_>, out: &mut Out) -> an
         Command::Import(args) => args.run(ctx, out),
         Command::Remote(args) => args.run(ctx, out),
         Command::Diff(args) => args.run(ctx, out),
+        Command::Bundle(args) => args.run(ctx, out),
         Command::Gc(args) => args.run(ctx, out),
         Command::Explain(args) => args.run(ctx, out),
         Command::Merge(args) => args.run(ctx, out),

@@ -1,5 +1,6 @@
 //! Integration tests of the `tunecache` binary: real processes, real files.
 
+mod bundle;
 mod commands;
 mod diff;
 mod explain;

@@ -1,0 +1,560 @@
+//! `tunecache bundle create|inspect|verify|import`: ship a cache's entries into containers,
+//! wheels and other machines as one deterministic, checksummed file with a manifest
+//! (FORMAT.md, "Bundles"), and take them in again through the same version gate and migration
+//! as every read.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use serde::Serialize;
+
+use cache_core::cache_migrate::Migrations;
+use cache_core::{AppendOptions, GateVerdict, merge_into_file};
+use cache_format::bundle::{Bundle, Manifest, encode_bundle, manifest_of, read_bundle};
+use cache_format::{CacheData, Limits, Scope, encode_snapshot, read_snapshot};
+
+use crate::context::{Context, saving};
+use crate::exit;
+use crate::options::WaitArgs;
+use crate::output::{Out, Report, say};
+use crate::render::{parse_fields, scope_filter};
+
+/// The arguments of `tunecache bundle`.
+#[derive(Debug, Args)]
+pub(crate) struct BundleArgs {
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Debug, Subcommand)]
+enum Action {
+    /// Write the cache's entries (optionally one scope, some namespaces) as a bundle
+    Create(CreateArgs),
+    /// Show a bundle's manifest, and which of its scopes match this machine
+    Inspect(InspectArgs),
+    /// Check every checksum, the manifest and every entry; exit 3 on any damage
+    Verify(FileArg),
+    /// Merge a bundle into the cache (older schemas migrated, newer ones left alone)
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Args)]
+struct CreateArgs {
+    /// The bundle to write
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
+    /// Only this scope (a JSON object)
+    #[arg(long)]
+    scope: Option<String>,
+    /// Only this namespace (repeatable)
+    #[arg(short = 'n', long = "namespace")]
+    namespaces: Vec<String>,
+    /// Who made it, for the manifest (e.g. a CI job's name)
+    #[arg(long, default_value = "tunecache")]
+    producer: String,
+}
+
+#[derive(Debug, Args)]
+struct FileArg {
+    /// The bundle
+    bundle: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct InspectArgs {
+    /// The bundle
+    bundle: PathBuf,
+    /// The scope to match against (a JSON object) [default: this machine's CPU scope]
+    #[arg(long)]
+    scope: Option<String>,
+}
+
+/// What an import takes from the bundle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Policy {
+    /// Only keys the cache does not have.
+    Fill,
+    /// Every key, merged by the merge rule (the default).
+    Join,
+}
+
+#[derive(Debug, Args)]
+struct ImportArgs {
+    /// The bundle
+    bundle: PathBuf,
+    /// fill: only what is missing here; join: merge everything
+    #[arg(long, value_enum, default_value = "join")]
+    policy: Policy,
+    /// The application's migration file, to migrate a bundle at an older schema (needed unless
+    /// the tool has the registry built in)
+    #[arg(long, value_name = "FILE")]
+    migrations: Option<PathBuf>,
+    #[command(flatten)]
+    wait: WaitArgs,
+}
+
+#[derive(Debug, Serialize)]
+struct ScopeMatch {
+    fingerprint: String,
+    fields: String,
+    entries: u64,
+    matches: bool,
+    /// Fields that differ from the scope matched against: (field, here, in the bundle).
+    differing: Vec<(String, Option<String>, Option<String>)>,
+}
+
+#[derive(Debug, Serialize)]
+struct BundleReport {
+    bundle: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    manifest: Option<Manifest>,
+    ok: bool,
+    problems: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    scopes: Vec<ScopeMatch>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    imported: Option<ImportCounts>,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct ImportCounts {
+    added: usize,
+    replaced: usize,
+    skipped: usize,
+    path: PathBuf,
+    policy: Option<Policy>,
+    migrated_from: Option<u32>,
+}
+
+impl BundleArgs {
+    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        match self.action {
+            Action::Create(a) => a.run(ctx, out),
+            Action::Inspect(a) => a.run(ctx, out),
+            Action::Verify(a) => verify(ctx, &a.bundle, out),
+            Action::Import(a) => a.run(ctx, out),
+        }
+    }
+}
+
+fn empty_report(bundle: &Path) -> BundleReport {
+    BundleReport {
+        bundle: bundle.to_owned(),
+        manifest: None,
+        ok: true,
+        problems: Vec::new(),
+        scopes: Vec::new(),
+        bytes: None,
+        imported: None,
+    }
+}
+
+impl CreateArgs {
+    fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let path = ctx.path()?;
+        let found = ctx.inspect_as_read(&path)?;
+        let Some(header) = found.snapshot.header.clone() else {
+            bail!("{}: no readable snapshot to bundle", path.display());
+        };
+        let schema = match (&found.gate, ctx.registry(&header.app)) {
+            (Some(GateVerdict::Migrates { to, .. }), Some(_)) => *to,
+            _ => header.schema,
+        };
+        let want = scope_filter(self.scope.as_deref())?;
+        let mut data = CacheData::new();
+        for (scope, ns, entry) in found.data().entries() {
+            if want.as_ref().is_some_and(|w| w != scope)
+                || !(self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == ns))
+            {
+                continue;
+            }
+            data.insert(scope, ns, entry.clone());
+        }
+        let snapshot = encode_snapshot(&header.app, schema, &data);
+        let created = match std::env::var("SOURCE_DATE_EPOCH") {
+            Ok(v) => v
+                .trim()
+                .parse::<u64>()
+                .with_context(|| format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds"))?,
+            Err(_) => {
+                data.entries()
+                    .map(|(_, _, e)| e.recorded_at())
+                    .max()
+                    .unwrap_or(0)
+                    / 1000
+            }
+        };
+        let manifest = manifest_of(
+            &data,
+            &header.app,
+            schema,
+            &snapshot,
+            created,
+            &self.producer,
+        );
+        let bytes = encode_bundle(&manifest, &snapshot);
+        // Read back before writing: never ship bytes a reader refuses.
+        read_bundle(&bytes, &Limits::default())
+            .and_then(|b| read_snapshot(b.snapshot, &Limits::default()).map(|_| ()))
+            .context("the bundle would not read back; nothing was written")?;
+        write_atomically(&self.output, &bytes)?;
+        let mut report = empty_report(&self.output);
+        report.bytes = Some(bytes.len() as u64);
+        report.manifest = Some(manifest);
+        out.report(&report, ctx.json)?;
+        Ok(exit::OK)
+    }
+}
+
+/// Writes `bytes` to a temporary file beside `path`, syncs it, and renames it into place.
+fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("the output needs a file name")?;
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let written = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {}", path.display()));
+    }
+    Ok(())
+}
+
+/// A bundle's bytes, the problems found, and (if it could be read) its manifest and entries.
+type Checked = (Vec<u8>, Vec<String>, Option<(Manifest, CacheData)>);
+
+/// Reads and checks a bundle whole: framing, checksums, manifest hash, the snapshot's
+/// envelope, every entry decoded, and the manifest's counts against them. Returns the bundle's
+/// bytes and data with the problems found (empty: sound).
+fn check(path: &Path) -> anyhow::Result<Checked> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let limits = Limits::default();
+    let mut problems = Vec::new();
+    let bundle = match read_bundle(&bytes, &limits) {
+        Ok(b) => b,
+        Err(e) => {
+            problems.push(e.to_string());
+            return Ok((bytes.clone(), problems, None));
+        }
+    };
+    let Bundle { manifest, snapshot } = bundle;
+    let snap = match read_snapshot(snapshot, &limits) {
+        Ok(s) => s,
+        Err(e) => {
+            problems.push(format!("its snapshot: {e}"));
+            return Ok((bytes.clone(), problems, None));
+        }
+    };
+    if snap.header.app != manifest.app || snap.header.schema != manifest.schema {
+        problems.push(format!(
+            "the manifest says application {:?} schema {}, the snapshot {:?} schema {}",
+            manifest.app, manifest.schema, snap.header.app, snap.header.schema
+        ));
+    }
+    // Decoded through the version gate at the snapshot's own versions (no migration).
+    let as_stored = Migrations::new(snap.header.app.clone(), snap.header.schema);
+    let decoded = cache_core::cache_migrate::upgrade(
+        &as_stored,
+        snap.format,
+        &snap.header.app,
+        snap.header.schema,
+        snap.payload_bytes(),
+        &limits,
+    );
+    let data = match decoded {
+        Ok(d) => d.data,
+        Err(e) => {
+            problems.push(format!("its entries: {e}"));
+            return Ok((bytes.clone(), problems, None));
+        }
+    };
+    if data.len() as u64 != manifest.entries {
+        problems.push(format!(
+            "the manifest counts {} entries, the snapshot holds {}",
+            manifest.entries,
+            data.len()
+        ));
+    }
+    let counted: BTreeMap<String, u64> = data
+        .scopes()
+        .map(|(s, sd)| {
+            (
+                s.fingerprint().to_hex(),
+                sd.namespaces().map(|(_, e)| e.len() as u64).sum(),
+            )
+        })
+        .collect();
+    let listed: BTreeMap<String, u64> = manifest
+        .scopes
+        .iter()
+        .map(|s| (s.fingerprint.clone(), s.entries))
+        .collect();
+    if counted != listed {
+        problems.push("the manifest's scopes do not match the snapshot's".to_owned());
+    }
+    Ok((bytes.clone(), problems, Some((manifest, data))))
+}
+
+fn verify(ctx: &Context<'_>, path: &Path, out: &mut Out) -> anyhow::Result<u8> {
+    let (bytes, problems, read) = check(path)?;
+    let mut report = empty_report(path);
+    report.bytes = Some(bytes.len() as u64);
+    report.ok = problems.is_empty();
+    report.problems = problems;
+    report.manifest = read.map(|(m, _)| m);
+    out.report(&report, ctx.json)?;
+    Ok(if report.ok { exit::OK } else { exit::PROBLEMS })
+}
+
+impl InspectArgs {
+    fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let here = match &self.scope {
+            Some(s) => Scope::new(parse_fields("--scope", s)?),
+            None => gpu_tuner::cpu::scope(),
+        };
+        let (bytes, problems, read) = check(&self.bundle)?;
+        let mut report = empty_report(&self.bundle);
+        report.bytes = Some(bytes.len() as u64);
+        report.ok = problems.is_empty();
+        report.problems = problems;
+        if let Some((manifest, data)) = read {
+            for (scope, _) in data.scopes() {
+                let differing = here
+                    .fields()
+                    .iter()
+                    .map(|(n, _)| n)
+                    .chain(scope.fields().iter().map(|(n, _)| n))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .filter_map(|n| {
+                        let (a, b) = (here.fields().get(n), scope.fields().get(n));
+                        (a != b).then(|| {
+                            (
+                                n.clone(),
+                                a.map(ToString::to_string),
+                                b.map(ToString::to_string),
+                            )
+                        })
+                    })
+                    .collect::<Vec<_>>();
+                report.scopes.push(ScopeMatch {
+                    fingerprint: scope.fingerprint().to_hex(),
+                    fields: scope.to_string(),
+                    entries: data
+                        .scopes()
+                        .find(|(s, _)| *s == scope)
+                        .map_or(0, |(_, sd)| {
+                            sd.namespaces().map(|(_, e)| e.len() as u64).sum()
+                        }),
+                    matches: differing.is_empty(),
+                    differing,
+                });
+            }
+            report.manifest = Some(manifest);
+        }
+        out.report(&report, ctx.json)?;
+        Ok(if report.ok { exit::OK } else { exit::PROBLEMS })
+    }
+}
+
+impl ImportArgs {
+    fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let path = ctx.path()?;
+        ctx.check_writable("bundle import")?;
+        let (bytes, problems, read) = check(&self.bundle)?;
+        if !problems.is_empty() {
+            bail!(
+                "{} is damaged ({}); nothing was imported",
+                self.bundle.display(),
+                problems.join("; ")
+            );
+        }
+        let (manifest, _) = read.context("an unreadable bundle")?;
+        let given = match &self.migrations {
+            Some(f) => Some(ctx.migration_file(f)?),
+            None => None,
+        };
+        let new_schema = given.as_ref().map_or(manifest.schema, Migrations::current);
+        let (app, schema) = match crate::context::peek_header(&path) {
+            Some(h) => (h.app, h.schema),
+            None => (manifest.app.clone(), new_schema),
+        };
+        if manifest.app != app {
+            bail!(
+                "{} holds application {:?}, the cache is {app:?}; nothing was imported",
+                self.bundle.display(),
+                manifest.app
+            );
+        }
+        let mut report = empty_report(&self.bundle);
+        report.bytes = Some(bytes.len() as u64);
+        if manifest.schema > schema {
+            say(format_args!(
+                "{} is at schema {}, newer than the cache's {schema}: left alone, nothing was imported (upgrade the tool, or migrate the cache)",
+                self.bundle.display(),
+                manifest.schema
+            ));
+            report.imported = Some(ImportCounts {
+                path,
+                ..ImportCounts::default()
+            });
+            report.manifest = Some(manifest);
+            out.report(&report, ctx.json)?;
+            return Ok(exit::OK);
+        }
+        let registry = if manifest.schema == schema {
+            Migrations::new(app.clone(), schema)
+        } else {
+            let registry = given.or_else(|| ctx.registry(&app).cloned()).with_context(|| {
+                format!(
+                    "{} is at schema {}, the cache at {schema}; pass --migrations FILE to migrate it (nothing was imported)",
+                    self.bundle.display(),
+                    manifest.schema
+                )
+            })?;
+            if registry.app() != app || registry.current() != schema {
+                bail!(
+                    "the migrations lead to {} schema {}, the cache is {app:?} schema {schema}; nothing was imported",
+                    registry.app(),
+                    registry.current()
+                );
+            }
+            registry
+        };
+        let bundle = read_bundle(&bytes, &Limits::default())?;
+        let snap = read_snapshot(bundle.snapshot, &Limits::default())?;
+        let up = cache_core::cache_migrate::upgrade(
+            &registry,
+            snap.format,
+            &snap.header.app,
+            snap.header.schema,
+            snap.payload_bytes(),
+            &Limits::default(),
+        )
+        .with_context(|| format!("{}: nothing was imported", self.bundle.display()))?;
+        let existing = if path.exists() {
+            ctx.inspect_as_read(&path)?.data()
+        } else {
+            CacheData::new()
+        };
+        let mut counts = ImportCounts {
+            path: path.clone(),
+            policy: Some(self.policy),
+            migrated_from: (manifest.schema != schema).then_some(manifest.schema),
+            ..ImportCounts::default()
+        };
+        let mut take = CacheData::new();
+        for (scope, ns, entry) in up.data.entries() {
+            match existing.get(scope, ns, &entry.fingerprint()) {
+                None => counts.added += 1,
+                Some(_) if self.policy == Policy::Fill => {
+                    counts.skipped += 1;
+                    continue;
+                }
+                Some(held) => {
+                    let mut merged = held.clone();
+                    merged.merge(entry.clone());
+                    if merged == *held {
+                        counts.skipped += 1;
+                        continue;
+                    }
+                    counts.replaced += 1;
+                }
+            }
+            take.insert(scope, ns, entry.clone());
+        }
+        if !take.is_empty() {
+            let options = AppendOptions {
+                lock_timeout: self.wait.wait,
+                ..AppendOptions::default()
+            };
+            saving("the bundle's entries", &path, || {
+                merge_into_file(&path, &registry, take, &options)
+            })
+            .with_context(|| format!("the bundle was not imported into {}", path.display()))?;
+        }
+        report.imported = Some(counts);
+        report.manifest = Some(manifest);
+        out.report(&report, ctx.json)?;
+        Ok(exit::OK)
+    }
+}
+
+impl Report for BundleReport {
+    fn text(&self, out: &mut Out) -> anyhow::Result<()> {
+        for p in &self.problems {
+            out.line(format!("problem: {p}"))?;
+        }
+        if let Some(m) = &self.manifest {
+            out.line(format!(
+                "{}: {} entries of {:?} schema {} in {} scopes, made by {} ({}) at {}, sha256 {}",
+                self.bundle.display(),
+                m.entries,
+                m.app,
+                m.schema,
+                m.scopes.len(),
+                m.producer,
+                m.tool,
+                m.created,
+                &m.payload_sha256[..16]
+            ))?;
+        }
+        for s in &self.scopes {
+            if s.matches {
+                out.line(format!(
+                    "  scope {} matches here ({} entries)",
+                    s.fields, s.entries
+                ))?;
+            } else {
+                let why: Vec<String> = s
+                    .differing
+                    .iter()
+                    .map(|(f, here, there)| {
+                        format!(
+                            "{f}: here {}, bundle {}",
+                            here.as_deref().unwrap_or("(none)"),
+                            there.as_deref().unwrap_or("(none)")
+                        )
+                    })
+                    .collect();
+                out.line(format!(
+                    "  scope {} does not match here ({} entries): {}",
+                    s.fields,
+                    s.entries,
+                    why.join("; ")
+                ))?;
+            }
+        }
+        if let Some(c) = &self.imported {
+            out.line(format!(
+                "imported into {}: {} added, {} replaced, {} skipped{}",
+                c.path.display(),
+                c.added,
+                c.replaced,
+                c.skipped,
+                c.migrated_from
+                    .map(|s| format!(" (migrated from schema {s})"))
+                    .unwrap_or_default()
+            ))?;
+        } else if self.ok && self.problems.is_empty() && self.scopes.is_empty() {
+            out.line("ok")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,231 @@
+//! `tunecache bundle`: create → import into an empty cache gives the same export, the same
+//! inputs give the same bytes, damage is refused whole, older schemas are migrated and newer
+//! ones left alone, and `inspect` says which scopes match.
+
+use std::path::{Path, PathBuf};
+
+use test_support::cli::{command, stderr, stdout};
+
+use crate::diff::{Cands, entry, write};
+use crate::{EXE, tunecache};
+
+const X_WINS: Cands<'static> = &[("x", Some((100.0, 5.0))), ("y", Some((200.0, 5.0)))];
+
+fn run(file: &Path, args: &[&str]) -> std::process::Output {
+    tunecache(file, args)
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8")
+}
+
+fn golden(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../golden/warpconvnet-demo")
+        .join(rel)
+}
+
+#[test]
+fn a_bundle_round_trips_and_the_same_inputs_give_the_same_bytes() {
+    let dir = tempfile::tempdir().expect("dir");
+    let source = dir.path().join("source.tcache");
+    write(&source, (1..=20).map(|id| entry(id, 0, X_WINS)).collect());
+    let (b1, b2) = (dir.path().join("b1.tcb"), dir.path().join("b2.tcb"));
+    for b in [&b1, &b2] {
+        let o = run(&source, &["bundle", "create", "-o", p(b)]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    assert_eq!(
+        std::fs::read(&b1).expect("b1"),
+        std::fs::read(&b2).expect("b2")
+    );
+    let dated = dir.path().join("dated.tcb");
+    let o = command(
+        EXE,
+        &source,
+        &["--json", "bundle", "create", "-o", p(&dated)],
+    )
+    .env("SOURCE_DATE_EPOCH", "1700000000")
+    .output()
+    .expect("run");
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(r["manifest"]["created"], 1_700_000_000, "{r:#}");
+    assert_eq!(r["manifest"]["entries"], 20, "{r:#}");
+
+    let empty = dir.path().join("empty.tcache");
+    let o = run(&empty, &["--json", "bundle", "import", p(&b1)]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(r["imported"]["added"], 20, "{r:#}");
+    assert_eq!(
+        stdout(&run(&empty, &["export"])),
+        stdout(&run(&source, &["export"])),
+        "the export of the import equals the source's"
+    );
+    // Again: nothing new; fill adds nothing either.
+    for policy in ["join", "fill"] {
+        let o = run(
+            &empty,
+            &["--json", "bundle", "import", p(&b1), "--policy", policy],
+        );
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+        assert_eq!(
+            (
+                r["imported"]["added"].as_u64(),
+                r["imported"]["skipped"].as_u64()
+            ),
+            (Some(0), Some(20)),
+            "{policy}: {r:#}"
+        );
+    }
+    assert_eq!(
+        run(&empty, &["bundle", "verify", p(&b1)]).status.code(),
+        Some(0)
+    );
+}
+
+#[test]
+fn damage_anywhere_fails_verify_and_import_leaves_the_cache_unchanged() {
+    let dir = tempfile::tempdir().expect("dir");
+    let source = dir.path().join("source.tcache");
+    write(&source, (1..=5).map(|id| entry(id, 0, X_WINS)).collect());
+    let good = dir.path().join("good.tcb");
+    assert_eq!(
+        run(&source, &["bundle", "create", "-o", p(&good)])
+            .status
+            .code(),
+        Some(0)
+    );
+    let bytes = std::fs::read(&good).expect("bundle");
+    let target = dir.path().join("target.tcache");
+    write(&target, vec![entry(99, 0, X_WINS)]);
+    let before = stdout(&run(&target, &["export"]));
+    // Positions across the framing, the manifest and the snapshot (every bit of every byte
+    // is covered by cache-format's unit test).
+    for at in [
+        0,
+        3,
+        12,
+        bytes.len() / 3,
+        bytes.len() / 2,
+        bytes.len() - 8,
+        bytes.len() - 1,
+    ] {
+        let bad = dir.path().join(format!("bad-{at}.tcb"));
+        let mut damaged = bytes.clone();
+        damaged[at] ^= 0x10;
+        std::fs::write(&bad, &damaged).expect("write");
+        let v = run(&target, &["bundle", "verify", p(&bad)]);
+        assert_eq!(v.status.code(), Some(3), "byte {at}: {}", stdout(&v));
+        let i = run(&target, &["bundle", "import", p(&bad)]);
+        assert_eq!(i.status.code(), Some(1), "byte {at}: {}", stderr(&i));
+        assert!(
+            stderr(&i).contains("nothing was imported"),
+            "{}",
+            stderr(&i)
+        );
+    }
+    assert_eq!(
+        stdout(&run(&target, &["export"])),
+        before,
+        "the cache is unchanged"
+    );
+}
+
+#[test]
+fn an_older_bundle_is_migrated_and_a_newer_one_left_alone() {
+    let dir = tempfile::tempdir().expect("dir");
+    let v8 = dir.path().join("v8.tcache");
+    std::fs::copy(golden("inputs/v8.tcache"), &v8).expect("copy");
+    let old = dir.path().join("v8.tcb");
+    assert_eq!(
+        run(&v8, &["bundle", "create", "-o", p(&old)]).status.code(),
+        Some(0)
+    );
+    let migrations = golden("migrations.json");
+    let fresh = dir.path().join("fresh.tcache");
+    let o = run(
+        &fresh,
+        &[
+            "--json",
+            "bundle",
+            "import",
+            p(&old),
+            "--migrations",
+            p(&migrations),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(r["imported"]["migrated_from"], 8, "{r:#}");
+    let stats = run(&fresh, &["--json", "stats"]);
+    let s: serde_json::Value = serde_json::from_slice(&stats.stdout).expect("JSON");
+    assert_eq!(s["schema"], 9, "{s:#}");
+    assert!(
+        stdout(&run(&fresh, &["export"])).contains("mask_gemm"),
+        "renamed by v8→v9"
+    );
+
+    // A schema-9 bundle into a schema-8 cache: left alone, with one warning, exit 0.
+    let new = dir.path().join("v9.tcb");
+    assert_eq!(
+        run(&fresh, &["bundle", "create", "-o", p(&new)])
+            .status
+            .code(),
+        Some(0)
+    );
+    let before = std::fs::read(&v8).expect("v8");
+    let o = run(&v8, &["bundle", "import", p(&new)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).matches("newer than the cache's").count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read(&v8).expect("v8"), before, "left alone");
+}
+
+#[test]
+fn inspect_says_which_scopes_match_and_which_fields_differ() {
+    let dir = tempfile::tempdir().expect("dir");
+    let source = dir.path().join("source.tcache");
+    write(&source, vec![entry(1, 0, X_WINS)]);
+    let b = dir.path().join("b.tcb");
+    assert_eq!(
+        run(&source, &["bundle", "create", "-o", p(&b)])
+            .status
+            .code(),
+        Some(0)
+    );
+    let o = run(
+        &source,
+        &["--json", "bundle", "inspect", p(&b), "--scope", "{}"],
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(r["scopes"][0]["matches"], true, "{r:#}");
+    let o = run(
+        &source,
+        &[
+            "--json",
+            "bundle",
+            "inspect",
+            p(&b),
+            "--scope",
+            r#"{"driver":"560"}"#,
+        ],
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(r["scopes"][0]["matches"], false, "{r:#}");
+    assert_eq!(r["scopes"][0]["differing"][0][0], "driver", "{r:#}");
+}
