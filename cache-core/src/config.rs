@@ -75,6 +75,7 @@ pub struct CacheBuilder {
     pub(crate) backup_on_migrate: bool,
     pub(crate) remote: Option<std::sync::Arc<dyn crate::remote::Remote>>,
     remote_options: crate::remote::RemoteOptions,
+    system: Vec<PathBuf>,
 }
 
 /// Where the entries live, once configuration is resolved.
@@ -136,7 +137,27 @@ impl CacheBuilder {
             backup_on_migrate: true,
             remote: None,
             remote_options: crate::remote::RemoteOptions::default(),
+            system: Vec::new(),
         }
+    }
+
+    /// Read-only system files (bundles or cache files shipped with an installation), read
+    /// at open behind the user's own file: a lookup that misses the user's entries is served
+    /// from them; they are never locked, written, repaired or moved, and one that cannot be
+    /// used is reported once and ignored. `TUNECACHE_SYSTEM_PATH` (files separated by `:`)
+    /// adds to them.
+    pub fn system_files(mut self, paths: impl IntoIterator<Item = impl Into<PathBuf>>) -> Self {
+        self.system = paths.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The system files: the builder's, then `TUNECACHE_SYSTEM_PATH`'s.
+    pub(crate) fn system_paths(&self) -> Vec<PathBuf> {
+        let mut paths = self.system.clone();
+        if self.use_env {
+            paths.extend(crate::cache::system::from_env());
+        }
+        paths
     }
 
     /// A shared tier behind the file (e.g. `cache_remote::RedisRemote`): read on a local

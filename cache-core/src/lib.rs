@@ -35,6 +35,7 @@ mod remote;
 mod store;
 
 pub use artifact::{ArtifactStore, Eviction};
+pub use cache::system::ENV_SYSTEM_PATH;
 pub use cache::{Cache, Health, Mode, check_entry};
 pub use claim::{Claim, ClaimGuard};
 pub use config::{

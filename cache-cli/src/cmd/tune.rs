@@ -229,11 +229,19 @@ fn run_cuda(
 
 fn open_cache(path: &Path, scope: Scope) -> anyhow::Result<Arc<Cache>> {
     use cache_remote::RemoteFromEnv as _;
+    let system: Vec<PathBuf> = std::env::var_os(cache_core::ENV_SYSTEM_PATH)
+        .map(|v| {
+            std::env::split_paths(&v)
+                .filter(|p| !p.as_os_str().is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
     let builder = Cache::builder(workload::registry())
         .file(path)
         .ignore_env()
         .scope(scope)
-        .refresh_interval(None);
+        .refresh_interval(None)
+        .system_files(system);
     // The shared tier is the one setting taken from the environment here (the file comes
     // from the command line): TUNECACHE_REMOTE and its mode and budget.
     let builder = match std::env::var_os(cache_remote::ENV_REMOTE) {

@@ -108,6 +108,9 @@ struct Shared {
     diag: Mutex<Diagnostics>,
     /// The shared tier, if one is configured.
     remote: Option<crate::remote::RemoteTier>,
+    /// The read-only system tier (entries of this scope from the system files).
+    system: MemoryStore,
+    has_system: bool,
     publish: Mutex<shared_tier::Publish>,
     publish_cv: Condvar,
 }
@@ -133,6 +136,7 @@ impl std::fmt::Debug for Cache {
 mod notice;
 mod queue;
 mod shared_tier;
+pub(crate) mod system;
 
 pub use queue::check_entry;
 mod saver;
@@ -171,6 +175,20 @@ impl Cache {
             Location::File { path, read_only } => (Some(path.clone()), *read_only),
             Location::Memory(_) => (None, false),
         };
+        let system = MemoryStore::new();
+        let mut system_notes = Vec::new();
+        for p in builder.system_paths() {
+            match system::load(&p, &registry, &builder.limits, &builder.scope) {
+                Ok(entries) => {
+                    system.merge_many(entries);
+                }
+                Err(why) => system_notes.push(format!(
+                    "tunecache: the system file {} is ignored: {why}",
+                    p.display()
+                )),
+            }
+        }
+        let has_system = !system.is_empty();
         let shared = Arc::new(Shared {
             memory: MemoryStore::new(),
             limits: builder.limits,
@@ -208,10 +226,12 @@ impl Cache {
                 migration: None,
             }),
             remote,
+            system,
+            has_system,
             publish: Mutex::new(shared_tier::Publish::default()),
             publish_cv: Condvar::new(),
         });
-        for w in warnings {
+        for w in warnings.into_iter().chain(system_notes) {
             shared.notify(Notice::config(w));
         }
         let mut cache = Cache {
@@ -604,6 +624,22 @@ impl Cache {
     }
 }
 
+impl Cache {
+    /// A miss in memory: the system tier, then the shared tier.
+    #[cold]
+    fn miss(&self, ns: Namespace, fp: &Fingerprint) -> Option<Arc<Entry>> {
+        if self.shared.has_system
+            && let Some(e) = self.shared.system.get(ns, fp)
+        {
+            return Some(e);
+        }
+        if self.shared.remote.is_some() {
+            return self.shared.read_through(ns, fp);
+        }
+        None
+    }
+}
+
 impl Drop for Cache {
     fn drop(&mut self) {
         self.stop();
@@ -615,8 +651,7 @@ impl Store for Cache {
     fn get(&self, ns: Namespace, fp: &Fingerprint) -> Option<Arc<Entry>> {
         match self.shared.memory.get(ns, fp) {
             Some(e) => Some(e),
-            None if self.shared.remote.is_some() => self.shared.read_through(ns, fp),
-            None => None,
+            None => self.miss(ns, fp),
         }
     }
 

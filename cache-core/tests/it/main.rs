@@ -16,4 +16,5 @@ mod degrade;
 mod lock;
 mod remote;
 mod support;
+mod system;
 mod versions;

@@ -1,0 +1,112 @@
+//! The read-only system tier: bundles or cache files behind the user's own file, never
+//! locked, written or moved; the user's entries win; a damaged one is reported once.
+
+use std::path::Path;
+
+use cache_core::cache_format::bundle::{encode_bundle, manifest_of};
+use cache_core::cache_format::{CacheData, encode_snapshot};
+use cache_core::{Cache, Store};
+
+use crate::support::{
+    builder, capture_logs, entry, has, key, ns, path_in, registry, temp_dir, warnings_about,
+};
+
+fn listing(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .map(|f| {
+            (
+                f.file_name().to_string_lossy().into_owned(),
+                std::fs::read(f.path()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+fn system_files(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let mut data = CacheData::new();
+    for id in 0..5 {
+        data.insert(&Default::default(), "matmul", entry(7, id));
+    }
+    let snapshot = encode_snapshot("testapp", 1, &data);
+    let manifest = manifest_of(&data, "testapp", 1, &snapshot, 0, "test");
+    let bundle = dir.join("shipped.tcb");
+    std::fs::write(&bundle, encode_bundle(&manifest, &snapshot)).expect("bundle");
+    let mut more = CacheData::new();
+    more.insert(&Default::default(), "matmul", entry(8, 1));
+    let file = dir.join("shipped.tcache");
+    std::fs::write(&file, encode_snapshot("testapp", 1, &more)).expect("snapshot");
+    (bundle, file)
+}
+
+#[test]
+fn lookups_hit_the_system_tier_and_nothing_is_created_there() {
+    let sys = temp_dir();
+    let (bundle, file) = system_files(sys.path());
+    let before = listing(sys.path());
+    let user = temp_dir();
+    let cache = builder(&path_in(&user, "u.tcache"))
+        .system_files([&bundle, &file])
+        .open();
+    assert!(has(&cache, 7, 3), "from the bundle");
+    assert!(has(&cache, 8, 1), "from the cache file");
+    assert!(!has(&cache, 9, 1));
+    cache.put(ns(), entry(1, 1));
+    cache.flush().expect("the user's file");
+    drop(cache);
+    assert_eq!(
+        listing(sys.path()),
+        before,
+        "no file, lock or change in the system folder"
+    );
+}
+
+#[test]
+fn the_users_entries_win_over_the_system_tier() {
+    let sys = temp_dir();
+    let (bundle, _) = system_files(sys.path());
+    let user = temp_dir();
+    let cache: Cache = builder(&path_in(&user, "u.tcache"))
+        .system_files([&bundle])
+        .open();
+    let mut mine = entry(7, 2);
+    let mut c = mine.candidates()[0].clone();
+    c.id.algorithm = "mine".into();
+    mine = cache_core::cache_format::Entry::new(
+        mine.key().clone(),
+        mine.candidate_set(),
+        mine.origin().clone(),
+        mine.recorded_at(),
+        [c],
+    );
+    cache.put(ns(), mine);
+    let got = cache.lookup(ns(), &key(7, 2)).expect("hit");
+    assert_eq!(got.best().map(|c| c.id.algorithm.as_str()), Some("mine"));
+}
+
+#[test]
+fn a_damaged_system_file_is_reported_once_and_left_alone() {
+    capture_logs();
+    let sys = temp_dir();
+    let (bundle, _) = system_files(sys.path());
+    let mut bytes = std::fs::read(&bundle).expect("bundle");
+    let n = bytes.len();
+    bytes[n / 2] ^= 0x40;
+    std::fs::write(&bundle, &bytes).expect("damage");
+    let before = listing(sys.path());
+    let user = temp_dir();
+    for _ in 0..2 {
+        let cache = builder(&path_in(&user, "u.tcache"))
+            .system_files([&bundle])
+            .open();
+        assert!(!has(&cache, 7, 3));
+        drop(cache);
+    }
+    assert_eq!(listing(sys.path()), before, "never moved or repaired");
+    let name = bundle.display().to_string();
+    assert_eq!(warnings_about(&name).len(), 2, "once per cache opened");
+    let _ = registry(1);
+}
