@@ -304,5 +304,66 @@ fn load_and_save(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, hits, record, put_by_size, load_and_save);
+/// Shipping 100k entries: reading a bundle (checksums, hash, decode), and opening a cache whose
+/// system tier is that bundle, beside opening the same entries as the user's own file.
+fn bundles(c: &mut Criterion) {
+    use cache_core::cache_format::bundle::{encode_bundle, manifest_of, read_bundle};
+    let mut data = CacheData::new();
+    for i in 0..100_000 {
+        data.insert(&Scope::default(), "matmul", entry(i));
+    }
+    let snapshot = encode_snapshot("bench", 1, &data);
+    let manifest = manifest_of(&data, "bench", 1, &snapshot, 0, "bench");
+    let bundle = encode_bundle(&manifest, &snapshot);
+    let dir = tempfile::tempdir().expect("dir");
+    let (bundle_path, file_path) = (dir.path().join("b.tcb"), dir.path().join("f.tcache"));
+    std::fs::write(&bundle_path, &bundle).expect("write");
+    std::fs::write(&file_path, &snapshot).expect("write");
+    println!("100k-entry bundle: {} bytes", bundle.len());
+    let mut group = c.benchmark_group("bundle_100k");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(15));
+    group.bench_function("read_and_decode", |b| {
+        b.iter(|| {
+            let bundle = read_bundle(black_box(&bundle), &Default::default()).expect("valid");
+            let snap =
+                cache_core::cache_format::read_snapshot(bundle.snapshot, &Default::default())
+                    .expect("valid");
+            cache_core::cache_migrate::upgrade(
+                &registry(),
+                snap.format,
+                &snap.header.app,
+                snap.header.schema,
+                snap.payload_bytes(),
+                &Default::default(),
+            )
+            .expect("current")
+            .data
+            .len()
+        })
+    });
+    group.bench_function("open_with_system_bundle", |b| {
+        b.iter(|| {
+            Cache::builder(registry())
+                .ignore_env()
+                .disabled(true)
+                .system_files([&bundle_path])
+                .open()
+        })
+    });
+    group.bench_function("open_own_file_baseline", |b| {
+        b.iter(|| {
+            Cache::builder(registry())
+                .file(&file_path)
+                .ignore_env()
+                .read_only(true)
+                .refresh_interval(None)
+                .open()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, hits, record, put_by_size, load_and_save, bundles);
 criterion_main!(benches);
