@@ -73,6 +73,7 @@ pub struct CacheBuilder {
     pub(crate) compact_min_bytes: u64,
     pub(crate) compaction_budget: Option<Duration>,
     pub(crate) backup_on_migrate: bool,
+    pub(crate) retention: crate::gc::Retention,
     pub(crate) remote: Option<std::sync::Arc<dyn crate::remote::Remote>>,
     remote_options: crate::remote::RemoteOptions,
     system: Vec<PathBuf>,
@@ -135,10 +136,21 @@ impl CacheBuilder {
             compact_min_bytes: 1 << 20,
             compaction_budget: None,
             backup_on_migrate: true,
+            retention: crate::gc::Retention::default(),
             remote: None,
             remote_options: crate::remote::RemoteOptions::default(),
             system: Vec::new(),
         }
+    }
+
+    /// What each compaction of the file drops: entries recorded longer ago than `max_age`,
+    /// then the entries recorded longest ago until the snapshot fits `max_bytes` (the journal
+    /// grows past it between compactions). What this process holds in memory stays usable;
+    /// other processes no longer read the dropped entries. `tunecache gc` applies the same
+    /// rule at once.
+    pub fn retention(mut self, max_bytes: Option<u64>, max_age: Option<Duration>) -> Self {
+        self.retention = crate::gc::Retention { max_age, max_bytes };
+        self
     }
 
     /// Read-only system files (bundles or cache files shipped with an installation), read

@@ -86,6 +86,7 @@ pub fn gc_file(
         compact_min_bytes: 1 << 20,
         backup_on_migrate: true,
         compaction_budget: None,
+        retention: crate::gc::Retention::default(),
     };
     let mut disk = Disk::new(paths.clone(), Arc::new(registry.clone()), options);
     let lock = CacheLock::acquire(&disk.paths.lock, &disk.paths.dir, policy.lock_timeout)?;
@@ -99,6 +100,43 @@ pub fn gc_file(
     data.merge(salvaged);
     report.entries_before = data.len();
 
+    let (kept, by_age, by_size, bytes) = prune(&data, registry, policy.max_age, policy.max_bytes);
+    report.dropped_by_age = by_age;
+    report.dropped_by_size = by_size;
+    report.entries_after = kept.len();
+    report.bytes_after = bytes;
+    if !policy.dry_run && (by_age + by_size > 0 || read.needs_rewrite) {
+        disk.write_snapshot(&kept, read.events).map_err(failure)?;
+    } else if !policy.dry_run {
+        report.bytes_after = size(&paths.snapshot) + size(&paths.journal);
+    }
+    report.claims_removed = prune_claims(path, policy.dry_run);
+    if let Some(age) = policy.leftovers_older_than {
+        report.leftovers_removed = prune_leftovers(&paths, age, policy.dry_run);
+    }
+    drop(lock);
+    Ok(report)
+}
+
+/// How long entries are kept, and how large a snapshot may grow: applied by a `Cache` at each
+/// compaction (see [`crate::CacheBuilder::retention`]) and by [`gc_file`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Drop entries recorded longer ago than this.
+    pub max_age: Option<Duration>,
+    /// Drop the entries recorded longest ago until the snapshot is at most this many bytes.
+    pub max_bytes: Option<u64>,
+}
+
+/// `data` without the entries recorded before `max_age` ago, then without the entries
+/// recorded longest ago until its snapshot encodes in at most `max_bytes`; returns what is
+/// kept, how many went for age and for size, and the encoded size of what is kept.
+pub(crate) fn prune(
+    data: &CacheData,
+    registry: &Migrations,
+    max_age: Option<Duration>,
+    max_bytes: Option<u64>,
+) -> (CacheData, usize, usize, u64) {
     // Oldest first, ties broken by identity so the choice does not depend on map order.
     let mut all: Vec<(u64, Fingerprint, String, Fingerprint, Scope)> = data
         .entries()
@@ -113,8 +151,7 @@ pub fn gc_file(
         })
         .collect();
     all.sort_by(|a, b| (a.0, a.1, &a.2, a.3).cmp(&(b.0, b.1, &b.2, b.3)));
-    let oldest_kept = policy
-        .max_age
+    let oldest_kept = max_age
         .map(|age| now_millis().saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)));
     let mut kept = CacheData::new();
     let mut by_age = 0;
@@ -131,12 +168,11 @@ pub fn gc_file(
             kept.insert(scope, ns, e.clone());
         }
     }
-    report.dropped_by_age = by_age;
     // Drop the oldest until the encoded snapshot fits: first by each entry's share of the
     // payload, then exactly.
     let mut bytes = encoded_len(registry, &kept);
     let mut by_size = 0;
-    if let Some(max) = policy.max_bytes
+    if let Some(max) = max_bytes
         && bytes > max
     {
         let per_entry = bytes as f64 / kept.len().max(1) as f64;
@@ -159,20 +195,7 @@ pub fn gc_file(
         }
         by_size = dropped;
     }
-    report.dropped_by_size = by_size;
-    report.entries_after = kept.len();
-    report.bytes_after = bytes;
-    if !policy.dry_run && (by_age + by_size > 0 || read.needs_rewrite) {
-        disk.write_snapshot(&kept, read.events).map_err(failure)?;
-    } else if !policy.dry_run {
-        report.bytes_after = size(&paths.snapshot) + size(&paths.journal);
-    }
-    report.claims_removed = prune_claims(path, policy.dry_run);
-    if let Some(age) = policy.leftovers_older_than {
-        report.leftovers_removed = prune_leftovers(&paths, age, policy.dry_run);
-    }
-    drop(lock);
-    Ok(report)
+    (kept, by_age, by_size, bytes)
 }
 
 fn encoded_len(registry: &Migrations, data: &CacheData) -> u64 {

@@ -88,6 +88,7 @@ pub fn migrate_file(
         compact_min_bytes: 1 << 20,
         backup_on_migrate: options.backup,
         compaction_budget: None,
+        retention: crate::gc::Retention::default(),
     };
     let mut disk = Disk::new(paths.clone(), Arc::new(registry.clone()), disk_options);
     // A real migration reads (and migrates) once, under the lock: what it writes is exactly

@@ -81,6 +81,7 @@ pub fn append_to_file(
         compact_min_bytes: 1 << 20,
         backup_on_migrate: false,
         compaction_budget: None,
+        retention: crate::gc::Retention::default(),
     };
     // Nothing is created beside a path that is not a regular file, or for a cache that does
     // not exist yet (the full path creates it).
@@ -138,6 +139,7 @@ pub fn merge_into_file(
         compact_min_bytes: 1 << 20,
         backup_on_migrate: true,
         compaction_budget: None,
+        retention: crate::gc::Retention::default(),
     };
     let mut disk = Disk::new(paths, Arc::new(registry.clone()), disk_options);
     let _lock = CacheLock::acquire(&disk.paths.lock, &disk.paths.dir, options.lock_timeout)?;

@@ -319,6 +319,7 @@ impl Cache {
             compact_min_bytes: builder.compact_min_bytes,
             backup_on_migrate: builder.backup_on_migrate,
             compaction_budget: builder.compaction_budget,
+            retention: builder.retention,
         };
         let mut disk = Disk::new(paths, registry, options);
         // The first read takes no lock, so other writers are not held up while a large file

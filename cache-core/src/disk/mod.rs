@@ -68,6 +68,8 @@ pub(crate) struct DiskOptions {
     /// The longest a compaction that is not required may take before it gives way to an
     /// append (`None`: no bound).
     pub(crate) compaction_budget: Option<std::time::Duration>,
+    /// What a compaction drops (old entries, the oldest past a size).
+    pub(crate) retention: crate::gc::Retention,
 }
 
 /// Something the disk tier did or found that the user should hear about (once).

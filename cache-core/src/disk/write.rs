@@ -136,6 +136,22 @@ impl Disk {
         let mut data = all.data;
         data.merge(all.salvaged);
         data.merge(batch.clone());
+        let retention = self.options.retention;
+        if retention != crate::gc::Retention::default() {
+            let (kept, by_age, by_size, _) = crate::gc::prune(
+                &data,
+                &self.registry,
+                retention.max_age,
+                retention.max_bytes,
+            );
+            if by_age + by_size > 0 {
+                tracing::info!(
+                    "tunecache: compacting {} dropped {by_age} entries for their age and {by_size} to keep it under its size limit",
+                    self.paths.snapshot.display()
+                );
+            }
+            data = kept;
+        }
         self.write_snapshot_by(&data, all.events, deadline)
     }
 

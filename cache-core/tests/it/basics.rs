@@ -327,3 +327,66 @@ fn results_acknowledged_before_a_file_was_replaced_are_written_back() {
     cache.flush().expect("and the write-back saved too");
     assert_eq!(ids_on_disk(&path, 1, 11), (0..11).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_compaction_applies_the_retention_limits() {
+    use cache_core::cache_format::{Candidate, Entry, Fingerprint, Origin, Stats, now_millis};
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let now = now_millis();
+    let aged = |id: u64, at: u64| {
+        let stats = Stats {
+            median_ns: 10.0,
+            min_ns: 9.0,
+            spread_ns: 1.0,
+            samples: 3,
+        };
+        let mut c = Candidate::measured("tiled", Default::default(), stats);
+        c.measured_at = at;
+        Entry::new(key(1, id), Fingerprint::default(), Origin::here(), at, [c])
+    };
+    // By age: every save compacts (ratio 0); entries older than a day go.
+    let cache = builder(&path)
+        .compaction(0.0, 0)
+        .retention(None, Some(Duration::from_secs(86_400)))
+        .open();
+    for id in 0..10 {
+        cache.put(ns(), aged(id, if id < 4 { 1_000 } else { now - id }));
+    }
+    cache.flush().expect("flush");
+    drop(cache);
+    let reopened = builder(&path).open();
+    let present: Vec<u64> = (0..10)
+        .filter(|i| reopened.lookup(ns(), &key(1, *i)).is_some())
+        .collect();
+    assert_eq!(present, (4..10).collect::<Vec<_>>());
+    drop(reopened);
+    // By size: the most recently recorded are kept, the file under the limit.
+    let path = path_in(&dir, "s.tcache");
+    let cache = builder(&path).compaction(0.0, 0).open();
+    for id in 0..200 {
+        cache.put(ns(), aged(id, now - 10_000 + id));
+    }
+    cache.flush().expect("flush");
+    drop(cache);
+    let full = std::fs::metadata(&path).expect("file").len();
+    let limit = full / 2;
+    let cache = builder(&path)
+        .compaction(0.0, 0)
+        .retention(Some(limit), None)
+        .open();
+    cache.put(ns(), aged(500, now));
+    cache.flush().expect("flush");
+    drop(cache);
+    assert!(std::fs::metadata(&path).expect("file").len() <= limit);
+    let reopened = builder(&path).open();
+    assert!(
+        reopened.lookup(ns(), &key(1, 500)).is_some(),
+        "the newest stays"
+    );
+    assert!(reopened.lookup(ns(), &key(1, 199)).is_some());
+    assert!(
+        reopened.lookup(ns(), &key(1, 0)).is_none(),
+        "the oldest went"
+    );
+}
