@@ -144,7 +144,8 @@ impl CacheBuilder {
     }
 
     /// What each compaction of the file drops: entries recorded longer ago than `max_age`,
-    /// then the entries recorded longest ago until the snapshot fits `max_bytes` (the journal
+    /// then the entries of stale scopes ([`crate::STALE_SCOPE_AFTER`]) and those recorded
+    /// longest ago until the snapshot fits `max_bytes` (the journal
     /// grows past it between compactions). What this process holds in memory stays usable;
     /// other processes no longer read the dropped entries. `tunecache gc` applies the same
     /// rule at once.

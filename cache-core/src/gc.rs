@@ -16,8 +16,8 @@ use crate::lock::CacheLock;
 /// What [`gc_file`] removes.
 #[derive(Debug, Clone)]
 pub struct GcPolicy {
-    /// Keep the snapshot at most this many bytes, dropping the entries recorded longest ago
-    /// first.
+    /// Keep the snapshot at most this many bytes, dropping the entries of stale scopes
+    /// ([`STALE_SCOPE_AFTER`]) first, then those recorded longest ago.
     pub max_bytes: Option<u64>,
     /// Drop entries recorded longer ago than this.
     pub max_age: Option<Duration>,
@@ -128,8 +128,13 @@ pub struct Retention {
     pub max_bytes: Option<u64>,
 }
 
-/// `data` without the entries recorded before `max_age` ago, then without the entries
-/// recorded longest ago until its snapshot encodes in at most `max_bytes`; returns what is
+/// A scope with no result recorded for this long, while others of the same file received
+/// results since, is stale: a size limit drops its entries before any other's.
+pub const STALE_SCOPE_AFTER: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// `data` without the entries recorded before `max_age` ago, then without the entries of
+/// stale scopes (see [`STALE_SCOPE_AFTER`]) and those recorded longest ago until its snapshot
+/// encodes in at most `max_bytes`; returns what is
 /// kept, how many went for age and for size, and the encoded size of what is kept.
 pub(crate) fn prune(
     data: &CacheData,
@@ -150,7 +155,25 @@ pub(crate) fn prune(
             )
         })
         .collect();
-    all.sort_by(|a, b| (a.0, a.1, &a.2, a.3).cmp(&(b.0, b.1, &b.2, b.3)));
+    // Stale scopes first: a scope nothing was recorded in for STALE_SCOPE_AFTER while the file
+    // kept receiving results elsewhere (an old driver, a retired GPU kind) goes whole, the
+    // scope that went quiet longest ago first; then every other entry, oldest first.
+    let mut newest: std::collections::HashMap<Fingerprint, u64> = std::collections::HashMap::new();
+    for (at, s, ..) in &all {
+        let n = newest.entry(*s).or_insert(0);
+        *n = (*n).max(*at);
+    }
+    let file_newest = newest.values().copied().max().unwrap_or(0);
+    let stale_gap = u64::try_from(STALE_SCOPE_AFTER.as_millis()).unwrap_or(u64::MAX);
+    let rank = |s: &Fingerprint| {
+        let last = newest.get(s).copied().unwrap_or(0);
+        if last.saturating_add(stale_gap) < file_newest {
+            (0u8, last)
+        } else {
+            (1u8, 0)
+        }
+    };
+    all.sort_by(|a, b| (rank(&a.1), a.0, a.1, &a.2, a.3).cmp(&(rank(&b.1), b.0, b.1, &b.2, b.3)));
     let oldest_kept = max_age
         .map(|age| now_millis().saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)));
     let mut kept = CacheData::new();
@@ -264,4 +287,80 @@ fn prune_leftovers(paths: &Paths, age: Duration, dry_run: bool) -> Vec<PathBuf> 
     }
     removed.sort();
     removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cache_format::{Candidate, CandidateId, Entry, Fields, Key, Origin, Outcome, Stats, Value};
+
+    fn entry(id: i64, at: u64) -> Entry {
+        let mut c = Candidate::new(
+            CandidateId::new("tiled", &[("tile", 8)]),
+            Outcome::Measured(Stats {
+                median_ns: 100.0,
+                min_ns: 90.0,
+                spread_ns: 2.0,
+                samples: 9,
+            }),
+        );
+        c.measured_at = at;
+        let key = Key::new(Fields::from([("id".to_owned(), Value::Int(id))]));
+        Entry::new(
+            key,
+            Fingerprint::default(),
+            Origin::Imported("t".into()),
+            at,
+            [c],
+        )
+    }
+
+    fn scope(driver: i64) -> Scope {
+        Scope::new(Fields::from([("driver".to_owned(), Value::Int(driver))]))
+    }
+
+    #[test]
+    fn a_size_limit_drops_a_stale_scope_before_older_entries_of_a_live_one() {
+        const DAY: u64 = 24 * 3600 * 1000;
+        let now = now_millis();
+        let (old, live) = (scope(550), scope(560));
+        let mut data = CacheData::new();
+        // The old driver's scope went quiet 60 days ago, with 20 entries.
+        for i in 0..20 {
+            data.insert(&old, "mm", entry(i, now - 60 * DAY - i as u64));
+        }
+        // The live scope has one entry older than all of those, and 20 recent ones.
+        data.insert(&live, "mm", entry(1000, now - 90 * DAY));
+        for i in 0..20 {
+            data.insert(&live, "mm", entry(2000 + i, now - i as u64 * 1000));
+        }
+        let registry = Migrations::new("gc", 1);
+        let mut live_only = CacheData::new();
+        for (s, ns, e) in data.entries().filter(|(s, ..)| **s == live) {
+            live_only.insert(s, ns, e.clone());
+        }
+        let limit = encoded_len(&registry, &live_only);
+        let (kept, by_age, by_size, bytes) = prune(&data, &registry, None, Some(limit));
+        assert!(bytes <= limit);
+        assert_eq!((by_age, by_size), (0, 20));
+        assert_eq!(kept.len(), 21);
+        assert!(
+            kept.entries().all(|(s, ..)| *s == live),
+            "the stale scope went whole"
+        );
+
+        // Without a gap of STALE_SCOPE_AFTER, age alone decides: the oldest live entry goes first.
+        let mut fresh = CacheData::new();
+        for i in 0..20 {
+            fresh.insert(&old, "mm", entry(i, now - 60 * DAY - i as u64));
+        }
+        fresh.insert(&live, "mm", entry(1000, now - 90 * DAY));
+        for i in 0..20 {
+            fresh.insert(&live, "mm", entry(2000 + i, now - 59 * DAY - i as u64));
+        }
+        let (kept, _, by_size, _) = prune(&fresh, &registry, None, Some(limit));
+        assert!(by_size >= 1);
+        let oldest = Key::new(Fields::from([("id".to_owned(), Value::Int(1000))]));
+        assert!(kept.get(&live, "mm", &oldest.fingerprint()).is_none());
+    }
 }

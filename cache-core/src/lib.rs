@@ -43,7 +43,7 @@ pub use config::{
     default_dir, file_name,
 };
 pub use error::StoreError;
-pub use gc::{GcPolicy, GcReport, Retention, gc_file};
+pub use gc::{GcPolicy, GcReport, Retention, STALE_SCOPE_AFTER, gc_file};
 pub use inspect::{GateVerdict, Inspection, JournalInfo, SnapshotInfo, inspect};
 pub use memory::MemoryStore;
 pub use migrate::{MigrateOptions, MigrateOutcome, migrate_file};

@@ -47,6 +47,13 @@ impl Drop for ChildGuard {
 /// Starts this test binary as a child in `role`, on the cache file `path`, with `args` and
 /// extra environment variables. Its environment has no `TUNECACHE_*` variable of the parent.
 pub fn spawn(role: &str, path: &Path, args: &[&str], extra_env: &[(&str, &str)]) -> ChildGuard {
+    let mut cmd = command(role, path, args, extra_env);
+    ChildGuard(cmd.spawn().expect("spawn child process"))
+}
+
+/// The command [`spawn`] runs, for a caller that changes it first (e.g. runs it as another
+/// user).
+pub fn command(role: &str, path: &Path, args: &[&str], extra_env: &[(&str, &str)]) -> Command {
     let exe = std::env::current_exe().expect("test binary path");
     let mut cmd = Command::new(exe);
     crate::env::clean(&mut cmd);
@@ -64,7 +71,7 @@ pub fn spawn(role: &str, path: &Path, args: &[&str], extra_env: &[(&str, &str)])
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
-    ChildGuard(cmd.spawn().expect("spawn child process"))
+    cmd
 }
 
 /// In a child: its role, cache file and arguments; `None` in a normal test run.

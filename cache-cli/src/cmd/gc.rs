@@ -20,8 +20,9 @@ use crate::output::{Out, Report};
 /// The arguments of `tunecache gc`.
 #[derive(Debug, Args)]
 pub(crate) struct GcArgs {
-    /// Keep the file at most this size (bytes, or with K, M or G), dropping the entries
-    /// recorded longest ago first
+    /// Keep the file at most this size (bytes, or with K, M or G), dropping first the entries
+    /// of stale scopes (nothing recorded there for 30 days while other scopes got results),
+    /// then those recorded longest ago
     #[arg(long, value_name = "SIZE", value_parser = size)]
     max_size: Option<u64>,
     /// Drop entries recorded more than this many days ago

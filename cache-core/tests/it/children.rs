@@ -29,6 +29,7 @@ fn child_process_entry() {
         "fsize" => fsize(path, num(0), &args[1]),
         "migrate-fsize" => migrate_fsize(path, num(0)),
         "env-open" => env_open(),
+        "system-reader" => system_reader(path, &args),
         other => panic!("unknown child role {other}"),
     }
 }
@@ -196,4 +197,27 @@ fn env_open() {
             .unwrap_or_else(|| "none".into())
     );
     say!("flush {}", if flushed.is_ok() { "ok" } else { "err" });
+}
+
+/// Opens `path` with the system files `args[1..]` (in the directory `args[0]`), says whether it
+/// may create a file in that directory, which shipped entries hit, then records and flushes one
+/// result of its own.
+fn system_reader(path: PathBuf, args: &[String]) {
+    let probe = std::path::Path::new(&args[0]).join("probe");
+    match std::fs::File::create(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            say!("writable");
+        }
+        Err(e) => say!("read-only {:?}", e.kind()),
+    }
+    let cache = builder(&path).system_files(&args[1..]).open();
+    let hits = (0..5)
+        .filter(|id| crate::support::has(&cache, 7, *id))
+        .count()
+        + usize::from(crate::support::has(&cache, 8, 1));
+    say!("hits {hits}");
+    cache.put(ns(), entry(1, 1));
+    cache.flush().expect("the user's own file");
+    say!("done");
 }

@@ -64,6 +64,62 @@ fn lookups_hit_the_system_tier_and_nothing_is_created_there() {
     );
 }
 
+/// The acceptance case as a real process that cannot write the system folder: the tests run
+/// as root here, so the reader runs as `nobody` (a folder's mode does not stop root).
+#[test]
+fn a_system_tier_in_a_read_only_directory_hits_and_gains_no_file() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+
+    let sys = temp_dir();
+    let (bundle, file) = system_files(sys.path());
+    for f in [&bundle, &file] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+    }
+    std::fs::set_permissions(sys.path(), std::fs::Permissions::from_mode(0o555)).expect("chmod");
+    let before = listing(sys.path());
+    let user = temp_dir();
+    std::fs::set_permissions(user.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let path = path_in(&user, "u.tcache");
+    let args = [
+        sys.path().to_str().expect("utf-8"),
+        bundle.to_str().expect("utf-8"),
+        file.to_str().expect("utf-8"),
+    ];
+    let mut cmd = test_support::child::command("system-reader", &path, &args, &[]);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.uid(65534).gid(65534);
+    }
+    let out = cmd.output().expect("run the reader");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = said
+        .lines()
+        .filter_map(|l| Some(&l[l.find(crate::support::MARK)? + crate::support::MARK.len()..]))
+        .collect();
+    assert!(
+        out.status.success(),
+        "{said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        lines,
+        ["read-only PermissionDenied", "hits 6", "done"],
+        "{said}"
+    );
+    assert_eq!(
+        listing(sys.path()),
+        before,
+        "no file or lock in the system folder"
+    );
+    let cache = builder(&path).open();
+    assert!(
+        has(&cache, 1, 1),
+        "the reader's own result is in its own file"
+    );
+    std::fs::set_permissions(sys.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
 #[test]
 fn the_users_entries_win_over_the_system_tier() {
     let sys = temp_dir();
