@@ -385,7 +385,7 @@ impl ImportArgs {
                 problems.join("; ")
             );
         }
-        let (manifest, _) = read.context("an unreadable bundle")?;
+        let (manifest, checked) = read.context("an unreadable bundle")?;
         let given = match &self.migrations {
             Some(f) => Some(ctx.migration_file(f)?),
             None => None,
@@ -437,17 +437,25 @@ impl ImportArgs {
             }
             registry
         };
-        let bundle = read_bundle(&bytes, &Limits::default())?;
-        let snap = read_snapshot(bundle.snapshot, &Limits::default())?;
-        let up = cache_core::cache_migrate::upgrade(
-            &registry,
-            snap.format,
-            &snap.header.app,
-            snap.header.schema,
-            snap.payload_bytes(),
-            &Limits::default(),
-        )
-        .with_context(|| format!("{}: nothing was imported", self.bundle.display()))?;
+        // The check decoded every entry at the bundle's own schema: reuse that unless a
+        // migration is due.
+        let incoming = if manifest.schema == schema {
+            checked
+        } else {
+            let bundle = read_bundle(&bytes, &Limits::default())?;
+            let snap = read_snapshot(bundle.snapshot, &Limits::default())?;
+            cache_core::cache_migrate::upgrade(
+                &registry,
+                snap.format,
+                &snap.header.app,
+                snap.header.schema,
+                snap.payload_bytes(),
+                &Limits::default(),
+            )
+            .with_context(|| format!("{}: nothing was imported", self.bundle.display()))?
+            .data
+        };
+        drop(bytes);
         let existing = if path.exists() {
             ctx.inspect_as_read(&path)?.data()
         } else {
@@ -459,26 +467,32 @@ impl ImportArgs {
             migrated_from: (manifest.schema != schema).then_some(manifest.schema),
             ..ImportCounts::default()
         };
-        let mut take = CacheData::new();
-        for (scope, ns, entry) in up.data.entries() {
-            match existing.get(scope, ns, &entry.fingerprint()) {
-                None => counts.added += 1,
-                Some(_) if self.policy == Policy::Fill => {
-                    counts.skipped += 1;
-                    continue;
-                }
-                Some(held) => {
-                    let mut merged = held.clone();
-                    merged.merge(entry.clone());
-                    if merged == *held {
+        let take = if existing.is_empty() {
+            counts.added = incoming.len();
+            incoming
+        } else {
+            let mut take = CacheData::new();
+            for (scope, ns, entry) in incoming.entries() {
+                match existing.get(scope, ns, &entry.fingerprint()) {
+                    None => counts.added += 1,
+                    Some(_) if self.policy == Policy::Fill => {
                         counts.skipped += 1;
                         continue;
                     }
-                    counts.replaced += 1;
+                    Some(held) => {
+                        let mut merged = held.clone();
+                        merged.merge(entry.clone());
+                        if merged == *held {
+                            counts.skipped += 1;
+                            continue;
+                        }
+                        counts.replaced += 1;
+                    }
                 }
+                take.insert(scope, ns, entry.clone());
             }
-            take.insert(scope, ns, entry.clone());
-        }
+            take
+        };
         if !take.is_empty() {
             let options = AppendOptions {
                 lock_timeout: self.wait.wait,
