@@ -34,7 +34,7 @@ mod record;
 mod remote;
 mod store;
 
-pub use artifact::{ArtifactStore, Eviction};
+pub use artifact::{ARTIFACT_HEADER_LEN, ArtifactStore, Blob, BlobCheck, BlobInfo, Eviction};
 pub use cache::system::ENV_SYSTEM_PATH;
 pub use cache::{Cache, Health, Mode, check_entry};
 pub use claim::{Claim, ClaimGuard};

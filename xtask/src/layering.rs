@@ -9,11 +9,12 @@ use serde_json::Value;
 
 /// The layers, lowest first. A crate may depend (normally, not for tests) only on crates in
 /// lower layers.
-pub(crate) const LAYERS: [&str; 6] = [
+pub(crate) const LAYERS: [&str; 7] = [
     "cache-format",
     "cache-migrate",
     "cache-core",
     "cache-remote",
+    "cache-outputs",
     "gpu-tuner",
     "cache-cli",
 ];

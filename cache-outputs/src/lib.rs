@@ -1,0 +1,527 @@
+//! Output caching: the value of an expensive function, looked up by a key that covers every
+//! input, computed and stored on a miss.
+//!
+//! torchcache's idea done with keys that cannot collide and limits that are limits:
+//! - [`KeyBuilder`] hashes the function's identity, a required version, its configuration
+//!   and every argument in order (kind, dtype, shape, byte order, and an XXH3-128 digest of
+//!   all of its bytes). [`KeyBuilder::batch_keys`] keys each item of a batch on its own, so a
+//!   hit does not depend on the batch it came in.
+//! - Values are bytes with a small header ([`Tensor`] in, [`Output`] out), never a pickle;
+//!   zstd per cache ([`Codec`]); a large raw value is memory-mapped, not copied.
+//! - The directory is an [`cache_core::ArtifactStore`]: a byte limit over the whole
+//!   directory (every process's values), least recently used evicted in one batch, a
+//!   per-entry cap; in front of it a byte-bounded in-memory tier.
+//! - Writes are atomic; a damaged value is a miss and is removed; one computation per key
+//!   across threads and processes, with a bounded wait ([`OutputCache::get_or_compute`]).
+//! - [`OutputCache::session`] makes a cache in a fresh directory that goes away with its
+//!   owner, and reaps those of killed processes.
+
+mod key;
+mod memory;
+mod session;
+mod value;
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use cache_core::cache_format::Fingerprint;
+use cache_core::{ArtifactStore, StoreError};
+
+pub use cache_core::cache_format::Fingerprint as OutputKey;
+pub use cache_core::cache_format::{Fields, Value};
+pub use key::{Arg, KeyBuilder, TensorRef, content_hash};
+pub use session::{default_root as default_session_root, reap as reap_sessions};
+pub use value::{ByteOrder, Codec, DType, MAX_DIMS, Output, Tensor, ValueError, check_value};
+
+use memory::Memory;
+use session::Session;
+
+/// Why an output cache could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// The directory could not be used.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A session directory could not be made.
+    #[error("cannot make a session cache under {path}: {source}")]
+    Session {
+        /// Where.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Counters of an [`OutputCache`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutputStats {
+    /// Served from memory.
+    pub memory_hits: u64,
+    /// Served from the directory.
+    pub disk_hits: u64,
+    /// Not found.
+    pub misses: u64,
+    /// Computed here.
+    pub computed: u64,
+    /// Found computed by another thread or process after waiting for it.
+    pub waited: u64,
+    /// Damaged values found (each removed).
+    pub damaged: u64,
+    /// Values not stored: over the per-entry cap, or the directory could not take them.
+    pub not_stored: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    memory_hits: AtomicU64,
+    disk_hits: AtomicU64,
+    misses: AtomicU64,
+    computed: AtomicU64,
+    waited: AtomicU64,
+    damaged: AtomicU64,
+    not_stored: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Settings of an [`OutputCache`]; see [`OutputCache::builder`].
+#[derive(Debug, Clone)]
+pub struct OutputCacheBuilder {
+    dir: PathBuf,
+    max_bytes: u64,
+    max_entry_bytes: u64,
+    memory_bytes: u64,
+    codec: Codec,
+    wait: Duration,
+    low_water: f64,
+}
+
+impl OutputCacheBuilder {
+    /// The byte limit of the directory (default 10 GiB), measured over every file in it.
+    pub fn max_bytes(mut self, bytes: u64) -> Self {
+        self.max_bytes = bytes;
+        self
+    }
+
+    /// The largest value stored (default: no cap beyond `max_bytes`); a larger one is
+    /// returned but not kept.
+    pub fn max_entry_bytes(mut self, bytes: u64) -> Self {
+        self.max_entry_bytes = bytes;
+        self
+    }
+
+    /// The byte bound of the in-memory tier (default 256 MiB; 0 turns it off).
+    pub fn memory_bytes(mut self, bytes: u64) -> Self {
+        self.memory_bytes = bytes;
+        self
+    }
+
+    /// How values are stored (default [`Codec::Raw`]).
+    pub fn codec(mut self, codec: Codec) -> Self {
+        self.codec = codec;
+        self
+    }
+
+    /// The longest wait for another thread or process computing the same key (default 60 s);
+    /// past it, this caller computes the value itself.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Eviction goes down to this share of the limit (default 1.0: exactly to the limit).
+    pub fn low_water(mut self, share: f64) -> Self {
+        self.low_water = share;
+        self
+    }
+
+    /// Opens the cache, creating its directory.
+    pub fn open(self) -> Result<OutputCache, OutputError> {
+        self.open_with(None)
+    }
+
+    fn open_with(self, session: Option<Session>) -> Result<OutputCache, OutputError> {
+        let store = ArtifactStore::open(&self.dir, self.max_bytes)?
+            .with_entry_cap(self.max_entry_bytes)
+            .with_low_water(self.low_water)
+            .with_durable_writes(false);
+        let claims = self.dir.join("claims");
+        Ok(OutputCache {
+            store,
+            claims,
+            memory: Mutex::new(Memory::new(self.memory_bytes)),
+            codec: self.codec,
+            wait: self.wait,
+            flights: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+            _session: session,
+        })
+    }
+}
+
+/// One computation in flight in this process.
+#[derive(Debug, Default)]
+struct Flight {
+    done: Mutex<Option<Option<Arc<Output>>>>,
+    cv: Condvar,
+}
+
+/// A directory of cached outputs; see the crate's documentation.
+#[derive(Debug)]
+pub struct OutputCache {
+    store: ArtifactStore,
+    claims: PathBuf,
+    memory: Mutex<Memory>,
+    codec: Codec,
+    wait: Duration,
+    flights: Mutex<HashMap<Fingerprint, Arc<Flight>>>,
+    counters: Counters,
+    // Last: dropped after the store, so the directory is removed after everything in it.
+    _session: Option<Session>,
+}
+
+impl OutputCache {
+    /// Settings for a cache in `dir`.
+    pub fn builder(dir: impl Into<PathBuf>) -> OutputCacheBuilder {
+        OutputCacheBuilder {
+            dir: dir.into(),
+            max_bytes: 10 << 30,
+            max_entry_bytes: u64::MAX,
+            memory_bytes: 256 << 20,
+            codec: Codec::Raw,
+            wait: Duration::from_secs(60),
+            low_water: 1.0,
+        }
+    }
+
+    /// A session cache: a fresh directory under `root` (default
+    /// [`default_session_root`]), removed when the cache is dropped or the process exits
+    /// normally. Opening one first removes the sessions of processes that died.
+    pub fn session(
+        root: Option<&Path>,
+        settings: impl FnOnce(OutputCacheBuilder) -> OutputCacheBuilder,
+    ) -> Result<OutputCache, OutputError> {
+        let root = root.map_or_else(default_session_root, Path::to_owned);
+        let session = Session::create(&root).map_err(|source| OutputError::Session {
+            path: root.clone(),
+            source,
+        })?;
+        let builder = settings(OutputCache::builder(session.dir()));
+        builder.open_with(Some(session))
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        self.store.dir()
+    }
+
+    /// The store under it (size, eviction, verification).
+    pub fn store(&self) -> &ArtifactStore {
+        &self.store
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> OutputStats {
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        OutputStats {
+            memory_hits: l(&c.memory_hits),
+            disk_hits: l(&c.disk_hits),
+            misses: l(&c.misses),
+            computed: l(&c.computed),
+            waited: l(&c.waited),
+            damaged: l(&c.damaged),
+            not_stored: l(&c.not_stored),
+        }
+    }
+
+    fn lock_memory(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.memory.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The value stored under `key`: from memory, else from the directory (checked; a damaged
+    /// one is removed and is a miss). An I/O error is a miss, with a warning.
+    pub fn get(&self, key: &Fingerprint) -> Option<Arc<Output>> {
+        let found = self.lookup(key);
+        if found.is_none() {
+            bump(&self.counters.misses);
+        }
+        found
+    }
+
+    fn lookup(&self, key: &Fingerprint) -> Option<Arc<Output>> {
+        if let Some((out, touch)) = self.lock_memory().get(key) {
+            bump(&self.counters.memory_hits);
+            if touch {
+                // Tell the directory's LRU the value is in use (at most once a second).
+                let _ = fs::File::options()
+                    .write(true)
+                    .open(self.store.path_of(key))
+                    .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+            }
+            return Some(out);
+        }
+        self.read_disk(key)
+    }
+
+    fn read_disk(&self, key: &Fingerprint) -> Option<Arc<Output>> {
+        let blob = match self.store.get_blob(key) {
+            Ok(Some(b)) => b,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!("tunecache outputs: {e}");
+                return None;
+            }
+        };
+        match Output::from_blob(blob) {
+            Ok(out) => {
+                bump(&self.counters.disk_hits);
+                let out = Arc::new(out);
+                self.lock_memory().insert(*key, out.clone());
+                Some(out)
+            }
+            Err(e) => {
+                // The framing's checksum held, the value inside did not: a foreign or
+                // newer writer. Not ours to use.
+                bump(&self.counters.damaged);
+                tracing::warn!(
+                    "tunecache outputs: removing {}: {e}",
+                    self.store.path_of(key).display()
+                );
+                self.store.remove(key);
+                None
+            }
+        }
+    }
+
+    /// Stores `value` under `key`; false if it was not kept (over the per-entry cap, or the
+    /// directory refused it: a warning says why). The value is in memory either way.
+    pub fn put(&self, key: &Fingerprint, value: Tensor) -> (bool, Arc<Output>) {
+        let stored = self.store_value(key, &value);
+        let out = Arc::new(Output::from_tensor(value));
+        self.lock_memory().insert(*key, out.clone());
+        (stored, out)
+    }
+
+    fn store_value(&self, key: &Fingerprint, value: &Tensor) -> bool {
+        let compressed = value::compress(&value.data, self.codec);
+        let (codec, data) = match &compressed {
+            Some(c) if c.len() < value.data.len() => (self.codec, c.as_slice()),
+            _ => (Codec::Raw, value.data.as_slice()),
+        };
+        let header = value::encode_header(value, codec, data.len() as u64);
+        match self.store.put_parts(key, &[&header, data]) {
+            Ok(true) => true,
+            Ok(false) => {
+                bump(&self.counters.not_stored);
+                false
+            }
+            Err(e) => {
+                bump(&self.counters.not_stored);
+                tracing::warn!("tunecache outputs: a value was not stored: {e}");
+                false
+            }
+        }
+    }
+
+    /// The value under `key`, or `compute()`'s, stored before it is returned. One caller
+    /// computes a key at a time, across threads and processes: the others wait (at most the
+    /// configured wait, then compute themselves) and read what it stored. An error of
+    /// `compute` is returned and nothing is stored; the cache's own failures are warnings.
+    pub fn get_or_compute<E>(
+        &self,
+        key: &Fingerprint,
+        compute: impl FnOnce() -> Result<Tensor, E>,
+    ) -> Result<Arc<Output>, E> {
+        if let Some(out) = self.lookup(key) {
+            return Ok(out);
+        }
+        bump(&self.counters.misses);
+        // In this process: one leader per key.
+        let (flight, leader) = {
+            let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
+            match flights.get(key) {
+                Some(f) => (f.clone(), false),
+                None => {
+                    let f = Arc::new(Flight::default());
+                    flights.insert(*key, f.clone());
+                    (f, true)
+                }
+            }
+        };
+        if !leader {
+            let deadline = Instant::now() + self.wait;
+            let mut done = flight.done.lock().unwrap_or_else(|p| p.into_inner());
+            while done.is_none() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                done = flight
+                    .cv
+                    .wait_timeout(done, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            if let Some(Some(out)) = done.as_ref() {
+                bump(&self.counters.waited);
+                return Ok(out.clone());
+            }
+            drop(done);
+            // The leader failed or is too slow: compute it here.
+            let value = compute()?;
+            bump(&self.counters.computed);
+            return Ok(self.put(key, value).1);
+        }
+        let mut guard = FlightGuard {
+            cache: self,
+            key: *key,
+            flight,
+            result: None,
+        };
+        // Across processes: a claim file per key, locked.
+        let claim = self.claim(key);
+        // Whether we waited or not: a process may have stored it between our first look and
+        // the claim.
+        if let Some(out) = self.read_disk(key) {
+            bump(&self.counters.waited);
+            guard.result = Some(out.clone());
+            return Ok(out);
+        }
+        let value = compute()?;
+        bump(&self.counters.computed);
+        let (_, out) = self.put(key, value);
+        guard.result = Some(out.clone());
+        drop(claim);
+        Ok(out)
+    }
+
+    /// Takes the key's claim, waiting (bounded) for another process that holds it; the caller
+    /// re-reads the directory before computing.
+    fn claim(&self, key: &Fingerprint) -> Claim {
+        let path = self.claims.join(format!("{}.lock", key.to_hex()));
+        let file = fs::create_dir_all(&self.claims).and_then(|()| {
+            fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+        });
+        let Ok(file) = file else {
+            // No claims here (a read-only or full disk): compute without one.
+            return Claim { file: None, path };
+        };
+        let deadline = Instant::now() + self.wait;
+        let mut pause = Duration::from_micros(200);
+        loop {
+            match file.try_lock() {
+                Ok(()) => {
+                    return Claim {
+                        file: Some(file),
+                        path,
+                    };
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    // The holder may have finished: its value is then on disk.
+                    if self.store.contains(key) || Instant::now() >= deadline {
+                        return Claim { file: None, path };
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                Err(fs::TryLockError::Error(_)) => {
+                    return Claim { file: None, path };
+                }
+            }
+        }
+    }
+
+    /// The values of a batch's items (keys from [`KeyBuilder::batch_keys`]): the cached ones
+    /// are read, and `compute` is called once with the indices of the missing ones (in
+    /// order) and must return their values in that order; those are stored. Returns every
+    /// item's value in order.
+    pub fn get_or_compute_batch<E>(
+        &self,
+        keys: &[Fingerprint],
+        compute: impl FnOnce(&[usize]) -> Result<Vec<Tensor>, E>,
+    ) -> Result<Vec<Arc<Output>>, BatchError<E>> {
+        let mut found: Vec<Option<Arc<Output>>> = keys.iter().map(|k| self.lookup(k)).collect();
+        let missing: Vec<usize> = (0..keys.len()).filter(|i| found[*i].is_none()).collect();
+        if !missing.is_empty() {
+            for _ in &missing {
+                bump(&self.counters.misses);
+            }
+            let values = compute(&missing).map_err(BatchError::Compute)?;
+            if values.len() != missing.len() {
+                return Err(BatchError::Count {
+                    asked: missing.len(),
+                    got: values.len(),
+                });
+            }
+            for (i, v) in missing.iter().zip(values) {
+                bump(&self.counters.computed);
+                found[*i] = Some(self.put(&keys[*i], v).1);
+            }
+        }
+        Ok(found.into_iter().flatten().collect())
+    }
+}
+
+/// Why a batch could not be completed.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError<E> {
+    /// The computation failed.
+    #[error("the computation failed")]
+    Compute(E),
+    /// The computation returned a different number of values than it was asked for.
+    #[error("asked for {asked} values, the computation returned {got}")]
+    Count {
+        /// Asked for.
+        asked: usize,
+        /// Returned.
+        got: usize,
+    },
+}
+
+struct Claim {
+    file: Option<fs::File>,
+    path: PathBuf,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Some(file) = self.file.take() {
+            // Remove it while held: a process that opened it before still re-reads the
+            // directory after taking it, and finds the value.
+            let _ = fs::remove_file(&self.path);
+            drop(file);
+        }
+    }
+}
+
+/// Ends a leader's flight however it ends (a value, an error, a panic), waking the others.
+struct FlightGuard<'a> {
+    cache: &'a OutputCache,
+    key: Fingerprint,
+    flight: Arc<Flight>,
+    result: Option<Arc<Output>>,
+}
+
+impl Drop for FlightGuard<'_> {
+    fn drop(&mut self) {
+        self.cache
+            .flights
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key);
+        *self.flight.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.result.take());
+        self.flight.cv.notify_all();
+    }
+}
