@@ -435,6 +435,12 @@ impl ArtifactStore {
         Ok(check)
     }
 
+    /// The checked payload of the blob file at `path` (`None`: damaged), changing nothing.
+    pub fn read_checked(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
+        let bytes = fs::read(path).map_err(|e| StoreError::io("read", path, e))?;
+        Ok(decode(&bytes).map(<[u8]>::to_vec))
+    }
+
     /// Removes every blob; returns how many.
     pub fn clear(&self) -> Result<usize, StoreError> {
         let mut removed = 0;

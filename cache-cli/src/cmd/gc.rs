@@ -54,7 +54,7 @@ struct GcOut {
 }
 
 /// `1234`, `64K`, `10M`, `2G` (powers of 1024).
-fn size(s: &str) -> Result<u64, String> {
+pub(crate) fn size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
         Some('K') => (&t[..t.len() - 1], 1u64 << 10),

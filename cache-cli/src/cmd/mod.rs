@@ -11,6 +11,7 @@ pub(crate) mod import;
 pub(crate) mod list;
 pub(crate) mod merge;
 pub(crate) mod migrate;
+pub(crate) mod outputs;
 pub(crate) mod put;
 pub(crate) mod remote;
 pub(crate) mod show;
@@ -58,6 +59,8 @@ pub(crate) enum Command {
     Bundle(bundle::BundleArgs),
     /// Compare two caches key by key: winners kept, changed, regressed; exit 3 on --fail-on
     Diff(diff::DiffArgs),
+    /// An output cache's directory (cache-outputs): stats, verify, gc --max-size, clear
+    Outputs(outputs::OutputsArgs),
 }
 
 /// Runs one command; returns its exit code.
@@ -79,5 +82,6 @@ pub(crate) fn dispatch(command: Command, ctx: &Context<'_>, out: &mut Out) -> an
         Command::Gc(args) => args.run(ctx, out),
         Command::Explain(args) => args.run(ctx, out),
         Command::Merge(args) => args.run(ctx, out),
+        Command::Outputs(args) => args.run(ctx, out),
     }
 }

@@ -7,6 +7,7 @@ mod explain;
 mod gc;
 mod merge;
 mod migrate;
+mod outputs;
 mod robustness;
 mod shared;
 mod tune;
