@@ -9,7 +9,11 @@
 //! 3. `cargo test --workspace --locked` with that environment's `bin` first on `PATH`, NVRTC's
 //!    library folder on `LD_LIBRARY_PATH`, and `TUNECACHE_SKIP_LOG` naming a file where every
 //!    skipped test writes why (test-support's `skip::missing`).
-//! 4. A skip fails the run (listing each), unless `--allow-skips` was given.
+//! 4. The Python package (`python/`): built into that environment with `maturin develop`,
+//!    then its tests run with pytest (`python/tests`; a skipped one is logged like a Rust
+//!    skip; no test collected, pytest's exit code 5, fails the run). Tests marked `torch` are
+//!    deselected, with a message, when torch is not installed (CI does not install it).
+//! 5. A skip fails the run (listing each), unless `--allow-skips` was given.
 //!
 //! Arguments after `--` go to `cargo test`.
 
@@ -19,7 +23,13 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// The Python packages the tests need.
-const PACKAGES: [&str; 2] = ["msgpack", "nvidia-cuda-nvrtc-cu12"];
+const PACKAGES: [&str; 5] = [
+    "msgpack",
+    "nvidia-cuda-nvrtc-cu12",
+    "maturin>=1.9,<2",
+    "numpy",
+    "pytest",
+];
 
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let mut allow_skips = false;
@@ -58,6 +68,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     if !status.success() {
         bail!("the tests failed");
     }
+    python_tests(root, &venv, &skip_log)?;
     let log = std::fs::read_to_string(&skip_log).unwrap_or_default();
     println!("xtask test: {}", verdict(&log, allow_skips)?);
     Ok(())
@@ -136,9 +147,13 @@ fn prepare_venv(venv: &Path) -> anyhow::Result<PathBuf> {
         )?;
     }
     let have = Command::new(&python)
-        .args(["-c", "import msgpack, nvidia.cuda_nvrtc"])
+        .args([
+            "-c",
+            "import msgpack, nvidia.cuda_nvrtc, numpy, pytest, maturin",
+        ])
         .output()
-        .is_ok_and(|o| o.status.success());
+        .is_ok_and(|o| o.status.success())
+        && venv.join("bin").join("maturin").exists();
     if !have {
         run_checked(
             Command::new(&python)
@@ -154,6 +169,58 @@ fn prepare_venv(venv: &Path) -> anyhow::Result<PathBuf> {
         )?;
     }
     Ok(python)
+}
+
+/// Builds the Python package into the test environment and runs its tests.
+fn python_tests(root: &Path, venv: &Path, skip_log: &Path) -> anyhow::Result<()> {
+    let bin = venv.join("bin");
+    let path = prepend("PATH", &bin);
+    println!("xtask test: building the Python package (maturin develop)");
+    run_checked(
+        Command::new(bin.join("maturin"))
+            .current_dir(root)
+            .args(["develop", "--quiet", "--manifest-path", "python/Cargo.toml"])
+            .env("VIRTUAL_ENV", venv)
+            .env("PATH", &path),
+        "build the Python package into the test environment (maturin develop)",
+    )?;
+    let python = bin.join("python3");
+    let has_torch = Command::new(&python)
+        .args(["-c", "import torch"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let mut pytest = Command::new(&python);
+    pytest
+        .current_dir(root.join("python"))
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            "tests",
+        ])
+        .env("PATH", &path)
+        .env("TUNECACHE_SKIP_LOG", skip_log)
+        .env(
+            "TUNECACHE_BIN",
+            root.join("target").join("debug").join("tunecache"),
+        );
+    if !has_torch {
+        println!(
+            "xtask test: torch is not installed: the Python tests marked `torch` are deselected \
+             (pip install torch into {} to run them)",
+            venv.display()
+        );
+        pytest.args(["-m", "not torch"]);
+    }
+    let status = pytest.status().context("cannot run pytest")?;
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(5) => bail!("pytest collected no tests in python/tests: that is a failure"),
+        _ => bail!("the Python tests failed ({status})"),
+    }
 }
 
 /// The folder of libnvrtc inside the NVRTC wheel.

@@ -78,6 +78,10 @@ struct State {
     failures: u32,
     shutdown: bool,
     saver_running: bool,
+    /// `pause_saves` calls not yet resumed: no save starts while this is not 0.
+    paused: u32,
+    /// A save is writing (the file lock may be held).
+    saving: bool,
 }
 
 struct Diagnostics {
@@ -216,6 +220,8 @@ impl Cache {
                 failures: 0,
                 shutdown: false,
                 saver_running: false,
+                paused: 0,
+                saving: false,
             }),
             cv: Condvar::new(),
             diag: Mutex::new(Diagnostics {
@@ -531,6 +537,25 @@ impl Cache {
     /// timeout); past it, `FlushTimeout` and the save goes on in the background.
     pub fn flush_within(&self, timeout: Duration) -> Result<(), StoreError> {
         self.flush_inner(timeout)
+    }
+
+    /// Holds the saver between saves until [`Cache::resume_saves`]: waits for a save in
+    /// progress, and starts no other, so no thread of this cache holds the file lock. Taken
+    /// around `fork()` (the Python package does), so a child never inherits the parent's
+    /// lock. Calls nest; a closing cache saves anyway.
+    pub fn pause_saves(&self) {
+        let mut st = lock(&self.shared.state);
+        st.paused += 1;
+        while st.saving {
+            st = self.shared.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Ends one [`Cache::pause_saves`].
+    pub fn resume_saves(&self) {
+        let mut st = lock(&self.shared.state);
+        st.paused = st.paused.saturating_sub(1);
+        self.shared.cv.notify_all();
     }
 
     /// Whether the latest save failed and the saver is retrying (a lock held by another

@@ -36,6 +36,8 @@ pub(super) struct Inputs {
     pub(super) next_refresh: Option<Instant>,
     /// How long changes are gathered before a save.
     pub(super) save_delay: Duration,
+    /// Saves are held (`Cache::pause_saves`, around a `fork`).
+    pub(super) paused: bool,
 }
 
 impl Inputs {
@@ -56,6 +58,7 @@ impl Inputs {
             retry_at: st.retry_at,
             next_refresh,
             save_delay,
+            paused: st.paused > 0,
         }
     }
 }
@@ -94,6 +97,10 @@ pub(super) fn decide(i: &Inputs, now: Instant) -> Action {
         None
     };
     if save_due.is_some_and(|d| d <= now) {
+        if i.paused && !i.shutdown {
+            // Resuming wakes the saver.
+            return Action::Sleep(None);
+        }
         return Action::Save;
     }
     if i.refresh_wanted || i.next_refresh.is_some_and(|r| r <= now) {
@@ -162,9 +169,16 @@ impl Shared {
                         serves: st.flush_requested,
                     };
                     st.dirty_since = None;
+                    st.saving = true;
                     drop(st);
                     let result = self.save_once(&mut disk, batch, job.rewrite);
-                    match self.settle(job, result) {
+                    let settled = self.settle(job, result);
+                    {
+                        let mut st = lock(&self.state);
+                        st.saving = false;
+                        self.cv.notify_all();
+                    }
+                    match settled {
                         Settled::Saved => {
                             next_refresh = self.refresh_interval.map(|i| Instant::now() + i);
                         }
@@ -325,6 +339,7 @@ mod tests {
             retry_at: None,
             next_refresh: None,
             save_delay: Duration::from_millis(250),
+            paused: false,
         }
     }
 
@@ -464,6 +479,24 @@ mod tests {
         };
         assert_eq!(decide(&i, now), Action::Refresh, "the save is not due yet");
         assert_eq!(decide(&i, now + ms(250)), Action::Save);
+    }
+
+    #[test]
+    fn a_paused_saver_starts_no_save_until_resumed_but_still_stops() {
+        let now = Instant::now();
+        let i = Inputs {
+            flush_wanted: true,
+            dirty_since: Some(now),
+            paused: true,
+            ..idle(now)
+        };
+        assert_eq!(decide(&i, now + ms(1000)), Action::Sleep(None));
+        assert_eq!(decide(&Inputs { paused: false, ..i }, now), Action::Save);
+        let closing = Inputs {
+            shutdown: true,
+            ..i
+        };
+        assert_eq!(decide(&closing, now), Action::Save, "closing saves anyway");
     }
 
     #[test]

@@ -1,0 +1,718 @@
+//! `tunecache._tunecache.Cache`, its entries and candidates, and per-key claims.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use cache_core::cache_format::{
+    CacheData, Candidate, CandidateId, Entry, Fields, Fingerprint, Key, Origin, Outcome, Scope,
+    Stats, now_millis,
+};
+use cache_core::cache_migrate::Migrations;
+use cache_core::{Cache, Claim, ClaimGuard, Mode, Namespace, Store};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use crate::CacheError;
+use crate::keys::{fields_to_py, to_fields};
+
+fn namespace(name: &str) -> PyResult<Namespace> {
+    Namespace::new(name).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+fn params_of(params: Option<&Bound<'_, PyAny>>) -> PyResult<Fields> {
+    match params {
+        None => Ok(Fields::new()),
+        Some(p) if p.is_none() => Ok(Fields::new()),
+        Some(p) => to_fields(p, "params"),
+    }
+}
+
+fn secs(timeout: f64, what: &str) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(timeout).map_err(|_| {
+        PyValueError::new_err(format!("{what} must be a finite number of seconds ≥ 0"))
+    })
+}
+
+/// A persistent autotune cache (the Rust `cache_core::Cache`). The Python class
+/// `tunecache.Cache` wraps it; see its documentation.
+#[pyclass(frozen, module = "tunecache._tunecache", name = "Cache")]
+pub(crate) struct PyCache {
+    cache: ArcSwapOption<Cache>,
+    /// Bumped by every change this process makes (put, refresh, close), so Python can keep a
+    /// memo of hits and know when to drop it.
+    generation: AtomicU64,
+    /// The process that opened it. A forked child must never drop it: its saver thread
+    /// exists only in the parent.
+    pid: u32,
+    app: String,
+    schema: u32,
+}
+
+impl Drop for PyCache {
+    fn drop(&mut self) {
+        if std::process::id() != self.pid
+            && let Some(cache) = self.cache.swap(None)
+        {
+            std::mem::forget(cache);
+        }
+    }
+}
+
+impl PyCache {
+    fn get_cache(&self) -> PyResult<Arc<Cache>> {
+        self.cache
+            .load_full()
+            .ok_or_else(|| CacheError::new_err("the cache is closed"))
+    }
+}
+
+#[pymethods]
+impl PyCache {
+    /// Opens the cache; never fails for its location (an unusable one degrades to memory,
+    /// with a warning). `migrations` is a migration file's JSON text (`app`, `current`,
+    /// `steps`), `remote` a shared tier's address (else `TUNECACHE_REMOTE` is read).
+    #[new]
+    #[pyo3(signature = (app, schema, *, migrations=None, scope=None, path=None, read_only=false, remote=None, save_delay=None, lock_timeout=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        app: &str,
+        schema: u32,
+        migrations: Option<&str>,
+        scope: Option<&Bound<'_, PyAny>>,
+        path: Option<std::path::PathBuf>,
+        read_only: bool,
+        remote: Option<&str>,
+        save_delay: Option<f64>,
+        lock_timeout: Option<f64>,
+    ) -> PyResult<Self> {
+        if app.is_empty() {
+            return Err(PyValueError::new_err("app must not be empty"));
+        }
+        let registry = match migrations {
+            None => Migrations::new(app, schema),
+            Some(text) => {
+                let registry = Migrations::from_json(text)
+                    .map_err(|e| PyValueError::new_err(format!("migrations: {e}")))?;
+                if registry.app() != app || registry.current() != schema {
+                    return Err(PyValueError::new_err(format!(
+                        "migrations are for {} schema {}, the cache for {app} schema {schema}",
+                        registry.app(),
+                        registry.current()
+                    )));
+                }
+                registry
+            }
+        };
+        let scope = match scope {
+            Some(s) if !s.is_none() => Scope::new(to_fields(s, "scope")?),
+            _ => Scope::new(Fields::new()),
+        };
+        let mut builder = Cache::builder(registry).scope(scope).read_only(read_only);
+        if let Some(path) = path {
+            builder = builder.file(path);
+        }
+        if let Some(d) = save_delay {
+            builder = builder.save_delay(secs(d, "save_delay")?);
+        }
+        if let Some(t) = lock_timeout {
+            builder = builder.lock_timeout(secs(t, "lock_timeout")?);
+        }
+        let remote = match remote {
+            Some(address) => cache_remote::connect(address).map(Some),
+            None => cache_remote::from_env(),
+        };
+        match remote {
+            Ok(Some(r)) => builder = builder.remote(r),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("tunecache: no shared tier: {e}"),
+        }
+        let cache = py.detach(move || builder.open());
+        Ok(PyCache {
+            cache: ArcSwapOption::from_pointee(cache),
+            generation: AtomicU64::new(0),
+            pid: std::process::id(),
+            app: app.to_owned(),
+            schema,
+        })
+    }
+
+    /// The application name.
+    #[getter]
+    fn app(&self) -> &str {
+        &self.app
+    }
+
+    /// The current schema version.
+    #[getter]
+    fn schema(&self) -> u32 {
+        self.schema
+    }
+
+    /// The file, or None for a memory-only cache.
+    #[getter]
+    fn path(&self) -> PyResult<Option<std::path::PathBuf>> {
+        Ok(self.get_cache()?.path().map(|p| p.to_owned()))
+    }
+
+    /// The scope, as a dict.
+    #[getter]
+    fn scope<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        fields_to_py(py, self.get_cache()?.scope().fields())
+    }
+
+    /// Changes made through this object so far (a memo keyed on it stays valid while it
+    /// does not move).
+    #[getter]
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.cache.load().is_none()
+    }
+
+    /// The entry for `key` in `namespace`, or None.
+    fn get(&self, namespace: &str, key: &Bound<'_, PyAny>) -> PyResult<Option<PyEntry>> {
+        let fields = to_fields(key, "key")?;
+        let ns = self::namespace(namespace)?;
+        let fp = Fingerprint::of_key(&fields);
+        let cache = self.get_cache()?;
+        Ok(cache.get(ns, &fp).map(|entry| PyEntry { entry }))
+    }
+
+    /// Records one candidate's measurement (or failure) for `key`, merged with what the entry
+    /// holds; returns the entry after the merge.
+    #[pyo3(signature = (namespace, key, algorithm, params=None, *, median_ns=None, min_ns=None, spread_ns=0.0, samples=1, failed=None, tuning_ns=None, candidates=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn put(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        key: &Bound<'_, PyAny>,
+        algorithm: &str,
+        params: Option<&Bound<'_, PyAny>>,
+        median_ns: Option<f64>,
+        min_ns: Option<f64>,
+        spread_ns: f64,
+        samples: u32,
+        failed: Option<String>,
+        tuning_ns: Option<u64>,
+        candidates: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyEntry> {
+        let fields = to_fields(key, "key")?;
+        let ns = self::namespace(namespace)?;
+        let params = params_of(params)?;
+        if algorithm.is_empty() {
+            return Err(PyValueError::new_err("algorithm must not be empty"));
+        }
+        let outcome = match (failed, median_ns) {
+            (Some(reason), None) => Outcome::Failed(reason),
+            (None, Some(median)) => Outcome::Measured(Stats {
+                median_ns: median,
+                min_ns: min_ns.unwrap_or(median),
+                spread_ns,
+                samples,
+            }),
+            (Some(_), Some(_)) => {
+                return Err(PyValueError::new_err(
+                    "give either median_ns (measured) or failed (a reason), not both",
+                ));
+            }
+            (None, None) => {
+                return Err(PyValueError::new_err(
+                    "give median_ns (measured) or failed (a reason)",
+                ));
+            }
+        };
+        let mut candidate = Candidate::new(CandidateId::with_params(algorithm, params), outcome);
+        candidate.tuning_ns = tuning_ns;
+        let key = Key::new(fields);
+        let fp = key.fingerprint();
+        let cache = self.get_cache()?;
+        let set = match candidates {
+            Some(c) if !c.is_none() => candidate_set(c)?,
+            _ => cache.get(ns, &fp).map_or_else(
+                || {
+                    Fingerprint::of_candidate_set(
+                        [(candidate.id.algorithm.as_str(), &candidate.id.params)],
+                        &Fields::new(),
+                    )
+                },
+                |e| e.candidate_set(),
+            ),
+        };
+        let entry = Entry::new(key, set, Origin::here(), now_millis(), [candidate]);
+        py.detach(|| cache.try_put(ns, entry))
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        let entry = cache
+            .get(ns, &fp)
+            .ok_or_else(|| CacheError::new_err("the entry just recorded is not in memory"))?;
+        Ok(PyEntry { entry })
+    }
+
+    /// Every entry of this cache's scope, optionally of one namespace only.
+    #[pyo3(signature = (namespace=None))]
+    fn entries(&self, namespace: Option<&str>) -> PyResult<Vec<(String, PyEntry)>> {
+        let cache = self.get_cache()?;
+        let mut out: Vec<(String, PyEntry)> = cache
+            .entries()
+            .into_iter()
+            .filter(|(ns, _)| namespace.is_none_or(|n| ns.name() == n))
+            .map(|(ns, entry)| (ns.name().to_owned(), PyEntry { entry }))
+            .collect();
+        out.sort_by(|a, b| {
+            (a.0.as_str(), a.1.entry.fingerprint()).cmp(&(b.0.as_str(), b.1.entry.fingerprint()))
+        });
+        Ok(out)
+    }
+
+    /// Merges JSON lines (the CLI's `export` format) into the cache, all or nothing; returns
+    /// how many entries were imported. Lines of another application or schema are refused
+    /// (migrate them with the CLI). `keep_origin` keeps each line's origin; otherwise entries
+    /// are marked imported from `source`, as `tunecache import` does.
+    #[pyo3(signature = (text, source="<python>", keep_origin=false))]
+    fn import_lines(
+        &self,
+        py: Python<'_>,
+        text: &str,
+        source: &str,
+        keep_origin: bool,
+    ) -> PyResult<usize> {
+        use cache_core::cache_format::json::{ImportOrigin, parse_lines_versioned};
+        let policy = if keep_origin {
+            ImportOrigin::Keep
+        } else {
+            ImportOrigin::MarkImported
+        };
+        let cache = self.get_cache()?;
+        let (app, schema) = (self.app.clone(), self.schema);
+        let data = py.detach(|| -> Result<CacheData, String> {
+            let groups = parse_lines_versioned(text, source, policy).map_err(|e| e.to_string())?;
+            let mut data = CacheData::new();
+            for (version, group) in groups {
+                if let Some((line_app, line_schema)) = &version
+                    && (line_app != &app || *line_schema != schema)
+                {
+                    return Err(format!(
+                        "{source}: lines of {line_app} schema {line_schema}, the cache is {app} schema {schema}; nothing was imported"
+                    ));
+                }
+                data.merge(group);
+            }
+            for (scope, ns, entry) in data.entries() {
+                Namespace::new(ns).map_err(|e| format!("{source}: {e}; nothing was imported"))?;
+                cache_core::check_entry(scope, ns, entry, &cache_core::cache_format::Limits::default())
+                    .map_err(|why| format!("{source}: an entry of {ns:?} would not be readable ({why}); nothing was imported"))?;
+            }
+            Ok(data)
+        })
+        .map_err(PyValueError::new_err)?;
+        let count = data.entries().count();
+        let refused = py.detach(|| cache.import(data));
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        if !refused.is_empty() {
+            return Err(PyValueError::new_err(format!(
+                "namespaces refused: {refused:?}"
+            )));
+        }
+        Ok(count)
+    }
+
+    /// The entries of this cache's scope as JSON lines (the CLI's `export` format, each line
+    /// naming the application and schema).
+    fn export_lines(&self, py: Python<'_>) -> PyResult<String> {
+        let cache = self.get_cache()?;
+        let (app, schema) = (self.app.clone(), self.schema);
+        Ok(py.detach(|| {
+            let mut data = CacheData::new();
+            let scope = cache.scope().clone();
+            for (ns, entry) in cache.entries() {
+                data.insert(&scope, ns.name(), (*entry).clone());
+            }
+            cache_core::cache_format::json::to_lines_versioned(&data, &app, schema)
+        }))
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.get_cache()?.len())
+    }
+
+    /// Takes the claim of `key`: while held, other processes sharing the file that ask for it
+    /// wait (at most `wait` seconds). Returns a `Claim` whose `state` is `"held"`, `"busy"`
+    /// (another process held it longer than `wait`) or `"unshared"` (no file to share).
+    fn claim(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        key: &Bound<'_, PyAny>,
+        wait: f64,
+    ) -> PyResult<PyClaim> {
+        let fp = Fingerprint::of_key(&to_fields(key, "key")?);
+        let ns = self::namespace(namespace)?;
+        let wait = secs(wait, "wait")?;
+        let cache = self.get_cache()?;
+        let claim = py.detach(|| cache.claim(ns, &fp, wait));
+        Ok(match claim {
+            Claim::Held(guard) => PyClaim {
+                guard: std::sync::Mutex::new(Some(guard)),
+                state: "held",
+            },
+            Claim::Busy => PyClaim {
+                guard: std::sync::Mutex::new(None),
+                state: "busy",
+            },
+            Claim::Unshared => PyClaim {
+                guard: std::sync::Mutex::new(None),
+                state: "unshared",
+            },
+        })
+    }
+
+    /// Reads what other processes saved since the last read.
+    fn refresh(&self, py: Python<'_>) -> PyResult<()> {
+        let cache = self.get_cache()?;
+        py.detach(|| cache.refresh())
+            .map_err(|e| CacheError::new_err(e.to_string()))?;
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Makes every recorded result durable, waiting at most `timeout` seconds (default: the
+    /// cache's flush timeout). Raises `CacheError` if they are not.
+    #[pyo3(signature = (timeout=None))]
+    fn flush(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let cache = self.get_cache()?;
+        let timeout = timeout.map(|t| secs(t, "timeout")).transpose()?;
+        py.detach(|| match timeout {
+            Some(t) => cache.flush_within(t),
+            None => cache.flush(),
+        })
+        .map_err(|e| CacheError::new_err(e.to_string()))
+    }
+
+    /// Saves what is pending and stops the saver; later calls raise `CacheError`. Closing
+    /// twice is harmless.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(cache) = self.cache.swap(None) else {
+            return Ok(());
+        };
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        if cache.health().mode != Mode::Persistent {
+            // Nothing to save: it never wrote a file (it said why when it opened).
+            py.detach(move || drop(cache));
+            return Ok(());
+        }
+        py.detach(|| match Arc::try_unwrap(cache) {
+            Ok(cache) => cache.close(),
+            // Another thread is inside a call with it: save now; the last user drops it.
+            Err(shared) => shared.flush(),
+        })
+        .map_err(|e| CacheError::new_err(e.to_string()))
+    }
+
+    /// Holds the saver between saves (so no file lock is held) until `resume_saves`: taken
+    /// around `fork`, so a child never inherits the parent's lock. Waits for a save in
+    /// progress.
+    fn pause_saves(&self, py: Python<'_>) {
+        if let Some(cache) = self.cache.load_full() {
+            py.detach(|| cache.pause_saves());
+        }
+    }
+
+    /// Ends `pause_saves`.
+    fn resume_saves(&self) {
+        if let Some(cache) = self.cache.load_full() {
+            cache.resume_saves();
+        }
+    }
+
+    /// The cache's state: mode, path, why it is not persistent, the last failed save, files
+    /// moved aside, pending results, and the shared tier's counters.
+    fn health<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let h = self.get_cache()?.health();
+        let d = PyDict::new(py);
+        d.set_item(
+            "mode",
+            match h.mode {
+                Mode::Persistent => "persistent",
+                Mode::ReadOnly => "read-only",
+                Mode::Memory => "memory",
+            },
+        )?;
+        d.set_item("path", h.path)?;
+        d.set_item("reason", h.reason)?;
+        d.set_item("last_error", h.last_error)?;
+        d.set_item("quarantined", h.quarantined)?;
+        d.set_item("pending", h.pending)?;
+        d.set_item(
+            "migration",
+            h.migration.map(|r| {
+                r.steps
+                    .iter()
+                    .flat_map(|s| s.lines())
+                    .collect::<Vec<String>>()
+            }),
+        )?;
+        d.set_item("remote", h.remote.map(|r| format!("{r:?}")))?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        match self.cache.load_full() {
+            Some(c) => format!(
+                "<tunecache Cache {} schema {} at {}, {} entries>",
+                self.app,
+                self.schema,
+                c.path()
+                    .map_or_else(|| "memory".to_owned(), |p| p.display().to_string()),
+                c.len()
+            ),
+            None => format!("<tunecache Cache {} (closed)>", self.app),
+        }
+    }
+}
+
+/// The checksum of a candidate set: an iterable of `(algorithm, params)` pairs.
+fn candidate_set(candidates: &Bound<'_, PyAny>) -> PyResult<Fingerprint> {
+    let mut ids: Vec<(String, Fields)> = Vec::new();
+    for item in candidates.try_iter()? {
+        let item = item?;
+        let (name, params): (String, Bound<'_, PyAny>) = item
+            .extract()
+            .map_err(|_| PyTypeError::new_err("candidates must be (algorithm, params) pairs"))?;
+        ids.push((name, params_of(Some(&params))?));
+    }
+    Ok(Fingerprint::of_candidate_set(
+        ids.iter().map(|(n, p)| (n.as_str(), p)),
+        &Fields::new(),
+    ))
+}
+
+/// The checksum of a candidate set (`[(algorithm, params), ...]`, any order), as 32 hex
+/// digits: what an entry's `candidate_set` is compared with.
+#[pyfunction]
+pub(crate) fn candidate_set_fingerprint(candidates: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(candidate_set(candidates)?.to_hex())
+}
+
+/// The fingerprint of a key (32 hex digits), as FORMAT.md defines it and the CLI prints it.
+#[pyfunction]
+pub(crate) fn fingerprint(key: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(Fingerprint::of_key(&to_fields(key, "key")?).to_hex())
+}
+
+/// The canonical encoding of a key (FORMAT.md, "Canonical encoding").
+#[pyfunction]
+pub(crate) fn canonical_key(key: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    let mut out = Vec::new();
+    cache_core::cache_format::encode_fields(&to_fields(key, "key")?, &mut out);
+    Ok(out)
+}
+
+/// The fingerprint of a scope (32 hex digits).
+#[pyfunction]
+pub(crate) fn scope_fingerprint(scope: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(Fingerprint::of_scope(&to_fields(scope, "scope")?).to_hex())
+}
+
+/// The ranked candidates recorded for one key.
+#[pyclass(frozen, module = "tunecache._tunecache", name = "Entry")]
+pub(crate) struct PyEntry {
+    entry: Arc<Entry>,
+}
+
+#[pymethods]
+impl PyEntry {
+    /// The key, as a dict.
+    #[getter]
+    fn key<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        fields_to_py(py, self.entry.key().fields())
+    }
+
+    /// The key's fingerprint (32 hex digits).
+    #[getter]
+    fn fingerprint(&self) -> String {
+        self.entry.fingerprint().to_hex()
+    }
+
+    /// The best measured candidate, or None if none was measured.
+    #[getter]
+    fn best(&self) -> Option<PyCandidate> {
+        self.entry.best().map(|c| PyCandidate { c: c.clone() })
+    }
+
+    /// Every candidate, best first (failed ones last).
+    #[getter]
+    fn candidates<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(
+            py,
+            self.entry
+                .candidates()
+                .iter()
+                .map(|c| PyCandidate { c: c.clone() }),
+        )
+    }
+
+    /// The checksum of the candidate set of the latest tuning (32 hex digits).
+    #[getter]
+    fn candidate_set(&self) -> String {
+        self.entry.candidate_set().to_hex()
+    }
+
+    /// When it was last recorded, in milliseconds since the Unix epoch.
+    #[getter]
+    fn recorded_at(&self) -> u64 {
+        self.entry.recorded_at()
+    }
+
+    /// Where it came from: `measured`, `imported` or `remote`.
+    #[getter]
+    fn origin(&self) -> &'static str {
+        self.entry.origin().kind()
+    }
+
+    /// The origin's detail (host and pid, file, server).
+    #[getter]
+    fn origin_detail(&self) -> String {
+        self.entry.origin().detail().to_owned()
+    }
+
+    fn __repr__(&self) -> String {
+        let best = self
+            .entry
+            .best()
+            .map_or_else(|| "none".to_owned(), |c| c.id.label());
+        format!(
+            "<Entry {} best={best} of {} candidates>",
+            self.entry.key(),
+            self.entry.candidates().len()
+        )
+    }
+}
+
+/// One candidate's identity and result.
+#[pyclass(frozen, module = "tunecache._tunecache", name = "Candidate")]
+pub(crate) struct PyCandidate {
+    c: Candidate,
+}
+
+#[pymethods]
+impl PyCandidate {
+    /// The algorithm's name.
+    #[getter]
+    fn algorithm(&self) -> &str {
+        &self.c.id.algorithm
+    }
+
+    /// Its launch parameters, as a dict.
+    #[getter]
+    fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        fields_to_py(py, &self.c.id.params)
+    }
+
+    /// Median time in seconds, or None if it failed.
+    #[getter]
+    fn median(&self) -> Option<f64> {
+        self.c.stats().map(|s| s.median_ns * 1e-9)
+    }
+
+    /// Median time in nanoseconds, or None if it failed.
+    #[getter]
+    fn median_ns(&self) -> Option<f64> {
+        self.c.stats().map(|s| s.median_ns)
+    }
+
+    /// Fastest sample in nanoseconds, or None if it failed.
+    #[getter]
+    fn min_ns(&self) -> Option<f64> {
+        self.c.stats().map(|s| s.min_ns)
+    }
+
+    /// Spread of the samples in nanoseconds (median absolute deviation), or None.
+    #[getter]
+    fn spread_ns(&self) -> Option<f64> {
+        self.c.stats().map(|s| s.spread_ns)
+    }
+
+    /// Timed samples, or None if it failed.
+    #[getter]
+    fn samples(&self) -> Option<u32> {
+        self.c.stats().map(|s| s.samples)
+    }
+
+    /// Why it failed, or None if it was measured.
+    #[getter]
+    fn failed(&self) -> Option<&str> {
+        match &self.c.outcome {
+            Outcome::Failed(reason) => Some(reason),
+            Outcome::Measured(_) => None,
+        }
+    }
+
+    /// When it was measured, in milliseconds since the Unix epoch.
+    #[getter]
+    fn measured_at(&self) -> u64 {
+        self.c.measured_at
+    }
+
+    /// What measuring it cost, in nanoseconds, if recorded.
+    #[getter]
+    fn tuning_ns(&self) -> Option<u64> {
+        self.c.tuning_ns
+    }
+
+    fn __repr__(&self) -> String {
+        match self.c.stats() {
+            Some(s) => format!(
+                "<Candidate {} median {:.1} ns of {} samples>",
+                self.c.id.label(),
+                s.median_ns,
+                s.samples
+            ),
+            None => format!("<Candidate {} failed>", self.c.id.label()),
+        }
+    }
+}
+
+/// A claim on one key (see `Cache.claim`); a context manager.
+#[pyclass(frozen, module = "tunecache._tunecache", name = "Claim")]
+pub(crate) struct PyClaim {
+    guard: std::sync::Mutex<Option<ClaimGuard>>,
+    state: &'static str,
+}
+
+#[pymethods]
+impl PyClaim {
+    /// `"held"`, `"busy"` or `"unshared"`.
+    #[getter]
+    fn state(&self) -> &'static str {
+        self.state
+    }
+
+    /// Lets other processes have the key.
+    fn release(&self) {
+        let taken = self.guard.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(taken);
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        _ty: &Bound<'_, PyAny>,
+        _value: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> bool {
+        self.release();
+        false
+    }
+}

@@ -1,0 +1,49 @@
+//! The Python extension module `tunecache._tunecache`: the Rust core for the `tunecache`
+//! Python package (`python/tunecache`), which wraps it in the API users see. Built by maturin
+//! as one abi3 wheel for CPython ≥ 3.11; tested from Python (`python/tests`).
+//!
+//! What is here: the cache (`Cache`, `Entry`, `Candidate`, `Claim`), the key conversion and
+//! fingerprints, the output cache and its keys, and the queue that carries the core's warnings
+//! to Python's `logging`. The GIL is released around file, lock, network, migration and
+//! hashing work, not around in-memory hits.
+
+mod cache;
+mod keys;
+mod log;
+mod outputs;
+
+use pyo3::prelude::*;
+
+pyo3::create_exception!(
+    _tunecache,
+    CacheError,
+    pyo3::exceptions::PyOSError,
+    "A cache operation that could not be done (a closed cache, a save that did not finish)."
+);
+
+/// The warnings the core reported since the last call, as `(level, message)` pairs, oldest
+/// first.
+#[pyfunction]
+fn drain_warnings() -> Vec<(&'static str, String)> {
+    log::drain()
+}
+
+#[pymodule]
+fn _tunecache(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    log::install();
+    m.add("CacheError", m.py().get_type::<CacheError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<cache::PyCache>()?;
+    m.add_class::<cache::PyEntry>()?;
+    m.add_class::<cache::PyCandidate>()?;
+    m.add_class::<cache::PyClaim>()?;
+    m.add_class::<outputs::PyOutputCache>()?;
+    m.add_function(wrap_pyfunction!(cache::fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(cache::canonical_key, m)?)?;
+    m.add_function(wrap_pyfunction!(cache::scope_fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(cache::candidate_set_fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(outputs::output_key, m)?)?;
+    m.add_function(wrap_pyfunction!(outputs::output_batch_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(drain_warnings, m)?)?;
+    Ok(())
+}

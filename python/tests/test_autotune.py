@@ -1,0 +1,185 @@
+"""Tuning from Python: each key measured once across threads and processes, hits from a memo."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+import tunecache
+from conftest import python
+
+
+def _work(n):
+    return sum(range(n))
+
+
+def make(cache, counter=None):
+    def counted(name, fn):
+        def run(n):
+            if counter is not None:
+                with open(counter, "a") as f:
+                    f.write(f"{name}\n")
+            return fn(n)
+
+        return run
+
+    return tunecache.Autotuned(
+        cache,
+        "sum",
+        [
+            tunecache.Candidate("loop", counted("loop", _work), {"unroll": 1}),
+            tunecache.Candidate("builtin", counted("builtin", lambda n: n * (n - 1) // 2)),
+            tunecache.Candidate("slow", counted("slow", lambda n: (time.sleep(0.002), _work(n))[1])),
+        ],
+        key=lambda n: {"n": n},
+        warmup=1,
+        repeat=3,
+    )
+
+
+def test_tunes_once_then_hits_and_returns_the_result(tmp_path):
+    c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
+    op = make(c)
+    assert op(1000) == sum(range(1000))
+    assert op.measured == 3
+    e = c.get("sum", {"n": 1000})
+    assert e.best.algorithm in ("loop", "builtin") and e.best.samples == 3
+    assert len(e.candidates) == 3
+    assert op(1000) == sum(range(1000))
+    assert op.measured == 3, "a hit measures nothing"
+    assert op.choose(1000).name == e.best.algorithm
+    c.close()
+
+
+def test_a_failing_candidate_is_recorded_and_never_chosen(tmp_path):
+    c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
+
+    def broken(n):
+        raise RuntimeError("no kernel for this shape")
+
+    op = tunecache.Autotuned(c, "sum", {"broken": broken, "ok": _work}, key=lambda n: {"n": n}, repeat=2)
+    assert op(10) == 45
+    e = c.get("sum", {"n": 10})
+    assert e.best.algorithm == "ok"
+    assert "no kernel" in [x for x in e.candidates if x.algorithm == "broken"][0].failed
+    all_fail = tunecache.Autotuned(c, "sum2", {"broken": broken}, key=lambda n: {"n": n})
+    with pytest.raises(tunecache.TuningError, match="every candidate failed"):
+        all_fail(1)
+    c.close()
+
+
+def test_a_grown_candidate_set_measures_only_the_new_one(tmp_path):
+    c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
+    op = make(c)
+    op(500)
+    grown = tunecache.Autotuned(c, "sum", op.candidates + [tunecache.Candidate("new", _work)], key=lambda n: {"n": n}, repeat=2)
+    grown(500)
+    assert grown.measured == 1
+    assert len(c.get("sum", {"n": 500}).candidates) == 4
+    c.close()
+
+
+def test_four_threads_tune_each_key_once(tmp_path):
+    counter = tmp_path / "calls.txt"
+    c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
+    op = make(c, counter)
+    barrier = threading.Barrier(4)
+    errors = []
+
+    def worker():
+        try:
+            barrier.wait()
+            for n in (100, 200, 300):
+                assert op(n) == sum(range(n))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert op.measured == 9, "3 keys x 3 candidates, measured once"
+    calls = counter.read_text().split()
+    # warm-up + 3 samples per candidate per key, plus 4 threads x 3 keys running the winner
+    assert len(calls) == 3 * 3 * 4 + 12
+    c.close()
+
+
+CHILD = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import tunecache
+from test_autotune import make
+c = tunecache.Cache("tune", path={path!r})
+op = make(c, {counter!r})
+for n in (100, 200, 300):
+    op(n)
+print(op.measured)
+c.close()
+"""
+
+
+def test_two_processes_tune_each_key_once_and_a_third_measures_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    counter = tmp_path / "calls.txt"
+    code = CHILD.format(tests=os.path.dirname(__file__), path=str(tmp_path / "c.tcache"), counter=str(counter))
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    measured = [int(p.communicate(timeout=120)[0].strip()) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(measured) == 9, f"each of 3 keys x 3 candidates measured once in all: {measured}"
+    third = python(code)
+    assert third.stdout.strip() == "0", "a later process measures nothing"
+
+
+def test_hits_follow_changes_to_the_cache(tmp_path):
+    c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
+    op = tunecache.Autotuned(c, "k", {"a": lambda: "a", "b": lambda: "b"}, key=lambda: {"k": 1}, repeat=1)
+    op()
+    winner = c.get("k", {"k": 1}).best.algorithm
+    other = "b" if winner == "a" else "a"
+    c.put("k", {"k": 1}, other, median_ns=0.001)
+    assert op() == other, "the memo is dropped when the cache changes"
+    c.close()
+
+
+def test_no_measuring_while_capturing_uses_the_default_or_raises(tmp_path, monkeypatch):
+    from tunecache import _autotune
+
+    c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
+    monkeypatch.setattr(_autotune, "measuring_forbidden", lambda: "a CUDA graph is being captured")
+    op = tunecache.Autotuned(c, "k", {"a": lambda: "a", "b": lambda: "b"}, key=lambda: {"k": 2})
+    with pytest.raises(tunecache.TuningError, match="CUDA graph"):
+        op()
+    with_default = tunecache.Autotuned(c, "k", {"a": lambda: "a", "b": lambda: "b"}, key=lambda: {"k": 2}, default="b")
+    assert with_default() == "b"
+    assert c.get("k", {"k": 2}) is None, "nothing was measured"
+    c.close()
+
+
+def test_decorator_form(tmp_path):
+    c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
+
+    @tunecache.autotune(c, namespace="scale", candidates={"twice": lambda x: x + x}, key=lambda x: {"n": x})
+    def scale(x):
+        """Doubles x."""
+        return 2 * x
+
+    assert scale(21) == 42
+    assert {x.algorithm for x in c.get("scale", {"n": 21}).candidates} == {"scale", "twice"}
+    assert scale.__doc__ == "Doubles x."
+    c.close()
+
+
+@pytest.mark.torch
+def test_cuda_event_timer_with_torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    assert tunecache.cuda_event_timer(lambda: torch.ones(10, device="cuda").sum()) > 0

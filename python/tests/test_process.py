@@ -1,0 +1,137 @@
+"""What Python users rely on from a process: fork, exit without close, SIGTERM, and other
+threads running while a flush waits on another process's lock."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import tunecache
+from conftest import python
+
+KEY = {"m": 1}
+
+
+def test_parent_and_child_of_a_fork_both_record_and_nothing_deadlocks(tmp_path):
+    path = tmp_path / "c.tcache"
+    c = tunecache.Cache("fork", path=path, save_delay=0.001)
+    c.put("ns", {"who": "before"}, "a", median_ns=1.0)
+    stop = threading.Event()
+
+    def busy():
+        # Saves keep happening in the parent while it forks.
+        i = 0
+        while not stop.is_set():
+            c.put("ns", {"busy": i % 50}, "a", median_ns=1.0)
+            i += 1
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=busy)
+    t.start()
+    children = []
+    try:
+        for i in range(5):
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    signal.alarm(30)
+                    assert c.get("ns", {"who": "before"}) is not None
+                    c.put("ns", {"who": f"child{i}"}, "b", median_ns=2.0)
+                    c.flush(20)
+                    c.close()
+                    code = 0
+                except BaseException:
+                    import traceback
+
+                    traceback.print_exc()
+                finally:
+                    os._exit(code)
+            children.append(pid)
+            c.put("ns", {"who": f"parent{i}"}, "c", median_ns=3.0)
+    finally:
+        stop.set()
+        t.join()
+    for pid in children:
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    c.flush(20)
+    c.close()
+    with tunecache.Cache("fork", path=path) as again:
+        for i in range(5):
+            assert again.get("ns", {"who": f"child{i}"}).best.algorithm == "b"
+            assert again.get("ns", {"who": f"parent{i}"}).best.algorithm == "c"
+
+
+def test_results_are_on_disk_after_an_exit_without_close(tmp_path):
+    path = tmp_path / "c.tcache"
+    python(
+        "import tunecache\n"
+        f"c = tunecache.Cache('exit', path={str(path)!r}, save_delay=600)\n"
+        "for i in range(100): c.put('ns', {'i': i}, 'a', median_ns=1.0)\n"
+        "# no close(), no flush(): the atexit flush saves them\n"
+    )
+    with tunecache.Cache("exit", path=path) as c:
+        assert len(c) == 100
+
+
+def test_sigterm_with_the_handler_flushes_then_dies_of_sigterm(tmp_path):
+    path = tmp_path / "c.tcache"
+    code = (
+        "import sys, time, tunecache\n"
+        f"c = tunecache.Cache('term', path={str(path)!r}, save_delay=600)\n"
+        "tunecache.flush_on_sigterm()\n"
+        "for i in range(50): c.put('ns', {'i': i}, 'a', median_ns=1.0)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == -signal.SIGTERM
+    with tunecache.Cache("term", path=path) as c:
+        assert len(c) == 50
+
+
+def _spin(seconds: float) -> int:
+    n = 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        n += 1
+    return n
+
+
+def test_other_threads_run_while_flush_waits_on_a_held_lock(tmp_path):
+    path = tmp_path / "c.tcache"
+    c = tunecache.Cache("gil", path=path, save_delay=600, lock_timeout=30)
+    c.put("ns", KEY, "a", median_ns=1.0)
+    c.flush()
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, sys, time\n"
+         f"f = open({str(path) + '.lock'!r}, 'a+')\n"
+         "fcntl.flock(f, fcntl.LOCK_EX)\n"
+         "print('held', flush=True)\n"
+         "time.sleep(3)\n"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        alone = _spin(0.5)
+        c.put("ns", {"m": 2}, "a", median_ns=1.0)
+        waiting = threading.Thread(target=lambda: c.flush(10))
+        start = time.perf_counter()
+        waiting.start()
+        time.sleep(0.05)
+        beside = _spin(0.5)
+        waiting.join()
+        waited = time.perf_counter() - start
+    finally:
+        holder.wait(timeout=30)
+    assert waited > 1.0, f"the flush waited for the lock ({waited:.2f}s)"
+    assert beside >= alone / 2, f"the other thread ran at {beside / alone:.0%} of its speed"
+    c.close()

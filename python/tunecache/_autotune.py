@@ -1,0 +1,341 @@
+"""Tuning from Python: ``@autotune`` and :class:`Autotuned`, in the shape of WarpConvNet's
+``make_autotuned_op``.
+
+A call maps its arguments to a key (``key=``), looks the key up, and runs the recorded
+winner. On a miss, one thread of one process measures the candidates (samples interleaved
+across candidates, so a change in machine load lands on all of them), records each result,
+makes them durable, and the others wait for it. A hit is served from a memo on the Python side
+(one dict lookup and the call), dropped whenever the cache changes.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from ._cache import Cache
+
+
+class TuningError(RuntimeError):
+    """Tuning could not be done: every candidate failed, or a miss came while measuring is not
+    allowed (a CUDA graph being captured, ``torch.compile`` tracing) and no default was
+    declared."""
+
+
+@dataclass(frozen=True, eq=False)
+class Candidate:
+    """One way to compute the operation: a stable ``name``, the ``fn`` to call with the
+    operation's arguments, and its launch ``params`` (part of its identity)."""
+
+    name: str
+    fn: Callable[..., Any]
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def identity(self) -> tuple[str, tuple[tuple[str, Any], ...]]:
+        return (self.name, _freeze(dict(self.params)))
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable form of a key value (dicts sorted, lists as tuples)."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _candidates(spec: Any) -> list[Candidate]:
+    if isinstance(spec, Mapping):
+        out = [Candidate(name, fn) for name, fn in spec.items()]
+    else:
+        out = []
+        for c in spec:
+            if isinstance(c, Candidate):
+                out.append(c)
+            elif isinstance(c, tuple) and len(c) in (2, 3):
+                out.append(Candidate(*c))
+            elif callable(c):
+                out.append(Candidate(getattr(c, "__name__", repr(c)), c))
+            else:
+                raise TypeError(f"a candidate is a Candidate, (name, fn[, params]) or a function, not {c!r}")
+    if not out:
+        raise ValueError("autotune needs at least one candidate")
+    seen = set()
+    for c in out:
+        if c.identity in seen:
+            raise ValueError(f"two candidates are named {c.name!r} with the same params")
+        seen.add(c.identity)
+    return out
+
+
+def perf_counter_timer(fn: Callable[[], Any]) -> float:
+    """Times one call with the monotonic clock, in nanoseconds."""
+    start = time.perf_counter_ns()
+    fn()
+    return float(time.perf_counter_ns() - start)
+
+
+def cuda_event_timer(fn: Callable[[], Any]) -> float:
+    """Times one call with CUDA events on the current stream (torch), in nanoseconds."""
+    import torch
+
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end)) * 1e6
+
+
+def _uses_cuda(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor) and a.is_cuda:
+            return True
+    return False
+
+
+def measuring_forbidden() -> str | None:
+    """Why measuring must not happen now (a CUDA graph capture, ``torch.compile`` tracing),
+    or None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and getattr(compiler, "is_compiling", None) and compiler.is_compiling():
+        return "torch.compile is tracing"
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return "a CUDA graph is being captured"
+    except Exception:  # noqa: BLE001 - no CUDA runtime: nothing is being captured
+        pass
+    return None
+
+
+class Autotuned:
+    """An operation tuned through a :class:`Cache`; call it like the function it stands for.
+
+    ``key`` maps the call's arguments to a key (a dict of bool, int, str, tuples, dtypes).
+    ``timer`` times one call in nanoseconds (default: CUDA events when an argument is a CUDA
+    tensor, else the monotonic clock). Each candidate runs ``warmup`` times, then ``repeat``
+    timed rounds interleave the candidates. ``default`` names the candidate to use when a
+    miss comes while measuring is not allowed. Processes sharing the cache file wait at most
+    ``wait`` seconds for the one tuning a key.
+    """
+
+    def __init__(
+        self,
+        cache: Cache,
+        namespace: str,
+        candidates: Any,
+        key: Callable[..., Mapping[str, Any]],
+        *,
+        timer: Callable[[Callable[[], Any]], float] | None = None,
+        warmup: int = 1,
+        repeat: int = 7,
+        default: str | None = None,
+        wait: float = 60.0,
+        flush_timeout: float = 10.0,
+    ) -> None:
+        self.cache = cache
+        self.namespace = namespace
+        self.candidates = _candidates(candidates)
+        self.key = key
+        self.timer = timer
+        self.warmup = max(0, int(warmup))
+        self.repeat = max(1, int(repeat))
+        self.wait = wait
+        self.flush_timeout = flush_timeout
+        self._by_identity = {c.identity: c for c in self.candidates}
+        self._set = [(c.name, dict(c.params)) for c in self.candidates]
+        self.default: Candidate | None = None
+        if default is not None:
+            named = [c for c in self.candidates if c.name == default]
+            if not named:
+                raise ValueError(f"default {default!r} is not one of the candidates")
+            self.default = named[0]
+        self._memo: dict[Any, Candidate] = {}
+        self._locks: dict[Any, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        #: How many candidate measurements this object made (for tests and reports).
+        self.measured = 0
+        cache._listen(self)
+
+    def _invalidate(self) -> None:
+        self._memo = {}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        key = self.key(*args, **kwargs)
+        try:
+            memo_key: Any = tuple(key.items())
+            hit = self._memo.get(memo_key)
+        except TypeError:
+            memo_key = _freeze(key)
+            hit = self._memo.get(memo_key)
+        if hit is not None:
+            return hit.fn(*args, **kwargs)
+        return self._miss(key, memo_key, args, kwargs)
+
+    def choose(self, *args: Any, **kwargs: Any) -> Candidate:
+        """The candidate a call with these arguments runs (tuning it first on a miss)."""
+        key = self.key(*args, **kwargs)
+        return self._resolve(key, _freeze(key), args, kwargs)
+
+    # -- the slow path ---------------------------------------------------------------------
+
+    def _recorded(self, key: Mapping[str, Any]) -> tuple[Candidate | None, list[Candidate]]:
+        """The best recorded candidate of the current set, and the candidates not yet
+        recorded for ``key``."""
+        entry = self.cache.get(self.namespace, key)
+        if entry is None:
+            return None, list(self.candidates)
+        seen = set()
+        best = None
+        for c in entry.candidates:
+            ident = (c.algorithm, _freeze(c.params))
+            seen.add(ident)
+            if best is None and c.failed is None and ident in self._by_identity:
+                best = self._by_identity[ident]
+        missing = [c for c in self.candidates if c.identity not in seen]
+        return best, missing
+
+    def _miss(self, key: Mapping[str, Any], memo_key: Any, args: Any, kwargs: Any) -> Any:
+        return self._resolve(key, memo_key, args, kwargs).fn(*args, **kwargs)
+
+    def _resolve(self, key: Mapping[str, Any], memo_key: Any, args: Any, kwargs: Any) -> Candidate:
+        best, missing = self._recorded(key)
+        if best is not None and not missing:
+            self._memo[memo_key] = best
+            return best
+        why = measuring_forbidden()
+        if why is not None:
+            if best is not None:
+                return best
+            if self.default is not None:
+                return self.default
+            raise TuningError(
+                f"{self.namespace}: no recorded winner for {dict(key)} and {why}; tune this "
+                "key before capturing or compiling, or declare default="
+            )
+        with self._lock_for(memo_key):
+            best, missing = self._recorded(key)
+            if missing:
+                claim = self.cache.claim(self.namespace, key, self.wait)
+                try:
+                    if claim.state == "held":
+                        # Another process may have tuned it while we waited.
+                        self.cache.refresh()
+                        best, missing = self._recorded(key)
+                    if missing:
+                        self._measure(key, missing, args, kwargs)
+                        try:
+                            self.cache.flush(self.flush_timeout)
+                        except Exception:  # noqa: BLE001 - kept in memory; saved later
+                            pass
+                        best, _ = self._recorded(key)
+                finally:
+                    claim.release()
+            if best is None:
+                raise TuningError(
+                    f"{self.namespace}: every candidate failed for {dict(key)}; see "
+                    "cache.get(...).candidates for why"
+                )
+            self._memo[memo_key] = best
+            return best
+
+    def _lock_for(self, memo_key: Any) -> threading.Lock:
+        with self._locks_guard:
+            lock = self._locks.get(memo_key)
+            if lock is None:
+                lock = self._locks[memo_key] = threading.Lock()
+            return lock
+
+    def _measure(self, key: Mapping[str, Any], todo: list[Candidate], args: Any, kwargs: Any) -> None:
+        timer = self.timer or (cuda_event_timer if _uses_cuda(args, kwargs) else perf_counter_timer)
+        samples: dict[Candidate, list[float]] = {c: [] for c in todo}
+        spent: dict[Candidate, int] = {c: 0 for c in todo}
+        alive = list(todo)
+
+        def fail(c: Candidate, e: BaseException) -> None:
+            alive.remove(c)
+            self.cache.put(
+                self.namespace,
+                key,
+                c.name,
+                c.params,
+                failed=f"{type(e).__name__}: {e}",
+                candidates=self._set,
+            )
+
+        for c in list(alive):
+            start = time.perf_counter_ns()
+            try:
+                for _ in range(self.warmup):
+                    c.fn(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - a failing candidate is recorded as failed
+                fail(c, e)
+            spent[c] += time.perf_counter_ns() - start
+        for round_ in range(self.repeat):
+            # Interleave: each round visits every candidate, starting one further along.
+            order = alive[round_ % len(alive):] + alive[: round_ % len(alive)] if alive else []
+            for c in order:
+                start = time.perf_counter_ns()
+                try:
+                    samples[c].append(timer(lambda c=c: c.fn(*args, **kwargs)))
+                except Exception as e:  # noqa: BLE001
+                    fail(c, e)
+                spent[c] += time.perf_counter_ns() - start
+        for c in alive:
+            s = samples[c]
+            median = statistics.median(s)
+            mad = statistics.median(abs(x - median) for x in s)
+            self.measured += 1
+            self.cache.put(
+                self.namespace,
+                key,
+                c.name,
+                c.params,
+                median_ns=median,
+                min_ns=min(s),
+                spread_ns=mad,
+                samples=len(s),
+                tuning_ns=spent[c],
+                candidates=self._set,
+            )
+
+    def __repr__(self) -> str:
+        names = ", ".join(c.name for c in self.candidates)
+        return f"<Autotuned {self.namespace} [{names}]>"
+
+
+def autotune(
+    cache: Cache,
+    *,
+    namespace: str,
+    candidates: Any,
+    key: Callable[..., Mapping[str, Any]],
+    **options: Any,
+) -> Callable[[Callable[..., Any]], Autotuned]:
+    """Decorator form of :class:`Autotuned`. The decorated function is the reference
+    implementation: it becomes a candidate named after it unless ``candidates`` already has
+    that name."""
+
+    def wrap(fn: Callable[..., Any]) -> Autotuned:
+        cands = _candidates(candidates)
+        name = getattr(fn, "__name__", "reference")
+        if all(c.name != name for c in cands):
+            cands = [Candidate(name, fn)] + cands
+        tuned = Autotuned(cache, namespace, cands, key, **options)
+        tuned.__doc__ = fn.__doc__
+        tuned.__wrapped__ = fn  # type: ignore[attr-defined]
+        return tuned
+
+    return wrap

@@ -1,0 +1,427 @@
+"""The cache: a thin layer over the Rust `Cache` for what Python users rely on.
+
+- Warnings of the core go to the ``tunecache`` logger (``logging``).
+- Safe after ``os.fork()``: pending results are saved (bounded) and saves are held around the
+  fork, so the child never inherits the parent's file lock and sees what was recorded before
+  it; the child leaves the parent's object alone (its saver thread exists only in the parent)
+  and opens its own on first use.
+- Picklable by configuration: a worker process that unpickles a ``Cache`` opens the same file.
+- Results are flushed (bounded) at interpreter exit, and on SIGTERM once
+  :func:`flush_on_sigterm` was called.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import signal
+import threading
+import weakref
+from typing import Any, Callable, Iterable, Mapping
+
+from . import _tunecache as _ext
+
+log = logging.getLogger("tunecache")
+
+#: How long the exit and SIGTERM flushes wait, in seconds.
+EXIT_FLUSH_TIMEOUT = 5.0
+#: How long the flush before a fork waits, in seconds.
+FORK_FLUSH_TIMEOUT = 2.0
+
+_live: "weakref.WeakSet[Cache]" = weakref.WeakSet()
+# Rust objects a forked child inherited: never dropped in the child (dropping one would wait
+# for a saver thread that only exists in the parent).
+_leftovers: list[Any] = []
+
+
+def emit_warnings() -> None:
+    """Logs the warnings the core queued since the last call."""
+    for level, message in _ext.drain_warnings():
+        if level == "error":
+            log.error("%s", message)
+        else:
+            log.warning("%s", message)
+
+
+def _migrations_json(app: str, schema: int, migrations: Any) -> str | None:
+    if migrations is None:
+        return None
+    if isinstance(migrations, (str, os.PathLike)):
+        with open(migrations, encoding="utf-8") as f:
+            return f.read()
+    if isinstance(migrations, Mapping):
+        return json.dumps(dict(migrations))
+    steps = [dict(s) for s in migrations]
+    return json.dumps({"app": app, "current": schema, "steps": steps})
+
+
+class Cache:
+    """A persistent autotune cache for one application and scope.
+
+    ``Cache(app, schema=1, migrations=None, scope=None, path=None, read_only=False)`` opens
+    ``path`` (default: ``~/.cache/tunecache/<app>.tcache``, or ``TUNECACHE_DIR``). It never
+    raises because of its location: a file that cannot be used degrades to memory and logs a
+    warning (``health()["mode"]`` says so). ``migrations`` are the declarative steps that bring
+    older files to ``schema``: a list of step dicts (``{"from": 1, "to": 2, "ops": [...]}``), a
+    whole migration file as a dict, or the path of one (the CLI's format). ``scope`` is a dict
+    describing what the results are valid for (device, driver, library version); see
+    :func:`tunecache.default_scope`.
+    """
+
+    def __init__(
+        self,
+        app: str,
+        *,
+        schema: int = 1,
+        migrations: Any = None,
+        scope: Mapping[str, Any] | None = None,
+        path: str | os.PathLike[str] | None = None,
+        read_only: bool = False,
+        remote: str | None = None,
+        save_delay: float | None = None,
+        lock_timeout: float | None = None,
+    ) -> None:
+        self._config = {
+            "app": app,
+            "schema": schema,
+            "migrations": _migrations_json(app, schema, migrations),
+            "scope": dict(scope) if scope is not None else None,
+            "path": os.fspath(path) if path is not None else None,
+            "read_only": read_only,
+            "remote": remote,
+            "save_delay": save_delay,
+            "lock_timeout": lock_timeout,
+        }
+        self._listeners: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._closed = False
+        self._c: Any = None
+        self._c = self._open()
+        _live.add(self)
+
+    def _open(self) -> Any:
+        cfg = self._config
+        try:
+            return _ext.Cache(
+                cfg["app"],
+                cfg["schema"],
+                migrations=cfg["migrations"],
+                scope=cfg["scope"],
+                path=cfg["path"],
+                read_only=cfg["read_only"],
+                remote=cfg["remote"],
+                save_delay=cfg["save_delay"],
+                lock_timeout=cfg["lock_timeout"],
+            )
+        finally:
+            emit_warnings()
+
+    @property
+    def _rust(self) -> Any:
+        c = self._c
+        if c is None:
+            if self._closed:
+                raise _ext.CacheError("the cache is closed")
+            # A forked child: open our own.
+            c = self._c = self._open()
+            self._invalidate()
+        return c
+
+    def _invalidate(self) -> None:
+        for listener in list(self._listeners):
+            listener._invalidate()
+
+    def _listen(self, listener: Any) -> None:
+        """Registers an object whose ``_invalidate()`` runs whenever this cache changes."""
+        self._listeners.add(listener)
+
+    # -- reading and recording -------------------------------------------------------------
+
+    def get(self, namespace: str, key: Mapping[str, Any]) -> _ext.Entry | None:
+        """The entry recorded for ``key`` in ``namespace``, or None."""
+        return self._rust.get(namespace, key)
+
+    def put(
+        self,
+        namespace: str,
+        key: Mapping[str, Any],
+        algorithm: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        median_ns: float | None = None,
+        min_ns: float | None = None,
+        spread_ns: float = 0.0,
+        samples: int = 1,
+        failed: str | None = None,
+        tuning_ns: int | None = None,
+        candidates: Iterable[tuple[str, Mapping[str, Any]]] | None = None,
+    ) -> _ext.Entry:
+        """Records one candidate's measurement (``median_ns``, ...) or failure (``failed``:
+        why) for ``key``, merged with what the entry holds; returns the merged entry.
+        ``candidates`` (every ``(algorithm, params)`` of the tuning run) sets the entry's
+        candidate-set checksum."""
+        try:
+            entry = self._rust.put(
+                namespace,
+                key,
+                algorithm,
+                params,
+                median_ns=median_ns,
+                min_ns=min_ns,
+                spread_ns=spread_ns,
+                samples=samples,
+                failed=failed,
+                tuning_ns=tuning_ns,
+                candidates=None if candidates is None else list(candidates),
+            )
+        finally:
+            self._invalidate()
+        return entry
+
+    def entries(self, namespace: str | None = None) -> list[tuple[str, _ext.Entry]]:
+        """Every ``(namespace, entry)`` of this cache's scope, sorted."""
+        return self._rust.entries(namespace)
+
+    def import_lines(self, text: str, source: str = "<python>", keep_origin: bool = False) -> int:
+        """Merges JSON lines (``tunecache export``'s format), all or nothing; returns how many
+        entries. ``keep_origin`` keeps each line's origin instead of marking it imported."""
+        try:
+            return self._rust.import_lines(text, source, keep_origin)
+        finally:
+            self._invalidate()
+            emit_warnings()
+
+    def export_lines(self) -> str:
+        """This scope's entries as JSON lines (``tunecache export``'s format)."""
+        return self._rust.export_lines()
+
+    def claim(self, namespace: str, key: Mapping[str, Any], wait: float = 60.0) -> _ext.Claim:
+        """Claims ``key`` across processes (see ``Claim``); waits at most ``wait`` seconds."""
+        return self._rust.claim(namespace, key, wait)
+
+    def refresh(self) -> None:
+        """Reads what other processes saved since the last read."""
+        try:
+            self._rust.refresh()
+        finally:
+            self._invalidate()
+            emit_warnings()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Makes every recorded result durable, waiting at most ``timeout`` seconds; raises
+        ``CacheError`` if they are not (they stay in memory and are saved later)."""
+        try:
+            self._rust.flush(timeout)
+        finally:
+            emit_warnings()
+
+    def close(self) -> None:
+        """Saves what is pending and closes; later calls raise ``CacheError``."""
+        if self._closed:
+            return
+        self._closed = True
+        c, self._c = self._c, None
+        _live.discard(self)
+        self._invalidate()
+        try:
+            if c is not None:
+                c.close()
+        finally:
+            emit_warnings()
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def app(self) -> str:
+        return self._config["app"]
+
+    @property
+    def schema(self) -> int:
+        return self._config["schema"]
+
+    @property
+    def path(self) -> str | None:
+        """The file, or None when the cache is in memory only."""
+        p = self._rust.path
+        return None if p is None else os.fspath(p)
+
+    @property
+    def scope(self) -> dict[str, Any]:
+        return self._rust.scope
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def health(self) -> dict[str, Any]:
+        """Mode (``persistent``, ``read-only``, ``memory``), path, why it is not persistent,
+        the last failed save, quarantined files, pending results, migration, shared tier."""
+        return self._rust.health()
+
+    def __len__(self) -> int:
+        return len(self._rust)
+
+    def __enter__(self) -> "Cache":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return f"<tunecache.Cache {self.app} (closed)>"
+        return repr(self._rust)
+
+    def __reduce__(self) -> tuple[Callable[..., "Cache"], tuple[dict[str, Any]]]:
+        # By configuration: the receiving process opens the same file.
+        return (_from_config, (dict(self._config),))
+
+    # -- process events --------------------------------------------------------------------
+
+    def _before_fork(self) -> None:
+        c = self._c
+        if c is not None:
+            # The child opens the file afresh: save first (bounded), so it sees everything
+            # recorded before the fork; then hold the saver so no lock is held across it.
+            try:
+                c.flush(FORK_FLUSH_TIMEOUT)
+            except Exception:  # noqa: BLE001 - a fork must not fail because of a cache
+                pass
+            c.pause_saves()
+
+    def _after_fork_parent(self) -> None:
+        c = self._c
+        if c is not None:
+            c.resume_saves()
+
+    def _after_fork_child(self) -> None:
+        c, self._c = self._c, None
+        if c is not None:
+            _leftovers.append(c)
+        self._invalidate()
+
+
+def _from_config(config: dict[str, Any]) -> Cache:
+    cache = Cache.__new__(Cache)
+    cache._config = config
+    cache._listeners = weakref.WeakSet()
+    cache._closed = False
+    cache._c = None
+    cache._c = cache._open()
+    _live.add(cache)
+    return cache
+
+
+def _before_fork() -> None:
+    for cache in list(_live):
+        cache._before_fork()
+
+
+def _after_fork_parent() -> None:
+    for cache in list(_live):
+        cache._after_fork_parent()
+
+
+def _after_fork_child() -> None:
+    for cache in list(_live):
+        cache._after_fork_child()
+
+
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_parent,
+    after_in_child=_after_fork_child,
+)
+
+
+def flush_all(timeout: float = EXIT_FLUSH_TIMEOUT) -> None:
+    """Flushes every open cache of this process, each waiting at most ``timeout`` seconds;
+    failures are logged, never raised."""
+    for cache in list(_live):
+        c = cache._c
+        if c is None or cache._closed:
+            continue
+        try:
+            if c.health()["mode"] != "persistent":
+                continue
+            c.flush(timeout)
+        except Exception as e:  # noqa: BLE001 - at exit, report and go on
+            log.warning("tunecache: results of %s are not all on disk: %s", cache.app, e)
+    emit_warnings()
+
+
+atexit.register(flush_all)
+
+_sigterm_lock = threading.Lock()
+_sigterm_previous: Any = None
+
+
+def flush_on_sigterm(timeout: float = EXIT_FLUSH_TIMEOUT) -> None:
+    """Installs a SIGTERM handler (from the main thread) that flushes every open cache (each
+    within ``timeout`` seconds) and then does what the previous handler did: calls it, or ends
+    the process as SIGTERM does by default. Opt-in: a library should not take a signal
+    without being asked."""
+    global _sigterm_previous
+    with _sigterm_lock:
+        previous = signal.getsignal(signal.SIGTERM)
+        if getattr(previous, "_tunecache", False):
+            return
+        _sigterm_previous = previous
+
+        def handler(signum: int, frame: Any) -> None:
+            flush_all(timeout)
+            prev = _sigterm_previous
+            if callable(prev):
+                prev(signum, frame)
+            elif prev == signal.SIG_IGN:
+                return
+            else:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        handler._tunecache = True  # type: ignore[attr-defined]
+        signal.signal(signal.SIGTERM, handler)
+
+
+def default_scope(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A scope for this machine: the CUDA device through torch when torch is imported and
+    sees one (name, compute capability, CUDA and torch versions), else the CPU (model, core
+    count, architecture). ``extra`` fields (a library version, a kernel-source hash) are added.
+    """
+    import platform
+    import sys
+
+    scope: dict[str, Any] = {}
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        i = torch.cuda.current_device()
+        major, minor = torch.cuda.get_device_capability(i)
+        scope = {
+            "backend": "cuda",
+            "device": torch.cuda.get_device_name(i),
+            "cc": f"{major}.{minor}",
+            "cuda": str(torch.version.cuda),
+            "torch": str(torch.__version__),
+        }
+    else:
+        model = "unknown cpu"
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if line.startswith("model name") and ":" in line:
+                        model = line.split(":", 1)[1].strip()
+                        break
+        except OSError:
+            pass
+        scope = {
+            "backend": "cpu",
+            "device": model,
+            "cores": os.cpu_count() or 1,
+            "arch": platform.machine(),
+        }
+    if extra:
+        scope.update(extra)
+    return scope
+
+
