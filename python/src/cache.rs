@@ -384,6 +384,17 @@ impl PyCache {
         Ok(())
     }
 
+    /// Sends what this process recorded to the shared tier, waiting at most `timeout`
+    /// seconds; raises `CacheError` if the server did not get it (results stay queued).
+    /// Without a shared tier, returns at once.
+    #[pyo3(signature = (timeout=2.0))]
+    fn publish(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let cache = self.get_cache()?;
+        let timeout = secs(timeout, "timeout")?;
+        py.detach(|| cache.publish_within(timeout))
+            .map_err(|e| CacheError::new_err(e.to_string()))
+    }
+
     /// Makes every recorded result durable, waiting at most `timeout` seconds (default: the
     /// cache's flush timeout). Raises `CacheError` if they are not.
     #[pyo3(signature = (timeout=None))]

@@ -216,6 +216,15 @@ class Cache:
         finally:
             emit_warnings()
 
+    def publish(self, timeout: float = 2.0) -> None:
+        """Sends what this process recorded to the shared tier (``remote=`` or
+        ``TUNECACHE_REMOTE``), waiting at most ``timeout`` seconds; raises ``CacheError`` if it
+        could not (the results stay queued and local files are unaffected)."""
+        try:
+            self._rust.publish(timeout)
+        finally:
+            emit_warnings()
+
     def close(self) -> None:
         """Saves what is pending and closes; later calls raise ``CacheError``."""
         if self._closed:
