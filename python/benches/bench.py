@@ -41,6 +41,8 @@ def main() -> None:
     n = 200_000
     dict_hit = best_of(lambda: table[shape], n)
     dict_and_call = best_of(lambda: kernel(*shape) if table[shape] else None, n)
+    keyfn = op.key
+    key_alone = best_of(lambda: keyfn(512, 256, 64, "float16"), n)
     autotune_hit = best_of(lambda: op(512, 256, 64, "float16"), n)
     get_hit = best_of(lambda: cache.get("mm", key), n)
     get_miss = best_of(lambda: cache.get("mm", {"m": 1}), n)
@@ -48,6 +50,7 @@ def main() -> None:
     rows = [
         ("dict lookup (baseline)", dict_hit),
         ("dict lookup + call (baseline)", dict_and_call),
+        ("the key function alone (user code)", key_alone),
         ("@autotune hit (key fn + memo + call)", autotune_hit),
         ("Cache.get hit (key conversion + lookup)", get_hit),
         ("Cache.get miss", get_miss),

@@ -135,3 +135,33 @@ def test_other_threads_run_while_flush_waits_on_a_held_lock(tmp_path):
     assert waited > 1.0, f"the flush waited for the lock ({waited:.2f}s)"
     assert beside >= alone / 2, f"the other thread ran at {beside / alone:.0%} of its speed"
     c.close()
+
+
+def test_the_exit_flush_is_bounded_and_says_what_was_not_saved(tmp_path):
+    path = tmp_path / "c.tcache"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, time\n"
+         f"f = open({str(path) + '.lock'!r}, 'a+')\n"
+         "fcntl.flock(f, fcntl.LOCK_EX)\n"
+         "print('held', flush=True)\n"
+         "time.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        start = time.monotonic()
+        out = subprocess.run(
+            [sys.executable, "-c",
+             "import tunecache\n"
+             f"c = tunecache.Cache('bounded', path={str(path)!r}, save_delay=600, lock_timeout=1)\n"
+             "c.put('ns', {'i': 1}, 'a', median_ns=1.0)\n"],
+            capture_output=True, text=True, timeout=60,
+        )
+        took = time.monotonic() - start
+    finally:
+        holder.kill()
+        holder.wait()
+    assert out.returncode == 0
+    assert took < 15, f"exit took {took:.1f}s"
+    assert "not all on disk" in out.stderr and "lock" in out.stderr, out.stderr
