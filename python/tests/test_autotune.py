@@ -174,6 +174,8 @@ def test_decorator_form(tmp_path):
     assert scale(21) == 42
     assert {x.algorithm for x in c.get("scale", {"n": 21}).candidates} == {"scale", "twice"}
     assert scale.__doc__ == "Doubles x."
+    assert scale.tuned.measured == 2 and scale(21) == 42 and scale.tuned.measured == 2
+    assert scale.choose(21).name in ("scale", "twice")
     c.close()
 
 

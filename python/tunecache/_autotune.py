@@ -10,6 +10,7 @@ makes them durable, and the others wait for it. A hit is served from a memo on t
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import threading
@@ -168,6 +169,28 @@ class Autotuned:
         #: How many candidate measurements this object made (for tests and reports).
         self.measured = 0
         cache._listen(self)
+        self.call = self._make_call()
+
+    def _make_call(self) -> Callable[..., Any]:
+        """A plain function doing what calling this object does, without the cost of an
+        instance call (what ``@autotune`` returns)."""
+        keyfn = self.key
+        miss = self._miss
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            key = keyfn(*args, **kwargs)
+            try:
+                memo_key: Any = tuple(key.items())
+                hit = self._memo.get(memo_key)
+            except TypeError:
+                memo_key = _freeze(key)
+                hit = self._memo.get(memo_key)
+            if hit is not None:
+                return hit.fn(*args, **kwargs)
+            return miss(key, memo_key, args, kwargs)
+
+        call.tuned = self  # type: ignore[attr-defined]
+        return call
 
     def _invalidate(self) -> None:
         self._memo = {}
@@ -323,10 +346,11 @@ def autotune(
     candidates: Any,
     key: Callable[..., Mapping[str, Any]],
     **options: Any,
-) -> Callable[[Callable[..., Any]], Autotuned]:
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator form of :class:`Autotuned`. The decorated function is the reference
     implementation: it becomes a candidate named after it unless ``candidates`` already has
-    that name."""
+    that name. Returns a plain function (cheaper to call than the object) with the
+    ``Autotuned`` as its ``tuned`` attribute and its ``choose``."""
 
     def wrap(fn: Callable[..., Any]) -> Autotuned:
         cands = _candidates(candidates)
@@ -334,8 +358,9 @@ def autotune(
         if all(c.name != name for c in cands):
             cands = [Candidate(name, fn)] + cands
         tuned = Autotuned(cache, namespace, cands, key, **options)
-        tuned.__doc__ = fn.__doc__
-        tuned.__wrapped__ = fn  # type: ignore[attr-defined]
-        return tuned
+        call = functools.wraps(fn)(tuned.call)
+        call.tuned = tuned  # type: ignore[attr-defined]
+        call.choose = tuned.choose  # type: ignore[attr-defined]
+        return call
 
     return wrap
