@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import pickle
+import stat
 
 import pytest
 
@@ -47,12 +48,20 @@ def test_bad_measurements_are_refused_where_they_enter(tmp_path):
         assert c.get("mm", KEY) is None
 
 
-@pytest.mark.parametrize("where", ["file-as-dir", "proc"])
+@pytest.mark.parametrize("where", ["file-as-dir", "proc", "fifo", "folder", "dev-null"])
 def test_an_unusable_location_degrades_to_memory_and_warns(tmp_path, caplog, where):
     if where == "file-as-dir":
         blocker = tmp_path / "blocker"
         blocker.write_text("not a folder")
         path = blocker / "c.tcache"
+    elif where == "fifo":
+        path = tmp_path / "fifo"
+        os.mkfifo(path)
+    elif where == "folder":
+        path = tmp_path / "folder"
+        path.mkdir()
+    elif where == "dev-null":
+        path = "/dev/null"
     else:
         path = "/proc/self/nope/c.tcache"
     with caplog.at_level(logging.WARNING, logger="tunecache"):
@@ -61,7 +70,11 @@ def test_an_unusable_location_degrades_to_memory_and_warns(tmp_path, caplog, whe
     assert any("memory" in r.getMessage() for r in caplog.records), caplog.text
     c.put("mm", KEY, "a", median_ns=1.0)
     assert c.get("mm", KEY).best.algorithm == "a"
+    with pytest.raises(tunecache.CacheError, match="not persistent"):
+        c.flush(1)
     c.close()
+    if where == "fifo":
+        assert stat.S_ISFIFO(os.stat(path).st_mode), "the FIFO is left alone"
 
 
 def test_a_damaged_file_is_moved_aside_not_fatal(tmp_path, caplog):
