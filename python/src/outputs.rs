@@ -13,7 +13,7 @@ use cache_outputs::{Arg, Codec, DType, KeyBuilder, Output, OutputCache, Tensor, 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyTuple};
 
 use crate::CacheError;
 use crate::keys::to_fields;
@@ -261,14 +261,15 @@ pub(crate) fn output_batch_keys<'py>(
     Ok(keys.iter().map(|k| PyBytes::new(py, &k.0)).collect())
 }
 
-/// A stored value: `(dtype, shape, bytes)`.
-type Value<'py> = (&'static str, Vec<u64>, Bound<'py, PyBytes>);
+/// A stored value: `(dtype, shape, data)`, the data a `bytearray` (one copy out of the cache,
+/// and writable, so numpy can wrap it without another).
+type Value<'py> = (&'static str, Vec<u64>, Bound<'py, PyByteArray>);
 
 fn value_to_py<'py>(py: Python<'py>, out: &Output) -> Value<'py> {
     (
         out.dtype().name(),
         out.shape().to_vec(),
-        PyBytes::new(py, out.bytes()),
+        PyByteArray::new(py, out.bytes()),
     )
 }
 

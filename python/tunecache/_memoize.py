@@ -136,13 +136,14 @@ def _to_value(result: Any) -> tuple[str, tuple[int, ...], Any]:
     return "u8", (1, len(blob)), blob
 
 
-def _from_value(dtype: str, shape: list[int], data: bytes) -> Any:
+def _from_value(dtype: str, shape: list[int], data: bytearray) -> Any:
     if dtype == "u8" and len(shape) == 2 and shape[0] == 1 and data[: len(_PICKLED)] == _PICKLED:
         return pickle.loads(memoryview(data)[len(_PICKLED):])
     np = _numpy()
     if np is None:
         import numpy as np  # an array value was stored: numpy is needed to read it
-    return np.frombuffer(bytearray(data), dtype=_TC_TO_NUMPY[dtype]).reshape(shape)
+    # The bytearray is this call's own copy: the array wraps it, writable, without another.
+    return np.frombuffer(data, dtype=_TC_TO_NUMPY[dtype]).reshape(shape)
 
 
 class _Outputs:
