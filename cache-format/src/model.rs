@@ -217,6 +217,18 @@ impl Entry {
         &self.origin
     }
 
+    /// Takes the entry apart: key, candidate-set checksum, origin, when recorded, and the
+    /// candidates (best first). [`Entry::new`] puts one back together.
+    pub fn into_parts(self) -> (Key, Fingerprint, Origin, Millis, Vec<Candidate>) {
+        (
+            self.key,
+            self.candidate_set,
+            self.origin,
+            self.recorded_at,
+            self.candidates,
+        )
+    }
+
     /// Replaces the origin (e.g. when importing).
     pub fn set_origin(&mut self, origin: Origin) {
         self.origin = origin;

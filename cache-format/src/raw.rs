@@ -30,6 +30,17 @@ pub fn decode_payload(bytes: &[u8], limits: &Limits) -> Result<CacheData, Format
     wire::decode_payload(bytes, "payload")
 }
 
+/// Like [`decode_payload`], also returning how many entries the payload stores (entries of
+/// one key stored twice in a namespace count twice; the model holds them merged).
+pub fn decode_payload_counted(
+    bytes: &[u8],
+    limits: &Limits,
+) -> Result<(CacheData, u64), FormatError> {
+    scan_whole(bytes, "payload", limits)?;
+    census::check(bytes, limits)?;
+    wire::decode_payload_counted(bytes, "payload")
+}
+
 /// Decodes payload bytes into the schema-less view, after the bounded scan.
 pub fn payload_value(bytes: &[u8], limits: &Limits) -> Result<rmpv::Value, FormatError> {
     scan_whole(bytes, "payload", limits)?;

@@ -236,9 +236,19 @@ struct CandidateIn<'a> {
 
 /// Decodes a format-1 payload (already scanned and checksummed) into the model.
 pub(crate) fn decode_payload(bytes: &[u8], what: &'static str) -> Result<CacheData, FormatError> {
+    decode_payload_counted(bytes, what).map(|(data, _)| data)
+}
+
+/// Like [`decode_payload`], also counting the entries as stored (entries of one key stored
+/// twice count twice, though the model merges them).
+pub(crate) fn decode_payload_counted(
+    bytes: &[u8],
+    what: &'static str,
+) -> Result<(CacheData, u64), FormatError> {
     let payload: PayloadIn<'_> =
         rmp_serde::from_slice(bytes).map_err(|e| FormatError::invalid(what, e))?;
     let mut data = CacheData::new();
+    let mut stored = 0u64;
     for scope_in in payload.scopes {
         let scope = Scope::new(scope_in.scope);
         for (ns, entries) in scope_in.namespaces {
@@ -247,11 +257,12 @@ pub(crate) fn decode_payload(bytes: &[u8], what: &'static str) -> Result<CacheDa
             }
             for entry_in in entries {
                 let entry = entry_from_wire(entry_in, &ns, what)?;
+                stored += 1;
                 data.insert(&scope, &ns, entry);
             }
         }
     }
-    Ok(data)
+    Ok((data, stored))
 }
 
 pub(crate) fn entry_from_wire(

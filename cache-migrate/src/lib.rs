@@ -14,6 +14,7 @@ mod error;
 mod ops;
 mod registry;
 mod report;
+mod typed;
 mod upgrade;
 mod view;
 
@@ -23,5 +24,6 @@ pub use registry::{
     FORMAT_STEPS, FormatStep, Gate, MigrationFile, Migrations, Step, StepFn, StepSpec,
 };
 pub use report::{Change, Collision, Report, StepReport};
-pub use upgrade::{Upgraded, upgrade};
+pub use typed::upgrade_typed;
+pub use upgrade::{Upgraded, upgrade, upgrade_view};
 pub use view::{NamespaceView, PayloadView, ScopeView, field, field_mut, remove_field, set_field};

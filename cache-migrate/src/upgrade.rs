@@ -23,7 +23,8 @@ pub struct Upgraded {
 ///
 /// `app` and `schema` come from the header the payload was found under, `format` from its
 /// envelope. Already-current data is decoded directly; older data goes through the
-/// schema-less view and the registry's chain of steps; anything else is an error value
+/// registry's chain of steps (on the typed model when every step is declarative and the data
+/// decodes as it is, else on the schema-less view); anything else is an error value
 /// (another application, a newer schema, no path), never a panic. Pure: no I/O.
 pub fn upgrade(
     registry: &Migrations,
@@ -40,6 +41,27 @@ pub fn upgrade(
             report: None,
         });
     }
+    // Declarative steps on data that decodes as it is: applied to the typed model, with the
+    // same result and report as below (typed.rs says when it declines).
+    if format == FormatVersion::CURRENT
+        && let Some(up) = crate::typed::upgrade_typed(registry, schema, payload, limits)
+    {
+        return Ok(up);
+    }
+    upgrade_view(registry, format, schema, payload, limits)
+}
+
+/// The general path of [`upgrade`] after its gate: every step on the schema-less view, which
+/// any step (coded ones too) and any payload can go through. [`upgrade`] takes the typed path
+/// ([`crate::upgrade_typed`]) instead when it can, with the same result; this one is public so
+/// tests can compare the two.
+pub fn upgrade_view(
+    registry: &Migrations,
+    format: FormatVersion,
+    schema: u32,
+    payload: &[u8],
+    limits: &Limits,
+) -> Result<Upgraded, MigrateError> {
     let value = cache_format::raw::payload_value(payload, limits)?;
     // Container format steps lift the payload to the current format's layout first.
     let (value, format_steps) = lift_format(

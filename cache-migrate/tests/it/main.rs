@@ -4,3 +4,4 @@ mod chain;
 mod declarative;
 mod properties;
 mod support;
+mod typed;

@@ -17,7 +17,7 @@ fn name(pool: &'static [&'static str]) -> BoxedStrategy<String> {
     prop::sample::select(pool).prop_map(str::to_owned).boxed()
 }
 
-fn op() -> impl Strategy<Value = Op> {
+pub(crate) fn op() -> impl Strategy<Value = Op> {
     let ns = prop::option::of(name(&NSS));
     prop_oneof![
         (name(&ALGOS), name(&ALGOS), ns.clone()).prop_map(|(from, to, namespace)| {
@@ -82,7 +82,7 @@ fn fields() -> impl Strategy<Value = Fields> {
         .prop_map(|m| m.into_iter().collect())
 }
 
-fn data() -> impl Strategy<Value = CacheData> {
+pub(crate) fn data() -> impl Strategy<Value = CacheData> {
     let candidate =
         (name(&ALGOS), fields(), 1.0f64..100.0, 0u64..3).prop_map(|(algo, params, t, at)| {
             let mut c = Candidate::measured(
@@ -121,7 +121,7 @@ fn data() -> impl Strategy<Value = CacheData> {
     })
 }
 
-fn registry(steps: &[Vec<Op>], first: u32, last: u32) -> Migrations {
+pub(crate) fn registry(steps: &[Vec<Op>], first: u32, last: u32) -> Migrations {
     let mut reg = Migrations::new("app", last);
     for (i, ops) in steps.iter().enumerate() {
         let from = i as u32 + 1;

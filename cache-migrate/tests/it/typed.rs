@@ -1,0 +1,173 @@
+//! The typed path of `upgrade` (declarative steps on the decoded model) against the general
+//! one (the schema-less view): where the typed path answers, it answers the same.
+
+use cache_format::{
+    CacheData, Fields, Fingerprint, FormatVersion, Key, Limits, Origin, Value, encode_payload,
+};
+use cache_migrate::{Migrations, Op, Step, upgrade, upgrade_typed, upgrade_view};
+use proptest::prelude::*;
+
+use crate::properties::{data, op, registry};
+use crate::support;
+
+fn both(
+    reg: &Migrations,
+    payload: &[u8],
+) -> (
+    Option<cache_migrate::Upgraded>,
+    Result<cache_migrate::Upgraded, cache_migrate::MigrateError>,
+) {
+    let limits = Limits::default();
+    (
+        upgrade_typed(reg, 1, payload, &limits),
+        upgrade_view(reg, FormatVersion::V1, 1, payload, &limits),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn where_the_typed_path_answers_it_equals_the_view(input in data(), steps in prop::collection::vec(prop::collection::vec(op(), 0..5), 1..4)) {
+        let last = steps.len() as u32 + 1;
+        let reg = registry(&steps, 1, last);
+        let payload = encode_payload(&input);
+        let (typed, view) = both(&reg, &payload);
+        if let Some(typed) = typed {
+            let view = view.expect("the view succeeds where the typed path does");
+            prop_assert_eq!(&typed.data, &view.data);
+            prop_assert_eq!(&typed.report, &view.report);
+            // And upgrade itself gives that answer.
+            let up = upgrade(&reg, FormatVersion::V1, "app", 1, &payload, &Limits::default()).expect("upgrades");
+            prop_assert_eq!(up, typed);
+        }
+    }
+}
+
+fn sample() -> CacheData {
+    support::data(&[
+        ("n1", support::entry(1, &["production", "naive"])),
+        ("n1", support::entry(2, &["production"])),
+        ("n2", support::entry(3, &["naive"])),
+    ])
+}
+
+#[test]
+fn a_declarative_rename_takes_the_typed_path_and_reports_like_the_view() {
+    let reg = Migrations::new("app", 2)
+        .with(Step::declarative(
+            1,
+            2,
+            "renamed",
+            vec![Op::RenameAlgorithm {
+                from: "production".into(),
+                to: "mask_gemm".into(),
+                namespace: None,
+            }],
+        ))
+        .expect("valid");
+    let payload = encode_payload(&sample());
+    let (typed, view) = both(&reg, &payload);
+    let typed = typed.expect("declarative steps on clean data take the typed path");
+    let view = view.expect("migrates");
+    assert_eq!(typed, view);
+    let report = typed.report.expect("a report");
+    assert_eq!(report.entries, 3);
+    assert_eq!(report.steps[0].changes[0].entries, 2);
+}
+
+#[test]
+fn the_typed_path_declines_where_the_answers_could_differ() {
+    let payload = encode_payload(&sample());
+    // A coded step.
+    let coded = Migrations::new("app", 2)
+        .with(Step::coded(1, 2, "coded", |_view| Ok(Vec::new())))
+        .expect("valid");
+    assert!(upgrade_typed(&coded, 1, &payload, &Limits::default()).is_none());
+    // Keys that collide after the step: the view reports the collision.
+    let collide = Migrations::new("app", 2)
+        .with(Step::declarative(
+            1,
+            2,
+            "dropped m",
+            vec![Op::DropKeyField {
+                name: "m".into(),
+                namespace: None,
+            }],
+        ))
+        .expect("valid");
+    let (typed, view) = both(&collide, &payload);
+    assert!(typed.is_none());
+    assert!(
+        !view
+            .expect("migrates")
+            .report
+            .expect("report")
+            .collisions
+            .is_empty()
+    );
+    // A rename onto a param that is there: the view fails the step.
+    let mut data = CacheData::new();
+    let mut params = Fields::new();
+    params.insert("p", Value::Int(1));
+    params.insert("q", Value::Int(2));
+    data.insert(
+        &Default::default(),
+        "n1",
+        cache_format::Entry::new(
+            Key::new(Fields::new()),
+            Fingerprint::default(),
+            Origin::Measured("t".into()),
+            1,
+            [cache_format::Candidate::measured(
+                "a",
+                params,
+                cache_format::Stats {
+                    median_ns: 1.0,
+                    min_ns: 1.0,
+                    spread_ns: 0.0,
+                    samples: 1,
+                },
+            )],
+        ),
+    );
+    let conflict = Migrations::new("app", 2)
+        .with(Step::declarative(
+            1,
+            2,
+            "p to q",
+            vec![Op::RenameParam {
+                from: "p".into(),
+                to: "q".into(),
+                algorithm: None,
+                namespace: None,
+            }],
+        ))
+        .expect("valid");
+    let (typed, view) = both(&conflict, &encode_payload(&data));
+    assert!(typed.is_none());
+    assert!(view.is_err());
+}
+
+/// The comparison above means something only if the typed path answers often: count it.
+#[test]
+fn the_typed_path_answers_most_random_migrations() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+
+    let mut runner = TestRunner::deterministic();
+    let strategy = (
+        data(),
+        prop::collection::vec(prop::collection::vec(op(), 0..5), 1..4),
+    );
+    let (mut answered, cases) = (0, 300);
+    for _ in 0..cases {
+        let (input, steps) = strategy.new_tree(&mut runner).expect("a case").current();
+        let reg = registry(&steps, 1, steps.len() as u32 + 1);
+        if upgrade_typed(&reg, 1, &encode_payload(&input), &Limits::default()).is_some() {
+            answered += 1;
+        }
+    }
+    eprintln!("typed path answered {answered} of {cases} random migrations");
+    assert!(answered * 2 > cases, "only {answered} of {cases}");
+}
