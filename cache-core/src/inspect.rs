@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::collections::{BTreeMap, HashSet};
 use std::ops::ControlFlow;
 
-use cache_format::raw::{decode_entry, decode_payload, entry_fingerprint, walk_payload};
+use cache_format::raw::{
+    decode_entry, decode_payload, entry_decodes, entry_fingerprint, walk_payload,
+};
 use cache_format::{
     CacheData, Entry, Fingerprint, FormatVersion, Header, JournalHeader, Limits, Scope, Tail,
     read_journal_header, read_snapshot_framing, scan_records,
@@ -364,15 +366,61 @@ impl Inspection {
         data
     }
 
+    /// Checks each stored entry as the decoder would, building it only when the quick check
+    /// ([`cache_format::raw::entry_decodes`]: the written form, every rule checked in place)
+    /// is not sure; counts the entries as [`Inspection::walk`] yields them (the snapshot's,
+    /// then the journal's new keys). Returns the count, the problems and the entries stored.
+    fn check_stored_entries(&self) -> (usize, Vec<String>, u64) {
+        let mut entries = 0usize;
+        let mut stored = 0u64;
+        let mut problems = Vec::new();
+        let mut overlaid: HashSet<(Fingerprint, String, Fingerprint)> = HashSet::new();
+        if let Some(payload) = self.payload_bytes() {
+            let walked = walk_payload(payload, &self.limits, |scope, ns, bytes| {
+                stored += 1;
+                let fp = match entry_decodes(bytes) {
+                    Some(fp) => fp,
+                    None => match decode_entry(bytes, ns) {
+                        Ok(entry) => entry.fingerprint(),
+                        Err(e) => {
+                            problems.push(format!("{}: {e}", self.path.display()));
+                            return ControlFlow::Continue(());
+                        }
+                    },
+                };
+                entries += 1;
+                if !self.journal_data.is_empty() && self.journal_data.get(scope, ns, &fp).is_some()
+                {
+                    overlaid.insert((scope.fingerprint(), ns.to_owned(), fp));
+                }
+                ControlFlow::Continue(())
+            });
+            if let Err(e) = walked {
+                problems.push(format!("{}: {e}", self.path.display()));
+            }
+        }
+        for (scope, ns, entry) in self.journal_data.entries() {
+            if !overlaid.contains(&(scope.fingerprint(), ns.to_owned(), entry.fingerprint())) {
+                entries += 1;
+            }
+        }
+        (entries, problems, stored)
+    }
+
     /// Decodes every entry and lists what is wrong with them: entries that do not decode, and
     /// a header whose entry count is not the payload's. What `verify` checks beyond the files'
     /// framing, in constant memory. Returns the number of readable entries too.
     pub fn check_entries(&self) -> (usize, Vec<String>) {
-        let mut entries = 0usize;
-        let (mut problems, stored) = self.walk(|_, _, _| {
-            entries += 1;
-            ControlFlow::Continue(())
-        });
+        let (entries, mut problems, stored) = if self.migrated.is_some() {
+            let mut entries = 0usize;
+            let (problems, stored) = self.walk(|_, _, _| {
+                entries += 1;
+                ControlFlow::Continue(())
+            });
+            (entries, problems, stored)
+        } else {
+            self.check_stored_entries()
+        };
         if let (Some(payload), Some(header)) = (self.payload_bytes(), &self.snapshot.header) {
             // The whole-payload checks a loading reader makes (structure, nesting, the caps).
             if let Err(e) = cache_format::check_payload(payload, &self.limits) {

@@ -21,6 +21,7 @@ mod candidate;
 mod census;
 mod envelope;
 mod error;
+mod fastcheck;
 mod fingerprint;
 mod journal;
 pub mod json;

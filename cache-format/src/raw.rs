@@ -57,4 +57,5 @@ pub fn decode_snapshot(snap: &Snapshot<'_>) -> Result<CacheData, FormatError> {
     }
 }
 
+pub use crate::fastcheck::entry_decodes;
 pub use crate::stream::{decode_entry, entry_fingerprint, walk_payload};
