@@ -25,5 +25,5 @@ pub use registry::{
 };
 pub use report::{Change, Collision, Report, StepReport};
 pub use typed::upgrade_typed;
-pub use upgrade::{Upgraded, upgrade, upgrade_view};
+pub use upgrade::{Upgraded, upgrade, upgrade_snapshot, upgrade_view};
 pub use view::{NamespaceView, PayloadView, ScopeView, field, field_mut, remove_field, set_field};

@@ -51,6 +51,33 @@ pub fn upgrade(
     upgrade_view(registry, format, schema, payload, limits)
 }
 
+/// [`upgrade`] for a snapshot that [`cache_format::read_snapshot`] verified. That read already
+/// made the bounded scan and the census of its payload, so current data is decoded without
+/// repeating them ([`cache_format::raw::decode_snapshot`]); anything else goes through
+/// [`upgrade`] itself. The gate is the same.
+pub fn upgrade_snapshot(
+    registry: &Migrations,
+    snap: &cache_format::Snapshot<'_>,
+    limits: &Limits,
+) -> Result<Upgraded, MigrateError> {
+    let (app, schema) = (snap.header.app.as_str(), snap.header.schema);
+    registry.check(app, schema)?;
+    if snap.format == FormatVersion::CURRENT && schema == registry.current() {
+        return Ok(Upgraded {
+            data: cache_format::raw::decode_snapshot(snap)?,
+            report: None,
+        });
+    }
+    upgrade(
+        registry,
+        snap.format,
+        app,
+        schema,
+        snap.payload_bytes(),
+        limits,
+    )
+}
+
 /// The general path of [`upgrade`] after its gate: every step on the schema-less view, which
 /// any step (coded ones too) and any payload can go through. [`upgrade`] takes the typed path
 /// ([`crate::upgrade_typed`]) instead when it can, with the same result; this one is public so

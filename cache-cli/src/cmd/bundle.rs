@@ -269,14 +269,7 @@ fn check(path: &Path) -> anyhow::Result<Checked> {
     }
     // Decoded through the version gate at the snapshot's own versions (no migration).
     let as_stored = Migrations::new(snap.header.app.clone(), snap.header.schema);
-    let decoded = cache_core::cache_migrate::upgrade(
-        &as_stored,
-        snap.format,
-        &snap.header.app,
-        snap.header.schema,
-        snap.payload_bytes(),
-        &limits,
-    );
+    let decoded = cache_core::cache_migrate::upgrade_snapshot(&as_stored, &snap, &limits);
     let data = match decoded {
         Ok(d) => d.data,
         Err(e) => {
@@ -444,16 +437,9 @@ impl ImportArgs {
         } else {
             let bundle = read_bundle(&bytes, &Limits::default())?;
             let snap = read_snapshot(bundle.snapshot, &Limits::default())?;
-            cache_core::cache_migrate::upgrade(
-                &registry,
-                snap.format,
-                &snap.header.app,
-                snap.header.schema,
-                snap.payload_bytes(),
-                &Limits::default(),
-            )
-            .with_context(|| format!("{}: nothing was imported", self.bundle.display()))?
-            .data
+            cache_core::cache_migrate::upgrade_snapshot(&registry, &snap, &Limits::default())
+                .with_context(|| format!("{}: nothing was imported", self.bundle.display()))?
+                .data
         };
         drop(bytes);
         let existing = if path.exists() {

@@ -43,16 +43,9 @@ pub(crate) fn load(
         &bytes
     };
     let snap = cache_format::read_snapshot(snapshot, limits).map_err(|e| e.to_string())?;
-    let data = cache_migrate::upgrade(
-        registry,
-        snap.format,
-        &snap.header.app,
-        snap.header.schema,
-        snap.payload_bytes(),
-        limits,
-    )
-    .map_err(|e| e.to_string())?
-    .data;
+    let data = cache_migrate::upgrade_snapshot(registry, &snap, limits)
+        .map_err(|e| e.to_string())?
+        .data;
     let mut out = Vec::new();
     for (s, ns, entry) in data.entries() {
         if s == scope

@@ -19,7 +19,7 @@ use cache_format::{
     CacheData, FormatError, FormatVersion, Limits, Tail, read_journal_header, read_snapshot,
     scan_records,
 };
-use cache_migrate::{MigrateError, Migrations, Report, upgrade};
+use cache_migrate::{MigrateError, Migrations, Report, upgrade, upgrade_snapshot};
 
 use crate::error::{Cause, StoreError};
 use crate::fsio::{self, FileId, read_range, read_with_id};
@@ -348,14 +348,7 @@ impl Disk {
             }
             Err(e) => return Ok(SnapRead::Unusable(e.into())),
         };
-        match upgrade(
-            &self.registry,
-            snap.format,
-            &snap.header.app,
-            snap.header.schema,
-            snap.payload_bytes(),
-            &self.options.limits,
-        ) {
+        match upgrade_snapshot(&self.registry, &snap, &self.options.limits) {
             Ok(up) => Ok(SnapRead::Loaded {
                 id,
                 data: up.data,
