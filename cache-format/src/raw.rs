@@ -41,6 +41,13 @@ pub fn decode_payload_counted(
     wire::decode_payload_counted(bytes, "payload")
 }
 
+/// [`decode_snapshot`] with the entries counted as stored (see [`decode_payload_counted`]).
+pub fn decode_snapshot_counted(snap: &Snapshot<'_>) -> Result<(CacheData, u64), FormatError> {
+    match snap.format {
+        FormatVersion::V1 => wire::decode_payload_counted(snap.payload_bytes(), "payload"),
+    }
+}
+
 /// Decodes payload bytes into the schema-less view, after the bounded scan.
 pub fn payload_value(bytes: &[u8], limits: &Limits) -> Result<rmpv::Value, FormatError> {
     scan_whole(bytes, "payload", limits)?;

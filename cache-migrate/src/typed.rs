@@ -63,8 +63,20 @@ pub fn upgrade_typed(
     payload: &[u8],
     limits: &Limits,
 ) -> Option<Upgraded> {
+    declarative_steps(registry, from)?;
+    let decoded = cache_format::raw::decode_payload_counted(payload, limits).ok()?;
+    upgrade_decoded(registry, from, decoded, limits)
+}
+
+/// [`upgrade_typed`] on data already decoded (with its count as stored), e.g. from a snapshot
+/// `read_snapshot` verified.
+pub(crate) fn upgrade_decoded(
+    registry: &Migrations,
+    from: u32,
+    (data, stored): (CacheData, u64),
+    limits: &Limits,
+) -> Option<Upgraded> {
     let steps = declarative_steps(registry, from)?;
-    let (data, stored) = cache_format::raw::decode_payload_counted(payload, limits).ok()?;
     if stored != data.len() as u64 {
         return None;
     }

@@ -68,14 +68,18 @@ pub fn upgrade_snapshot(
             report: None,
         });
     }
-    upgrade(
-        registry,
-        snap.format,
-        app,
-        schema,
-        snap.payload_bytes(),
-        limits,
-    )
+    // Declarative steps on the typed model, decoding without a second scan; declines go to
+    // the view as in `upgrade`.
+    if snap.format == FormatVersion::CURRENT
+        && registry
+            .path(schema)
+            .is_ok_and(|p| p.iter().all(|s| s.ops().is_some()))
+        && let Ok(decoded) = cache_format::raw::decode_snapshot_counted(snap)
+        && let Some(up) = crate::typed::upgrade_decoded(registry, schema, decoded, limits)
+    {
+        return Ok(up);
+    }
+    upgrade_view(registry, snap.format, schema, snap.payload_bytes(), limits)
 }
 
 /// The general path of [`upgrade`] after its gate: every step on the schema-less view, which

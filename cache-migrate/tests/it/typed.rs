@@ -4,7 +4,7 @@
 use cache_format::{
     CacheData, Fields, Fingerprint, FormatVersion, Key, Limits, Origin, Value, encode_payload,
 };
-use cache_migrate::{Migrations, Op, Step, upgrade, upgrade_typed, upgrade_view};
+use cache_migrate::{Migrations, Op, Step, upgrade, upgrade_snapshot, upgrade_typed, upgrade_view};
 use proptest::prelude::*;
 
 use crate::properties::{data, op, registry};
@@ -39,7 +39,12 @@ proptest! {
             prop_assert_eq!(&typed.report, &view.report);
             // And upgrade itself gives that answer.
             let up = upgrade(&reg, FormatVersion::V1, "app", 1, &payload, &Limits::default()).expect("upgrades");
-            prop_assert_eq!(up, typed);
+            prop_assert_eq!(&up, &typed);
+            // And so does a snapshot read whole, which is not scanned a second time.
+            let file = cache_format::encode_snapshot("app", 1, &input);
+            let snap = cache_format::read_snapshot(&file, &Limits::default()).expect("reads");
+            let from_snapshot = upgrade_snapshot(&reg, &snap, &Limits::default()).expect("upgrades");
+            prop_assert_eq!(from_snapshot, typed);
         }
     }
 }
