@@ -153,12 +153,22 @@ pub fn encode_snapshot(app: &str, schema: u32, data: &CacheData) -> Vec<u8> {
         entries: data.len() as u64,
         scopes: data.scope_count() as u64,
     });
-    let mut out = Vec::with_capacity(payload.len() + header.len() + 32);
-    out.push(0x96);
-    write_str(&mut out, SNAPSHOT_MARKER);
-    rmp::encode::write_uint(&mut out, u64::from(FORMAT_VERSION)).expect("Vec write");
-    write_checksummed(&mut out, &header);
-    write_checksummed(&mut out, &payload);
+    let mut prefix = Vec::with_capacity(header.len() + 64);
+    prefix.push(0x96);
+    write_str(&mut prefix, SNAPSHOT_MARKER);
+    rmp::encode::write_uint(&mut prefix, u64::from(FORMAT_VERSION)).expect("Vec write");
+    write_checksummed(&mut prefix, &header);
+    // The payload's own frame (`bin32`, the bytes, `uint32` CRC), built around the payload's
+    // buffer: the prefix is moved in front of it rather than the payload copied behind the
+    // prefix, so a large snapshot is not in memory twice.
+    let crc = crc32fast::hash(&payload);
+    prefix.push(0xc6);
+    prefix.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    let mut out = payload;
+    out.reserve_exact(prefix.len() + 5);
+    out.splice(0..0, prefix);
+    out.push(0xce);
+    out.extend_from_slice(&crc.to_be_bytes());
     out
 }
 

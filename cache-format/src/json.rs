@@ -303,43 +303,108 @@ pub fn parse_lines_versioned(
     source: &str,
     origin_policy: ImportOrigin,
 ) -> Result<std::collections::BTreeMap<Version, CacheData>, JsonLineError> {
-    let now = crate::model::now_millis();
-    let limits = Limits::default();
-    let mut groups: std::collections::BTreeMap<Version, CacheData> = Default::default();
-    // Distinct scopes and (scope, namespace) pairs so far, for the caps of a whole file.
-    let mut scopes = std::collections::HashSet::new();
-    let mut namespaces = std::collections::HashSet::new();
+    let mut parser = LineParser::new(source, origin_policy);
     for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
+        parser.line(i + 1, line)?;
+    }
+    Ok(parser.groups)
+}
+
+/// Like [`parse_lines_versioned`], reading the lines from `reader` one at a time, so the text
+/// is never all in memory (an import of a million lines holds the entries, not the lines too).
+/// A read error, invalid UTF-8 included, names its line.
+pub fn read_lines_versioned(
+    mut reader: impl std::io::BufRead,
+    source: &str,
+    origin_policy: ImportOrigin,
+) -> Result<std::collections::BTreeMap<Version, CacheData>, JsonLineError> {
+    let mut parser = LineParser::new(source, origin_policy);
+    let mut buf = String::new();
+    for number in 1.. {
+        buf.clear();
+        match reader.read_line(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {
+                // The line endings `str::lines` splits at: `\n` and `\r\n`.
+                let line = match buf.strip_suffix('\n') {
+                    Some(l) => l.strip_suffix('\r').unwrap_or(l),
+                    None => &buf,
+                };
+                parser.line(number, line)?;
+            }
+            Err(e) => {
+                return Err(JsonLineError {
+                    source_name: source.to_owned(),
+                    line: number,
+                    message: format!("cannot read it: {e}"),
+                });
+            }
         }
-        let (version, scope, ns, entry) = parse_versioned(line, source, origin_policy, now)
-            .map_err(|message| JsonLineError {
-                source_name: source.to_owned(),
-                line: i + 1,
-                message,
-            })?;
-        scopes.insert(scope.fingerprint());
-        namespaces.insert((scope.fingerprint(), ns.clone()));
-        groups
+    }
+    Ok(parser.groups)
+}
+
+/// The state of a parse: the groups so far and the distinct scopes and (scope, namespace)
+/// pairs, for the caps of a whole input.
+struct LineParser<'a> {
+    source: &'a str,
+    origin_policy: ImportOrigin,
+    now: Millis,
+    limits: Limits,
+    groups: std::collections::BTreeMap<Version, CacheData>,
+    scopes: std::collections::HashSet<Fingerprint>,
+    namespaces: std::collections::HashSet<(Fingerprint, String)>,
+}
+
+impl<'a> LineParser<'a> {
+    fn new(source: &'a str, origin_policy: ImportOrigin) -> Self {
+        LineParser {
+            source,
+            origin_policy,
+            now: crate::model::now_millis(),
+            limits: Limits::default(),
+            groups: Default::default(),
+            scopes: Default::default(),
+            namespaces: Default::default(),
+        }
+    }
+
+    /// Parses line `number` (1-based) into its group.
+    fn line(&mut self, number: usize, line: &str) -> Result<(), JsonLineError> {
+        if line.trim().is_empty() {
+            return Ok(());
+        }
+        let error = |message: String| JsonLineError {
+            source_name: self.source.to_owned(),
+            line: number,
+            message,
+        };
+        let (version, scope, ns, entry) =
+            parse_versioned(line, self.source, self.origin_policy, self.now).map_err(error)?;
+        self.scopes.insert(scope.fingerprint());
+        self.namespaces.insert((scope.fingerprint(), ns.clone()));
+        self.groups
             .entry(version)
             .or_default()
             .insert(&scope, &ns, entry);
-        over_cap("scopes in the import", scopes.len(), limits.max_scopes)
-            .and_then(|()| {
-                over_cap(
-                    "namespaces in the import",
-                    namespaces.len(),
-                    limits.max_namespaces,
-                )
-            })
-            .map_err(|message| JsonLineError {
-                source_name: source.to_owned(),
-                line: i + 1,
-                message,
-            })?;
+        over_cap(
+            "scopes in the import",
+            self.scopes.len(),
+            self.limits.max_scopes,
+        )
+        .and_then(|()| {
+            over_cap(
+                "namespaces in the import",
+                self.namespaces.len(),
+                self.limits.max_namespaces,
+            )
+        })
+        .map_err(|message| JsonLineError {
+            source_name: self.source.to_owned(),
+            line: number,
+            message,
+        })
     }
-    Ok(groups)
 }
 
 fn over_cap(what: &str, count: usize, limit: u64) -> Result<(), String> {
@@ -381,4 +446,60 @@ pub fn line(scope: &Scope, namespace: &str, entry: &Entry, version: Option<(&str
         r.schema = Some(schema);
     }
     serde_json::to_string(&r).expect("a record always serializes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::candidate::CandidateId;
+
+    fn lines() -> String {
+        let mut data = CacheData::new();
+        for m in 0..3 {
+            let key = Key::new(Fields::from([("m".to_owned(), crate::Value::Int(m))]));
+            let entry = Entry::new(
+                key,
+                Fingerprint::default(),
+                Origin::Measured("t".into()),
+                1,
+                [Candidate::new(
+                    CandidateId::new("a", &[]),
+                    Outcome::Failed("x".into()),
+                )],
+            );
+            data.insert(&Scope::default(), "ns", entry);
+        }
+        to_lines_versioned(&data, "app", 1)
+    }
+
+    #[test]
+    fn reading_line_by_line_equals_parsing_the_text() {
+        let text = lines();
+        // Blank lines, CRLF endings and no newline at the end: the same entries either way.
+        let mut odd = text.replace('\n', "\r\n");
+        odd.insert_str(0, "\n  \n");
+        odd.pop();
+        odd.pop();
+        for t in [text.as_str(), odd.as_str()] {
+            let whole = parse_lines_versioned(t, "in", ImportOrigin::Keep).expect("parses");
+            let read = read_lines_versioned(t.as_bytes(), "in", ImportOrigin::Keep).expect("reads");
+            assert_eq!(whole, read);
+            assert_eq!(read.values().map(CacheData::len).sum::<usize>(), 3);
+        }
+    }
+
+    #[test]
+    fn a_bad_line_read_line_by_line_is_named_like_in_the_text() {
+        let mut text = lines().into_bytes();
+        let second = text.iter().position(|b| *b == b'\n').expect("a newline") + 1;
+        text.insert(second + 1, 0xff);
+        let e = read_lines_versioned(&text[..], "in", ImportOrigin::Keep).expect_err("bad");
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.to_string().contains("UTF-8"), "{e}");
+        let bad_json = lines().replace("\"ns\"", "\"ns\",,");
+        let whole = parse_lines_versioned(&bad_json, "in", ImportOrigin::Keep).expect_err("bad");
+        let read =
+            read_lines_versioned(bad_json.as_bytes(), "in", ImportOrigin::Keep).expect_err("bad");
+        assert_eq!(whole.to_string(), read.to_string());
+    }
 }

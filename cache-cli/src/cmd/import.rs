@@ -1,6 +1,5 @@
 //! `tunecache import`: merges entries from JSON lines, all lines or none.
 
-use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
@@ -9,7 +8,7 @@ use serde::Serialize;
 
 use cache_core::cache_migrate::Migrations;
 use cache_core::{AppendOptions, Namespace, merge_into_file};
-use cache_format::json::{ImportOrigin, Version, parse_lines_versioned};
+use cache_format::json::{ImportOrigin, Version, read_lines_versioned};
 use cache_format::{CacheData, FormatVersion, Limits};
 
 use crate::context::{Context, saving};
@@ -97,28 +96,35 @@ impl ImportArgs {
         Ok(up.data)
     }
 
-    fn read(&self) -> anyhow::Result<(String, String)> {
+    /// The input, read a line at a time, and its name for messages.
+    fn open(&self) -> anyhow::Result<(Box<dyn std::io::BufRead>, String)> {
         if self.input.as_os_str() == "-" {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("cannot read stdin")?;
-            return Ok((text, "stdin".to_owned()));
+            return Ok((Box::new(std::io::stdin().lock()), "stdin".to_owned()));
         }
-        let text = std::fs::read_to_string(&self.input)
+        let file = std::fs::File::open(&self.input)
             .with_context(|| format!("cannot read {}", self.input.display()))?;
-        Ok((text, self.input.display().to_string()))
+        Ok((
+            Box::new(std::io::BufReader::with_capacity(1 << 16, file)),
+            self.input.display().to_string(),
+        ))
     }
 
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         let path = ctx.path()?;
         ctx.check_writable("import")?;
-        let (text, source) = self.read()?;
-        let groups = parse_lines_versioned(&text, &source, ImportOrigin::MarkImported)?;
+        // Line by line: the text (larger than the cache it makes) is never all in memory.
+        let (input, source) = self.open()?;
+        let groups = read_lines_versioned(input, &source, ImportOrigin::MarkImported)?;
         let (app, schema) = ctx.write_target(&path, self.schema)?;
         let mut data = CacheData::new();
         for (version, group) in groups {
-            data.merge(self.gate(ctx, &source, version, group, &app, schema)?);
+            let group = self.gate(ctx, &source, version, group, &app, schema)?;
+            if data.is_empty() {
+                // The usual case, one group: take it whole rather than entry by entry.
+                data = group;
+            } else {
+                data.merge(group);
+            }
         }
         // All or nothing: refuse bad namespace names, and entries no reader would accept,
         // before anything is queued.
