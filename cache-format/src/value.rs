@@ -507,7 +507,11 @@ impl<'de> Visitor<'de> for ValueVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut items: Vec<(String, Value)> = Vec::new();
+        // Sized from the header (msgpack gives it; the census has bounded it to 256 fields),
+        // so a decoded map holds no spare slots: most maps in a cache are small, and a
+        // one-field map grown by pushing would keep room for four.
+        let mut items: Vec<(String, Value)> =
+            Vec::with_capacity(map.size_hint().unwrap_or(0).min(256));
         while let Some(name) = map.next_key::<String>()? {
             let value = map.next_value()?;
             items.push((name, value));
