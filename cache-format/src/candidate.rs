@@ -192,8 +192,11 @@ pub(crate) fn rank_indices(candidates: &[Candidate]) -> Vec<usize> {
 }
 
 fn rank_refs(all: &[&Candidate]) -> Vec<usize> {
-    let identity: Vec<Vec<u8>> = all.iter().map(|c| c.id.identity_bytes()).collect();
-    let mut measured: Vec<(usize, Stats)> = Vec::new();
+    // Identities (an encoding each) are only needed to break exact ties, which are rare:
+    // computed when two candidates compare equal otherwise, not for every candidate.
+    let by_identity =
+        |i: usize, j: usize| all[i].id.identity_bytes().cmp(&all[j].id.identity_bytes());
+    let mut measured: Vec<(usize, Stats)> = Vec::with_capacity(all.len());
     let mut failed: Vec<usize> = Vec::new();
     for (i, c) in all.iter().enumerate() {
         match &c.outcome {
@@ -205,11 +208,11 @@ fn rank_refs(all: &[&Candidate]) -> Vec<usize> {
         a.median_ns
             .total_cmp(&b.median_ns)
             .then_with(|| a.min_ns.total_cmp(&b.min_ns))
-            .then_with(|| identity[*i].cmp(&identity[*j]))
+            .then_with(|| by_identity(*i, *j))
     });
-    let mut order = Vec::with_capacity(all.len());
+    failed.sort_by(|&i, &j| by_identity(i, j));
+    let mut order: Vec<usize> = Vec::with_capacity(all.len());
     order.extend(measured.into_iter().map(|(i, _)| i));
-    failed.sort_by(|i, j| identity[*i].cmp(&identity[*j]));
     order.extend(failed);
     order
 }

@@ -266,6 +266,12 @@ impl Entry {
     fn absorb_all(&mut self, incoming: impl IntoIterator<Item = Candidate>) {
         const SCAN_UP_TO: usize = 16;
         let mut index: Option<HashMap<CandidateId, usize>> = None;
+        let incoming = incoming.into_iter();
+        if self.candidates.is_empty() {
+            // A new entry: one allocation of the right size (bounded, in case the hint lies).
+            self.candidates
+                .reserve_exact(incoming.size_hint().0.min(1 << 16));
+        }
         for candidate in incoming {
             if index.is_none() && self.candidates.len() >= SCAN_UP_TO {
                 index = Some(
@@ -306,6 +312,10 @@ impl Entry {
 
     fn rank(&mut self) {
         let order: Vec<usize> = rank_indices(&self.candidates);
+        if order.iter().enumerate().all(|(at, i)| at == *i) {
+            // Already in rank order (an entry read back from a file always is).
+            return;
+        }
         let mut slots: Vec<Option<Candidate>> = std::mem::take(&mut self.candidates)
             .into_iter()
             .map(Some)
