@@ -22,9 +22,28 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, P
 /// Levels of lists and maps a key may nest (FORMAT.md, "Bounds": a key field 25).
 const MAX_DEPTH: usize = 25;
 
+/// Where a value sits in a key (`key["conv"][1]`), built on the stack as the conversion goes
+/// down and rendered only for an error message: a conversion that succeeds formats nothing.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Root(&'a str),
+    Field(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Path::Root(name) => f.write_str(name),
+            Path::Field(parent, name) => write!(f, "{parent}[{name:?}]"),
+            Path::Index(parent, i) => write!(f, "{parent}[{i}]"),
+        }
+    }
+}
+
 /// Converts a key (a mapping) to its canonical fields.
 pub(crate) fn to_fields(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Fields> {
-    match to_value(obj, what, 0)? {
+    match to_value(obj, &Path::Root(what), 0)? {
         Value::Map(fields) => Ok(fields),
         _ => Err(PyTypeError::new_err(format!(
             "{what} must be a mapping (a dict of str to values), not {}",
@@ -63,7 +82,7 @@ fn dtype_name(obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
     Ok(None)
 }
 
-fn to_value(obj: &Bound<'_, PyAny>, path: &str, depth: usize) -> PyResult<Value> {
+fn to_value(obj: &Bound<'_, PyAny>, path: &Path<'_>, depth: usize) -> PyResult<Value> {
     if obj.is_instance_of::<PyBool>() {
         return Ok(Value::Bool(obj.extract::<bool>()?));
     }
@@ -95,7 +114,7 @@ fn to_value(obj: &Bound<'_, PyAny>, path: &str, depth: usize) -> PyResult<Value>
         let mut items = Vec::new();
         for (i, item) in obj.try_iter()?.enumerate() {
             let item = item?;
-            let at = format!("{path}[{i}]");
+            let at = Path::Index(path, i);
             if item.is_none() {
                 return Err(PyTypeError::new_err(format!(
                     "{at} is None: None is allowed only as a map value (where it means absent)"
@@ -107,7 +126,13 @@ fn to_value(obj: &Bound<'_, PyAny>, path: &str, depth: usize) -> PyResult<Value>
     }
     if let Ok(map) = obj.cast::<PyDict>() {
         let d = nested(depth)?;
-        return map_value(map.items().try_iter()?, path, d);
+        // Straight over the dict (no list of item tuples built first): keys are converted on
+        // every lookup, so this is the hot path of `Cache.get`.
+        let mut fields = Fields::new();
+        for (k, v) in map.iter() {
+            field(&mut fields, &k, &v, path, d)?;
+        }
+        return Ok(Value::Map(fields));
     }
     if let Some(name) = dtype_name(obj)? {
         return Ok(Value::Str(name));
@@ -130,31 +155,43 @@ fn to_value(obj: &Bound<'_, PyAny>, path: &str, depth: usize) -> PyResult<Value>
 
 fn map_value(
     items: Bound<'_, pyo3::types::PyIterator>,
-    path: &str,
+    path: &Path<'_>,
     depth: usize,
 ) -> PyResult<Value> {
     let mut fields = Fields::new();
     for pair in items {
         let pair = pair?;
         let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair.extract()?;
-        let Ok(name) = k.cast::<PyString>() else {
-            return Err(PyTypeError::new_err(format!(
-                "{path} has a {} key ({}): map keys must be str",
-                type_name(&k),
-                k.repr().map_or_else(|_| "?".to_owned(), |r| r.to_string())
-            )));
-        };
-        let name = name.to_str()?;
-        if v.is_none() {
-            continue;
-        }
-        let at = format!("{path}[{name:?}]");
-        fields.insert(name, to_value(&v, &at, depth)?);
+        field(&mut fields, &k, &v, path, depth)?;
     }
     Ok(Value::Map(fields))
 }
 
-fn int_value(obj: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
+/// Adds one `name: value` pair of a map; a `None` value is left out (an absent field).
+fn field(
+    fields: &mut Fields,
+    k: &Bound<'_, PyAny>,
+    v: &Bound<'_, PyAny>,
+    path: &Path<'_>,
+    depth: usize,
+) -> PyResult<()> {
+    let Ok(name) = k.cast::<PyString>() else {
+        return Err(PyTypeError::new_err(format!(
+            "{path} has a {} key ({}): map keys must be str",
+            type_name(k),
+            k.repr().map_or_else(|_| "?".to_owned(), |r| r.to_string())
+        )));
+    };
+    let name = name.to_str()?;
+    if v.is_none() {
+        return Ok(());
+    }
+    let at = Path::Field(path, name);
+    fields.insert(name, to_value(v, &at, depth)?);
+    Ok(())
+}
+
+fn int_value(obj: &Bound<'_, PyAny>, path: &Path<'_>) -> PyResult<Value> {
     obj.extract::<i64>().map(Value::Int).map_err(|_| {
         PyOverflowError::new_err(format!(
             "{path} = {} is outside the signed 64-bit range a key integer has",
