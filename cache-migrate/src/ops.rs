@@ -104,7 +104,7 @@ pub enum Op {
     },
 }
 
-fn in_ns(filter: &Option<String>, ns: &str) -> bool {
+pub(crate) fn in_ns(filter: &Option<String>, ns: &str) -> bool {
     filter.as_deref().is_none_or(|want| want == ns)
 }
 
@@ -180,59 +180,38 @@ fn rename_in_map(map: &mut Raw, from: &str, to: &str, what: &str) -> Result<bool
 impl Op {
     /// Applies the operation to `view` and says what it changed.
     pub fn apply(&self, view: &mut PayloadView) -> Result<Change, String> {
-        Ok(match self {
+        let n = match self {
             Op::RenameAlgorithm {
                 from,
                 to,
                 namespace,
-            } => {
-                let n = each_candidate(view, namespace, &None, |c| match field_mut(c, "algo") {
-                    Some(algo) if algo.as_str() == Some(from.as_str()) => {
-                        *algo = Raw::from(to.as_str());
-                        Ok(true)
-                    }
-                    _ => Ok(false),
-                })?;
-                Change::new(
-                    "renamed",
-                    format!("{from}→{to}{}", scope_text(namespace)),
-                    n,
-                )
-            }
+            } => each_candidate(view, namespace, &None, |c| match field_mut(c, "algo") {
+                Some(algo) if algo.as_str() == Some(from.as_str()) => {
+                    *algo = Raw::from(to.as_str());
+                    Ok(true)
+                }
+                _ => Ok(false),
+            })?,
             Op::RenameParam {
                 from,
                 to,
                 algorithm,
                 namespace,
-            } => {
-                let n = each_candidate(view, namespace, algorithm, |c| {
-                    match field_mut(c, "params") {
-                        Some(params) => rename_in_map(params, from, to, "param"),
-                        None => Ok(false),
-                    }
-                })?;
-                Change::new(
-                    "renamed param",
-                    format!("{from}→{to}{}", scope_text(namespace)),
-                    n,
-                )
-            }
+            } => each_candidate(view, namespace, algorithm, |c| {
+                match field_mut(c, "params") {
+                    Some(params) => rename_in_map(params, from, to, "param"),
+                    None => Ok(false),
+                }
+            })?,
             Op::DropParam {
                 name,
                 algorithm,
                 namespace,
-            } => {
-                let n = each_candidate(view, namespace, algorithm, |c| {
-                    Ok(field_mut(c, "params")
-                        .and_then(|p| remove_field(p, name))
-                        .is_some())
-                })?;
-                Change::new(
-                    "dropped param",
-                    format!("{name}{}", scope_text(namespace)),
-                    n,
-                )
-            }
+            } => each_candidate(view, namespace, algorithm, |c| {
+                Ok(field_mut(c, "params")
+                    .and_then(|p| remove_field(p, name))
+                    .is_some())
+            })?,
             Op::SetParamDefault {
                 name,
                 value,
@@ -240,19 +219,14 @@ impl Op {
                 namespace,
             } => {
                 let raw = Raw::from(value);
-                let n = each_candidate(view, namespace, algorithm, |c| {
+                each_candidate(view, namespace, algorithm, |c| {
                     match field_mut(c, "params") {
                         Some(params) if field(params, name).is_none() => {
                             Ok(set_field(params, name, raw.clone()))
                         }
                         _ => Ok(false),
                     }
-                })?;
-                Change::new(
-                    "set param default",
-                    format!("{name}={value}{}", scope_text(namespace)),
-                    n,
-                )
+                })?
             }
             Op::RenameNamespace { from, to } => {
                 let mut n = 0;
@@ -265,7 +239,7 @@ impl Op {
                     }
                 }
                 view.normalize();
-                Change::new("moved", format!("namespace {from}→{to}"), n)
+                n
             }
             Op::DropNamespace { name } => {
                 let mut n = 0;
@@ -278,27 +252,15 @@ impl Op {
                         !drop
                     });
                 }
-                Change::new("dropped", format!("namespace {name}"), n)
+                n
             }
             Op::RenameKeyField {
                 from,
                 to,
                 namespace,
-            } => {
-                let n = each_key(view, namespace, |k| rename_in_map(k, from, to, "key field"))?;
-                Change::new(
-                    "renamed key field",
-                    format!("{from}→{to}{}", scope_text(namespace)),
-                    n,
-                )
-            }
+            } => each_key(view, namespace, |k| rename_in_map(k, from, to, "key field"))?,
             Op::DropKeyField { name, namespace } => {
-                let n = each_key(view, namespace, |k| Ok(remove_field(k, name).is_some()))?;
-                Change::new(
-                    "dropped key field",
-                    format!("{name}{}", scope_text(namespace)),
-                    n,
-                )
+                each_key(view, namespace, |k| Ok(remove_field(k, name).is_some()))?
             }
             Op::SetKeyFieldDefault {
                 name,
@@ -306,16 +268,67 @@ impl Op {
                 namespace,
             } => {
                 let raw = Raw::from(value);
-                let n = each_key(view, namespace, |k| {
+                each_key(view, namespace, |k| {
                     Ok(field(k, name).is_none() && set_field(k, name, raw.clone()))
-                })?;
-                Change::new(
-                    "set key field default",
-                    format!("{name}={value}{}", scope_text(namespace)),
-                    n,
-                )
+                })?
             }
-        })
+        };
+        Ok(self.change(n))
+    }
+
+    /// What applying the operation to `entries` entries did, as reports and logs say it.
+    pub(crate) fn change(&self, entries: u64) -> Change {
+        let (action, detail) = match self {
+            Op::RenameAlgorithm {
+                from,
+                to,
+                namespace,
+            } => ("renamed", format!("{from}→{to}{}", scope_text(namespace))),
+            Op::RenameParam {
+                from,
+                to,
+                namespace,
+                ..
+            } => (
+                "renamed param",
+                format!("{from}→{to}{}", scope_text(namespace)),
+            ),
+            Op::DropParam {
+                name, namespace, ..
+            } => ("dropped param", format!("{name}{}", scope_text(namespace))),
+            Op::SetParamDefault {
+                name,
+                value,
+                namespace,
+                ..
+            } => (
+                "set param default",
+                format!("{name}={value}{}", scope_text(namespace)),
+            ),
+            Op::RenameNamespace { from, to } => ("moved", format!("namespace {from}→{to}")),
+            Op::DropNamespace { name } => ("dropped", format!("namespace {name}")),
+            Op::RenameKeyField {
+                from,
+                to,
+                namespace,
+            } => (
+                "renamed key field",
+                format!("{from}→{to}{}", scope_text(namespace)),
+            ),
+            Op::DropKeyField { name, namespace } => (
+                "dropped key field",
+                format!("{name}{}", scope_text(namespace)),
+            ),
+            Op::SetKeyFieldDefault {
+                name,
+                value,
+                namespace,
+            } => (
+                "set key field default",
+                format!("{name}={value}{}", scope_text(namespace)),
+            ),
+        };
+        Change::new(action, detail, entries)
     }
 
     /// Whether the operation can change keys (and so fingerprints).

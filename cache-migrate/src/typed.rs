@@ -18,7 +18,7 @@ use cache_format::{
     CacheData, Candidate, Fields, Fingerprint, Key, Limits, Millis, Origin, Scope, Value,
 };
 
-use crate::ops::Op;
+use crate::ops::{Op, in_ns};
 use crate::registry::{Migrations, Step};
 use crate::report::{Change, Report, StepReport};
 use crate::upgrade::Upgraded;
@@ -192,17 +192,6 @@ fn normalize(scopes: &mut [TScope]) {
     }
 }
 
-fn in_ns(filter: &Option<String>, ns: &str) -> bool {
-    filter.as_deref().is_none_or(|want| want == ns)
-}
-
-fn scope_text(namespace: &Option<String>) -> String {
-    namespace
-        .as_deref()
-        .map(|n| format!(" in {n}"))
-        .unwrap_or_default()
-}
-
 /// Applies `f` to every candidate of every entry in matching namespaces (and of the matching
 /// algorithm); counts the entries where it changed at least one.
 fn each_candidate(
@@ -273,70 +262,42 @@ fn set_default(map: &mut Fields, name: &str, value: &Value) -> bool {
 
 /// The typed twin of [`Op::apply`]: the same change, counted and described the same way.
 fn apply(op: &Op, scopes: &mut [TScope]) -> Result<Change, Decline> {
-    Ok(match op {
+    let n = match op {
         Op::RenameAlgorithm {
             from,
             to,
             namespace,
-        } => {
-            let n = each_candidate(scopes, namespace, &None, |c| {
-                Ok(if c.id.algorithm == *from {
-                    c.id.algorithm = to.clone();
-                    true
-                } else {
-                    false
-                })
-            })?;
-            Change::new(
-                "renamed",
-                format!("{from}→{to}{}", scope_text(namespace)),
-                n,
-            )
-        }
+        } => each_candidate(scopes, namespace, &None, |c| {
+            Ok(if c.id.algorithm == *from {
+                c.id.algorithm = to.clone();
+                true
+            } else {
+                false
+            })
+        })?,
         Op::RenameParam {
             from,
             to,
             algorithm,
             namespace,
-        } => {
-            let n = each_candidate(scopes, namespace, algorithm, |c| {
-                rename_in(&mut c.id.params, from, to)
-            })?;
-            Change::new(
-                "renamed param",
-                format!("{from}→{to}{}", scope_text(namespace)),
-                n,
-            )
-        }
+        } => each_candidate(scopes, namespace, algorithm, |c| {
+            rename_in(&mut c.id.params, from, to)
+        })?,
         Op::DropParam {
             name,
             algorithm,
             namespace,
-        } => {
-            let n = each_candidate(scopes, namespace, algorithm, |c| {
-                Ok(c.id.params.remove(name).is_some())
-            })?;
-            Change::new(
-                "dropped param",
-                format!("{name}{}", scope_text(namespace)),
-                n,
-            )
-        }
+        } => each_candidate(scopes, namespace, algorithm, |c| {
+            Ok(c.id.params.remove(name).is_some())
+        })?,
         Op::SetParamDefault {
             name,
             value,
             algorithm,
             namespace,
-        } => {
-            let n = each_candidate(scopes, namespace, algorithm, |c| {
-                Ok(set_default(&mut c.id.params, name, value))
-            })?;
-            Change::new(
-                "set param default",
-                format!("{name}={value}{}", scope_text(namespace)),
-                n,
-            )
-        }
+        } => each_candidate(scopes, namespace, algorithm, |c| {
+            Ok(set_default(&mut c.id.params, name, value))
+        })?,
         Op::RenameNamespace { from, to } => {
             let mut n = 0;
             for ns in scopes.iter_mut().flat_map(|s| s.namespaces.iter_mut()) {
@@ -346,7 +307,7 @@ fn apply(op: &Op, scopes: &mut [TScope]) -> Result<Change, Decline> {
                 }
             }
             normalize(scopes);
-            Change::new("moved", format!("namespace {from}→{to}"), n)
+            n
         }
         Op::DropNamespace { name } => {
             let mut n = 0;
@@ -359,39 +320,21 @@ fn apply(op: &Op, scopes: &mut [TScope]) -> Result<Change, Decline> {
                     !drop
                 });
             }
-            Change::new("dropped", format!("namespace {name}"), n)
+            n
         }
         Op::RenameKeyField {
             from,
             to,
             namespace,
-        } => {
-            let n = each_key(scopes, namespace, |k| rename_in(k, from, to))?;
-            Change::new(
-                "renamed key field",
-                format!("{from}→{to}{}", scope_text(namespace)),
-                n,
-            )
-        }
+        } => each_key(scopes, namespace, |k| rename_in(k, from, to))?,
         Op::DropKeyField { name, namespace } => {
-            let n = each_key(scopes, namespace, |k| Ok(k.remove(name).is_some()))?;
-            Change::new(
-                "dropped key field",
-                format!("{name}{}", scope_text(namespace)),
-                n,
-            )
+            each_key(scopes, namespace, |k| Ok(k.remove(name).is_some()))?
         }
         Op::SetKeyFieldDefault {
             name,
             value,
             namespace,
-        } => {
-            let n = each_key(scopes, namespace, |k| Ok(set_default(k, name, value)))?;
-            Change::new(
-                "set key field default",
-                format!("{name}={value}{}", scope_text(namespace)),
-                n,
-            )
-        }
-    })
+        } => each_key(scopes, namespace, |k| Ok(set_default(k, name, value)))?,
+    };
+    Ok(op.change(n))
 }
