@@ -94,6 +94,10 @@ class Cache:
             "save_delay": save_delay,
             "lock_timeout": lock_timeout,
         }
+        self._start()
+
+    def _start(self) -> None:
+        """Opens the Rust cache from `_config` (construction and unpickling alike)."""
         self._listeners: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._closed = False
         self._c: Any = None
@@ -314,11 +318,7 @@ class Cache:
 def _from_config(config: dict[str, Any]) -> Cache:
     cache = Cache.__new__(Cache)
     cache._config = config
-    cache._listeners = weakref.WeakSet()
-    cache._closed = False
-    cache._c = None
-    cache._c = cache._open()
-    _live.add(cache)
+    cache._start()
     return cache
 
 
