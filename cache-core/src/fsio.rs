@@ -183,6 +183,15 @@ pub(crate) type WholeFile = Option<(Result<Vec<u8>, FormatError>, FileId)>;
 
 /// Reads a whole file of at most `limit` bytes, with its identity.
 pub(crate) fn read_with_id(path: &Path, limit: u64) -> Result<WholeFile, StoreError> {
+    Ok(read_keeping_file(path, limit)?.map(|(bytes, id, _)| (bytes, id)))
+}
+
+/// [`read_with_id`], also returning the open file (to read parts of it again later).
+#[allow(clippy::type_complexity)]
+pub(crate) fn read_keeping_file(
+    path: &Path,
+    limit: u64,
+) -> Result<Option<(Result<Vec<u8>, FormatError>, FileId, File)>, StoreError> {
     let Some(mut file) = open_regular(path)? else {
         return Ok(None);
     };
@@ -198,6 +207,7 @@ pub(crate) fn read_with_id(path: &Path, limit: u64) -> Result<WholeFile, StoreEr
                 limit,
             }),
             id,
+            file,
         )));
     }
     let mut buf = Vec::with_capacity(meta.len() as usize);
@@ -205,7 +215,7 @@ pub(crate) fn read_with_id(path: &Path, limit: u64) -> Result<WholeFile, StoreEr
         .take(limit)
         .read_to_end(&mut buf)
         .map_err(|e| StoreError::io("read", path, e))?;
-    Ok(Some((Ok(buf), id)))
+    Ok(Some((Ok(buf), id, file)))
 }
 
 /// Reads the first `head` bytes and the bytes from `from` to the end.

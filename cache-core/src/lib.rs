@@ -26,6 +26,7 @@ mod error;
 mod fsio;
 mod gc;
 mod inspect;
+mod lazy;
 mod lock;
 mod memory;
 mod migrate;

@@ -20,6 +20,7 @@ use arc_swap::ArcSwap;
 use cache_format::{Entry, Fingerprint};
 
 use crate::error::StoreError;
+use crate::lazy::StoredEntry;
 use crate::namespace::Namespace;
 use crate::store::Store;
 
@@ -44,6 +45,13 @@ impl Slot {
             lo: u64::from_le_bytes(lo),
             hi: u64::from_le_bytes(hi),
         }
+    }
+
+    fn fingerprint(&self) -> Fingerprint {
+        let mut fp = [0u8; 16];
+        fp[..8].copy_from_slice(&self.hi.to_le_bytes());
+        fp[8..].copy_from_slice(&self.lo.to_le_bytes());
+        Fingerprint(fp)
     }
 
     fn mixed(&self) -> u64 {
@@ -87,7 +95,25 @@ impl BuildHasher for BuildPassThrough {
     }
 }
 
-type Map = HashMap<Slot, (Namespace, Arc<Entry>), BuildPassThrough>;
+/// An entry as memory holds it: decoded, or where its bytes are in the snapshot file (decoded
+/// on first use; see `lazy`).
+#[derive(Clone)]
+enum Held {
+    Ready(Arc<Entry>),
+    Stored(Arc<StoredEntry>),
+}
+
+impl Held {
+    #[inline]
+    fn entry(&self, ns: Namespace, slot: &Slot) -> Option<Arc<Entry>> {
+        match self {
+            Held::Ready(e) => Some(Arc::clone(e)),
+            Held::Stored(s) => s.entry(ns.name(), &slot.fingerprint()),
+        }
+    }
+}
+
+type Map = HashMap<Slot, (Namespace, Held), BuildPassThrough>;
 
 /// One published version of a shard: the delta's entries replace the base's.
 #[derive(Clone)]
@@ -108,7 +134,7 @@ impl Shard {
     }
 
     #[inline]
-    fn get(&self, slot: &Slot) -> Option<&(Namespace, Arc<Entry>)> {
+    fn get(&self, slot: &Slot) -> Option<&(Namespace, Held)> {
         if self.delta.is_empty() {
             return self.base.get(slot);
         }
@@ -119,12 +145,11 @@ impl Shard {
         self.base.len() + self.added
     }
 
-    fn values(&self) -> impl Iterator<Item = &(Namespace, Arc<Entry>)> {
-        self.delta.values().chain(
+    fn items(&self) -> impl Iterator<Item = (&Slot, &(Namespace, Held))> {
+        self.delta.iter().chain(
             self.base
                 .iter()
-                .filter(|(slot, _)| !self.delta.contains_key(slot))
-                .map(|(_, v)| v),
+                .filter(|(slot, _)| !self.delta.contains_key(slot)),
         )
     }
 
@@ -231,7 +256,7 @@ impl MemoryStore {
             .map
             .load()
             .get(&slot)
-            .map(|(_, e)| Arc::clone(e))
+            .and_then(|(ns, held)| held.entry(*ns, &slot))
     }
 
     /// Calls `f` with the entry for `fp` in `ns`, if any, without touching its reference
@@ -244,7 +269,10 @@ impl MemoryStore {
         f: impl FnOnce(&Entry) -> R,
     ) -> Option<R> {
         let slot = Slot::new(ns, fp);
-        self.shard(&slot).map.load().get(&slot).map(|(_, e)| f(e))
+        match self.shard(&slot).map.load().get(&slot)? {
+            (_, Held::Ready(e)) => Some(f(e)),
+            (ns, Held::Stored(s)) => s.entry(ns.name(), fp).map(|e| f(&e)),
+        }
     }
 
     /// Merges `entry` into the store; returns whether the stored entry changed.
@@ -274,12 +302,16 @@ impl MemoryStore {
             let mut updates: HashMap<Slot, (Namespace, Entry), BuildPassThrough> =
                 HashMap::with_hasher(BuildPassThrough);
             for (slot, ns, entry) in items {
-                match (updates.get_mut(&slot), current.get(&slot)) {
+                // A stored entry that no longer decodes is replaced (see `lazy`).
+                let existing = current
+                    .get(&slot)
+                    .and_then(|(held_ns, held)| held.entry(*held_ns, &slot));
+                match (updates.get_mut(&slot), existing) {
                     (Some((_, queued)), _) => queued.merge(entry),
-                    (None, Some((_, existing))) => {
-                        let mut merged = Entry::clone(existing);
+                    (None, Some(existing)) => {
+                        let mut merged = Entry::clone(&existing);
                         merged.merge(entry);
-                        if merged != **existing {
+                        if merged != *existing {
                             updates.insert(slot, (ns, merged));
                         }
                     }
@@ -294,7 +326,7 @@ impl MemoryStore {
             changed += updates.len();
             let updates: Map = updates
                 .into_iter()
-                .map(|(slot, (ns, entry))| (slot, (ns, Arc::new(entry))))
+                .map(|(slot, (ns, entry))| (slot, (ns, Held::Ready(Arc::new(entry)))))
                 .collect();
             cell.map
                 .store(Arc::new(current.with(updates, self.delta_from)));
@@ -312,16 +344,97 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    /// A copy of every entry with its namespace, sorted (not for the hot path).
+    /// Takes in the entries of a snapshot that were checked but not decoded (see `lazy`):
+    /// each is decoded on first use. One whose key memory holds already (or that comes twice)
+    /// is decoded now and merged. Returns how many were taken in.
+    pub(crate) fn insert_stored(
+        &self,
+        items: impl IntoIterator<Item = (Namespace, Fingerprint, Arc<StoredEntry>)>,
+    ) -> usize {
+        let mut by_shard: Vec<Vec<(Slot, Namespace, Arc<StoredEntry>)>> =
+            (0..SHARDS).map(|_| Vec::new()).collect();
+        for (ns, fp, stored) in items {
+            let slot = Slot::new(ns, &fp);
+            by_shard[(slot.hi as usize) % SHARDS].push((slot, ns, stored));
+        }
+        let mut taken = 0;
+        let mut merges = Vec::new();
+        for (index, items) in by_shard.into_iter().enumerate() {
+            if items.is_empty() {
+                continue;
+            }
+            let cell = &self.shards[index];
+            let _writer = cell.writer.lock().unwrap_or_else(|p| p.into_inner());
+            let current = cell.map.load_full();
+            let mut updates = Map::with_capacity_and_hasher(items.len(), BuildPassThrough);
+            for (slot, ns, stored) in items {
+                if current.get(&slot).is_some() || updates.contains_key(&slot) {
+                    merges.push((ns, slot, stored));
+                    continue;
+                }
+                updates.insert(slot, (ns, Held::Stored(stored)));
+            }
+            taken += updates.len();
+            if !updates.is_empty() {
+                cell.map
+                    .store(Arc::new(current.with(updates, self.delta_from)));
+            }
+        }
+        let merges: Vec<(Namespace, Entry)> = merges
+            .into_iter()
+            .filter_map(|(ns, slot, stored)| {
+                let entry = stored.entry(ns.name(), &slot.fingerprint())?;
+                Some((ns, Arc::unwrap_or_clone(entry)))
+            })
+            .collect();
+        let merged = merges.len();
+        self.merge_many(merges);
+        taken + merged
+    }
+
+    /// Decodes and keeps every entry still in its file, reading each file once: before many
+    /// entries are merged into the store (a whole file read again), which would otherwise
+    /// read them back one by one.
+    pub(crate) fn decode_stored(&self) {
+        let shards: Vec<_> = self.shards.iter().map(|s| s.map.load_full()).collect();
+        let stored: Vec<(&str, Fingerprint, &StoredEntry)> = shards
+            .iter()
+            .flat_map(|shard| shard.items())
+            .filter_map(|(slot, (ns, held))| match held {
+                Held::Stored(s) => Some((ns.name(), slot.fingerprint(), &**s)),
+                Held::Ready(_) => None,
+            })
+            .collect();
+        if !stored.is_empty() {
+            crate::lazy::decode_all(&stored, true);
+        }
+    }
+
+    /// A copy of every entry with its namespace, sorted (not for the hot path). Entries not
+    /// yet decoded are decoded for the copy but not kept.
     pub fn snapshot(&self) -> Vec<(Namespace, Arc<Entry>)> {
         let mut out = Vec::new();
-        for shard in self.shards.iter() {
+        let mut stored = Vec::new();
+        let shards: Vec<_> = self.shards.iter().map(|s| s.map.load_full()).collect();
+        for shard in &shards {
+            for (slot, (ns, held)) in shard.items() {
+                match held {
+                    Held::Ready(e) => out.push((*ns, Arc::clone(e))),
+                    Held::Stored(s) => stored.push((*ns, slot.fingerprint(), s)),
+                }
+            }
+        }
+        if !stored.is_empty() {
+            let wanted: Vec<(&str, Fingerprint, &StoredEntry)> = stored
+                .iter()
+                .map(|(ns, fp, s)| (ns.name(), *fp, &***s))
+                .collect();
+            let decoded = crate::lazy::decode_all(&wanted, false);
             out.extend(
-                shard
-                    .map
-                    .load()
-                    .values()
-                    .map(|(ns, e)| (*ns, Arc::clone(e))),
+                stored
+                    .iter()
+                    .zip(decoded)
+                    .filter_map(|((ns, _, _), e)| Some((*ns, e?))),
             );
         }
         out.sort_by(|a, b| (a.0.name(), a.1.fingerprint()).cmp(&(b.0.name(), b.1.fingerprint())));

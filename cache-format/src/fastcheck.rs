@@ -11,10 +11,34 @@
 //! entries), and the message for a bad entry always comes from the decoder.
 
 use crate::fingerprint::{Fingerprint, KEY_TAG};
+use crate::model::Millis;
 
 /// The stored fingerprint of an entry (bytes from [`crate::raw::walk_payload`]), if the entry
 /// is in the written form and the decoder accepts it; `None`: decode it to know.
 pub fn entry_decodes(bytes: &[u8]) -> Option<Fingerprint> {
+    entry_facts(bytes).map(|f| f.fingerprint)
+}
+
+/// What [`entry_facts`] learns of an entry it accepts, without building it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryFacts {
+    /// The stored fingerprint, which is the key's.
+    pub fingerprint: Fingerprint,
+    /// The latest of its timestamps (`recorded_at` and every candidate's `measured_at`): a
+    /// reader that sets timestamps from the future to the present knows from this alone
+    /// whether the entry has one.
+    pub latest: Millis,
+}
+
+/// [`entry_decodes`], with the entry's latest timestamp too.
+pub fn entry_facts(bytes: &[u8]) -> Option<EntryFacts> {
+    entry_facts_prefix(bytes)
+        .filter(|(_, len)| *len == bytes.len())
+        .map(|(facts, _)| facts)
+}
+
+/// [`entry_facts`] of the entry that starts `bytes`, and its length.
+pub(crate) fn entry_facts_prefix(bytes: &[u8]) -> Option<(EntryFacts, usize)> {
     let mut r = Reader { bytes, pos: 0 };
     if r.map_len()? != 6 {
         return None;
@@ -28,7 +52,7 @@ pub fn entry_decodes(bytes: &[u8]) -> Option<Fingerprint> {
     r.name(b"candidate_set")?;
     r.fingerprint()?;
     r.name(b"recorded_at")?;
-    r.uint()?;
+    let mut latest = r.uint()?;
     r.name(b"origin")?;
     if r.map_len()? != 2 {
         return None;
@@ -42,12 +66,18 @@ pub fn entry_decodes(bytes: &[u8]) -> Option<Fingerprint> {
     r.name(b"candidates")?;
     let n = r.array_len()?;
     for _ in 0..n {
-        r.candidate()?;
+        latest = latest.max(r.candidate()?);
     }
-    if r.pos != bytes.len() || Fingerprint::digest(KEY_TAG, key) != fp {
+    if Fingerprint::digest(KEY_TAG, key) != fp {
         return None;
     }
-    Some(fp)
+    Some((
+        EntryFacts {
+            fingerprint: fp,
+            latest,
+        },
+        r.pos,
+    ))
 }
 
 /// Nesting a canonical value may have here; deeper is left to the decoder (the scan that
@@ -216,14 +246,15 @@ impl<'a> Reader<'a> {
 
     /// One candidate as written: algo, params, measured_at, status, then the optional fields
     /// in order; a measured one has finite timings and its sample count, a failed one none.
-    fn candidate(&mut self) -> Option<()> {
+    /// Returns when it was measured.
+    fn candidate(&mut self) -> Option<Millis> {
         let fields = self.map_len()?;
         self.name(b"algo")?;
         self.str()?;
         self.name(b"params")?;
         self.canonical_map(0)?;
         self.name(b"measured_at")?;
-        self.uint()?;
+        let measured_at = self.uint()?;
         self.name(b"status")?;
         let status = self.str()?;
         let mut left = fields.checked_sub(4)?;
@@ -251,8 +282,8 @@ impl<'a> Reader<'a> {
             return None;
         }
         match status {
-            b"ok" if timings == 3 && samples && !error => Some(()),
-            b"failed" if timings == 0 && !samples => Some(()),
+            b"ok" if timings == 3 && samples && !error => Some(measured_at),
+            b"failed" if timings == 0 && !samples => Some(measured_at),
             _ => None,
         }
     }

@@ -11,6 +11,7 @@ use std::ops::ControlFlow;
 use rmp::Marker;
 
 use crate::error::FormatError;
+use crate::fastcheck::EntryFacts;
 use crate::fingerprint::Fingerprint;
 use crate::model::{Entry, Scope};
 use crate::scan::{Limits, scan_value};
@@ -68,6 +69,47 @@ pub fn walk_payload(
         }
         debug_assert!(start < after);
         w.pos = after;
+    }
+    Ok(())
+}
+
+/// [`walk_payload`] for a payload [`crate::read_snapshot`] has scanned, which also hands each
+/// entry's [`EntryFacts`] (`None`: not in the written form; decode it to know). An entry that
+/// passes the fast check is not scanned again: the check reads it whole, finds where it ends
+/// and bounds its nesting, and the scan of the payload bounded everything already.
+///
+/// It takes the payload, each scope and each entry in place, in one pass, so it reads the
+/// structs above the entries only in the form this crate writes (maps, as the decoder reads
+/// them too); the array form of a struct is an error here, and a caller decodes such a
+/// payload instead.
+pub fn walk_scanned_payload(
+    payload: &[u8],
+    limits: &Limits,
+    mut visit: impl FnMut(&Scope, &str, &[u8], Option<EntryFacts>) -> ControlFlow<()>,
+) -> Result<(), FormatError> {
+    let scope_depth = limits.max_depth.saturating_sub(3);
+    let entry_depth = limits.max_depth.saturating_sub(5);
+    let mut w = Walker {
+        bytes: payload,
+        pos: 0,
+    };
+    let mut seen = false;
+    for _ in 0..w.map_len("the payload")? {
+        match w.string("a payload field")? {
+            "scopes" if seen => return Err(shape("two scopes fields")),
+            "scopes" => {
+                seen = true;
+                for _ in 0..w.array_len("the scopes")? {
+                    if w.scope_in_place(scope_depth, entry_depth, &mut visit)? {
+                        return Ok(());
+                    }
+                }
+            }
+            _ => w.skip()?,
+        }
+    }
+    if !seen {
+        return Err(shape("a payload without scopes"));
     }
     Ok(())
 }
@@ -136,6 +178,93 @@ impl<'a> Walker<'a> {
             }
         }
         Ok(found)
+    }
+
+    /// One scope of a scanned payload, its entries visited in place (the namespaces are
+    /// gone back to if they come before the scope's fields). `true`: the visitor stopped.
+    fn scope_in_place(
+        &mut self,
+        scope_depth: u32,
+        entry_depth: u32,
+        visit: &mut impl FnMut(&Scope, &str, &[u8], Option<EntryFacts>) -> ControlFlow<()>,
+    ) -> Result<bool, FormatError> {
+        let mut scope: Option<Scope> = None;
+        let mut later: Option<usize> = None;
+        let mut namespaces = 0;
+        for _ in 0..self.map_len("a scope")? {
+            match self.string("a scope field")? {
+                "scope" if scope.is_some() => return Err(shape("two scope fields")),
+                "scope" => {
+                    let at = self.pos;
+                    self.skip()?;
+                    let bytes = &self.bytes[at..self.pos];
+                    scan_value(bytes, 0, "payload", scope_depth)?;
+                    let fields: Fields = rmp_serde::from_slice(bytes)
+                        .map_err(|e| FormatError::invalid("payload", e))?;
+                    scope = Some(Scope::new(fields));
+                }
+                "namespaces" => {
+                    namespaces += 1;
+                    match &scope {
+                        Some(scope) => {
+                            if self.namespaces_in_place(scope, entry_depth, visit)? {
+                                return Ok(true);
+                            }
+                        }
+                        None => {
+                            later = Some(self.pos);
+                            self.skip()?;
+                        }
+                    }
+                }
+                _ => self.skip()?,
+            }
+        }
+        let (Some(scope), 1) = (scope, namespaces) else {
+            return Err(shape(
+                "a scope without exactly one scope and one namespaces field",
+            ));
+        };
+        if let Some(at) = later {
+            let end = self.pos;
+            self.pos = at;
+            if self.namespaces_in_place(&scope, entry_depth, visit)? {
+                return Ok(true);
+            }
+            self.pos = end;
+        }
+        Ok(false)
+    }
+
+    fn namespaces_in_place(
+        &mut self,
+        scope: &Scope,
+        entry_depth: u32,
+        visit: &mut impl FnMut(&Scope, &str, &[u8], Option<EntryFacts>) -> ControlFlow<()>,
+    ) -> Result<bool, FormatError> {
+        for _ in 0..self.map_len("the namespaces")? {
+            let name = self.string("a namespace name")?;
+            if name.is_empty() {
+                return Err(shape("an empty namespace name"));
+            }
+            for _ in 0..self.array_len("a namespace's entries")? {
+                let at = self.pos;
+                let facts = match crate::fastcheck::entry_facts_prefix(&self.bytes[at..]) {
+                    Some((facts, len)) => {
+                        self.pos = at + len;
+                        Some(facts)
+                    }
+                    None => {
+                        self.pos = scan_value(self.bytes, at, "payload", entry_depth)?;
+                        None
+                    }
+                };
+                if visit(scope, name, &self.bytes[at..self.pos], facts).is_break() {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
     }
 
     fn skip(&mut self) -> Result<(), FormatError> {

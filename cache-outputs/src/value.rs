@@ -410,7 +410,10 @@ pub(crate) fn compress(data: &[u8], codec: Codec) -> Option<Vec<u8>> {
         #[cfg(feature = "zstd")]
         Codec::Zstd(level) => zstd::bulk::compress(data, level).ok(),
         #[cfg(not(feature = "zstd"))]
-        Codec::Zstd(_) => None,
+        Codec::Zstd(_) => {
+            let _ = data;
+            None
+        }
     }
 }
 

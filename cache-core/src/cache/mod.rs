@@ -334,7 +334,7 @@ impl Cache {
         // torn tail, remove a stale journal or leftover temporaries). A read that found
         // damage is redone whole under the lock, so the damage is kept aside and reported
         // once, as a locked read does. With the lock busy, the saver repairs once it has it.
-        match open_read(&mut disk, mode == Mode::Persistent) {
+        match open_read(&mut disk, mode == Mode::Persistent, &shared.scope) {
             Ok(reads) => {
                 for inc in reads {
                     shared.absorb(inc, mode == Mode::Persistent);
@@ -737,8 +737,9 @@ fn prepare_dir(paths: &Paths) -> Result<(), String> {
 
 /// The first read of [`Cache::open`] (see there): an unlocked read, then, with `writable` and
 /// the lock free right now, a locked reconcile. Returns the reads to absorb, in order.
-fn open_read(disk: &mut Disk, writable: bool) -> Result<Vec<Incoming>, Failure> {
-    let first = disk.read_updates(false)?;
+fn open_read(disk: &mut Disk, writable: bool, scope: &Scope) -> Result<Vec<Incoming>, Failure> {
+    // The snapshot's entries of this scope stay in the file until used (see `lazy`).
+    let first = disk.read_updates_keeping(false, Some(scope))?;
     let held = if writable {
         CacheLock::try_acquire(&disk.paths.lock, &disk.paths.dir)
             .ok()

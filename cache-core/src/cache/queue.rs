@@ -1,6 +1,7 @@
 //! The save queue: which entries changed and wait for the saver, and how what a read found
 //! comes into memory. Callers and the saver meet here, under the state lock, for moments.
 
+use std::collections::HashMap;
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
@@ -10,6 +11,7 @@ use super::notice::Notice;
 use super::{Shared, State, lock};
 use crate::disk::Incoming;
 use crate::error::StoreError;
+use crate::lazy::StoredEntry;
 use crate::namespace::Namespace;
 
 impl Shared {
@@ -77,27 +79,45 @@ impl Shared {
         let Incoming {
             data,
             salvaged,
+            stored,
             events,
             needs_rewrite,
             whole,
         } = inc;
+        if whole && !self.memory.is_empty() {
+            // A file read whole again (another process compacted): it is compared with and
+            // merged into what memory holds, so the entries still in the old file are read
+            // back in one pass first rather than one by one.
+            self.memory.decode_stored();
+        }
         // A file read whole that lacks what this process acknowledged (an old copy restored,
         // another tool's rename): those entries are written again. A compaction by another
         // process holds them already, so it costs nothing.
-        let lacking: Vec<(Namespace, Fingerprint)> = if whole && persistent {
-            self.memory
-                .snapshot()
-                .into_iter()
-                .filter(|(ns, e)| {
-                    !data
-                        .get(&self.scope, ns.name(), &e.fingerprint())
-                        .is_some_and(|on_disk| covers(on_disk, e))
-                })
-                .map(|(ns, e)| (ns, e.fingerprint()))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let lacking: Vec<(Namespace, Fingerprint)> =
+            if whole && persistent && !self.memory.is_empty() {
+                let kept: HashMap<(&str, Fingerprint), &StoredEntry> = stored
+                    .iter()
+                    .map(|(ns, fp, s)| ((ns.name(), *fp), &**s))
+                    .collect();
+                self.memory
+                    .snapshot()
+                    .into_iter()
+                    .filter(|(ns, e)| {
+                        let fp = e.fingerprint();
+                        let covered = match data.get(&self.scope, ns.name(), &fp) {
+                            Some(on_disk) => covers(on_disk, e),
+                            None => kept
+                                .get(&(ns.name(), fp))
+                                .and_then(|s| s.entry(ns.name(), &fp))
+                                .is_some_and(|on_disk| covers(&on_disk, e)),
+                        };
+                        !covered
+                    })
+                    .map(|(ns, e)| (ns, e.fingerprint()))
+                    .collect()
+            } else {
+                Vec::new()
+            };
         let mut mine = Vec::new();
         let mut others = CacheData::new();
         for (scope, scope_data) in data.into_scopes().chain(salvaged.clone().into_scopes()) {
@@ -119,6 +139,7 @@ impl Shared {
         }
         self.clamp(mine.iter_mut().map(|(_, e)| e));
         self.memory.merge_many(mine);
+        self.memory.insert_stored(stored);
         if !others.is_empty() {
             lock(&self.others).merge(others);
         }

@@ -16,13 +16,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cache_format::{
-    CacheData, FormatError, FormatVersion, Limits, Tail, read_journal_header, read_snapshot,
-    scan_records,
+    CacheData, Fingerprint, FormatError, FormatVersion, Limits, Scope, Tail, read_journal_header,
+    read_snapshot, scan_records,
 };
 use cache_migrate::{MigrateError, Migrations, Report, upgrade, upgrade_snapshot};
 
 use crate::error::{Cause, StoreError};
 use crate::fsio::{self, FileId, read_range, read_with_id};
+use crate::lazy::{self, StoredEntry};
+use crate::namespace::Namespace;
 
 mod append;
 mod repair;
@@ -141,6 +143,9 @@ pub(crate) struct Incoming {
     pub(crate) data: CacheData,
     /// Entries rescued from a quarantined journal: they must be saved again.
     pub(crate) salvaged: CacheData,
+    /// Entries of the snapshot checked but not decoded (a read asked for them: see `lazy`),
+    /// all of the scope it named, none of them in `data`.
+    pub(crate) stored: Vec<(Namespace, Fingerprint, Arc<StoredEntry>)>,
     pub(crate) events: Vec<Event>,
     /// The snapshot must be rewritten (it was migrated, or is unusable and the lock was busy).
     pub(crate) needs_rewrite: bool,
@@ -213,6 +218,7 @@ enum SnapRead {
     Loaded {
         id: FileId,
         data: CacheData,
+        stored: Vec<(Namespace, Fingerprint, Arc<StoredEntry>)>,
         generation: u64,
         report: Option<Report>,
         schema: u32,
@@ -235,8 +241,18 @@ impl Disk {
     /// cache lock and this may also repair: quarantine unusable files, cut torn tails,
     /// remove stale journals. Without it, it only reads.
     pub(crate) fn read_updates(&mut self, locked: bool) -> Result<Incoming, Failure> {
+        self.read_updates_keeping(locked, None)
+    }
+
+    /// [`Disk::read_updates`], leaving the snapshot's entries of `scope` undecoded (in
+    /// [`Incoming::stored`]) if it reads the snapshot whole and needs no migration.
+    pub(crate) fn read_updates_keeping(
+        &mut self,
+        locked: bool,
+        scope: Option<&Scope>,
+    ) -> Result<Incoming, Failure> {
         let mut cursor = std::mem::take(&mut self.cursor);
-        let result = self.read_into(&mut cursor, locked);
+        let result = self.read_into(&mut cursor, locked, scope);
         self.cursor = cursor;
         result
     }
@@ -249,10 +265,15 @@ impl Disk {
     /// Reads everything on disk (all scopes) from scratch, without changing the cursor.
     pub(crate) fn read_all(&self, locked: bool) -> Result<Incoming, Failure> {
         let mut fresh = Cursor::default();
-        self.read_into(&mut fresh, locked)
+        self.read_into(&mut fresh, locked, None)
     }
 
-    fn read_into(&self, cursor: &mut Cursor, locked: bool) -> Result<Incoming, Failure> {
+    fn read_into(
+        &self,
+        cursor: &mut Cursor,
+        locked: bool,
+        keep: Option<&Scope>,
+    ) -> Result<Incoming, Failure> {
         let mut inc = Incoming::default();
         let snapshot_meta = fsio::stat(&self.paths.snapshot)?;
         let Some(snapshot_meta) = snapshot_meta else {
@@ -273,16 +294,18 @@ impl Disk {
         if !unchanged {
             cursor.journal = None;
             cursor.snapshot = None;
-            match self.load_snapshot()? {
+            match self.load_snapshot(keep)? {
                 SnapRead::Missing => return Ok(inc),
                 SnapRead::Loaded {
                     id,
                     data,
+                    stored,
                     generation,
                     report,
                     schema,
                 } => {
                     inc.data = data;
+                    inc.stored = stored;
                     inc.whole = true;
                     let migrated_from = report.as_ref().map(|_| schema);
                     if let Some(report) = report {
@@ -320,10 +343,12 @@ impl Disk {
         Ok(inc)
     }
 
-    fn load_snapshot(&self) -> Result<SnapRead, Failure> {
+    fn load_snapshot(&self, keep: Option<&Scope>) -> Result<SnapRead, Failure> {
         let started = std::time::Instant::now();
-        let read = self.load_snapshot_untimed();
-        if let Ok(SnapRead::Loaded { id, .. }) = &read
+        let read = self.load_snapshot_untimed(keep);
+        // A read that decoded everything is what a compaction's read costs.
+        if let Ok(SnapRead::Loaded { id, stored, .. }) = &read
+            && stored.is_empty()
             && id.len >= 64 << 10
         {
             let cost = started.elapsed().as_secs_f64() / id.len as f64;
@@ -332,9 +357,11 @@ impl Disk {
         read
     }
 
-    fn load_snapshot_untimed(&self) -> Result<SnapRead, Failure> {
+    fn load_snapshot_untimed(&self, keep: Option<&Scope>) -> Result<SnapRead, Failure> {
         let path = &self.paths.snapshot;
-        let Some((bytes, id)) = read_with_id(path, self.options.limits.max_file_bytes)? else {
+        let Some((bytes, id, file)) =
+            fsio::read_keeping_file(path, self.options.limits.max_file_bytes)?
+        else {
             return Ok(SnapRead::Missing);
         };
         let bytes = match bytes {
@@ -348,10 +375,34 @@ impl Disk {
             }
             Err(e) => return Ok(SnapRead::Unusable(e.into())),
         };
+        // The entries of the scope asked for stay in the file until used, when the file is
+        // at the current versions (otherwise they are migrated, so decoded, here).
+        if let Some(scope) = keep
+            && snap.format == FormatVersion::CURRENT
+            && snap.header.schema == self.registry.current()
+            && self
+                .registry
+                .check(&snap.header.app, snap.header.schema)
+                .is_ok()
+            && let Some((data, stored)) =
+                lazy::index_snapshot(&snap, &bytes, scope, &self.options.limits, || {
+                    lazy::Source::new(file, path.clone())
+                })
+        {
+            return Ok(SnapRead::Loaded {
+                id,
+                data,
+                stored,
+                generation: snap.header.generation,
+                report: None,
+                schema: snap.header.schema,
+            });
+        }
         match upgrade_snapshot(&self.registry, &snap, &self.options.limits) {
             Ok(up) => Ok(SnapRead::Loaded {
                 id,
                 data: up.data,
+                stored: Vec::new(),
                 generation: snap.header.generation,
                 report: up.report,
                 schema: snap.header.schema,

@@ -13,6 +13,7 @@ mod concurrency;
 mod corrupt;
 mod crash;
 mod degrade;
+mod lazy;
 mod lock;
 mod remote;
 mod support;

@@ -147,3 +147,10 @@ pub(crate) fn spawn_child(
 pub(crate) fn path_in(dir: &tempfile::TempDir, name: &str) -> PathBuf {
     dir.path().join(name)
 }
+
+/// The journal beside the cache file `path`.
+pub(crate) fn path_in_journal(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".journal");
+    PathBuf::from(name)
+}

@@ -3,7 +3,7 @@
 
 use std::ops::ControlFlow;
 
-use cache_format::raw::{decode_entry, entry_decodes, walk_payload};
+use cache_format::raw::{decode_entry, entry_decodes, entry_facts, walk_payload};
 use cache_format::{Fingerprint, KEY_TAG, Limits, encode_payload};
 use proptest::prelude::*;
 
@@ -48,6 +48,14 @@ proptest! {
         for (ns, bytes) in entries(&encode_payload(&data)) {
             let decoded = decode_entry(&bytes, &ns).expect("decodes");
             prop_assert_eq!(entry_decodes(&bytes), Some(decoded.fingerprint()));
+            // The latest timestamp is the one a reader clamping the future would look at.
+            let latest = decoded
+                .candidates()
+                .iter()
+                .map(|c| c.measured_at)
+                .fold(decoded.recorded_at(), u64::max);
+            let facts = entry_facts(&bytes).expect("passes");
+            prop_assert_eq!(facts.latest, latest);
         }
     }
 
@@ -67,7 +75,14 @@ proptest! {
             if let Some(fp) = entry_decodes(&m) {
                 let decoded = decode_entry(&m, &ns);
                 prop_assert!(decoded.is_ok(), "passed the check but the decoder says {:?}", decoded.err());
-                prop_assert_eq!(decoded.expect("checked").fingerprint(), fp);
+                let decoded = decoded.expect("checked");
+                prop_assert_eq!(decoded.fingerprint(), fp);
+                let latest = decoded
+                    .candidates()
+                    .iter()
+                    .map(|c| c.measured_at)
+                    .fold(decoded.recorded_at(), u64::max);
+                prop_assert_eq!(entry_facts(&m).map(|f| f.latest), Some(latest));
             }
         }
     }

@@ -1,0 +1,130 @@
+//! A cache opens its snapshot without decoding the entries of its own scope; each is read
+//! back from the file on first use. What comes back is what a whole decode gives, and a file
+//! changed under the open cache costs misses, never a panic or a wrong entry.
+
+use cache_core::Store;
+use cache_core::cache_format::{Entry, Fingerprint, Limits, raw::decode_snapshot, read_snapshot};
+
+use crate::support::{
+    builder, capture_logs, entry, has, key, ns, path_in, temp_dir, warnings_about,
+};
+
+/// Writes `n` entries of writer 1 as a snapshot (no journal).
+fn snapshot_of(path: &std::path::Path, n: u64) {
+    let cache = builder(path).compaction(0.0, 0).open();
+    for id in 0..n {
+        cache.put(ns(), entry(1, id));
+    }
+    cache.flush().expect("flush: a compaction (ratio 0)");
+    drop(cache);
+    assert!(
+        !crate::support::path_in_journal(path).exists(),
+        "everything is in the snapshot"
+    );
+}
+
+/// Every entry of the file as a whole decode gives it, by fingerprint.
+fn decoded(path: &std::path::Path) -> Vec<(Fingerprint, Entry)> {
+    let bytes = std::fs::read(path).expect("read");
+    let snap = read_snapshot(&bytes, &Limits::default()).expect("valid");
+    decode_snapshot(&snap)
+        .expect("decodes")
+        .entries()
+        .map(|(_, _, e)| (e.fingerprint(), e.clone()))
+        .collect()
+}
+
+#[test]
+fn entries_read_back_on_first_use_are_the_whole_decodes() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    snapshot_of(&path, 500);
+    let want = decoded(&path);
+    assert_eq!(want.len(), 500);
+    let cache = builder(&path).open();
+    assert_eq!(cache.len(), 500);
+    // All of them at once (read without being kept), then one by one, twice.
+    let mut all: Vec<(Fingerprint, Entry)> = cache
+        .entries()
+        .into_iter()
+        .map(|(_, e)| (e.fingerprint(), Entry::clone(&e)))
+        .collect();
+    all.sort_by_key(|(fp, _)| *fp);
+    let mut sorted = want.clone();
+    sorted.sort_by_key(|(fp, _)| *fp);
+    assert_eq!(all, sorted);
+    for _ in 0..2 {
+        for (fp, e) in &want {
+            assert_eq!(cache.get(ns(), fp).as_deref(), Some(e));
+        }
+    }
+    // A put merges into an entry still in the file.
+    let mut newer = entry(1, 7);
+    newer.record(cache_core::cache_format::Candidate::failed(
+        "naive",
+        Default::default(),
+        "does not fit",
+    ));
+    cache.put(ns(), newer);
+    let merged = cache.lookup(ns(), &key(1, 7)).expect("held");
+    assert_eq!(merged.candidates().len(), 2, "{merged:?}");
+    assert!(has(&cache, 1, 7));
+}
+
+#[test]
+fn a_snapshot_cut_short_in_place_makes_misses_with_a_warning() {
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    snapshot_of(&path, 400);
+    let cache = builder(&path).read_only(true).open();
+    assert_eq!(cache.len(), 400);
+    // Someone else shortens the file in place (tunecache never does: it renames).
+    let len = std::fs::metadata(&path).expect("stat").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open for writing")
+        .set_len(len / 2)
+        .expect("truncate");
+    let found: Vec<bool> = (0..400).map(|id| has(&cache, 1, id)).collect();
+    let (kept, lost) = (
+        found.iter().filter(|f| **f).count(),
+        found.iter().filter(|f| !**f).count(),
+    );
+    assert!(kept > 0 && lost > 0, "kept {kept}, lost {lost}");
+    let warned = warnings_about(&path.display().to_string());
+    assert!(
+        warned.iter().any(|w| w.contains("changed in place")),
+        "{warned:?}"
+    );
+    // A miss is measured again: the new result is held.
+    let missing = found.iter().position(|f| !*f).expect("one lost") as u64;
+    cache.put(ns(), entry(1, missing));
+    assert!(has(&cache, 1, missing));
+}
+
+#[test]
+fn entries_stay_readable_after_another_writer_replaces_the_file() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    snapshot_of(&path, 300);
+    let reader = builder(&path).read_only(true).open();
+    // Another writer rewrites the snapshot (rename over it) several times, without the
+    // reader's entries; then a file of other entries is renamed over it.
+    let writer = builder(&path).compaction(0.0, 0).open();
+    for id in 0..3 {
+        writer.put(ns(), entry(2, id));
+        writer.flush().expect("a compaction each time");
+    }
+    drop(writer);
+    let other = path_in(&dir, "other.tcache");
+    snapshot_of(&other, 0);
+    let elsewhere = builder(&other).open();
+    elsewhere.put(ns(), entry(3, 1));
+    elsewhere.close().expect("close");
+    std::fs::rename(&other, &path).expect("rename over");
+    for id in 0..300 {
+        assert!(has(&reader, 1, id), "entry {id}");
+    }
+}
