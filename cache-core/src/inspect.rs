@@ -13,6 +13,7 @@ use std::ops::ControlFlow;
 
 use cache_format::raw::{
     decode_entry, decode_payload, entry_decodes, entry_fingerprint, walk_payload,
+    walk_scanned_payload,
 };
 use cache_format::{
     CacheData, Entry, Fingerprint, FormatVersion, Header, JournalHeader, Limits, Scope, Tail,
@@ -371,40 +372,59 @@ impl Inspection {
     /// is not sure; counts the entries as [`Inspection::walk`] yields them (the snapshot's,
     /// then the journal's new keys). Returns the count, the problems and the entries stored.
     fn check_stored_entries(&self) -> (usize, Vec<String>, u64) {
-        let mut entries = 0usize;
-        let mut stored = 0u64;
-        let mut problems = Vec::new();
-        let mut overlaid: HashSet<(Fingerprint, String, Fingerprint)> = HashSet::new();
-        if let Some(payload) = self.payload_bytes() {
-            let walked = walk_payload(payload, &self.limits, |scope, ns, bytes| {
-                stored += 1;
-                let fp = match entry_decodes(bytes) {
+        #[derive(Default)]
+        struct Tally {
+            entries: usize,
+            stored: u64,
+            problems: Vec<String>,
+            overlaid: HashSet<(Fingerprint, String, Fingerprint)>,
+        }
+        let see =
+            |t: &mut Tally, scope: &Scope, ns: &str, bytes: &[u8], fp: Option<Fingerprint>| {
+                t.stored += 1;
+                let fp = match fp {
                     Some(fp) => fp,
                     None => match decode_entry(bytes, ns) {
                         Ok(entry) => entry.fingerprint(),
                         Err(e) => {
-                            problems.push(format!("{}: {e}", self.path.display()));
+                            t.problems.push(format!("{}: {e}", self.path.display()));
                             return ControlFlow::Continue(());
                         }
                     },
                 };
-                entries += 1;
+                t.entries += 1;
                 if !self.journal_data.is_empty() && self.journal_data.get(scope, ns, &fp).is_some()
                 {
-                    overlaid.insert((scope.fingerprint(), ns.to_owned(), fp));
+                    t.overlaid.insert((scope.fingerprint(), ns.to_owned(), fp));
                 }
                 ControlFlow::Continue(())
+            };
+        let mut t = Tally::default();
+        if let Some(payload) = self.payload_bytes() {
+            // One pass over the written (map) form, checking each entry as it goes; anything
+            // else, damage included, is walked again the general way, which names the problem.
+            let fast = walk_scanned_payload(payload, &self.limits, |scope, ns, bytes, facts| {
+                see(&mut t, scope, ns, bytes, facts.map(|f| f.fingerprint))
             });
-            if let Err(e) = walked {
-                problems.push(format!("{}: {e}", self.path.display()));
+            if fast.is_err() {
+                t = Tally::default();
+                let walked = walk_payload(payload, &self.limits, |scope, ns, bytes| {
+                    see(&mut t, scope, ns, bytes, entry_decodes(bytes))
+                });
+                if let Err(e) = walked {
+                    t.problems.push(format!("{}: {e}", self.path.display()));
+                }
             }
         }
         for (scope, ns, entry) in self.journal_data.entries() {
-            if !overlaid.contains(&(scope.fingerprint(), ns.to_owned(), entry.fingerprint())) {
-                entries += 1;
+            if !t
+                .overlaid
+                .contains(&(scope.fingerprint(), ns.to_owned(), entry.fingerprint()))
+            {
+                t.entries += 1;
             }
         }
-        (entries, problems, stored)
+        (t.entries, t.problems, t.stored)
     }
 
     /// Decodes every entry and lists what is wrong with them: entries that do not decode, and
