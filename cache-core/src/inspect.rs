@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::ops::ControlFlow;
 
 use cache_format::raw::{
-    decode_entry, decode_payload, entry_decodes, entry_fingerprint, walk_payload,
-    walk_scanned_payload,
+    decode_entry, decode_payload, entry_decodes, entry_fingerprint, walk_checked_payload,
+    walk_payload,
 };
 use cache_format::{
     CacheData, Entry, Fingerprint, FormatVersion, Header, JournalHeader, Limits, Scope, Tail,
@@ -370,14 +370,17 @@ impl Inspection {
     /// Checks each stored entry as the decoder would, building it only when the quick check
     /// ([`cache_format::raw::entry_decodes`]: the written form, every rule checked in place)
     /// is not sure; counts the entries as [`Inspection::walk`] yields them (the snapshot's,
-    /// then the journal's new keys). Returns the count, the problems and the entries stored.
-    fn check_stored_entries(&self) -> (usize, Vec<String>, u64) {
+    /// then the journal's new keys). Returns the count, the problems, the entries stored and
+    /// whether the payload's whole-payload checks (`check_payload`'s) were made and passed.
+    fn check_stored_entries(&self) -> (usize, Vec<String>, u64, bool) {
         #[derive(Default)]
         struct Tally {
             entries: usize,
             stored: u64,
             problems: Vec<String>,
             overlaid: HashSet<(Fingerprint, String, Fingerprint)>,
+            /// The walk made `check_payload`'s checks too, and they passed.
+            payload_checked: bool,
         }
         let see =
             |t: &mut Tally, scope: &Scope, ns: &str, bytes: &[u8], fp: Option<Fingerprint>| {
@@ -401,11 +404,13 @@ impl Inspection {
             };
         let mut t = Tally::default();
         if let Some(payload) = self.payload_bytes() {
-            // One pass over the written (map) form, checking each entry as it goes; anything
-            // else, damage included, is walked again the general way, which names the problem.
-            let fast = walk_scanned_payload(payload, &self.limits, |scope, ns, bytes, facts| {
+            // One pass over the written (map) form, checking each entry and what
+            // `check_payload` checks as it goes; anything else, damage included, is walked
+            // again the general way, which names the problem.
+            let fast = walk_checked_payload(payload, &self.limits, |scope, ns, bytes, facts| {
                 see(&mut t, scope, ns, bytes, facts.map(|f| f.fingerprint))
             });
+            t.payload_checked = fast.is_ok();
             if fast.is_err() {
                 t = Tally::default();
                 let walked = walk_payload(payload, &self.limits, |scope, ns, bytes| {
@@ -424,26 +429,27 @@ impl Inspection {
                 t.entries += 1;
             }
         }
-        (t.entries, t.problems, t.stored)
+        (t.entries, t.problems, t.stored, t.payload_checked)
     }
 
     /// Decodes every entry and lists what is wrong with them: entries that do not decode, and
     /// a header whose entry count is not the payload's. What `verify` checks beyond the files'
     /// framing, in constant memory. Returns the number of readable entries too.
     pub fn check_entries(&self) -> (usize, Vec<String>) {
-        let (entries, mut problems, stored) = if self.migrated.is_some() {
+        let (entries, mut problems, stored, payload_checked) = if self.migrated.is_some() {
             let mut entries = 0usize;
             let (problems, stored) = self.walk(|_, _, _| {
                 entries += 1;
                 ControlFlow::Continue(())
             });
-            (entries, problems, stored)
+            (entries, problems, stored, false)
         } else {
             self.check_stored_entries()
         };
         if let (Some(payload), Some(header)) = (self.payload_bytes(), &self.snapshot.header) {
-            // The whole-payload checks a loading reader makes (structure, nesting, the caps).
-            if let Err(e) = cache_format::check_payload(payload, &self.limits) {
+            // The whole-payload checks a loading reader makes (structure, nesting, the caps),
+            // unless the walk over the entries made them already.
+            if !payload_checked && let Err(e) = cache_format::check_payload(payload, &self.limits) {
                 problems.push(format!("{}: {e}", self.path.display()));
             }
             if stored != header.entries {

@@ -1,8 +1,9 @@
 //! Entries kept as their bytes in the snapshot file until first used.
 //!
-//! Opening a cache checks every entry of its snapshot (the envelope's checksums, the bounded
-//! scan and the census, then [`cache_format::raw::entry_facts`] on each entry: its shape,
-//! UTF-8, finite timings, and that the stored fingerprint is the key's), but builds none: the
+//! Opening a cache checks every entry of its snapshot (the envelope's checksums, then one walk,
+//! [`cache_format::raw::walk_checked_payload`], that makes the bounded scan's and the census's
+//! checks and, on each entry, [`cache_format::raw::entry_facts`]' own: its shape, UTF-8,
+//! finite timings, and that the stored fingerprint is the key's), but builds none: the
 //! memory tier holds, per entry of the cache's own scope, where its bytes are in the file. The
 //! first lookup of a key reads those bytes back with `pread` from the file descriptor the
 //! snapshot was read through, decodes them with the decoder every other read uses, and keeps
@@ -168,13 +169,15 @@ pub(crate) fn decode_all(
 /// An entry stored, not decoded: its namespace, fingerprint and where it is.
 pub(crate) type Indexed = (Namespace, Fingerprint, Arc<StoredEntry>);
 
-/// Reads a snapshot (checked by [`cache_format::read_snapshot`]; `bytes`, the whole file)
-/// without building the entries of `scope` that pass [`cache_format::raw::entry_facts`]:
-/// those are returned as stored entries of the file `source` makes. Everything else (other
-/// scopes, entries in another writer's encoding, entries dated in the future, which the
-/// caller must clamp, and namespaces it must refuse) is decoded into the data returned.
-/// `None` if an entry does not decode: the caller then decodes the whole payload, which
-/// reports the damage as every reader does.
+/// Reads a snapshot (its framing checked by [`cache_format::read_snapshot_framing`]; `bytes`,
+/// the whole file) without building the entries of `scope` that pass
+/// [`cache_format::raw::entry_facts`]: those are returned as stored entries of the file
+/// `source` makes. The payload is checked as [`cache_format::read_snapshot`] checks it, in the
+/// same walk. Everything else (other scopes, entries in another writer's encoding, entries
+/// dated in the future, which the caller must clamp, and namespaces it must refuse) is
+/// decoded into the data returned. `None` if the walk refuses the payload or an entry does
+/// not decode: the caller then checks and decodes the whole payload, which reports the damage
+/// as every reader does.
 pub(crate) fn index_snapshot(
     snap: &Snapshot<'_>,
     bytes: &[u8],
@@ -191,7 +194,7 @@ pub(crate) fn index_snapshot(
     let mut stored = Vec::new();
     let mut named: Option<(String, Namespace)> = None;
     let mut failed = false;
-    let walked = cache_format::raw::walk_scanned_payload(payload, limits, |s, ns, entry, facts| {
+    let walked = cache_format::raw::walk_checked_payload(payload, limits, |s, ns, entry, facts| {
         let at = entry.as_ptr() as usize - payload.as_ptr() as usize;
         let fast = facts.filter(|facts| facts.latest <= now && s == scope);
         let namespace = match &named {

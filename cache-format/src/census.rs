@@ -23,6 +23,18 @@ pub(crate) fn check(bytes: &[u8], limits: &Limits) -> Result<(), FormatError> {
     walk.payload().map(|_| ())
 }
 
+/// Checks the caps that apply inside one scanned entry (its candidates, and the fields of its
+/// key and params) as [`check`] does for each entry of a payload.
+pub(crate) fn check_entry(bytes: &[u8], limits: &Limits) -> Result<(), FormatError> {
+    let mut walk = Walk {
+        bytes,
+        pos: 0,
+        limits,
+        namespaces: 0,
+    };
+    walk.entry().map(|_| ())
+}
+
 /// `None`: the shape is not the one expected; the walk stops and the decoder reports it.
 type Step = Result<Option<()>, FormatError>;
 

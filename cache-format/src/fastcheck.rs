@@ -32,22 +32,64 @@ pub struct EntryFacts {
 
 /// [`entry_decodes`], with the entry's latest timestamp too.
 pub fn entry_facts(bytes: &[u8]) -> Option<EntryFacts> {
-    entry_facts_prefix(bytes)
+    entry_facts_prefix(bytes, &Bounds::NONE)
         .filter(|(_, len)| *len == bytes.len())
         .map(|(facts, _)| facts)
 }
 
-/// [`entry_facts`] of the entry that starts `bytes`, and its length.
-pub(crate) fn entry_facts_prefix(bytes: &[u8]) -> Option<(EntryFacts, usize)> {
-    let mut r = Reader { bytes, pos: 0 };
-    if r.map_len()? != 6 {
+/// What an accepted entry must also keep within: the nesting a whole-payload scan allows an
+/// entry, and the census caps that apply inside one. An entry over them is "not sure" too,
+/// so a walk that accepts an entry here has checked it as the scan and the census would.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    /// Deepest nesting of containers, the entry's own map counting as 1 (empty containers
+    /// count as well, which is stricter than the scan).
+    pub(crate) depth: u32,
+    /// Most fields in a key or params map.
+    pub(crate) fields: u64,
+    /// Most candidates.
+    pub(crate) candidates: u64,
+}
+
+impl Bounds {
+    /// Nesting this check follows at most: a key or params value 64 deep (it recurses).
+    const MAX_DEPTH: u32 = 68;
+
+    /// No caps, only the nesting this check follows.
+    pub(crate) const NONE: Bounds = Bounds {
+        depth: Bounds::MAX_DEPTH,
+        fields: u64::MAX,
+        candidates: u64::MAX,
+    };
+
+    /// The bounds an entry of a payload has under `limits` (it sits 5 containers in:
+    /// payload, scopes, scope, namespaces, entry list).
+    pub(crate) fn in_payload(limits: &crate::scan::Limits) -> Bounds {
+        Bounds {
+            depth: limits.max_depth.saturating_sub(5).min(Bounds::MAX_DEPTH),
+            fields: limits.max_fields,
+            candidates: limits.max_candidates,
+        }
+    }
+}
+
+/// [`entry_facts`] of the entry that starts `bytes`, and its length, if it also keeps within
+/// `bounds`.
+pub(crate) fn entry_facts_prefix(bytes: &[u8], bounds: &Bounds) -> Option<(EntryFacts, usize)> {
+    let mut r = Reader {
+        bytes,
+        pos: 0,
+        bounds,
+    };
+    // The entry's map, then its key, origin and candidates (2) and a candidate (3).
+    if bounds.depth < 3 || r.map_len()? != 6 {
         return None;
     }
     r.name(b"fp")?;
     let fp = r.fingerprint()?;
     r.name(b"key")?;
     let key_start = r.pos;
-    r.canonical_map(0)?;
+    r.canonical_map(2, true)?;
     let key = &bytes[key_start..r.pos];
     r.name(b"candidate_set")?;
     r.fingerprint()?;
@@ -65,6 +107,9 @@ pub(crate) fn entry_facts_prefix(bytes: &[u8]) -> Option<(EntryFacts, usize)> {
     r.str()?;
     r.name(b"candidates")?;
     let n = r.array_len()?;
+    if n > bounds.candidates {
+        return None;
+    }
     for _ in 0..n {
         latest = latest.max(r.candidate()?);
     }
@@ -80,13 +125,10 @@ pub(crate) fn entry_facts_prefix(bytes: &[u8]) -> Option<(EntryFacts, usize)> {
     ))
 }
 
-/// Nesting a canonical value may have here; deeper is left to the decoder (the scan that
-/// found the entry already bounded it).
-const MAX_DEPTH: u32 = 64;
-
 struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
+    bounds: &'a Bounds,
 }
 
 impl<'a> Reader<'a> {
@@ -199,22 +241,23 @@ impl<'a> Reader<'a> {
         ok.then_some(())
     }
 
-    /// A canonical value (FORMAT.md): bool, integer, string, array or map, smallest forms.
-    fn canonical_value(&mut self, depth: u32) -> Option<()> {
+    /// A canonical value (FORMAT.md): bool, integer, string, array or map, smallest forms;
+    /// a container one at nesting `level`.
+    fn canonical_value(&mut self, level: u32) -> Option<()> {
         let marker = *self.bytes.get(self.pos)?;
         match marker {
             0xc2 | 0xc3 => {
                 self.pos += 1;
                 Some(())
             }
-            0x80..=0x8f | 0xde | 0xdf => self.canonical_map(depth),
+            0x80..=0x8f | 0xde | 0xdf => self.canonical_map(level, false),
             0x90..=0x9f | 0xdc | 0xdd => {
-                if depth >= MAX_DEPTH {
+                if level > self.bounds.depth {
                     return None;
                 }
                 let n = self.array_len()?;
                 for _ in 0..n {
-                    self.canonical_value(depth + 1)?;
+                    self.canonical_value(level + 1)?;
                 }
                 Some(())
             }
@@ -226,12 +269,16 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A canonical map: string keys in strictly increasing byte order, canonical values.
-    fn canonical_map(&mut self, depth: u32) -> Option<()> {
-        if depth >= MAX_DEPTH {
+    /// A canonical map at nesting `level`: string keys in strictly increasing byte order,
+    /// canonical values. `capped`: a key or params map, whose fields the census caps.
+    fn canonical_map(&mut self, level: u32, capped: bool) -> Option<()> {
+        if level > self.bounds.depth {
             return None;
         }
         let n = self.map_len()?;
+        if capped && n > self.bounds.fields {
+            return None;
+        }
         let mut previous: Option<&[u8]> = None;
         for _ in 0..n {
             let name = self.str()?;
@@ -239,7 +286,7 @@ impl<'a> Reader<'a> {
                 return None;
             }
             previous = Some(name);
-            self.canonical_value(depth + 1)?;
+            self.canonical_value(level + 1)?;
         }
         Some(())
     }
@@ -252,7 +299,7 @@ impl<'a> Reader<'a> {
         self.name(b"algo")?;
         self.str()?;
         self.name(b"params")?;
-        self.canonical_map(0)?;
+        self.canonical_map(4, true)?;
         self.name(b"measured_at")?;
         let measured_at = self.uint()?;
         self.name(b"status")?;

@@ -65,4 +65,4 @@ pub fn decode_snapshot(snap: &Snapshot<'_>) -> Result<CacheData, FormatError> {
 }
 
 pub use crate::fastcheck::{EntryFacts, entry_decodes, entry_facts};
-pub use crate::stream::{decode_entry, entry_fingerprint, walk_payload, walk_scanned_payload};
+pub use crate::stream::{decode_entry, entry_fingerprint, walk_checked_payload, walk_payload};

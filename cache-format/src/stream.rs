@@ -11,7 +11,7 @@ use std::ops::ControlFlow;
 use rmp::Marker;
 
 use crate::error::FormatError;
-use crate::fastcheck::EntryFacts;
+use crate::fastcheck::{Bounds, EntryFacts, entry_facts_prefix};
 use crate::fingerprint::Fingerprint;
 use crate::model::{Entry, Scope};
 use crate::scan::{Limits, scan_value};
@@ -73,25 +73,36 @@ pub fn walk_payload(
     Ok(())
 }
 
-/// [`walk_payload`] for a payload [`crate::read_snapshot`] has scanned, which also hands each
-/// entry's [`EntryFacts`] (`None`: not in the written form; decode it to know). An entry that
-/// passes the fast check is not scanned again: the check reads it whole, finds where it ends
-/// and bounds its nesting, and the scan of the payload bounded everything already.
+/// [`walk_payload`] in one pass that also makes every check of [`crate::check_payload`] (the
+/// bounded scan and the census caps) as it goes, and hands each entry's [`EntryFacts`]
+/// (`None`: not in the written form; decode it to know). The payload need not have been
+/// scanned: when this returns `Ok` after visiting every entry, `check_payload` accepts the
+/// payload. An entry that passes the fast check is read once, which also bounds its nesting
+/// and counts what the census caps; any other entry is scanned and counted the general way.
 ///
-/// It takes the payload, each scope and each entry in place, in one pass, so it reads the
-/// structs above the entries only in the form this crate writes (maps, as the decoder reads
-/// them too); the array form of a struct is an error here, and a caller decodes such a
-/// payload instead.
-pub fn walk_scanned_payload(
+/// It takes the payload, each scope and each entry in place, so it reads the structs above
+/// the entries only in the form this crate writes (maps, as the decoder reads them too); the
+/// array form of a struct is an error here. An error names the first thing this walk did not
+/// accept, which is not always what `check_payload` or the decoder would name: a caller that
+/// reports it runs those.
+pub fn walk_checked_payload(
     payload: &[u8],
     limits: &Limits,
     mut visit: impl FnMut(&Scope, &str, &[u8], Option<EntryFacts>) -> ControlFlow<()>,
 ) -> Result<(), FormatError> {
-    let scope_depth = limits.max_depth.saturating_sub(3);
-    let entry_depth = limits.max_depth.saturating_sub(5);
+    // The containers above an entry: payload (1), scopes (2), scope (3), namespaces (4),
+    // entry list (5); the entry itself is at 6.
+    if limits.max_depth < 6 {
+        return Err(shape("nesting limits this walk does not follow"));
+    }
     let mut w = Walker {
         bytes: payload,
         pos: 0,
+    };
+    let mut census = Census {
+        limits,
+        bounds: Bounds::in_payload(limits),
+        namespaces: 0,
     };
     let mut seen = false;
     for _ in 0..w.map_len("the payload")? {
@@ -99,19 +110,45 @@ pub fn walk_scanned_payload(
             "scopes" if seen => return Err(shape("two scopes fields")),
             "scopes" => {
                 seen = true;
-                for _ in 0..w.array_len("the scopes")? {
-                    if w.scope_in_place(scope_depth, entry_depth, &mut visit)? {
+                let n = w.array_len("the scopes")?;
+                census.cap("scopes", u64::from(n), limits.max_scopes)?;
+                for _ in 0..n {
+                    if w.scope_in_place(&mut census, &mut visit)? {
                         return Ok(());
                     }
                 }
             }
-            _ => w.skip()?,
+            _ => w.skip_within(limits.max_depth - 1)?,
         }
     }
     if !seen {
         return Err(shape("a payload without scopes"));
     }
+    if w.pos != payload.len() {
+        return Err(FormatError::malformed(
+            "payload",
+            w.pos,
+            "trailing bytes after the document",
+        ));
+    }
     Ok(())
+}
+
+/// What [`walk_checked_payload`] counts against the census caps as it goes.
+struct Census<'l> {
+    limits: &'l Limits,
+    bounds: Bounds,
+    namespaces: u64,
+}
+
+impl Census<'_> {
+    fn cap(&self, what: &'static str, count: u64, limit: u64) -> Result<(), FormatError> {
+        if count > limit {
+            Err(FormatError::TooMany { what, count, limit })
+        } else {
+            Ok(())
+        }
+    }
 }
 
 /// Decodes one entry's bytes (from [`walk_payload`], which scanned them) of namespace `ns`,
@@ -180,14 +217,15 @@ impl<'a> Walker<'a> {
         Ok(found)
     }
 
-    /// One scope of a scanned payload, its entries visited in place (the namespaces are
-    /// gone back to if they come before the scope's fields). `true`: the visitor stopped.
+    /// One scope, its entries visited in place (the namespaces are gone back to if they come
+    /// before the scope's fields). `true`: the visitor stopped.
     fn scope_in_place(
         &mut self,
-        scope_depth: u32,
-        entry_depth: u32,
+        census: &mut Census<'_>,
         visit: &mut impl FnMut(&Scope, &str, &[u8], Option<EntryFacts>) -> ControlFlow<()>,
     ) -> Result<bool, FormatError> {
+        // Inside a scope's map (at 3), its field values start at 4.
+        let field_depth = census.limits.max_depth - 3;
         let mut scope: Option<Scope> = None;
         let mut later: Option<usize> = None;
         let mut namespaces = 0;
@@ -196,9 +234,14 @@ impl<'a> Walker<'a> {
                 "scope" if scope.is_some() => return Err(shape("two scope fields")),
                 "scope" => {
                     let at = self.pos;
-                    self.skip()?;
+                    self.skip_within(field_depth)?;
                     let bytes = &self.bytes[at..self.pos];
-                    scan_value(bytes, 0, "payload", scope_depth)?;
+                    let count = Walker { bytes, pos: 0 }.map_len("the fields of a scope")?;
+                    census.cap(
+                        "fields of a scope",
+                        u64::from(count),
+                        census.limits.max_fields,
+                    )?;
                     let fields: Fields = rmp_serde::from_slice(bytes)
                         .map_err(|e| FormatError::invalid("payload", e))?;
                     scope = Some(Scope::new(fields));
@@ -207,17 +250,17 @@ impl<'a> Walker<'a> {
                     namespaces += 1;
                     match &scope {
                         Some(scope) => {
-                            if self.namespaces_in_place(scope, entry_depth, visit)? {
+                            if self.namespaces_in_place(scope, census, visit)? {
                                 return Ok(true);
                             }
                         }
                         None => {
                             later = Some(self.pos);
-                            self.skip()?;
+                            self.skip_within(field_depth)?;
                         }
                     }
                 }
-                _ => self.skip()?,
+                _ => self.skip_within(field_depth)?,
             }
         }
         let (Some(scope), 1) = (scope, namespaces) else {
@@ -228,7 +271,7 @@ impl<'a> Walker<'a> {
         if let Some(at) = later {
             let end = self.pos;
             self.pos = at;
-            if self.namespaces_in_place(&scope, entry_depth, visit)? {
+            if self.namespaces_in_place(&scope, census, visit)? {
                 return Ok(true);
             }
             self.pos = end;
@@ -239,23 +282,29 @@ impl<'a> Walker<'a> {
     fn namespaces_in_place(
         &mut self,
         scope: &Scope,
-        entry_depth: u32,
+        census: &mut Census<'_>,
         visit: &mut impl FnMut(&Scope, &str, &[u8], Option<EntryFacts>) -> ControlFlow<()>,
     ) -> Result<bool, FormatError> {
-        for _ in 0..self.map_len("the namespaces")? {
+        let limits = census.limits;
+        let entry_depth = limits.max_depth - 5;
+        let count = self.map_len("the namespaces")?;
+        census.namespaces += u64::from(count);
+        census.cap("namespaces", census.namespaces, limits.max_namespaces)?;
+        for _ in 0..count {
             let name = self.string("a namespace name")?;
             if name.is_empty() {
                 return Err(shape("an empty namespace name"));
             }
             for _ in 0..self.array_len("a namespace's entries")? {
                 let at = self.pos;
-                let facts = match crate::fastcheck::entry_facts_prefix(&self.bytes[at..]) {
+                let facts = match entry_facts_prefix(&self.bytes[at..], &census.bounds) {
                     Some((facts, len)) => {
                         self.pos = at + len;
                         Some(facts)
                     }
                     None => {
                         self.pos = scan_value(self.bytes, at, "payload", entry_depth)?;
+                        crate::census::check_entry(&self.bytes[at..self.pos], limits)?;
                         None
                     }
                 };
@@ -265,6 +314,12 @@ impl<'a> Walker<'a> {
             }
         }
         Ok(false)
+    }
+
+    /// Skips one value whose containers may nest `depth` deep.
+    fn skip_within(&mut self, depth: u32) -> Result<(), FormatError> {
+        self.pos = scan_value(self.bytes, self.pos, "payload", depth)?;
+        Ok(())
     }
 
     fn skip(&mut self) -> Result<(), FormatError> {
@@ -288,10 +343,24 @@ impl<'a> Walker<'a> {
         Ok(n)
     }
 
+    /// A string (anything else is an error, however long or deep it is: it is not walked).
     fn string(&mut self, what: &str) -> Result<&'a str, FormatError> {
         let at = self.pos;
-        self.skip()?;
-        key_name(&self.bytes[at..self.pos]).ok_or_else(|| shape(&format!("{what} is not a string")))
+        let mut rd = &self.bytes[at..];
+        let len = rmp::decode::read_str_len(&mut rd)
+            .map_err(|_| shape(&format!("{what} is not a string")))?;
+        let start = self.bytes.len() - rd.len();
+        let text = usize::try_from(len)
+            .ok()
+            .and_then(|len| self.bytes.get(start..start.checked_add(len)?))
+            .ok_or_else(|| FormatError::Truncated {
+                what: "payload",
+                offset: start as u64,
+                needed: u64::from(len),
+                available: (self.bytes.len() - start) as u64,
+            })?;
+        self.pos = start + text.len();
+        std::str::from_utf8(text).map_err(|_| shape(&format!("{what} is not UTF-8")))
     }
 }
 

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cache_format::{
-    CacheData, Fingerprint, FormatError, FormatVersion, Limits, Scope, Tail, read_journal_header,
-    read_snapshot, scan_records,
+    CacheData, Fingerprint, FormatError, FormatVersion, Limits, Scope, Tail, check_payload,
+    read_journal_header, read_snapshot_framing, scan_records,
 };
 use cache_migrate::{MigrateError, Migrations, Report, upgrade, upgrade_snapshot};
 
@@ -370,7 +370,9 @@ impl Disk {
             Ok(bytes) => bytes,
             Err(too_large) => return Ok(SnapRead::Unusable(too_large.into())),
         };
-        let snap = match read_snapshot(&bytes, &self.options.limits) {
+        // The framing first; the payload's own checks are made by the one walk of the lazy
+        // read, or by `check_payload` before anything decodes it whole.
+        let snap = match read_snapshot_framing(&bytes, &self.options.limits) {
             Ok(snap) => snap,
             Err(e @ FormatError::NewerFormat { .. }) => {
                 return Err(self.blocked(path, e.into()));
@@ -399,6 +401,9 @@ impl Disk {
                 report: None,
                 schema: snap.header.schema,
             });
+        }
+        if let Err(e) = check_payload(snap.payload_bytes(), &self.options.limits) {
+            return Ok(SnapRead::Unusable(e.into()));
         }
         match upgrade_snapshot(&self.registry, &snap, &self.options.limits) {
             Ok(up) => Ok(SnapRead::Loaded {

@@ -83,6 +83,51 @@ fn a_file_over_the_size_limit_is_kept_aside_without_being_read() {
     assert_eq!(cache.health().quarantined.len(), 1);
 }
 
+/// A snapshot whose checksums hold but whose payload is over the reader's limits (here made so
+/// by the reader's own, tighter limits) is refused at open as it always was, naming the limit
+/// broken, though open checks the payload in its one walk now rather than in a scan first.
+#[test]
+fn a_snapshot_over_the_readers_caps_or_nesting_is_kept_aside_naming_them() {
+    use cache_core::cache_format::Limits;
+    let cases = [
+        (
+            Limits {
+                max_candidates: 0,
+                ..Limits::default()
+            },
+            "candidates of an entry: 1 is over the limit of 0",
+        ),
+        (
+            Limits {
+                max_depth: 7,
+                ..Limits::default()
+            },
+            "nests deeper than 7 levels",
+        ),
+        (
+            Limits {
+                max_namespaces: 0,
+                ..Limits::default()
+            },
+            "namespaces: 1 is over the limit of 0",
+        ),
+    ];
+    for (limits, why) in cases {
+        capture_logs();
+        let dir = temp_dir();
+        let path = path_in(&dir, "c.tcache");
+        let bytes = valid_file();
+        std::fs::write(&path, &bytes).expect("write");
+        let cache = builder(&path).limits(limits).open();
+        let health = cache.health();
+        assert_eq!(health.quarantined.len(), 1, "{why}: {health:?}");
+        assert_eq!(std::fs::read(&health.quarantined[0]).expect("kept"), bytes);
+        let warned = warnings_about(&health.quarantined[0].display().to_string());
+        assert!(warned.iter().any(|w| w.contains(why)), "{why}: {warned:?}");
+        assert!(!has(&cache, 4, 1), "{why}: nothing of it is served");
+    }
+}
+
 #[test]
 fn a_torn_journal_tail_is_dropped_and_earlier_records_kept() {
     capture_logs();
