@@ -102,6 +102,38 @@ pub fn migrate_file(
             options.lock_timeout,
         )?)
     };
+    // A snapshot alone, whose steps are all declarative, migrates entry by entry into the new
+    // snapshot's bytes: the decoded model is never held, so a large file needs about twice its
+    // size in memory. Anything that path declines is read the usual way below.
+    if let Some(streamed) = disk.migrate_streamed().map_err(failure)? {
+        let entries = usize::try_from(streamed.entries).unwrap_or(usize::MAX);
+        let bytes = (lock.is_some() || streamed.grew)
+            .then(|| streamed.snapshot.finish(registry.app(), registry.current()));
+        // A default that added fields may have crossed a reader's bounds: such a file takes
+        // the usual path, which reports it.
+        let within_bounds = !streamed.grew
+            || bytes
+                .as_deref()
+                .is_some_and(|b| cache_format::read_snapshot(b, &options.limits).is_ok());
+        if within_bounds {
+            let (written, backups) = match bytes.filter(|_| lock.is_some()) {
+                None => (false, Vec::new()),
+                Some(bytes) => {
+                    let events = disk
+                        .write_encoded_snapshot(bytes, Vec::new())
+                        .map_err(failure)?;
+                    (true, backups_of(events))
+                }
+            };
+            return Ok(MigrateOutcome::Migrated {
+                report: streamed.report,
+                written,
+                backups,
+                entries,
+            });
+        }
+        disk.reset();
+    }
     // A read that repairs nothing: an unusable file must be reported, not moved aside.
     let mut read = disk.read_updates(false).map_err(failure)?;
     let mut report = None;
@@ -147,17 +179,21 @@ pub fn migrate_file(
     data.merge(read.salvaged);
     let entries = data.len();
     let events = disk.write_snapshot(&data, read.events).map_err(failure)?;
-    let backups = events
+    Ok(MigrateOutcome::Migrated {
+        report,
+        written: true,
+        backups: backups_of(events),
+        entries,
+    })
+}
+
+/// The backups a write kept.
+fn backups_of(events: Vec<Event>) -> Vec<PathBuf> {
+    events
         .into_iter()
         .filter_map(|e| match e {
             Event::Backup { path } => Some(path),
             _ => None,
         })
-        .collect();
-    Ok(MigrateOutcome::Migrated {
-        report,
-        written: true,
-        backups,
-        entries,
-    })
+        .collect()
 }

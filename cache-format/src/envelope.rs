@@ -146,12 +146,29 @@ pub(crate) fn generation_of(payload: &[u8]) -> u64 {
 /// timestamp or random number in it, so the same cache always gives the same bytes.
 pub fn encode_snapshot(app: &str, schema: u32, data: &CacheData) -> Vec<u8> {
     let payload = wire::encode_payload(data);
+    frame_snapshot(
+        app,
+        schema,
+        payload,
+        data.len() as u64,
+        data.scope_count() as u64,
+    )
+}
+
+/// The snapshot file around `payload` (of `entries` entries in `scopes` scopes).
+pub(crate) fn frame_snapshot(
+    app: &str,
+    schema: u32,
+    payload: Vec<u8>,
+    entries: u64,
+    scopes: u64,
+) -> Vec<u8> {
     let header = wire::to_named(&HeaderV1 {
         app: app.to_owned(),
         schema,
         generation: generation_of(&payload),
-        entries: data.len() as u64,
-        scopes: data.scope_count() as u64,
+        entries,
+        scopes,
     });
     let mut prefix = Vec::with_capacity(header.len() + 64);
     prefix.push(0x96);

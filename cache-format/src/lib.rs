@@ -16,6 +16,7 @@
 //! handling. The byte layout is specified in `FORMAT.md` at the repository root.
 #![deny(missing_docs)]
 
+mod build;
 pub mod bundle;
 mod candidate;
 mod census;
@@ -33,6 +34,7 @@ mod stream;
 mod value;
 mod wire;
 
+pub use build::SnapshotBuilder;
 pub use candidate::{Candidate, CandidateId, Outcome, Stats, rank};
 pub use envelope::{
     FORMAT_VERSION, FormatVersion, Header, SNAPSHOT_MARKER, Snapshot, check_payload,

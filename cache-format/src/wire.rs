@@ -176,6 +176,11 @@ pub(crate) fn encode_payload(data: &CacheData) -> Vec<u8> {
     rmp_serde::to_vec_named(&payload).expect("encoding to a Vec cannot fail")
 }
 
+/// Appends one entry's bytes as [`encode_payload`] writes it.
+pub(crate) fn encode_entry_into(out: &mut Vec<u8>, entry: &Entry) {
+    rmp_serde::encode::write_named(out, &entry_out(entry)).expect("encoding to a Vec cannot fail");
+}
+
 /// Encodes any serializable value as named msgpack.
 pub(crate) fn to_named<T: Serialize>(value: &T) -> Vec<u8> {
     rmp_serde::to_vec_named(value).expect("encoding to a Vec cannot fail")

@@ -24,6 +24,6 @@ pub use registry::{
     FORMAT_STEPS, FormatStep, Gate, MigrationFile, Migrations, Step, StepFn, StepSpec,
 };
 pub use report::{Change, Collision, Report, StepReport};
-pub use typed::upgrade_typed;
+pub use typed::{Streamed, upgrade_streamed, upgrade_typed};
 pub use upgrade::{Upgraded, upgrade, upgrade_snapshot, upgrade_view};
 pub use view::{NamespaceView, PayloadView, ScopeView, field, field_mut, remove_field, set_field};

@@ -1,4 +1,5 @@
-//! Declarative steps applied to the typed model: the fast path of [`crate::upgrade`].
+//! Declarative steps applied to the typed model, one entry at a time: the fast path of
+//! [`crate::upgrade`], and [`upgrade_streamed`], which never holds the whole model.
 //!
 //! The schema-less view (`view.rs`) can carry anything a step may meet, which costs a tree of
 //! small allocations per entry, an encode and a second decode. When every step of the chain is
@@ -12,44 +13,208 @@
 //! a map past the bounds. Errors and collision reports therefore always come from the view.
 //! `tests/it/typed.rs` checks the two paths agree on random payloads and steps.
 
-use std::collections::HashSet;
-
-use cache_format::{
-    CacheData, Candidate, Fields, Fingerprint, Key, Limits, Millis, Origin, Scope, Value,
-};
+use cache_format::raw::{EntryFacts, decode_entry, walk_checked_payload};
+use cache_format::{CacheData, Entry, Fields, Key, Limits, Scope, SnapshotBuilder, Value};
 
 use crate::ops::{Op, in_ns};
 use crate::registry::{Migrations, Step};
-use crate::report::{Change, Report, StepReport};
+use crate::report::{Report, StepReport};
 use crate::upgrade::Upgraded;
-
-struct TEntry {
-    key: Fields,
-    candidate_set: Fingerprint,
-    origin: Origin,
-    recorded_at: Millis,
-    candidates: Vec<Candidate>,
-}
-
-struct TNamespace {
-    name: String,
-    entries: Vec<TEntry>,
-}
-
-struct TScope {
-    scope: Scope,
-    namespaces: Vec<TNamespace>,
-}
 
 /// Why the typed path declines: the caller takes the schema-less view.
 struct Decline;
 
-/// The chain's steps, if every one of them is declarative.
-fn declarative_steps(registry: &Migrations, from: u32) -> Option<Vec<(&Step, &[Op])>> {
-    let path = registry.path(from).ok()?;
-    path.into_iter()
-        .map(|s| s.ops().map(|ops| (s, ops)))
-        .collect()
+/// A chain of declarative steps, and how many entries each of its operations changed so far.
+struct Chain<'r> {
+    steps: Vec<(&'r Step, &'r [Op])>,
+    counts: Vec<Vec<u64>>,
+}
+
+impl<'r> Chain<'r> {
+    /// The chain from schema `from`, if every step of it is declarative.
+    fn new(registry: &'r Migrations, from: u32) -> Option<Self> {
+        let steps: Vec<(&Step, &[Op])> = registry
+            .path(from)
+            .ok()?
+            .into_iter()
+            .map(|s| s.ops().map(|ops| (s, ops)))
+            .collect::<Option<_>>()?;
+        let counts = steps.iter().map(|(_, ops)| vec![0; ops.len()]).collect();
+        Some(Chain { steps, counts })
+    }
+
+    /// Passes one entry of namespace `ns` through every operation, in order, counting it
+    /// where an operation changes it: the namespace and entry it becomes, or `None` if a step
+    /// drops its namespace.
+    fn migrate(&mut self, ns: &str, entry: Entry) -> Result<Option<(String, Entry)>, Decline> {
+        let (key, candidate_set, origin, recorded_at, mut candidates) = entry.into_parts();
+        let mut ns = ns.to_owned();
+        let mut fields: Option<Fields> = None;
+        for ((_, ops), counts) in self.steps.iter().zip(&mut self.counts) {
+            for (op, count) in ops.iter().zip(counts.iter_mut()) {
+                let changed = match op {
+                    Op::RenameNamespace { from, to } => {
+                        let hit = ns == *from;
+                        if hit {
+                            ns.clone_from(to);
+                        }
+                        hit
+                    }
+                    Op::DropNamespace { name } => {
+                        if ns == *name {
+                            *count += 1;
+                            return Ok(None);
+                        }
+                        false
+                    }
+                    // The key's fields are copied out only when an operation changes them.
+                    Op::RenameKeyField {
+                        from,
+                        to,
+                        namespace,
+                    } => {
+                        in_ns(namespace, &ns)
+                            && has(&fields, &key, from)
+                            && rename_in(key_fields(&mut fields, &key), from, to)?
+                    }
+                    Op::DropKeyField { name, namespace } => {
+                        in_ns(namespace, &ns)
+                            && has(&fields, &key, name)
+                            && key_fields(&mut fields, &key).remove(name).is_some()
+                    }
+                    Op::SetKeyFieldDefault {
+                        name,
+                        value,
+                        namespace,
+                    } => {
+                        in_ns(namespace, &ns)
+                            && !has(&fields, &key, name)
+                            && set_default(key_fields(&mut fields, &key), name, value)
+                    }
+                    _ => candidate_op(op, &ns, &mut candidates)?,
+                };
+                *count += u64::from(changed);
+            }
+        }
+        let key = match fields {
+            Some(fields) => Key::new(fields),
+            None => key,
+        };
+        Ok(Some((
+            ns,
+            Entry::new(key, candidate_set, origin, recorded_at, candidates),
+        )))
+    }
+
+    /// Whether an operation that adds fields changed anything: the bounds a reader applies
+    /// must then be checked again.
+    fn grew(&self) -> bool {
+        self.steps
+            .iter()
+            .zip(&self.counts)
+            .any(|((_, ops), counts)| {
+                ops.iter().zip(counts).any(|(op, n)| {
+                    *n > 0
+                        && matches!(
+                            op,
+                            Op::SetParamDefault { .. } | Op::SetKeyFieldDefault { .. }
+                        )
+                })
+            })
+    }
+
+    /// The report of what the chain did, from schema `from` over `stored` entries.
+    fn report(&self, registry: &Migrations, from: u32, stored: u64) -> Report {
+        Report {
+            app: registry.app().to_owned(),
+            from,
+            to: registry.current(),
+            entries: stored,
+            steps: self
+                .steps
+                .iter()
+                .zip(&self.counts)
+                .map(|((step, ops), counts)| StepReport {
+                    from: step.from(),
+                    to: step.to(),
+                    description: step.description().to_owned(),
+                    changes: ops
+                        .iter()
+                        .zip(counts)
+                        .map(|(op, n)| op.change(*n))
+                        .collect(),
+                })
+                .collect(),
+            collisions: Vec::new(),
+        }
+    }
+}
+
+/// Whether the key (as changed so far) has the field `name`.
+fn has(fields: &Option<Fields>, key: &Key, name: &str) -> bool {
+    fields
+        .as_ref()
+        .unwrap_or_else(|| key.fields())
+        .contains_key(name)
+}
+
+/// The key's fields, taken out of `key` on first change.
+fn key_fields<'f>(fields: &'f mut Option<Fields>, key: &Key) -> &'f mut Fields {
+    fields.get_or_insert_with(|| key.fields().clone())
+}
+
+/// An operation on candidates: applies it to those of `candidates` it selects (in namespace
+/// `ns`); whether it changed at least one.
+fn candidate_op(
+    op: &Op,
+    ns: &str,
+    candidates: &mut [cache_format::Candidate],
+) -> Result<bool, Decline> {
+    let (namespace, algorithm) = match op {
+        Op::RenameAlgorithm { namespace, .. } => (namespace, &None),
+        Op::RenameParam {
+            namespace,
+            algorithm,
+            ..
+        }
+        | Op::DropParam {
+            namespace,
+            algorithm,
+            ..
+        }
+        | Op::SetParamDefault {
+            namespace,
+            algorithm,
+            ..
+        } => (namespace, algorithm),
+        _ => return Ok(false),
+    };
+    if !in_ns(namespace, ns) {
+        return Ok(false);
+    }
+    let mut changed = false;
+    for c in candidates.iter_mut() {
+        if algorithm
+            .as_deref()
+            .is_some_and(|want| c.id.algorithm != want)
+        {
+            continue;
+        }
+        changed |= match op {
+            Op::RenameAlgorithm { from, to, .. } => {
+                let hit = c.id.algorithm == *from;
+                if hit {
+                    c.id.algorithm.clone_from(to);
+                }
+                hit
+            }
+            Op::RenameParam { from, to, .. } => rename_in(&mut c.id.params, from, to)?,
+            Op::DropParam { name, .. } => c.id.params.remove(name).is_some(),
+            Op::SetParamDefault { name, value, .. } => set_default(&mut c.id.params, name, value),
+            _ => false,
+        };
+    }
+    Ok(changed)
 }
 
 /// Migrates `payload` (a current-format payload at schema `from`) through `registry`'s steps
@@ -63,7 +228,7 @@ pub fn upgrade_typed(
     payload: &[u8],
     limits: &Limits,
 ) -> Option<Upgraded> {
-    declarative_steps(registry, from)?;
+    Chain::new(registry, from)?;
     let decoded = cache_format::raw::decode_payload_counted(payload, limits).ok()?;
     upgrade_decoded(registry, from, decoded, limits)
 }
@@ -76,167 +241,121 @@ pub(crate) fn upgrade_decoded(
     (data, stored): (CacheData, u64),
     limits: &Limits,
 ) -> Option<Upgraded> {
-    let steps = declarative_steps(registry, from)?;
+    let mut chain = Chain::new(registry, from)?;
     if stored != data.len() as u64 {
         return None;
     }
-    let mut scopes = split(data);
-    let mut report = Report {
-        app: registry.app().to_owned(),
-        from,
-        to: registry.current(),
-        entries: stored,
-        steps: Vec::new(),
-        collisions: Vec::new(),
-    };
-    let mut grew = false;
-    for (step, ops) in steps {
-        let mut changes = Vec::with_capacity(ops.len());
-        for op in ops {
-            let change = apply(op, &mut scopes).ok()?;
-            grew |= change.entries > 0
-                && matches!(
-                    op,
-                    Op::SetParamDefault { .. } | Op::SetKeyFieldDefault { .. }
-                );
-            changes.push(change);
+    let mut out = CacheData::new();
+    for (scope, scope_data) in data.into_scopes() {
+        for (ns, entries) in scope_data.into_namespaces() {
+            for entry in entries.into_values() {
+                let Some((ns, entry)) = chain.migrate(&ns, entry).ok()? else {
+                    continue;
+                };
+                // Keys that collide after the steps, and empty names, are the view's to report.
+                if ns.is_empty() || out.get(&scope, &ns, &entry.fingerprint()).is_some() {
+                    return None;
+                }
+                out.insert(&scope, &ns, entry);
+            }
         }
-        normalize(&mut scopes);
-        report.steps.push(StepReport {
-            from: step.from(),
-            to: step.to(),
-            description: step.description().to_owned(),
-            changes,
-        });
     }
-    let data = join(scopes).ok()?;
-    if grew {
+    if chain.grew() {
         // A default added a field somewhere: the bounds a reader applies must still hold.
-        cache_format::check_payload(&cache_format::encode_payload(&data), limits).ok()?;
+        cache_format::check_payload(&cache_format::encode_payload(&out), limits).ok()?;
     }
     Some(Upgraded {
-        data,
-        report: Some(report),
+        data: out,
+        report: Some(chain.report(registry, from, stored)),
     })
 }
 
-fn split(data: CacheData) -> Vec<TScope> {
-    data.into_scopes()
-        .map(|(scope, scope_data)| TScope {
-            scope,
-            namespaces: scope_data
-                .into_namespaces()
-                .map(|(name, entries)| TNamespace {
-                    name,
-                    entries: entries
-                        .into_values()
-                        .map(|e| {
-                            let (key, candidate_set, origin, recorded_at, candidates) =
-                                e.into_parts();
-                            TEntry {
-                                key: key.into_fields(),
-                                candidate_set,
-                                origin,
-                                recorded_at,
-                                candidates,
-                            }
-                        })
-                        .collect(),
-                })
-                .collect(),
-        })
-        .collect()
+/// A migration made entry by entry from a payload's bytes into a new snapshot's
+/// ([`upgrade_streamed`]).
+#[derive(Debug)]
+pub struct Streamed {
+    /// The migrated entries, encoded.
+    pub snapshot: SnapshotBuilder,
+    /// What the steps did (as [`crate::upgrade`] reports it).
+    pub report: Report,
+    /// Whether an operation added fields: the finished snapshot must be checked against the
+    /// reader's bounds before it is written (a writer does that anyway).
+    pub grew: bool,
 }
 
-/// Back to the model. Declines if keys now collide within a namespace (the view reports
-/// collisions) or a namespace name is empty (the decoder refuses it).
-fn join(scopes: Vec<TScope>) -> Result<CacheData, Decline> {
-    let mut data = CacheData::new();
-    for s in scopes {
-        for ns in s.namespaces {
-            if ns.name.is_empty() {
-                return Err(Decline);
-            }
-            let mut seen: HashSet<Fingerprint> = HashSet::with_capacity(ns.entries.len());
-            for e in ns.entries {
-                let key = Key::new(e.key);
-                if !seen.insert(key.fingerprint()) {
-                    return Err(Decline);
+/// [`upgrade_typed`] without ever holding the model: each entry of `payload` (a
+/// current-format payload at schema `from`, not yet scanned) is decoded, passed through the
+/// steps and encoded into a [`SnapshotBuilder`] before the next is read, so the memory needed
+/// is the payload's bytes and the new entries' bytes, not a decoded model. The same result
+/// and report as [`upgrade_typed`] (a test compares them); `None` wherever that declines, and
+/// also for a payload not in the order this crate writes (scopes, namespace names and key
+/// fingerprints each strictly increasing), where a key stored twice could hide.
+pub fn upgrade_streamed(
+    registry: &Migrations,
+    from: u32,
+    payload: &[u8],
+    limits: &Limits,
+) -> Option<Streamed> {
+    let mut chain = Chain::new(registry, from)?;
+    let mut snapshot = SnapshotBuilder::new();
+    let mut stored = 0u64;
+    let mut last: Option<(Scope, String, cache_format::Fingerprint)> = None;
+    let mut failed = false;
+    let walked = walk_checked_payload(
+        payload,
+        limits,
+        |scope, ns, bytes, facts: Option<EntryFacts>| {
+            let step = (|| {
+                let entry = decode_entry(bytes, ns).ok()?;
+                let fp = facts.map_or_else(|| entry.fingerprint(), |f| f.fingerprint);
+                // In the written order, a key cannot be stored twice unseen.
+                let ordered = match &last {
+                    None => true,
+                    Some((s, n, f)) => match s.cmp(scope) {
+                        std::cmp::Ordering::Less => true,
+                        std::cmp::Ordering::Greater => false,
+                        std::cmp::Ordering::Equal => match n.as_str().cmp(ns) {
+                            std::cmp::Ordering::Less => true,
+                            std::cmp::Ordering::Greater => false,
+                            std::cmp::Ordering::Equal => *f < fp,
+                        },
+                    },
+                };
+                if !ordered {
+                    return None;
                 }
-                let entry = cache_format::Entry::new(
-                    key,
-                    e.candidate_set,
-                    e.origin,
-                    e.recorded_at,
-                    e.candidates,
-                );
-                data.insert(&s.scope, &ns.name, entry);
-            }
-        }
-    }
-    Ok(data)
-}
-
-/// Merges namespaces that share a name within a scope, keeping the first one's position (as
-/// the view does after every step).
-fn normalize(scopes: &mut [TScope]) {
-    for scope in scopes {
-        let mut merged: Vec<TNamespace> = Vec::with_capacity(scope.namespaces.len());
-        for ns in scope.namespaces.drain(..) {
-            match merged.iter_mut().find(|m| m.name == ns.name) {
-                Some(existing) => existing.entries.extend(ns.entries),
-                None => merged.push(ns),
-            }
-        }
-        scope.namespaces = merged;
-    }
-}
-
-/// Applies `f` to every candidate of every entry in matching namespaces (and of the matching
-/// algorithm); counts the entries where it changed at least one.
-fn each_candidate(
-    scopes: &mut [TScope],
-    namespace: &Option<String>,
-    algorithm: &Option<String>,
-    mut f: impl FnMut(&mut Candidate) -> Result<bool, Decline>,
-) -> Result<u64, Decline> {
-    let mut touched = 0;
-    for ns in scopes.iter_mut().flat_map(|s| s.namespaces.iter_mut()) {
-        if !in_ns(namespace, &ns.name) {
-            continue;
-        }
-        for e in &mut ns.entries {
-            let mut changed = false;
-            for c in &mut e.candidates {
-                if algorithm
-                    .as_deref()
-                    .is_none_or(|want| c.id.algorithm == want)
+                match &mut last {
+                    Some((s, n, f)) if s == scope => {
+                        if n != ns {
+                            *n = ns.to_owned();
+                        }
+                        *f = fp;
+                    }
+                    _ => last = Some((scope.clone(), ns.to_owned(), fp)),
+                }
+                stored += 1;
+                if let Some((ns, entry)) = chain.migrate(ns, entry).ok()?
+                    && (ns.is_empty() || !snapshot.insert_new(scope, &ns, &entry))
                 {
-                    changed |= f(c)?;
+                    return None;
                 }
+                Some(())
+            })();
+            if step.is_none() {
+                failed = true;
+                return std::ops::ControlFlow::Break(());
             }
-            touched += u64::from(changed);
-        }
+            std::ops::ControlFlow::Continue(())
+        },
+    );
+    if failed || walked.is_err() {
+        return None;
     }
-    Ok(touched)
-}
-
-/// Applies `f` to the key of every entry in matching namespaces; counts the changed ones.
-fn each_key(
-    scopes: &mut [TScope],
-    namespace: &Option<String>,
-    mut f: impl FnMut(&mut Fields) -> Result<bool, Decline>,
-) -> Result<u64, Decline> {
-    let mut touched = 0;
-    for ns in scopes.iter_mut().flat_map(|s| s.namespaces.iter_mut()) {
-        if !in_ns(namespace, &ns.name) {
-            continue;
-        }
-        for e in &mut ns.entries {
-            touched += u64::from(f(&mut e.key)?);
-        }
-    }
-    Ok(touched)
+    Some(Streamed {
+        snapshot,
+        grew: chain.grew(),
+        report: chain.report(registry, from, stored),
+    })
 }
 
 /// Moves field `from` to `to`; declines where `to` is already there (the view fails the step).
@@ -258,83 +377,4 @@ fn set_default(map: &mut Fields, name: &str, value: &Value) -> bool {
     }
     map.insert(name, value.clone());
     true
-}
-
-/// The typed twin of [`Op::apply`]: the same change, counted and described the same way.
-fn apply(op: &Op, scopes: &mut [TScope]) -> Result<Change, Decline> {
-    let n = match op {
-        Op::RenameAlgorithm {
-            from,
-            to,
-            namespace,
-        } => each_candidate(scopes, namespace, &None, |c| {
-            Ok(if c.id.algorithm == *from {
-                c.id.algorithm = to.clone();
-                true
-            } else {
-                false
-            })
-        })?,
-        Op::RenameParam {
-            from,
-            to,
-            algorithm,
-            namespace,
-        } => each_candidate(scopes, namespace, algorithm, |c| {
-            rename_in(&mut c.id.params, from, to)
-        })?,
-        Op::DropParam {
-            name,
-            algorithm,
-            namespace,
-        } => each_candidate(scopes, namespace, algorithm, |c| {
-            Ok(c.id.params.remove(name).is_some())
-        })?,
-        Op::SetParamDefault {
-            name,
-            value,
-            algorithm,
-            namespace,
-        } => each_candidate(scopes, namespace, algorithm, |c| {
-            Ok(set_default(&mut c.id.params, name, value))
-        })?,
-        Op::RenameNamespace { from, to } => {
-            let mut n = 0;
-            for ns in scopes.iter_mut().flat_map(|s| s.namespaces.iter_mut()) {
-                if ns.name == *from {
-                    ns.name = to.clone();
-                    n += ns.entries.len() as u64;
-                }
-            }
-            normalize(scopes);
-            n
-        }
-        Op::DropNamespace { name } => {
-            let mut n = 0;
-            for scope in scopes.iter_mut() {
-                scope.namespaces.retain(|ns| {
-                    let drop = ns.name == *name;
-                    if drop {
-                        n += ns.entries.len() as u64;
-                    }
-                    !drop
-                });
-            }
-            n
-        }
-        Op::RenameKeyField {
-            from,
-            to,
-            namespace,
-        } => each_key(scopes, namespace, |k| rename_in(k, from, to))?,
-        Op::DropKeyField { name, namespace } => {
-            each_key(scopes, namespace, |k| Ok(k.remove(name).is_some()))?
-        }
-        Op::SetKeyFieldDefault {
-            name,
-            value,
-            namespace,
-        } => each_key(scopes, namespace, |k| Ok(set_default(k, name, value)))?,
-    };
-    Ok(op.change(n))
 }

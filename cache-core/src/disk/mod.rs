@@ -163,6 +163,19 @@ struct SnapState {
     migrated_from: Option<u32>,
 }
 
+/// A migration made by [`Disk::migrate_streamed`], not yet written.
+#[derive(Debug)]
+pub(crate) struct StreamedMigration {
+    /// The migrated entries, encoded.
+    pub(crate) snapshot: cache_format::SnapshotBuilder,
+    /// What the steps did.
+    pub(crate) report: Report,
+    /// Entries after the migration.
+    pub(crate) entries: u64,
+    /// Whether an operation added fields (the write checks the reader's bounds in any case).
+    pub(crate) grew: bool,
+}
+
 #[derive(Debug, Clone)]
 struct JournalState {
     id: FileId,
@@ -419,6 +432,56 @@ impl Disk {
             }
             Err(e) => Ok(SnapRead::Unusable(e.into())),
         }
+    }
+
+    /// Migrates the snapshot entry by entry from its bytes into a new snapshot's, never
+    /// holding the decoded model ([`cache_migrate::upgrade_streamed`]): for an offline
+    /// migration of a large file. Only a snapshot at the current format and an older schema
+    /// whose steps are all declarative takes this path, and only when no journal is beside
+    /// it; `None` for anything else, including any damage and anything the streamed path
+    /// declines, and the caller reads the usual way, which reports it. The cursor is left as
+    /// a read of that snapshot would leave it, so writing the result keeps a backup if asked.
+    pub(crate) fn migrate_streamed(&mut self) -> Result<Option<StreamedMigration>, Failure> {
+        if fsio::stat(&self.paths.journal)?.is_some() {
+            return Ok(None);
+        }
+        let limits = self.options.limits;
+        let Some((Ok(bytes), id)) = read_with_id(&self.paths.snapshot, limits.max_file_bytes)?
+        else {
+            return Ok(None);
+        };
+        let Ok(snap) = read_snapshot_framing(&bytes, &limits) else {
+            return Ok(None);
+        };
+        let (app, schema) = (snap.header.app.as_str(), snap.header.schema);
+        if snap.format != FormatVersion::CURRENT
+            || schema >= self.registry.current()
+            || self.registry.check(app, schema).is_err()
+        {
+            return Ok(None);
+        }
+        let generation = snap.header.generation;
+        let Some(streamed) =
+            cache_migrate::upgrade_streamed(&self.registry, schema, snap.payload_bytes(), &limits)
+        else {
+            return Ok(None);
+        };
+        // The old bytes go before the new ones are put together.
+        drop(bytes);
+        self.cursor = Cursor {
+            snapshot: Some(SnapState {
+                id,
+                generation,
+                migrated_from: Some(schema),
+            }),
+            journal: None,
+        };
+        Ok(Some(StreamedMigration {
+            entries: streamed.snapshot.len(),
+            snapshot: streamed.snapshot,
+            report: streamed.report,
+            grew: streamed.grew,
+        }))
     }
 
     fn blocked(&self, path: &Path, cause: Cause) -> Failure {

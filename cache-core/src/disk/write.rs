@@ -171,6 +171,27 @@ impl Disk {
     fn write_snapshot_by(
         &mut self,
         data: &CacheData,
+        events: Vec<Event>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Vec<Event>>, Failure> {
+        let bytes = encode_snapshot(self.registry.app(), self.registry.current(), data);
+        self.write_encoded_by(bytes, events, deadline)
+    }
+
+    /// [`Disk::write_snapshot`] of a snapshot already encoded (at the registry's application
+    /// and current schema), e.g. by a [`cache_format::SnapshotBuilder`].
+    pub(crate) fn write_encoded_snapshot(
+        &mut self,
+        bytes: Vec<u8>,
+        events: Vec<Event>,
+    ) -> Result<Vec<Event>, Failure> {
+        let written = self.write_encoded_by(bytes, events, None)?;
+        Ok(written.expect("without a deadline the snapshot is written or fails"))
+    }
+
+    fn write_encoded_by(
+        &mut self,
+        bytes: Vec<u8>,
         mut events: Vec<Event>,
         deadline: Option<Instant>,
     ) -> Result<Option<Vec<Event>>, Failure> {
@@ -182,7 +203,6 @@ impl Disk {
             .snapshot
             .as_ref()
             .is_some_and(|s| s.migrated_from.is_some());
-        let bytes = encode_snapshot(self.registry.app(), self.registry.current(), data);
         if late() {
             return Ok(None);
         }

@@ -1,6 +1,7 @@
 //! Integration tests of cache-format: one binary, a module per concern.
 
 mod alloc_guard;
+mod build;
 mod checked_walk;
 mod fastcheck;
 mod fingerprint;

@@ -4,7 +4,9 @@
 use cache_format::{
     CacheData, Fields, Fingerprint, FormatVersion, Key, Limits, Origin, Value, encode_payload,
 };
-use cache_migrate::{Migrations, Op, Step, upgrade, upgrade_snapshot, upgrade_typed, upgrade_view};
+use cache_migrate::{
+    Migrations, Op, Step, upgrade, upgrade_snapshot, upgrade_streamed, upgrade_typed, upgrade_view,
+};
 use proptest::prelude::*;
 
 use crate::properties::{data, op, registry};
@@ -47,6 +49,67 @@ proptest! {
             prop_assert_eq!(from_snapshot, typed);
         }
     }
+
+    #[test]
+    fn the_streamed_path_answers_where_the_typed_one_does_with_its_bytes(input in data(), steps in prop::collection::vec(prop::collection::vec(op(), 0..5), 1..4)) {
+        let last = steps.len() as u32 + 1;
+        let reg = registry(&steps, 1, last);
+        let payload = encode_payload(&input);
+        let limits = Limits::default();
+        let typed = upgrade_typed(&reg, 1, &payload, &limits);
+        let streamed = upgrade_streamed(&reg, 1, &payload, &limits).and_then(|s| {
+            let bytes = s.snapshot.finish("app", last);
+            // Where a default added fields, the writer checks the bounds (the typed path
+            // checks them itself).
+            let snap = cache_format::read_snapshot(&bytes, &limits).ok()?;
+            (!s.grew || cache_format::check_payload(snap.payload_bytes(), &limits).is_ok())
+                .then_some((bytes, s.report))
+        });
+        prop_assert_eq!(typed.is_some(), streamed.is_some());
+        if let (Some(typed), Some((bytes, report))) = (typed, streamed) {
+            prop_assert_eq!(bytes, cache_format::encode_snapshot("app", last, &typed.data));
+            prop_assert_eq!(Some(report), typed.report);
+        }
+    }
+}
+
+#[test]
+fn the_streamed_path_declines_a_payload_out_of_the_written_order() {
+    let reg = Migrations::new("app", 2)
+        .with(Step::declarative(
+            1,
+            2,
+            "renamed",
+            vec![Op::RenameAlgorithm {
+                from: "production".into(),
+                to: "mask_gemm".into(),
+                namespace: None,
+            }],
+        ))
+        .expect("valid");
+    let limits = Limits::default();
+    let payload = encode_payload(&sample());
+    assert!(upgrade_streamed(&reg, 1, &payload, &limits).is_some());
+    // The two entries of n1 swapped: the same entries, not in fingerprint order.
+    let mut entries = Vec::new();
+    cache_format::raw::walk_payload(&payload, &limits, |_, ns, bytes| {
+        entries.push((ns.to_owned(), bytes.to_vec()));
+        std::ops::ControlFlow::Continue(())
+    })
+    .expect("walks");
+    let (a, b) = (entries[0].1.clone(), entries[1].1.clone());
+    assert_eq!(entries[0].0, entries[1].0);
+    let at = payload
+        .windows(a.len())
+        .position(|w| w == a.as_slice())
+        .expect("found");
+    let mut swapped = payload.clone();
+    swapped[at..at + b.len()].copy_from_slice(&b);
+    swapped[at + b.len()..at + b.len() + a.len()].copy_from_slice(&a);
+    assert!(upgrade_streamed(&reg, 1, &swapped, &limits).is_none());
+    // The typed path takes it (it holds the model, so it sees every key), with the same data.
+    let typed = upgrade_typed(&reg, 1, &swapped, &limits).expect("answers");
+    assert_eq!(Some(typed), upgrade_typed(&reg, 1, &payload, &limits));
 }
 
 fn sample() -> CacheData {

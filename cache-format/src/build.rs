@@ -1,0 +1,114 @@
+//! Building a snapshot from entries one at a time, holding each as its encoded bytes rather
+//! than as the model: for writers of very large files (an offline migration, an import) whose
+//! peak memory should be a small multiple of the file, not of the decoded model.
+//!
+//! The bytes are exactly [`crate::encode_snapshot`]'s for the same entries, whatever the order
+//! they came in (a property test checks it): the payload is written in the model's order
+//! (scopes, then namespace names, then key fingerprints), each entry as
+//! [`crate::encode_payload`] writes it.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use crate::envelope::{frame_snapshot, write_str};
+use crate::fingerprint::Fingerprint;
+use crate::model::{Entry, Scope};
+use crate::wire;
+
+/// A snapshot under construction: the entries' bytes, and where each one is.
+#[derive(Debug, Default)]
+pub struct SnapshotBuilder {
+    arena: Vec<u8>,
+    scopes: BTreeMap<Scope, BTreeMap<String, BTreeMap<Fingerprint, Range<usize>>>>,
+    entries: u64,
+}
+
+impl SnapshotBuilder {
+    /// An empty snapshot.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `entry` to namespace `ns` of `scope`, encoded now; `false` (and nothing added) if
+    /// that namespace holds an entry of the same key already.
+    pub fn insert_new(&mut self, scope: &Scope, ns: &str, entry: &Entry) -> bool {
+        if !self.scopes.contains_key(scope) {
+            self.scopes.insert(scope.clone(), BTreeMap::new());
+        }
+        let namespaces = self.scopes.get_mut(scope).expect("inserted above");
+        if !namespaces.contains_key(ns) {
+            namespaces.insert(ns.to_owned(), BTreeMap::new());
+        }
+        let entries = namespaces.get_mut(ns).expect("inserted above");
+        let slot = match entries.entry(entry.fingerprint()) {
+            std::collections::btree_map::Entry::Occupied(_) => return false,
+            std::collections::btree_map::Entry::Vacant(slot) => slot,
+        };
+        let start = self.arena.len();
+        wire::encode_entry_into(&mut self.arena, entry);
+        slot.insert(start..self.arena.len());
+        self.entries += 1;
+        true
+    }
+
+    /// How many entries it holds.
+    pub fn len(&self) -> u64 {
+        self.entries
+    }
+
+    /// Whether it holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    /// The snapshot file's bytes: [`crate::encode_snapshot`]`(app, schema, data)` for the data
+    /// these entries make. Holds the entries' bytes and the payload at once, then frees the
+    /// former.
+    pub fn finish(self, app: &str, schema: u32) -> Vec<u8> {
+        let SnapshotBuilder {
+            arena,
+            scopes,
+            entries,
+        } = self;
+        let mut heads = Vec::with_capacity(scopes.len());
+        let mut bound = 16;
+        for (scope, namespaces) in &scopes {
+            let mut fields = Vec::new();
+            rmp_serde::encode::write_named(&mut fields, scope.fields())
+                .expect("encoding to a Vec cannot fail");
+            bound += 32 + fields.len();
+            for (name, entries) in namespaces {
+                bound += 16 + name.len();
+                bound += entries.values().map(|r| r.len()).sum::<usize>();
+            }
+            heads.push(fields);
+        }
+        // Room for the envelope too, so framing does not move the payload.
+        let mut payload = Vec::with_capacity(bound + 64 + app.len() + 128);
+        rmp::encode::write_map_len(&mut payload, 1).expect("Vec write");
+        write_str(&mut payload, "scopes");
+        rmp::encode::write_array_len(&mut payload, len32(scopes.len())).expect("Vec write");
+        for ((_, namespaces), fields) in scopes.iter().zip(heads) {
+            rmp::encode::write_map_len(&mut payload, 2).expect("Vec write");
+            write_str(&mut payload, "scope");
+            payload.extend_from_slice(&fields);
+            write_str(&mut payload, "namespaces");
+            rmp::encode::write_map_len(&mut payload, len32(namespaces.len())).expect("Vec write");
+            for (name, entries) in namespaces {
+                write_str(&mut payload, name);
+                rmp::encode::write_array_len(&mut payload, len32(entries.len()))
+                    .expect("Vec write");
+                for range in entries.values() {
+                    payload.extend_from_slice(&arena[range.clone()]);
+                }
+            }
+        }
+        drop(arena);
+        frame_snapshot(app, schema, payload, entries, scopes.len() as u64)
+    }
+}
+
+/// A count as msgpack writes it (a file over 4 GiB is refused long before).
+fn len32(n: usize) -> u32 {
+    u32::try_from(n).expect("fewer than 2^32 items")
+}
