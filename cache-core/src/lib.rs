@@ -49,7 +49,10 @@ pub use inspect::{GateVerdict, Inspection, JournalInfo, SnapshotInfo, inspect};
 pub use memory::MemoryStore;
 pub use migrate::{MigrateOptions, MigrateOutcome, migrate_file};
 pub use namespace::{MAX_NAMESPACE_LEN, MAX_NAMESPACES, Namespace};
-pub use record::{AppendOptions, Appended, append_to_file, merge_into_file, write_new_cache};
+pub use record::{
+    AppendOptions, Appended, append_to_file, merge_built_into_file, merge_into_file,
+    write_new_cache,
+};
 pub use remote::{
     BreakerState, KEY_SALT, MemoryRemote, Published, Pulled, Remote, RemoteError, RemoteHealth,
     RemoteMode, RemoteOptions, SharedTier, Swap, encode_value, remote_key,

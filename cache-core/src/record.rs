@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cache_format::{CacheData, Entry, Limits, Scope};
+use cache_format::{CacheData, Entry, Limits, Scope, SnapshotBuilder};
 use cache_migrate::Migrations;
 
 use crate::cache::check_entry;
@@ -130,7 +130,39 @@ pub fn merge_into_file(
             }
         }
     }
-    let count = batch.len();
+    merge_batch(path, registry, Batch::Model(batch), options)
+}
+
+/// [`merge_into_file`] of entries held as their bytes by a [`SnapshotBuilder`] (an import of
+/// a million lines need not hold them as the model). The caller has checked every entry with
+/// [`check_entry`] and set timestamps from the future to the present. Into a file with nothing
+/// in it yet (no snapshot, no entries in a journal) the builder's bytes are written as they
+/// are; anything else is merged as [`merge_into_file`] merges, from the entries decoded.
+pub fn merge_built_into_file(
+    path: &Path,
+    registry: &Migrations,
+    built: SnapshotBuilder,
+    options: &AppendOptions,
+) -> Result<usize, StoreError> {
+    merge_batch(path, registry, Batch::Built(built), options)
+}
+
+/// The entries [`merge_batch`] writes.
+enum Batch {
+    Model(CacheData),
+    Built(SnapshotBuilder),
+}
+
+fn merge_batch(
+    path: &Path,
+    registry: &Migrations,
+    batch: Batch,
+    options: &AppendOptions,
+) -> Result<usize, StoreError> {
+    let count = match &batch {
+        Batch::Model(data) => data.len(),
+        Batch::Built(built) => usize::try_from(built.len()).unwrap_or(usize::MAX),
+    };
     let paths = Paths::new(path.to_owned());
     crate::fsio::check_regular(&paths.snapshot)?;
     let disk_options = DiskOptions {
@@ -152,6 +184,20 @@ pub fn merge_into_file(
     // What a compaction needs: everything on disk, rescued entries included.
     let salvaged = std::mem::take(&mut read.salvaged);
     read.data.merge(salvaged);
+    let batch = match batch {
+        Batch::Built(built) if !disk.has_snapshot() && read.data.is_empty() => {
+            // Nothing to merge with: the builder's bytes are the new snapshot.
+            let bytes = built.finish(registry.app(), registry.current());
+            disk.write_encoded_snapshot(bytes, read.events)
+                .map_err(failure)?;
+            return Ok(count);
+        }
+        Batch::Built(built) => built.into_data().map_err(|source| StoreError::Format {
+            path: path.to_owned(),
+            source,
+        })?,
+        Batch::Model(data) => data,
+    };
     if rewrite || !disk.has_snapshot() {
         // A new snapshot either way: the imported entries move into it, no copy.
         let mut all = read.data;

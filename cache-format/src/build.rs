@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 
 use crate::envelope::{frame_snapshot, write_str};
+use crate::error::FormatError;
 use crate::fingerprint::Fingerprint;
 use crate::model::{Entry, Scope};
 use crate::wire;
@@ -49,6 +50,65 @@ impl SnapshotBuilder {
         slot.insert(start..self.arena.len());
         self.entries += 1;
         true
+    }
+
+    /// Merges `entry` into namespace `ns` of `scope` ([`Entry::merge`], as
+    /// [`crate::CacheData::insert`] does): encoded now if its key is new there, otherwise the
+    /// held entry is decoded, merged and encoded again (its old bytes stay unused in the
+    /// buffer until [`SnapshotBuilder::finish`]). An error is a held entry that does not
+    /// decode (an entry no reader accepts, e.g. with non-finite timings, was added).
+    pub fn merge(&mut self, scope: &Scope, ns: &str, entry: Entry) -> Result<(), FormatError> {
+        let held = self
+            .scopes
+            .get(scope)
+            .and_then(|n| n.get(ns))
+            .and_then(|e| e.get(&entry.fingerprint()))
+            .cloned();
+        let Some(range) = held else {
+            self.insert_new(scope, ns, &entry);
+            return Ok(());
+        };
+        let mut merged = crate::stream::decode_entry(&self.arena[range], ns)?;
+        merged.merge(entry);
+        let start = self.arena.len();
+        wire::encode_entry_into(&mut self.arena, &merged);
+        let end = self.arena.len();
+        let slot = self
+            .scopes
+            .get_mut(scope)
+            .and_then(|n| n.get_mut(ns))
+            .and_then(|e| e.get_mut(&merged.fingerprint()))
+            .expect("held above");
+        *slot = start..end;
+        Ok(())
+    }
+
+    /// Calls `visit` with each entry, decoded, in the order of the snapshot (scopes, namespace
+    /// names, key fingerprints), until it returns an error or an entry does not decode (see
+    /// [`SnapshotBuilder::merge`]).
+    pub fn try_for_each<E: From<FormatError>>(
+        &self,
+        mut visit: impl FnMut(&Scope, &str, Entry) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for (scope, namespaces) in &self.scopes {
+            for (ns, entries) in namespaces {
+                for range in entries.values() {
+                    let entry = crate::stream::decode_entry(&self.arena[range.clone()], ns)?;
+                    visit(scope, ns, entry)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The entries as the model.
+    pub fn into_data(self) -> Result<crate::CacheData, FormatError> {
+        let mut data = crate::CacheData::new();
+        self.try_for_each(|scope, ns, entry| {
+            data.insert(scope, ns, entry);
+            Ok::<(), FormatError>(())
+        })?;
+        Ok(data)
     }
 
     /// How many entries it holds.

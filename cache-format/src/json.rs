@@ -304,20 +304,51 @@ pub fn parse_lines_versioned(
     origin_policy: ImportOrigin,
 ) -> Result<std::collections::BTreeMap<Version, CacheData>, JsonLineError> {
     let mut parser = LineParser::new(source, origin_policy);
+    let mut groups: std::collections::BTreeMap<Version, CacheData> = Default::default();
+    let mut each = |version: &Version, scope: &Scope, ns: &str, entry: Entry| {
+        groups
+            .entry(version.clone())
+            .or_default()
+            .insert(scope, ns, entry);
+    };
     for (i, line) in text.lines().enumerate() {
-        parser.line(i + 1, line)?;
+        parser.line(i + 1, line, &mut each)?;
     }
-    Ok(parser.groups)
+    Ok(groups)
 }
 
 /// Like [`parse_lines_versioned`], reading the lines from `reader` one at a time, so the text
 /// is never all in memory (an import of a million lines holds the entries, not the lines too).
 /// A read error, invalid UTF-8 included, names its line.
 pub fn read_lines_versioned(
-    mut reader: impl std::io::BufRead,
+    reader: impl std::io::BufRead,
     source: &str,
     origin_policy: ImportOrigin,
 ) -> Result<std::collections::BTreeMap<Version, CacheData>, JsonLineError> {
+    let mut groups: std::collections::BTreeMap<Version, CacheData> = Default::default();
+    read_lines_each(
+        reader,
+        source,
+        origin_policy,
+        |version, scope, ns, entry| {
+            groups
+                .entry(version.clone())
+                .or_default()
+                .insert(scope, ns, entry);
+        },
+    )?;
+    Ok(groups)
+}
+
+/// [`read_lines_versioned`] handing each entry to `each` as it is parsed (with the version its
+/// line says, its scope and namespace) instead of gathering them, for an importer that keeps
+/// them in another form. The input's caps (scopes, namespaces) are checked all the same.
+pub fn read_lines_each(
+    mut reader: impl std::io::BufRead,
+    source: &str,
+    origin_policy: ImportOrigin,
+    mut each: impl FnMut(&Version, &Scope, &str, Entry),
+) -> Result<(), JsonLineError> {
     let mut parser = LineParser::new(source, origin_policy);
     let mut buf = String::new();
     for number in 1.. {
@@ -330,7 +361,7 @@ pub fn read_lines_versioned(
                     Some(l) => l.strip_suffix('\r').unwrap_or(l),
                     None => &buf,
                 };
-                parser.line(number, line)?;
+                parser.line(number, line, &mut each)?;
             }
             Err(e) => {
                 return Err(JsonLineError {
@@ -341,7 +372,7 @@ pub fn read_lines_versioned(
             }
         }
     }
-    Ok(parser.groups)
+    Ok(())
 }
 
 /// The state of a parse: the groups so far and the distinct scopes and (scope, namespace)
@@ -351,7 +382,6 @@ struct LineParser<'a> {
     origin_policy: ImportOrigin,
     now: Millis,
     limits: Limits,
-    groups: std::collections::BTreeMap<Version, CacheData>,
     scopes: std::collections::HashSet<Fingerprint>,
     namespaces: std::collections::HashSet<(Fingerprint, String)>,
 }
@@ -363,14 +393,18 @@ impl<'a> LineParser<'a> {
             origin_policy,
             now: crate::model::now_millis(),
             limits: Limits::default(),
-            groups: Default::default(),
             scopes: Default::default(),
             namespaces: Default::default(),
         }
     }
 
-    /// Parses line `number` (1-based) into its group.
-    fn line(&mut self, number: usize, line: &str) -> Result<(), JsonLineError> {
+    /// Parses line `number` (1-based) and hands its entry to `each`.
+    fn line(
+        &mut self,
+        number: usize,
+        line: &str,
+        each: &mut impl FnMut(&Version, &Scope, &str, Entry),
+    ) -> Result<(), JsonLineError> {
         if line.trim().is_empty() {
             return Ok(());
         }
@@ -383,10 +417,7 @@ impl<'a> LineParser<'a> {
             parse_versioned(line, self.source, self.origin_policy, self.now).map_err(error)?;
         self.scopes.insert(scope.fingerprint());
         self.namespaces.insert((scope.fingerprint(), ns.clone()));
-        self.groups
-            .entry(version)
-            .or_default()
-            .insert(&scope, &ns, entry);
+        each(&version, &scope, &ns, entry);
         over_cap(
             "scopes in the import",
             self.scopes.len(),

@@ -7,9 +7,11 @@ use clap::Args;
 use serde::Serialize;
 
 use cache_core::cache_migrate::Migrations;
-use cache_core::{AppendOptions, Namespace, merge_into_file};
-use cache_format::json::{ImportOrigin, Version, read_lines_versioned};
-use cache_format::{CacheData, FormatVersion, Limits};
+use std::collections::BTreeMap;
+
+use cache_core::{AppendOptions, Namespace, merge_built_into_file, merge_into_file};
+use cache_format::json::{ImportOrigin, Version, read_lines_each};
+use cache_format::{CacheData, FormatVersion, Limits, SnapshotBuilder};
 
 use crate::context::{Context, saving};
 use crate::exit;
@@ -112,31 +114,70 @@ impl ImportArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         let path = ctx.path()?;
         ctx.check_writable("import")?;
-        // Line by line: the text (larger than the cache it makes) is never all in memory.
+        // Line by line: the text (larger than the cache it makes) is never all in memory, and
+        // each entry is held as its encoded bytes (a builder per version the lines say), not
+        // as the model, which is about twice the size.
         let (input, source) = self.open()?;
-        let groups = read_lines_versioned(input, &source, ImportOrigin::MarkImported)?;
+        let now = cache_format::now_millis();
+        let mut groups: BTreeMap<Version, SnapshotBuilder> = BTreeMap::new();
+        let mut unreadable = None;
+        read_lines_each(
+            input,
+            &source,
+            ImportOrigin::MarkImported,
+            |version, scope, ns, mut entry| {
+                // Timestamps from the future are set to the present, as every writer does.
+                entry.clamp_future(now);
+                let group = match groups.get_mut(version) {
+                    Some(group) => group,
+                    None => groups.entry(version.clone()).or_default(),
+                };
+                if let Err(e) = group.merge(scope, ns, entry) {
+                    unreadable.get_or_insert(e);
+                }
+            },
+        )?;
+        if let Some(e) = unreadable {
+            bail!("{source}: an entry could not be read back ({e}); nothing was imported");
+        }
         let (app, schema) = ctx.write_target(&path, self.schema)?;
-        let mut data = CacheData::new();
+        // Lines at the cache's own version (or saying none) are taken as they are; each older
+        // group is passed through the version gate, in version order, as a model.
+        let mut data: Option<SnapshotBuilder> = None;
+        let mut migrated = CacheData::new();
         for (version, group) in groups {
-            let group = self.gate(ctx, &source, version, group, &app, schema)?;
-            if data.is_empty() {
-                // The usual case, one group: take it whole rather than entry by entry.
-                data = group;
+            let current = match &version {
+                None => true,
+                Some((line_app, line_schema)) => *line_app == app && *line_schema == schema,
+            };
+            if current {
+                data = Some(match data.take() {
+                    None => group,
+                    Some(mut data) => {
+                        group.try_for_each(|scope, ns, entry| data.merge(scope, ns, entry))?;
+                        data
+                    }
+                });
             } else {
-                data.merge(group);
+                let group = group.into_data()?;
+                migrated.merge(self.gate(ctx, &source, version, group, &app, schema)?);
             }
         }
+        let mut data = data.unwrap_or_default();
+        for (scope, ns, entry) in migrated.entries() {
+            data.merge(scope, ns, entry.clone())?;
+        }
         // All or nothing: refuse bad namespace names, and entries no reader would accept,
-        // before anything is queued.
-        for (scope, ns, entry) in data.entries() {
+        // before anything is written (the first in the cache's order is named).
+        data.try_for_each(|scope, ns, entry| -> anyhow::Result<()> {
             Namespace::new(ns).with_context(|| format!("{source}: nothing was imported"))?;
-            cache_core::check_entry(scope, ns, entry, &Limits::default()).map_err(|why| {
+            cache_core::check_entry(scope, ns, &entry, &Limits::default()).map_err(|why| {
                 anyhow::anyhow!(
                     "{source}: the entry {} of namespace {ns:?} could not be read back ({why}); nothing was imported",
                     entry.key()
                 )
-            })?;
-        }
+            })
+        })?;
         // One read of the cache and one write, under the lock: no Cache, no second copy of
         // everything in a memory tier and a save queue.
         let what = format!("the import of {} entries", data.len());
@@ -145,16 +186,25 @@ impl ImportArgs {
             ..AppendOptions::default()
         };
         let registry = Migrations::new(app, schema);
-        // Kept for the shared tier only when there is one to publish to.
-        let to_publish = (std::env::var_os(cache_remote::ENV_REMOTE).is_some()
-            && crate::shared::writable(&registry))
-        .then(|| data.clone());
-        let imported = saving(&what, &path, || {
-            merge_into_file(&path, &registry, data, &options)
-        })
-        .with_context(|| format!("{what} was not saved to {}", path.display()))?;
-        if let Some(data) = to_publish {
-            crate::shared::publish(&registry, &data)?;
+        // The shared tier takes the model: kept only when there is one to publish to.
+        let to_publish = std::env::var_os(cache_remote::ENV_REMOTE).is_some()
+            && crate::shared::writable(&registry);
+        let (imported, published) = if to_publish {
+            let model = data.into_data()?;
+            let imported = saving(&what, &path, || {
+                merge_into_file(&path, &registry, model.clone(), &options)
+            });
+            (imported, Some(model))
+        } else {
+            let imported = saving(&what, &path, || {
+                merge_built_into_file(&path, &registry, data, &options)
+            });
+            (imported, None)
+        };
+        let imported =
+            imported.with_context(|| format!("{what} was not saved to {}", path.display()))?;
+        if let Some(model) = published {
+            crate::shared::publish(&registry, &model)?;
         }
         let report = ImportReport { imported, path };
         out.item(&report, ctx.json)?;

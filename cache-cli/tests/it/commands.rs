@@ -218,6 +218,70 @@ fn export_then_import_carries_every_entry() {
     assert_eq!(a, b, "same entries, scopes and winners");
 }
 
+/// An import holds its entries as their bytes, not the model: into a new file it must write
+/// exactly the snapshot of the model its lines make (keys given twice merged), and into a file
+/// with entries, the merge of both.
+#[test]
+fn an_import_writes_the_snapshot_of_the_model_its_lines_make() {
+    use cache_format::json::{ImportOrigin, parse_lines};
+    use cache_format::{Limits, encode_snapshot, raw::decode_snapshot, read_snapshot};
+    let (dir, path) = file();
+    let input = dir.path().join("in.jsonl");
+    let mut lines = String::new();
+    for i in 0..40 {
+        let ns = ["matmul", "conv"][i % 2];
+        let scope = [r#"{}"#, r#"{"device":"H100"}"#][(i / 2) % 2];
+        lines.push_str(&format!(
+            r#"{{"scope":{scope},"namespace":"{ns}","key":{{"m":{}}},"recorded_at":1700000000000,"candidates":[{{"algo":"a{}","median_ns":{},"measured_at":1700000000{:03}}}]}}"#,
+            i % 20,
+            i % 3,
+            5 + i,
+            i
+        ));
+        lines.push('\n');
+    }
+    std::fs::write(&input, &lines).expect("write");
+    let source = input.display().to_string();
+    let model = parse_lines(&lines, &source, ImportOrigin::MarkImported).expect("parses");
+    assert!(model.len() < 40, "some keys come twice and are merged");
+    let o = tunecache(&path, &["import", input.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let bytes = std::fs::read(&path).expect("written");
+    let app = read_snapshot(&bytes, &Limits::default())
+        .expect("reads")
+        .header
+        .app;
+    assert_eq!(
+        bytes,
+        encode_snapshot(&app, 1, &model),
+        "the model's snapshot"
+    );
+    // Into a file that has entries: the merge of both.
+    let (_d2, other) = file();
+    put(&other, "tiled", "1200");
+    let before = decode_snapshot(
+        &read_snapshot(&std::fs::read(&other).expect("file"), &Limits::default()).expect("reads"),
+    )
+    .expect("decodes");
+    let o = tunecache(&other, &["import", input.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let o = tunecache(&other, &["verify"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let after_bytes = std::fs::read(&other).expect("file");
+    let after = decode_snapshot(&read_snapshot(&after_bytes, &Limits::default()).expect("reads"));
+    let mut expected = before;
+    expected.merge(model);
+    let journal = other.with_extension("tcache.journal");
+    if !journal.exists() {
+        assert_eq!(after.expect("decodes"), expected);
+    } else {
+        // Appended as a journal record: the entries as the library reads them.
+        let stats: serde_json::Value =
+            serde_json::from_str(&text(&tunecache(&other, &["stats", "--json"]))).expect("json");
+        assert_eq!(stats["entries"], expected.len(), "{stats}");
+    }
+}
+
 #[test]
 fn an_import_with_a_bad_line_names_it_and_imports_nothing() {
     let (dir, path) = file();

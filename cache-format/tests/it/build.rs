@@ -36,6 +36,38 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn merging_into_the_builder_is_merging_into_the_model(a in cache_data(), b in cache_data()) {
+        // a's entries come twice (each is merged with itself, through a decode and an
+        // encode), and any of b's keys a has too are merged, as CacheData::merge does.
+        let mut builder = SnapshotBuilder::new();
+        for (scope, ns, entry) in a.entries().chain(b.entries()).chain(a.entries()) {
+            builder.merge(scope, ns, entry.clone()).expect("merges");
+        }
+        let mut model = a.clone();
+        model.merge(b.clone());
+        let mut visited = 0;
+        builder
+            .try_for_each(|scope, ns, entry| {
+                visited += 1;
+                assert_eq!(model.get(scope, ns, &entry.fingerprint()), Some(&entry));
+                Ok::<(), cache_format::FormatError>(())
+            })
+            .expect("walks");
+        prop_assert_eq!(visited, model.len());
+        let bytes = encode_snapshot("app", 1, &model);
+        let mut again = SnapshotBuilder::new();
+        for (scope, ns, entry) in a.entries().chain(b.entries()) {
+            again.merge(scope, ns, entry.clone()).expect("merges");
+        }
+        prop_assert_eq!(again.into_data().expect("decodes"), model);
+        prop_assert_eq!(builder.finish("app", 1), bytes);
+    }
+}
+
 #[test]
 fn an_empty_builder_writes_an_empty_snapshot() {
     assert!(SnapshotBuilder::new().is_empty());
