@@ -40,9 +40,10 @@ impl Source {
         Arc::new(Source { file, path })
     }
 
-    /// The whole file, for decoding many of its entries at once.
-    fn read_all(&self) -> std::io::Result<Vec<u8>> {
-        let len = self.file.metadata()?.len();
+    /// The file's first `len` bytes (up to the end of the last entry wanted), for decoding
+    /// many of its entries at once. Sized from the entries, not from the file's length now,
+    /// which someone may have grown in place.
+    fn read_prefix(&self, len: u64) -> std::io::Result<Vec<u8>> {
         let mut buf = vec![0u8; usize::try_from(len).map_err(std::io::Error::other)?];
         self.file.read_exact_at(&mut buf, 0)?;
         Ok(buf)
@@ -128,18 +129,22 @@ impl StoredEntry {
 }
 
 /// Decodes the stored entries of `items` (keeping them with `keep`), reading each source file
-/// whole once when many of its entries are wanted, entry by entry otherwise. Returns them in
-/// the order of `items`; `None` where an entry no longer decodes.
+/// once (up to the end of the last entry wanted) when many of its entries are wanted, entry by
+/// entry otherwise. Returns them in the order of `items`; `None` where an entry no longer
+/// decodes.
 pub(crate) fn decode_all(
     items: &[(&str, Fingerprint, &StoredEntry)],
     keep: bool,
 ) -> Vec<Option<Arc<Entry>>> {
     /// Fewer wanted entries than this are read back one by one.
     const WHOLE_FROM: usize = 64;
-    let mut wanted: std::collections::HashMap<*const Source, usize> = Default::default();
+    // Per source: how many entries are wanted, and where the last of them ends.
+    let mut wanted: std::collections::HashMap<*const Source, (usize, u64)> = Default::default();
     for (_, _, s) in items {
         if s.decoded.get().is_none() {
-            *wanted.entry(Arc::as_ptr(&s.source)).or_default() += 1;
+            let (count, end) = wanted.entry(Arc::as_ptr(&s.source)).or_default();
+            *count += 1;
+            *end = (*end).max(s.offset.saturating_add(u64::from(s.len)));
         }
     }
     let mut files: std::collections::HashMap<*const Source, Option<Vec<u8>>> = Default::default();
@@ -147,13 +152,12 @@ pub(crate) fn decode_all(
         .iter()
         .map(|(ns, fp, s)| {
             let key = Arc::as_ptr(&s.source);
-            let file = if wanted.get(&key).is_some_and(|n| *n >= WHOLE_FROM) {
-                files
+            let file = match wanted.get(&key) {
+                Some((count, end)) if *count >= WHOLE_FROM => files
                     .entry(key)
-                    .or_insert_with(|| s.source.read_all().ok())
-                    .as_deref()
-            } else {
-                None
+                    .or_insert_with(|| s.source.read_prefix(*end).ok())
+                    .as_deref(),
+                _ => None,
             };
             if keep {
                 s.decoded

@@ -128,3 +128,33 @@ fn entries_stay_readable_after_another_writer_replaces_the_file() {
         assert!(has(&reader, 1, id), "entry {id}");
     }
 }
+
+/// A snapshot grown in place by someone else (here by 1 TiB, sparse) after the cache opened
+/// it: reading many stored entries at once reads up to the last of them, not the file's new
+/// length (which would try to allocate, and read, all of it).
+#[test]
+fn a_snapshot_grown_in_place_is_read_only_as_far_as_its_entries() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    snapshot_of(&path, 300);
+    let want = decoded(&path);
+    let cache = builder(&path).refresh_interval(None).open();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    let len = file.metadata().expect("stat").len();
+    file.set_len(len + (1 << 40)).expect("grow, sparse");
+    let started = std::time::Instant::now();
+    let mut all: Vec<Fingerprint> = cache
+        .entries()
+        .into_iter()
+        .map(|(_, e)| e.fingerprint())
+        .collect();
+    all.sort();
+    let mut expected: Vec<Fingerprint> = want.iter().map(|(fp, _)| *fp).collect();
+    expected.sort();
+    assert_eq!(all, expected, "every entry still reads back");
+    eprintln!("300 entries read back in {:?}", started.elapsed());
+    file.set_len(len).expect("shrink back");
+}
