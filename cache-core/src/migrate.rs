@@ -102,9 +102,10 @@ pub fn migrate_file(
             options.lock_timeout,
         )?)
     };
-    // A snapshot alone, whose steps are all declarative, migrates entry by entry into the new
-    // snapshot's bytes: the decoded model is never held, so a large file needs about twice its
-    // size in memory. Anything that path declines is read the usual way below.
+    // A snapshot whose steps are all declarative migrates entry by entry into the new
+    // snapshot's bytes (its journal's records merged in): the decoded model is never held, so
+    // a large file needs about twice its size in memory. Anything that path declines is read
+    // the usual way below.
     if let Some(streamed) = disk.migrate_streamed().map_err(failure)? {
         let entries = usize::try_from(streamed.entries).unwrap_or(usize::MAX);
         let bytes = (lock.is_some() || streamed.grew)

@@ -437,14 +437,12 @@ impl Disk {
     /// Migrates the snapshot entry by entry from its bytes into a new snapshot's, never
     /// holding the decoded model ([`cache_migrate::upgrade_streamed`]): for an offline
     /// migration of a large file. Only a snapshot at the current format and an older schema
-    /// whose steps are all declarative takes this path, and only when no journal is beside
-    /// it; `None` for anything else, including any damage and anything the streamed path
+    /// whose steps are all declarative takes this path. The journal beside it is then read
+    /// as a repair-free read reads it (migrated, a stale one ignored) and merged in; `None`
+    /// for anything else, including any damage in either file and anything the streamed path
     /// declines, and the caller reads the usual way, which reports it. The cursor is left as
     /// a read of that snapshot would leave it, so writing the result keeps a backup if asked.
     pub(crate) fn migrate_streamed(&mut self) -> Result<Option<StreamedMigration>, Failure> {
-        if fsio::stat(&self.paths.journal)?.is_some() {
-            return Ok(None);
-        }
         let limits = self.options.limits;
         let Some((Ok(bytes), id)) = read_with_id(&self.paths.snapshot, limits.max_file_bytes)?
         else {
@@ -468,7 +466,7 @@ impl Disk {
         };
         // The old bytes go before the new ones are put together.
         drop(bytes);
-        self.cursor = Cursor {
+        let mut cursor = Cursor {
             snapshot: Some(SnapState {
                 id,
                 generation,
@@ -476,9 +474,23 @@ impl Disk {
             }),
             journal: None,
         };
+        // The journal's records (usually few) as the usual read takes them; any damage, or a
+        // journal that cannot be used, is left to that read.
+        let mut journal = Incoming::default();
+        self.read_journal(&mut cursor, generation, false, &mut journal)?;
+        if !journal.events.is_empty() || !journal.salvaged.is_empty() {
+            return Ok(None);
+        }
+        let mut snapshot = streamed.snapshot;
+        for (scope, ns, entry) in journal.data.entries() {
+            if snapshot.merge(scope, ns, entry.clone()).is_err() {
+                return Ok(None);
+            }
+        }
+        self.cursor = cursor;
         Ok(Some(StreamedMigration {
-            entries: streamed.snapshot.len(),
-            snapshot: streamed.snapshot,
+            entries: snapshot.len(),
+            snapshot,
             report: streamed.report,
             grew: streamed.grew,
         }))

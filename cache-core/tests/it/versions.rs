@@ -409,6 +409,25 @@ fn inspection_shows_an_older_file_as_this_build_reads_it() {
 /// damage is still kept aside before the journal is replaced, and the good records are kept.
 #[test]
 fn a_migration_keeps_damage_aside_and_the_good_records() {
+    use cache_core::cache_migrate::Op;
+    // A coded step (the usual read) and a declarative one (the streamed path, which must leave
+    // a damaged journal to the usual read).
+    let declarative = Step::declarative(
+        1,
+        2,
+        "rename",
+        vec![Op::RenameAlgorithm {
+            from: "tiled".into(),
+            to: "blocked".into(),
+            namespace: None,
+        }],
+    );
+    for step in [rename_step(), declarative] {
+        migration_keeps_damage_aside(step);
+    }
+}
+
+fn migration_keeps_damage_aside(step: Step) {
     use cache_core::cache_format::{
         JournalHeader, Limits, encode_journal_header, encode_record, read_snapshot,
     };
@@ -439,9 +458,7 @@ fn a_migration_keeps_damage_aside_and_the_good_records() {
     journal.extend_from_slice(&bad);
     journal.extend_from_slice(&record(20..21));
     std::fs::write(path_in(&dir, "c.tcache.journal"), &journal).expect("journal");
-    let registry = Migrations::new(APP, 2)
-        .with(rename_step())
-        .expect("registry");
+    let registry = Migrations::new(APP, 2).with(step).expect("registry");
     let outcome = migrate_file(&path, &registry, &MigrateOptions::default()).expect("migrates");
     assert!(
         matches!(
@@ -472,11 +489,10 @@ fn a_migration_keeps_damage_aside_and_the_good_records() {
     assert_eq!(cache.len(), 6);
 }
 
-/// An offline migration of a snapshot alone with declarative steps goes entry by entry from
-/// the old bytes to the new (never holding the model): it must write exactly what the library
-/// writes after migrating the same file on load, report the same, keep the backup asked for,
-/// and a dry run must say the same and write nothing. With a journal beside the snapshot (the
-/// usual path) the result is the library's too.
+/// An offline migration with declarative steps goes entry by entry from the old bytes to the
+/// new (never holding the model), the journal's records merged in: it must write exactly what
+/// the library writes after migrating the same file on load, report the same, keep the
+/// backups asked for, and a dry run must say the same and write nothing.
 #[test]
 fn an_offline_migration_writes_what_the_library_writes() {
     use cache_core::cache_format::{Fields, Value};
@@ -539,7 +555,7 @@ fn an_offline_migration_writes_what_the_library_writes() {
         std::fs::write(&path, &old).expect("write");
         let mut expected = std::fs::read(&by_library).expect("file");
         if with_journal {
-            // A record at schema 1 beside the snapshot: the usual path reads both.
+            // A record at schema 1 beside the snapshot: migrated and merged in too.
             let cache = Cache::builder(Migrations::new(APP, 1))
                 .file(&path)
                 .ignore_env()
