@@ -181,6 +181,15 @@ fn hits(c: &mut Criterion) {
     group.bench_function("miss", |b| {
         b.iter(|| store.get(black_box(ns), black_box(&miss)))
     });
+    group.bench_function("with_entry", |b| {
+        b.iter(|| store.with_entry(black_box(ns), black_box(&fp), |e| e.candidates().len()))
+    });
+    // What a hit through `get` adds to the lookup (`miss`, `with_entry`): the reference count
+    // of the entry it returns, taken and given back. Timed in the same run, for the ratio.
+    let held = store.get(ns, &fp).expect("a hit");
+    group.bench_function("baseline_arc_clone_and_drop", |b| {
+        b.iter(|| Arc::clone(black_box(&held)))
+    });
     group.finish();
 }
 
