@@ -162,16 +162,8 @@ fn the_depth_and_caps_are_enforced_at_their_edges() {
 /// changed timing, name, count or nesting that stays well formed): count them.
 #[test]
 fn mutated_payloads_often_still_walk_so_the_property_is_exercised() {
-    use proptest::strategy::ValueTree;
-    use proptest::test_runner::TestRunner;
-
-    let mut runner = TestRunner::deterministic();
     let (mut walked, mut tried) = (0, 0);
-    for case in 0..400usize {
-        let data = cache_data()
-            .new_tree(&mut runner)
-            .expect("a case")
-            .current();
+    for (case, data) in crate::strategies::sample_data(400).enumerate() {
         let mut payload = encode_payload(&data);
         let i = (case * 7919) % payload.len();
         payload[i] ^= 1 + (case % 255) as u8;

@@ -122,3 +122,16 @@ pub(crate) fn cache_data() -> impl Strategy<Value = CacheData> {
         data
     })
 }
+
+/// The first `n` cases of [`cache_data`], the same every run: for tests that count how often a
+/// property is exercised.
+pub(crate) fn sample_data(n: usize) -> impl Iterator<Item = CacheData> {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    (0..n).map(move |_| {
+        cache_data()
+            .new_tree(&mut runner)
+            .expect("a case")
+            .current()
+    })
+}

@@ -75,18 +75,7 @@ proptest! {
 
 #[test]
 fn the_streamed_path_declines_a_payload_out_of_the_written_order() {
-    let reg = Migrations::new("app", 2)
-        .with(Step::declarative(
-            1,
-            2,
-            "renamed",
-            vec![Op::RenameAlgorithm {
-                from: "production".into(),
-                to: "mask_gemm".into(),
-                namespace: None,
-            }],
-        ))
-        .expect("valid");
+    let reg = production_renamed();
     let limits = Limits::default();
     let payload = encode_payload(&sample());
     assert!(upgrade_streamed(&reg, 1, &payload, &limits).is_some());
@@ -112,17 +101,9 @@ fn the_streamed_path_declines_a_payload_out_of_the_written_order() {
     assert_eq!(Some(typed), upgrade_typed(&reg, 1, &payload, &limits));
 }
 
-fn sample() -> CacheData {
-    support::data(&[
-        ("n1", support::entry(1, &["production", "naive"])),
-        ("n1", support::entry(2, &["production"])),
-        ("n2", support::entry(3, &["naive"])),
-    ])
-}
-
-#[test]
-fn a_declarative_rename_takes_the_typed_path_and_reports_like_the_view() {
-    let reg = Migrations::new("app", 2)
+/// Schema 1 → 2: algorithm `production` renamed `mask_gemm`.
+fn production_renamed() -> Migrations {
+    Migrations::new("app", 2)
         .with(Step::declarative(
             1,
             2,
@@ -133,7 +114,20 @@ fn a_declarative_rename_takes_the_typed_path_and_reports_like_the_view() {
                 namespace: None,
             }],
         ))
-        .expect("valid");
+        .expect("valid")
+}
+
+fn sample() -> CacheData {
+    support::data(&[
+        ("n1", support::entry(1, &["production", "naive"])),
+        ("n1", support::entry(2, &["production"])),
+        ("n2", support::entry(3, &["naive"])),
+    ])
+}
+
+#[test]
+fn a_declarative_rename_takes_the_typed_path_and_reports_like_the_view() {
+    let reg = production_renamed();
     let payload = encode_payload(&sample());
     let (typed, view) = both(&reg, &payload);
     let typed = typed.expect("declarative steps on clean data take the typed path");
