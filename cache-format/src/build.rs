@@ -22,6 +22,8 @@ pub struct SnapshotBuilder {
     arena: Vec<u8>,
     scopes: BTreeMap<Scope, BTreeMap<String, BTreeMap<Fingerprint, Range<usize>>>>,
     entries: u64,
+    /// Bytes of the arena the held entries use (the rest is what merges left behind).
+    live: usize,
 }
 
 impl SnapshotBuilder {
@@ -48,6 +50,7 @@ impl SnapshotBuilder {
         let start = self.arena.len();
         wire::encode_entry_into(&mut self.arena, entry);
         slot.insert(start..self.arena.len());
+        self.live += self.arena.len() - start;
         self.entries += 1;
         true
     }
@@ -68,11 +71,12 @@ impl SnapshotBuilder {
             self.insert_new(scope, ns, &entry);
             return Ok(());
         };
-        let mut merged = crate::stream::decode_entry(&self.arena[range], ns)?;
+        let mut merged = crate::stream::decode_entry(&self.arena[range.clone()], ns)?;
         merged.merge(entry);
         let start = self.arena.len();
         wire::encode_entry_into(&mut self.arena, &merged);
         let end = self.arena.len();
+        self.live = self.live - range.len() + (end - start);
         let slot = self
             .scopes
             .get_mut(scope)
@@ -80,7 +84,28 @@ impl SnapshotBuilder {
             .and_then(|e| e.get_mut(&merged.fingerprint()))
             .expect("held above");
         *slot = start..end;
+        // Keys given again and again (each merge leaves the old bytes behind) must not grow
+        // the buffer past a small multiple of what it holds.
+        if self.arena.len() > 2 * self.live + (1 << 20) {
+            self.compact();
+        }
         Ok(())
+    }
+
+    /// Copies the held entries into a new buffer, leaving behind what merges replaced.
+    fn compact(&mut self) {
+        let mut arena = Vec::with_capacity(self.live);
+        for range in self
+            .scopes
+            .values_mut()
+            .flat_map(|n| n.values_mut())
+            .flat_map(|e| e.values_mut())
+        {
+            let start = arena.len();
+            arena.extend_from_slice(&self.arena[range.clone()]);
+            *range = start..arena.len();
+        }
+        self.arena = arena;
     }
 
     /// Calls `visit` with each entry, decoded, in the order of the snapshot (scopes, namespace
@@ -129,6 +154,7 @@ impl SnapshotBuilder {
             arena,
             scopes,
             entries,
+            live: _,
         } = self;
         let mut heads = Vec::with_capacity(scopes.len());
         let mut bound = 16;

@@ -76,3 +76,44 @@ fn an_empty_builder_writes_an_empty_snapshot() {
         encode_snapshot("app", 3, &CacheData::new())
     );
 }
+
+/// A key given again and again, each time with one more candidate: every merge leaves the
+/// entry's old bytes behind, and the builder must reclaim them rather than grow with the sum
+/// of every version (quadratic in the number of lines: a 46 MB buffer for these 800).
+#[test]
+fn a_key_merged_over_and_over_keeps_the_buffer_near_what_it_holds() {
+    use cache_format::{Candidate, Entry, Fields, Fingerprint, Key, Origin, Scope, Stats, Value};
+    let key = Key::new(Fields::from([("m".to_owned(), Value::Int(1))]));
+    let stats = Stats {
+        median_ns: 10.0,
+        min_ns: 9.0,
+        spread_ns: 1.0,
+        samples: 3,
+    };
+    let (builder, largest) = crate::alloc_guard::largest_allocation(|| {
+        let mut builder = SnapshotBuilder::new();
+        for i in 0..800 {
+            let candidate = Candidate::measured(
+                format!("algorithm_number_{i:05}"),
+                Fields::new(),
+                stats,
+            );
+            let entry = Entry::new(
+                key.clone(),
+                Fingerprint::default(),
+                Origin::Measured("t".into()),
+                1,
+                [candidate],
+            );
+            builder
+                .merge(&Scope::default(), "ns", entry)
+                .expect("merges");
+        }
+        builder
+    });
+    assert_eq!(builder.len(), 1);
+    let data = builder.into_data().expect("decodes");
+    let (_, _, entry) = data.entries().next().expect("one entry");
+    assert_eq!(entry.candidates().len(), 800);
+    assert!(largest < 8 << 20, "largest allocation {largest} bytes");
+}
