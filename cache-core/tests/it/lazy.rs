@@ -158,3 +158,67 @@ fn a_snapshot_grown_in_place_is_read_only_as_far_as_its_entries() {
     eprintln!("300 entries read back in {:?}", started.elapsed());
     file.set_len(len).expect("shrink back");
 }
+
+/// A snapshot whose payload another writer encoded with its structs as arrays (by position,
+/// which every reader accepts): the one-pass walk of open does not take that form, so the
+/// file must be checked and decoded the general way, and open as a good file.
+#[test]
+fn a_payload_in_another_writers_struct_form_opens_whole() {
+    use cache_core::cache_format::rmpv::{self, Value as Raw};
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    snapshot_of(&path, 50);
+    let want = decoded(&path);
+    let bytes = std::fs::read(&path).expect("read");
+    let snap = read_snapshot(&bytes, &Limits::default()).expect("valid");
+    let payload = snap.payload_bytes();
+    let at = payload.as_ptr() as usize - bytes.as_ptr() as usize;
+    let mut value = rmpv::decode::read_value(&mut &payload[..]).expect("msgpack");
+    // {"scopes": [{"scope": .., "namespaces": ..}]} → [[[scope, namespaces]]]
+    let positional = |map: Raw, order: &[&str]| -> Raw {
+        let Raw::Map(fields) = map else {
+            panic!("a map")
+        };
+        Raw::Array(
+            order
+                .iter()
+                .map(|name| {
+                    fields
+                        .iter()
+                        .find(|(k, _)| k.as_str() == Some(name))
+                        .map(|(_, v)| v.clone())
+                        .expect("the field")
+                })
+                .collect(),
+        )
+    };
+    value = positional(value, &["scopes"]);
+    if let Raw::Array(top) = &mut value
+        && let Some(Raw::Array(scopes)) = top.first_mut()
+    {
+        for scope in scopes.iter_mut() {
+            *scope = positional(scope.clone(), &["scope", "namespaces"]);
+        }
+    }
+    let mut new_payload = Vec::new();
+    rmpv::encode::write_value(&mut new_payload, &value).expect("encode");
+    // The same envelope around it: the prefix up to the payload's `bin 32` header, then the
+    // new payload framed with its length and CRC.
+    let mut file = bytes[..at - 5].to_vec();
+    file.push(0xc6);
+    file.extend_from_slice(&(new_payload.len() as u32).to_be_bytes());
+    file.extend_from_slice(&new_payload);
+    file.push(0xce);
+    file.extend_from_slice(&crc32fast::hash(&new_payload).to_be_bytes());
+    std::fs::write(&path, &file).expect("write");
+    let cache = builder(&path).refresh_interval(None).open();
+    assert!(
+        cache.health().quarantined.is_empty(),
+        "{:?}",
+        cache.health()
+    );
+    assert_eq!(cache.len(), 50);
+    for (fp, e) in &want {
+        assert_eq!(cache.get(ns(), fp).as_deref(), Some(e));
+    }
+}

@@ -93,11 +93,8 @@ fn a_key_merged_over_and_over_keeps_the_buffer_near_what_it_holds() {
     let (builder, largest) = crate::alloc_guard::largest_allocation(|| {
         let mut builder = SnapshotBuilder::new();
         for i in 0..800 {
-            let candidate = Candidate::measured(
-                format!("algorithm_number_{i:05}"),
-                Fields::new(),
-                stats,
-            );
+            let candidate =
+                Candidate::measured(format!("algorithm_number_{i:05}"), Fields::new(), stats);
             let entry = Entry::new(
                 key.clone(),
                 Fingerprint::default(),
