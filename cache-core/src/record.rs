@@ -147,6 +147,14 @@ pub fn merge_built_into_file(
     merge_batch(path, registry, Batch::Built(built), options)
 }
 
+/// Whether entries taking `bytes` encoded are few enough to append to the file of `disk` as
+/// one journal record: a quarter of the journal budget a compaction allows (half the
+/// snapshot's size), so one import cannot make the journal much larger than a `Cache` lets it.
+fn appendable(disk: &Disk, bytes: u64) -> Result<bool, StoreError> {
+    Ok(crate::fsio::stat(&disk.paths.snapshot)?
+        .is_some_and(|meta| bytes > 0 && bytes <= meta.len() / 8))
+}
+
 /// The entries [`merge_batch`] writes.
 enum Batch {
     Model(CacheData),
@@ -178,6 +186,24 @@ fn merge_batch(
     let failure = |f: Failure| match f {
         Failure::Blocked(b) => b.into_error(),
         Failure::Retry(e) => e,
+    };
+    // A few entries into a large file: one journal record, as `append_to_file` writes it,
+    // after reading only the snapshot's header and the journal's framing (the file is not
+    // decoded). Only while the record stays well within what would make a compaction due;
+    // anything the append declines (another schema, a journal needing repair, a compaction
+    // already due) takes the full read below.
+    let batch = match batch {
+        Batch::Built(built) if appendable(&disk, built.encoded_len())? => {
+            let model = built.into_data().map_err(|source| StoreError::Format {
+                path: path.to_owned(),
+                source,
+            })?;
+            match disk.append_unread(&model).map_err(failure)? {
+                Ok(()) => return Ok(count),
+                Err(_) => Batch::Model(model),
+            }
+        }
+        other => other,
     };
     let mut read = disk.read_updates(true).map_err(failure)?;
     let rewrite = read.needs_rewrite;

@@ -136,6 +136,11 @@ impl SnapshotBuilder {
         Ok(data)
     }
 
+    /// How many bytes its entries take, encoded (about what they add to a snapshot).
+    pub fn encoded_len(&self) -> u64 {
+        self.live as u64
+    }
+
     /// How many entries it holds.
     pub fn len(&self) -> u64 {
         self.entries

@@ -282,6 +282,57 @@ fn an_import_writes_the_snapshot_of_the_model_its_lines_make() {
     }
 }
 
+/// A few lines into a large cache are one journal record: the snapshot is neither decoded
+/// nor rewritten (its bytes stay as they were), and the entries read back merged with it.
+#[test]
+fn a_small_import_into_a_large_cache_is_one_journal_record() {
+    let (dir, path) = file();
+    let line = |m: usize, algo: &str| {
+        format!(
+            r#"{{"scope":{{}},"namespace":"matmul","key":{{"m":{m}}},"recorded_at":1700000000000,"candidates":[{{"algo":"{algo}","median_ns":5,"measured_at":1700000000000}}]}}"#
+        ) + "\n"
+    };
+    let big = dir.path().join("big.jsonl");
+    std::fs::write(&big, (0..300).map(|m| line(m, "a")).collect::<String>()).expect("write");
+    let o = tunecache(&path, &["import", big.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let snapshot = std::fs::read(&path).expect("snapshot");
+    let journal = path.with_extension("tcache.journal");
+    assert!(!journal.exists());
+    // Two new keys, and a second candidate for key 7.
+    let small = dir.path().join("small.jsonl");
+    std::fs::write(
+        &small,
+        [line(1000, "a"), line(1001, "a"), line(7, "b")].concat(),
+    )
+    .expect("write");
+    let o = tunecache(&path, &["import", small.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(text(&o).contains("imported 3 entries"), "{}", text(&o));
+    assert_eq!(
+        std::fs::read(&path).expect("snapshot"),
+        snapshot,
+        "not rewritten"
+    );
+    assert!(journal.exists(), "appended as a journal record");
+    let stats: serde_json::Value =
+        serde_json::from_str(&text(&tunecache(&path, &["stats", "--json"]))).expect("json");
+    assert_eq!(stats["entries"], 302, "{stats}");
+    assert_eq!(stats["journal"]["records"], 1, "{stats}");
+    let o = tunecache(
+        &path,
+        &["get", "-n", "matmul", "-k", r#"{"m":7}"#, "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let got = text(&o);
+    assert!(
+        got.contains("\"a\"") && got.contains("\"b\""),
+        "both candidates of key 7: {got}"
+    );
+    let o = tunecache(&path, &["verify"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+}
+
 #[test]
 fn an_import_with_a_bad_line_names_it_and_imports_nothing() {
     let (dir, path) = file();
