@@ -45,6 +45,16 @@ fn cpu_seconds() -> f64 {
     t(u.ru_utime) + t(u.ru_stime)
 }
 
+/// The key `cargo xtask bench-gen` writes for `m = i`.
+fn bench_key(i: i64) -> Key {
+    Key::new(Fields::from([
+        ("m".to_owned(), Value::Int(i)),
+        ("n".to_owned(), Value::Int(i % 97 + 1)),
+        ("k".to_owned(), Value::Int(64)),
+        ("dtype".to_owned(), Value::from("f16")),
+    ]))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let [_, file, app] = &args[..] else {
@@ -57,30 +67,26 @@ fn main() {
         ("device".to_owned(), Value::from("bench device")),
         ("backend".to_owned(), Value::from("cpu")),
     ]));
-    for round in 0..3 {
-        let heap0 = LIVE.load(Ordering::Relaxed);
-        let cpu0 = cpu_seconds();
-        let wall = Instant::now();
-        let cache = Cache::builder(Migrations::new(app, 1))
+    let open = || {
+        Cache::builder(Migrations::new(app, 1))
             .file(file)
             .ignore_env()
             .read_only(true)
             .refresh_interval(None)
             .scope(scope.clone())
-            .open();
+            .open()
+    };
+    for round in 0..3 {
+        let heap0 = LIVE.load(Ordering::Relaxed);
+        let cpu0 = cpu_seconds();
+        let wall = Instant::now();
+        let cache = open();
         let wall = wall.elapsed().as_secs_f64();
         let cpu = cpu_seconds() - cpu0;
         let heap = LIVE.load(Ordering::Relaxed) - heap0;
         let n = cache.len().max(1);
         // A key `cargo xtask bench-gen` writes, not looked up before.
-        let i = 50_000 + round as i64;
-        let key = Key::new(Fields::from([
-            ("m".to_owned(), Value::Int(i)),
-            ("n".to_owned(), Value::Int(i % 97 + 1)),
-            ("k".to_owned(), Value::Int(64)),
-            ("dtype".to_owned(), Value::from("f16")),
-        ]));
-        let fp = key.fingerprint();
+        let fp = bench_key(50_000 + round as i64).fingerprint();
         let ns = Namespace::new("matmul").expect("a valid name");
         let t = Instant::now();
         let hit = cache.get(ns, &fp).is_some();
@@ -92,13 +98,7 @@ fn main() {
         let later = t.elapsed() / 1000;
         let t = Instant::now();
         for j in 0..100 {
-            let i = 60_000 + 100 * round as i64 + j;
-            let key = Key::new(Fields::from([
-                ("m".to_owned(), Value::Int(i)),
-                ("n".to_owned(), Value::Int(i % 97 + 1)),
-                ("k".to_owned(), Value::Int(64)),
-                ("dtype".to_owned(), Value::from("f16")),
-            ]));
+            let key = bench_key(60_000 + 100 * round as i64 + j);
             assert!(cache.get(ns, &key.fingerprint()).is_some());
         }
         let first_of_100 = t.elapsed() / 100;
@@ -115,13 +115,7 @@ fn main() {
         println!("  drop {:?}", t.elapsed());
         let t = Instant::now();
         let all = {
-            let cache = Cache::builder(Migrations::new(app, 1))
-                .file(file)
-                .ignore_env()
-                .read_only(true)
-                .refresh_interval(None)
-                .scope(scope.clone())
-                .open();
+            let cache = open();
             let t = Instant::now();
             let n = cache.entries().len();
             (n, t.elapsed())

@@ -309,19 +309,10 @@ pub fn upgrade_streamed(
                 let entry = decode_entry(bytes, ns).ok()?;
                 let fp = facts.map_or_else(|| entry.fingerprint(), |f| f.fingerprint);
                 // In the written order, a key cannot be stored twice unseen.
-                let ordered = match &last {
-                    None => true,
-                    Some((s, n, f)) => match s.cmp(scope) {
-                        std::cmp::Ordering::Less => true,
-                        std::cmp::Ordering::Greater => false,
-                        std::cmp::Ordering::Equal => match n.as_str().cmp(ns) {
-                            std::cmp::Ordering::Less => true,
-                            std::cmp::Ordering::Greater => false,
-                            std::cmp::Ordering::Equal => *f < fp,
-                        },
-                    },
-                };
-                if !ordered {
+                if last
+                    .as_ref()
+                    .is_some_and(|(s, n, f)| (s, n.as_str(), *f) >= (scope, ns, fp))
+                {
                     return None;
                 }
                 match &mut last {

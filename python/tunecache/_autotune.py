@@ -196,16 +196,7 @@ class Autotuned:
         self._memo = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        key = self.key(*args, **kwargs)
-        try:
-            memo_key: Any = tuple(key.items())
-            hit = self._memo.get(memo_key)
-        except TypeError:
-            memo_key = _freeze(key)
-            hit = self._memo.get(memo_key)
-        if hit is not None:
-            return hit.fn(*args, **kwargs)
-        return self._miss(key, memo_key, args, kwargs)
+        return self.call(*args, **kwargs)
 
     def choose(self, *args: Any, **kwargs: Any) -> Candidate:
         """The candidate a call with these arguments runs (tuning it first on a miss)."""
