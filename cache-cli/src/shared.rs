@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cache_core::cache_format::CacheData;
 use cache_core::cache_migrate::Migrations;
-use cache_core::{CacheBuilder, RemoteMode, SharedTier};
+use cache_remote::{RemoteMode, RemoteOptions, SharedTier};
 
 use crate::output::say;
 
@@ -19,10 +19,10 @@ pub(crate) const WAIT: Duration = Duration::from_secs(2);
 /// and the mode is not `off`. A value that is not a usable address is an error naming the
 /// variable (no password in it).
 pub(crate) fn tier(registry: &Migrations) -> anyhow::Result<Option<SharedTier>> {
-    let Some(remote) = cache_remote::from_env().map_err(anyhow::Error::msg)? else {
+    let Some(remote) = cache_remote::from_env()? else {
         return Ok(None);
     };
-    let (options, warnings) = CacheBuilder::new(registry.clone()).effective_remote_options();
+    let (options, warnings) = RemoteOptions::default().from_process_env();
     for w in warnings {
         say(w);
     }
@@ -33,18 +33,14 @@ pub(crate) fn tier(registry: &Migrations) -> anyhow::Result<Option<SharedTier>> 
 }
 
 /// Whether the shared tier may be written (`TUNECACHE_REMOTE_MODE` is not `read`).
-pub(crate) fn writable(registry: &Migrations) -> bool {
-    CacheBuilder::new(registry.clone())
-        .effective_remote_options()
-        .0
-        .mode
-        == RemoteMode::ReadWrite
+pub(crate) fn writable() -> bool {
+    RemoteOptions::default().from_process_env().0.mode == RemoteMode::ReadWrite
 }
 
 /// Publishes `data` (just saved locally) to the shared tier, if there is a writable one, and
 /// says what happened; the local save counts whatever the server does.
 pub(crate) fn publish(registry: &Migrations, data: &CacheData) -> anyhow::Result<()> {
-    if data.is_empty() || !writable(registry) {
+    if data.is_empty() || !writable() {
         return Ok(());
     }
     let Some(tier) = tier(registry)? else {

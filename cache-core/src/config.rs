@@ -6,12 +6,14 @@
 //! disable or freeze a cache without rebuilding (`TUNECACHE_DISABLE`, `TUNECACHE_READ_ONLY`).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cache_format::{Limits, Scope};
 use cache_migrate::Migrations;
 
 use crate::cache::Cache;
+use crate::tier::TierSource;
 
 /// Overrides the cache file.
 pub(crate) const ENV_FILE: &str = "TUNECACHE_FILE";
@@ -21,10 +23,6 @@ pub(crate) const ENV_DIR: &str = "TUNECACHE_DIR";
 pub(crate) const ENV_DISABLE: &str = "TUNECACHE_DISABLE";
 /// `1` reads the file but never writes it.
 pub(crate) const ENV_READ_ONLY: &str = "TUNECACHE_READ_ONLY";
-/// `off`, `read` or `read-write`: what a cache does with its shared tier.
-pub const ENV_REMOTE_MODE: &str = "TUNECACHE_REMOTE_MODE";
-/// The shared tier's read budget in milliseconds.
-pub const ENV_REMOTE_TIMEOUT_MS: &str = "TUNECACHE_REMOTE_TIMEOUT_MS";
 /// Extension of cache files.
 pub(crate) const FILE_EXTENSION: &str = "tcache";
 
@@ -74,8 +72,7 @@ pub struct CacheBuilder {
     pub(crate) compaction_budget: Option<Duration>,
     pub(crate) backup_on_migrate: bool,
     pub(crate) retention: crate::gc::Retention,
-    pub(crate) remote: Option<std::sync::Arc<dyn crate::remote::Remote>>,
-    remote_options: crate::remote::RemoteOptions,
+    tiers: Vec<Arc<dyn TierSource>>,
     system: Vec<PathBuf>,
 }
 
@@ -137,8 +134,7 @@ impl CacheBuilder {
             compaction_budget: None,
             backup_on_migrate: true,
             retention: crate::gc::Retention::default(),
-            remote: None,
-            remote_options: crate::remote::RemoteOptions::default(),
+            tiers: Vec::new(),
             system: Vec::new(),
         }
     }
@@ -173,45 +169,21 @@ impl CacheBuilder {
         paths
     }
 
-    /// A shared tier behind the file (e.g. `cache_remote::RedisRemote`): read on a local
-    /// miss, published to in the background. `TUNECACHE_REMOTE_MODE` and
-    /// `TUNECACHE_REMOTE_TIMEOUT_MS` override the options' mode and budget.
-    pub fn remote(mut self, remote: std::sync::Arc<dyn crate::remote::Remote>) -> Self {
-        self.remote = Some(remote);
+    /// A lower tier behind the file and the system files, asked on a miss after those
+    /// added before it (cache-remote's shared tier: `cache_remote::RemoteBuilder::remote`).
+    pub fn tier(mut self, source: impl TierSource + 'static) -> Self {
+        self.tiers.push(Arc::new(source));
         self
     }
 
-    /// How the shared tier is used (see [`crate::RemoteOptions`]).
-    pub fn remote_options(mut self, options: crate::remote::RemoteOptions) -> Self {
-        self.remote_options = options;
-        self
+    /// The tiers given with [`CacheBuilder::tier`], in order.
+    pub(crate) fn tier_sources(&self) -> &[Arc<dyn TierSource>] {
+        &self.tiers
     }
 
-    /// The remote options with the environment applied; the strings are warnings about
-    /// values that were ignored.
-    pub fn effective_remote_options(&self) -> (crate::remote::RemoteOptions, Vec<String>) {
-        let mut options = self.remote_options.clone();
-        let mut warnings = Vec::new();
-        if let Some(v) = self.env(ENV_REMOTE_MODE).filter(|v| !v.trim().is_empty()) {
-            match v.parse() {
-                Ok(mode) => options.mode = mode,
-                Err(e) => warnings.push(format!("ignoring {ENV_REMOTE_MODE}: {e}")),
-            }
-        }
-        if let Some(v) = self
-            .env(ENV_REMOTE_TIMEOUT_MS)
-            .filter(|v| !v.trim().is_empty())
-        {
-            match v.trim().parse::<u64>() {
-                Ok(ms) if (1..=60_000).contains(&ms) => {
-                    options.budget = Duration::from_millis(ms);
-                }
-                _ => warnings.push(format!(
-                    "ignoring {ENV_REMOTE_TIMEOUT_MS}={v:?}: expected milliseconds from 1 to 60000"
-                )),
-            }
-        }
-        (options, warnings)
+    /// Whether the `TUNECACHE_*` environment applies.
+    pub(crate) fn uses_env(&self) -> bool {
+        self.use_env
     }
 
     /// The scope lookups and records of this cache belong to.

@@ -80,14 +80,7 @@ pub fn gc_file(
         bytes_before: size(&paths.snapshot) + size(&paths.journal),
         ..GcReport::default()
     };
-    let options = DiskOptions {
-        limits: policy.limits,
-        compact_ratio: 0.5,
-        compact_min_bytes: 1 << 20,
-        backup_on_migrate: true,
-        compaction_budget: None,
-        retention: crate::gc::Retention::default(),
-    };
+    let options = DiskOptions::new(policy.limits);
     let mut disk = Disk::new(paths.clone(), Arc::new(registry.clone()), options);
     let lock = CacheLock::acquire(&disk.paths.lock, &disk.paths.dir, policy.lock_timeout)?;
     let failure = |f: Failure| match f {

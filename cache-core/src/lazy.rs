@@ -77,6 +77,12 @@ impl StoredEntry {
             .clone()
     }
 
+    /// The entry if it was decoded already (`Some(None)`: it no longer decodes); `None` if
+    /// using it would read the file.
+    pub(crate) fn decoded(&self) -> Option<Option<Arc<Entry>>> {
+        self.decoded.get().cloned()
+    }
+
     /// The entry without keeping it (for walks over every entry, which would otherwise leave
     /// the whole cache decoded): the kept one if there is one, else decoded from `file` (the
     /// whole source, read once by the caller) or read back alone.

@@ -32,17 +32,14 @@ mod memory;
 mod migrate;
 mod namespace;
 mod record;
-mod remote;
 mod store;
+mod tier;
 
 pub use artifact::{ARTIFACT_HEADER_LEN, ArtifactStore, Blob, BlobCheck, BlobInfo, Eviction};
 pub use cache::system::ENV_SYSTEM_PATH;
-pub use cache::{Cache, Health, Mode, check_entry};
+pub use cache::{Cache, Health, MemoryLookup, Mode, check_entry};
 pub use claim::{Claim, ClaimGuard};
-pub use config::{
-    CacheBuilder, ENV_REMOTE_MODE, ENV_REMOTE_TIMEOUT_MS, Location, MemoryOnly, Switches,
-    default_dir, file_name,
-};
+pub use config::{CacheBuilder, Location, MemoryOnly, Switches, default_dir, file_name};
 pub use error::StoreError;
 pub use gc::{GcPolicy, GcReport, Retention, STALE_SCOPE_AFTER, gc_file};
 pub use inspect::{GateVerdict, Inspection, JournalInfo, SnapshotInfo, inspect};
@@ -53,11 +50,8 @@ pub use record::{
     AppendOptions, Appended, append_to_file, merge_built_into_file, merge_into_file,
     write_new_cache,
 };
-pub use remote::{
-    BreakerState, KEY_SALT, MemoryRemote, Published, Pulled, Remote, RemoteError, RemoteHealth,
-    RemoteMode, RemoteOptions, SharedTier, Swap, encode_value, remote_key,
-};
 pub use store::Store;
+pub use tier::{Fill, Tier, TierContext, TierHealth, TierLink, TierSource};
 
 pub use cache_format;
 pub use cache_migrate;

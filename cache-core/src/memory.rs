@@ -95,6 +95,16 @@ impl BuildHasher for BuildPassThrough {
     }
 }
 
+/// What memory holds for a key, found without I/O.
+pub(crate) enum Resident {
+    /// Decoded.
+    Ready(Arc<Entry>),
+    /// Kept in the snapshot file, not read yet.
+    Stored,
+    /// Nothing.
+    Absent,
+}
+
 /// An entry as memory holds it: decoded, or where its bytes are in the snapshot file (decoded
 /// on first use; see `lazy`).
 #[derive(Clone)]
@@ -257,6 +267,22 @@ impl MemoryStore {
             .load()
             .get(&slot)
             .and_then(|(ns, held)| held.entry(*ns, &slot))
+    }
+
+    /// The entry for `fp` in `ns` if it is decoded; [`Resident::Stored`] if it is still kept
+    /// in the file (reading it would be I/O). Never any I/O.
+    #[inline]
+    pub(crate) fn resident(&self, ns: Namespace, fp: &Fingerprint) -> Resident {
+        let slot = Slot::new(ns, fp);
+        match self.shard(&slot).map.load().get(&slot) {
+            None => Resident::Absent,
+            Some((_, Held::Ready(e))) => Resident::Ready(Arc::clone(e)),
+            Some((_, Held::Stored(s))) => match s.decoded() {
+                Some(Some(e)) => Resident::Ready(e),
+                Some(None) => Resident::Absent,
+                None => Resident::Stored,
+            },
+        }
     }
 
     /// Calls `f` with the entry for `fp` in `ns`, if any, without touching its reference

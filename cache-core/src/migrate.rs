@@ -82,14 +82,7 @@ pub fn migrate_file(
     if fsio::stat(&paths.snapshot)?.is_none() {
         return Ok(MigrateOutcome::Missing);
     }
-    let disk_options = DiskOptions {
-        limits: options.limits,
-        compact_ratio: 0.5,
-        compact_min_bytes: 1 << 20,
-        backup_on_migrate: options.backup,
-        compaction_budget: None,
-        retention: crate::gc::Retention::default(),
-    };
+    let disk_options = DiskOptions::new(options.limits).backup(options.backup);
     let mut disk = Disk::new(paths.clone(), Arc::new(registry.clone()), disk_options);
     // A real migration reads (and migrates) once, under the lock: what it writes is exactly
     // what it read. A dry run takes no lock.

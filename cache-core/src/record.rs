@@ -75,14 +75,7 @@ pub fn append_to_file(
         batch.insert(scope, ns.name(), entry);
     }
     let paths = Paths::new(path.to_owned());
-    let disk_options = DiskOptions {
-        limits: options.limits,
-        compact_ratio: 0.5,
-        compact_min_bytes: 1 << 20,
-        backup_on_migrate: false,
-        compaction_budget: None,
-        retention: crate::gc::Retention::default(),
-    };
+    let disk_options = DiskOptions::new(options.limits).backup(false);
     // Nothing is created beside a path that is not a regular file, or for a cache that does
     // not exist yet (the full path creates it).
     crate::fsio::check_regular(&paths.snapshot)?;
@@ -173,14 +166,7 @@ fn merge_batch(
     };
     let paths = Paths::new(path.to_owned());
     crate::fsio::check_regular(&paths.snapshot)?;
-    let disk_options = DiskOptions {
-        limits: options.limits,
-        compact_ratio: 0.5,
-        compact_min_bytes: 1 << 20,
-        backup_on_migrate: true,
-        compaction_budget: None,
-        retention: crate::gc::Retention::default(),
-    };
+    let disk_options = DiskOptions::new(options.limits);
     let mut disk = Disk::new(paths, Arc::new(registry.clone()), disk_options);
     let _lock = CacheLock::acquire(&disk.paths.lock, &disk.paths.dir, options.lock_timeout)?;
     let failure = |f: Failure| match f {

@@ -17,8 +17,9 @@ use cache_core::cache_format::{
     Candidate, Entry, Fields, Fingerprint, Key, Origin, Scope, Stats, Value, now_millis,
 };
 use cache_core::cache_migrate::Migrations;
-use cache_core::{Cache, Namespace, Remote, RemoteOptions, Store, encode_value, remote_key};
+use cache_core::{Cache, Namespace, Store};
 use cache_remote::RedisRemote;
+use cache_remote::{Remote, RemoteBuilder as _, RemoteOptions, encode_value, remote_key};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use test_support::redis_server::Server;
 
@@ -68,11 +69,13 @@ fn cache(url: &str) -> Cache {
         .ignore_env()
         .disabled(true)
         .scope(scope())
-        .remote(Arc::new(RedisRemote::open(url).expect("url")) as Arc<dyn Remote>)
-        .remote_options(RemoteOptions {
-            budget: Duration::from_millis(200),
-            ..RemoteOptions::default()
-        })
+        .remote_with(
+            Arc::new(RedisRemote::open(url).expect("url")) as Arc<dyn Remote>,
+            RemoteOptions {
+                budget: Duration::from_millis(200),
+                ..RemoteOptions::default()
+            },
+        )
         .open()
 }
 

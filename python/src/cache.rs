@@ -11,6 +11,7 @@ use cache_core::cache_format::{
 };
 use cache_core::cache_migrate::Migrations;
 use cache_core::{Cache, Claim, ClaimGuard, Mode, Namespace, Store};
+use cache_remote::{RemoteBuilder as _, RemoteCache as _};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -447,7 +448,8 @@ impl PyCache {
     /// The cache's state: mode, path, why it is not persistent, the last failed save, files
     /// moved aside, pending results, and the shared tier's counters.
     fn health<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let h = self.get_cache()?.health();
+        let cache = self.get_cache()?;
+        let h = cache.health();
         let d = PyDict::new(py);
         d.set_item(
             "mode",
@@ -471,7 +473,23 @@ impl PyCache {
                     .collect::<Vec<String>>()
             }),
         )?;
-        d.set_item("remote", h.remote.map(|r| format!("{r:?}")))?;
+        let tiers = PyList::empty(py);
+        for t in &h.tiers {
+            let tier = PyDict::new(py);
+            tier.set_item("name", t.name)?;
+            tier.set_item("describe", &t.describe)?;
+            tier.set_item("available", t.available)?;
+            tier.set_item("counters", t.counters.clone())?;
+            tiers.append(tier)?;
+        }
+        d.set_item("tiers", tiers)?;
+        d.set_item(
+            "remote",
+            cache
+                .remote_health()
+                .map(|r| remote_dict(py, &r))
+                .transpose()?,
+        )?;
         Ok(d)
     }
 
@@ -488,6 +506,38 @@ impl PyCache {
             None => format!("<tunecache Cache {} (closed)>", self.app),
         }
     }
+}
+
+/// The shared tier's counters as a dict of plain values.
+fn remote_dict<'py>(
+    py: Python<'py>,
+    r: &cache_remote::RemoteHealth,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("describe", &r.describe)?;
+    d.set_item("mode", r.mode.to_string())?;
+    for (name, n) in [
+        ("hits", r.hits),
+        ("misses", r.misses),
+        ("timeouts", r.timeouts),
+        ("errors", r.errors),
+        ("skipped", r.skipped),
+        ("published", r.published),
+        ("unchanged", r.unchanged),
+        ("conflicts", r.conflicts),
+    ] {
+        d.set_item(name, n)?;
+    }
+    d.set_item("pending", r.pending)?;
+    d.set_item("rejected", r.rejected.clone())?;
+    let failures = match r.breaker {
+        cache_remote::BreakerState::Closed => 0,
+        cache_remote::BreakerState::Open { failures } => failures,
+    };
+    d.set_item("breaker_open", failures > 0)?;
+    d.set_item("failures", failures)?;
+    d.set_item("full", r.full)?;
+    Ok(d)
 }
 
 /// The checksum of a candidate set: an iterable of `(algorithm, params)` pairs.

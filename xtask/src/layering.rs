@@ -23,6 +23,11 @@ pub(crate) const LAYERS: [&str; 8] = [
 /// The only crate allowed to depend on cudarc; every crate below it must not reach cudarc.
 const GPU_CRATE: &str = "gpu-tuner";
 
+/// The network client: only the shared tier's crate and those above it may reach it (the
+/// store opens no socket).
+const NET_CRATE: &str = "redis";
+const NET_LAYER: &str = "cache-remote";
+
 /// Test helpers: a dev-dependency only, never a normal one.
 const TEST_CRATE: &str = "test-support";
 
@@ -109,12 +114,14 @@ fn violations(meta: &Value) -> Vec<String> {
             }
         }
     }
-    for below in &LAYERS[..LAYERS.iter().position(|l| *l == GPU_CRATE).unwrap_or(0)] {
-        if let Some(path) = path_to(&edges, below, "cudarc") {
-            out.push(format!(
-                "cudarc is reachable from {below}: {}",
-                path.join(" -> ")
-            ));
+    for (leak, owner) in [("cudarc", GPU_CRATE), (NET_CRATE, NET_LAYER)] {
+        for below in &LAYERS[..LAYERS.iter().position(|l| *l == owner).unwrap_or(0)] {
+            if let Some(path) = path_to(&edges, below, leak) {
+                out.push(format!(
+                    "{leak} is reachable from {below}: {}",
+                    path.join(" -> ")
+                ));
+            }
         }
     }
     out
@@ -202,6 +209,20 @@ mod tests {
             ("cache-cli", "gpu-tuner"),
         ]));
         assert!(ok.is_empty(), "{ok:?}");
+    }
+
+    #[test]
+    fn the_store_never_reaches_the_network_client() {
+        let v = violations(&fake_metadata(&[
+            ("cache-core", "helper"),
+            ("helper", "redis"),
+            ("cache-remote", "redis"),
+        ]));
+        assert_eq!(
+            v,
+            ["redis is reachable from cache-core: cache-core -> helper -> redis"],
+            "cache-remote may use it, cache-core may not"
+        );
     }
 
     #[test]

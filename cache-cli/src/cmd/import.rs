@@ -187,8 +187,8 @@ impl ImportArgs {
         };
         let registry = Migrations::new(app, schema);
         // The shared tier takes the model: kept only when there is one to publish to.
-        let to_publish = std::env::var_os(cache_remote::ENV_REMOTE).is_some()
-            && crate::shared::writable(&registry);
+        let to_publish =
+            std::env::var_os(cache_remote::ENV_REMOTE).is_some() && crate::shared::writable();
         let (imported, published) = if to_publish {
             let model = data.into_data()?;
             let imported = saving(&what, &path, || {

@@ -9,7 +9,8 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use cache_core::cache_migrate::Migrations;
-use cache_core::{AppendOptions, SharedTier, merge_into_file};
+use cache_core::{AppendOptions, merge_into_file};
+use cache_remote::SharedTier;
 
 use crate::context::{Context, saving};
 use crate::exit;
@@ -119,7 +120,7 @@ fn push(
     wait: Duration,
     report: &mut RemoteReport,
 ) -> anyhow::Result<u8> {
-    if !crate::shared::writable(&Migrations::new(report.app.clone(), report.schema)) {
+    if !crate::shared::writable() {
         bail!("TUNECACHE_REMOTE_MODE=read: `tunecache remote push` writes to the server");
     }
     let data = ctx.inspect_as_read(path)?.data();

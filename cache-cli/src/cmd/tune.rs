@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use cache_core::{Cache, CacheBuilder, Mode, Namespace, Store};
+use cache_core::{Cache, Mode, Namespace, Store};
 use cache_format::{Fields, Key, Scope, Value};
+use cache_remote::RemoteCache as _;
 use clap::{Args, ValueEnum};
 use gpu_tuner::{Progress, Tuner};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -121,15 +122,15 @@ impl TuneArgs {
         };
         pb.finish_and_clear();
         let durable = cache.flush();
-        if let Some(remote) = cache.health().remote
-            && remote.mode == cache_core::RemoteMode::ReadWrite
+        if let Some(remote) = cache.remote_health()
+            && remote.mode == cache_remote::RemoteMode::ReadWrite
         {
             match cache.publish_within(crate::shared::WAIT) {
                 Ok(()) => say(format_args!(
                     "shared tier at {}: {} read, {} published",
                     remote.describe,
                     remote.hits,
-                    cache.health().remote.map_or(0, |r| r.published)
+                    cache.remote_health().map_or(0, |r| r.published)
                 )),
                 Err(e) => say(format_args!(
                     "could not publish to the shared tier at {}: {e} (the local save still counts)",
@@ -228,7 +229,7 @@ fn run_cuda(
 }
 
 fn open_cache(path: &Path, scope: Scope) -> anyhow::Result<Arc<Cache>> {
-    use cache_remote::RemoteFromEnv as _;
+    use cache_remote::RemoteBuilder as _;
     let system: Vec<PathBuf> = std::env::var_os(cache_core::ENV_SYSTEM_PATH)
         .map(|v| {
             std::env::split_paths(&v)
@@ -245,17 +246,16 @@ fn open_cache(path: &Path, scope: Scope) -> anyhow::Result<Arc<Cache>> {
     // The shared tier is the one setting taken from the environment here (the file comes
     // from the command line): TUNECACHE_REMOTE and its mode and budget.
     let builder = match std::env::var_os(cache_remote::ENV_REMOTE) {
-        Some(_) => {
-            let (options, warnings) =
-                CacheBuilder::new(workload::registry()).effective_remote_options();
-            for w in warnings {
-                say(w);
+        Some(_) => match cache_remote::from_env()? {
+            Some(remote) => {
+                let (options, warnings) = cache_remote::RemoteOptions::default().from_process_env();
+                for w in warnings {
+                    say(w);
+                }
+                builder.remote_with(remote, options)
             }
-            builder
-                .remote_options(options)
-                .remote_from_env()
-                .map_err(anyhow::Error::msg)?
-        }
+            None => builder,
+        },
         None => builder,
     };
     let cache = builder.open();

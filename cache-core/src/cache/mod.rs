@@ -1,12 +1,21 @@
-//! `Cache`: the in-memory tier in front of the disk tier, with a background saver.
+//! `Cache`: the in-memory tier in front of the disk tier and the lower tiers, with a
+//! background saver.
 //!
-//! Callers only ever touch memory: `get` is a shard lookup, `put` merges into memory and
-//! queues the entry. One saver thread per cache does all file I/O: it gathers changes for
-//! `save_delay`, takes the file lock (bounded wait), reads what other processes wrote
-//! (through the version gate), appends one journal record or compacts, and retries with
-//! back-off when the lock is busy or the disk fails. The queue is emptied only by a save that
-//! succeeded, so a failure never loses a result. No caller waits on I/O except `flush` and
-//! drop, and both wait a bounded time.
+//! `put` merges into memory and queues the key; it never waits on I/O. One saver thread per
+//! cache does all writing: it gathers changes for `save_delay`, takes the file lock (bounded
+//! wait), reads what other processes wrote (through the version gate), appends one journal
+//! record or compacts, and retries with back-off when the lock is busy or the disk fails. The
+//! queue is emptied only by a save that succeeded, so a failure never loses a result.
+//!
+//! When a caller may wait on I/O, and for how long (ARCHITECTURE.md, "The I/O promise"):
+//! - `get` of an entry in memory: never, once the entry is decoded. An entry of the snapshot
+//!   still kept in the file (`lazy`) costs one bounded read (`pread` of its own bytes) the
+//!   first time it is used. A key memory lacks goes to the lower tiers in order, each within
+//!   its own budget (the system tier reads memory only; the shared tier one round trip).
+//!   [`Cache::get_in_memory`] says which of these a lookup would be, without doing any.
+//! - `entries`: one read of the snapshot if entries are still kept there.
+//! - `flush`, `flush_within`, `close` and drop: at most the flush timeout (and each tier's
+//!   own close budget); `refresh` the flush timeout; `claim` the wait it is given.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -18,14 +27,12 @@ use cache_format::{CacheData, Entry, Fingerprint, Scope};
 use cache_migrate::Report;
 
 use crate::claim::Claim;
-use crate::config::{CacheBuilder, Location, MemoryOnly};
-use crate::disk::{Disk, DiskOptions, Event, Failure, Incoming, Paths};
+use crate::config::CacheBuilder;
 use crate::error::StoreError;
-use crate::fsio;
-use crate::lock::CacheLock;
-use crate::memory::MemoryStore;
+use crate::memory::{MemoryStore, Resident};
 use crate::namespace::Namespace;
 use crate::store::Store;
+use crate::tier::{Tier, TierHealth};
 
 /// What a cache can do with its file right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +43,17 @@ pub enum Mode {
     ReadOnly,
     /// Keeps results in memory only.
     Memory,
+}
+
+/// What [`Cache::get_in_memory`] found.
+#[derive(Debug, Clone)]
+pub enum MemoryLookup {
+    /// The entry, decoded in memory.
+    Hit(Arc<Entry>),
+    /// Nothing, and nowhere else to look.
+    Miss,
+    /// [`Store::get`] would read: an entry still kept in the file, or lower tiers to ask.
+    NeedsIo,
 }
 
 /// The state of a cache, for diagnostics and the CLI.
@@ -55,8 +73,8 @@ pub struct Health {
     pub migration: Option<Report>,
     /// Results recorded but not yet durable.
     pub pending: usize,
-    /// The shared tier, if the cache has one.
-    pub remote: Option<crate::remote::RemoteHealth>,
+    /// The lower tiers, in the order a miss asks them.
+    pub tiers: Vec<TierHealth>,
 }
 
 struct State {
@@ -93,8 +111,8 @@ struct Diagnostics {
     migration: Option<Report>,
 }
 
-struct Shared {
-    memory: MemoryStore,
+pub(crate) struct Shared {
+    pub(crate) memory: MemoryStore,
     /// What every reader accepts: an entry beyond it is refused where it enters.
     limits: cache_format::Limits,
     /// Entries of the other scopes in the file (another GPU, an older driver): not for the
@@ -110,20 +128,16 @@ struct Shared {
     state: Mutex<State>,
     cv: Condvar,
     diag: Mutex<Diagnostics>,
-    /// The shared tier, if one is configured.
-    remote: Option<crate::remote::RemoteTier>,
-    /// The read-only system tier (entries of this scope from the system files).
-    system: MemoryStore,
-    has_system: bool,
-    publish: Mutex<shared_tier::Publish>,
-    publish_cv: Condvar,
+    /// The lower tiers, in the order a miss asks them (the system tier first, if any).
+    tiers: Vec<Arc<dyn Tier>>,
+    /// The tiers that take offers of new keys (all of them but the system tier).
+    offered: Vec<Arc<dyn Tier>>,
 }
 
 /// A persistent autotune cache for one application and scope. See the crate docs.
 pub struct Cache {
     shared: Arc<Shared>,
     saver: Option<JoinHandle<()>>,
-    publisher: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Cache {
@@ -138,9 +152,10 @@ impl std::fmt::Debug for Cache {
 }
 
 mod notice;
+mod open;
 mod queue;
-mod shared_tier;
 pub(crate) mod system;
+mod tiers;
 
 pub use queue::check_entry;
 mod saver;
@@ -157,219 +172,6 @@ impl Cache {
     /// A builder for the application described by `registry`.
     pub fn builder(registry: cache_migrate::Migrations) -> CacheBuilder {
         CacheBuilder::new(registry)
-    }
-
-    pub(crate) fn open(builder: CacheBuilder) -> Cache {
-        let (location, mut warnings) = builder.resolve();
-        let registry = Arc::new(builder.registry.clone());
-        let remote = builder.remote.clone().and_then(|remote| {
-            let (options, notes) = builder.effective_remote_options();
-            warnings.extend(notes);
-            (options.mode != crate::remote::RemoteMode::Off).then(|| {
-                crate::remote::RemoteTier::new(
-                    remote,
-                    options,
-                    Arc::clone(&registry),
-                    builder.limits,
-                    builder.scope.clone(),
-                )
-            })
-        });
-        let (path, read_only) = match &location {
-            Location::File { path, read_only } => (Some(path.clone()), *read_only),
-            Location::Memory(_) => (None, false),
-        };
-        let system = MemoryStore::new();
-        let mut system_notes = Vec::new();
-        for p in builder.system_paths() {
-            match system::load(&p, &registry, &builder.limits, &builder.scope) {
-                Ok(entries) => {
-                    system.merge_many(entries);
-                }
-                Err(why) => system_notes.push(format!(
-                    "tunecache: the system file {} is ignored: {why}",
-                    p.display()
-                )),
-            }
-        }
-        let has_system = !system.is_empty();
-        let shared = Arc::new(Shared {
-            memory: MemoryStore::new(),
-            limits: builder.limits,
-            others: Mutex::new(CacheData::new()),
-            scope: builder.scope.clone(),
-            path: path.clone(),
-            save_delay: builder.save_delay,
-            lock_timeout: builder.lock_timeout,
-            flush_timeout: builder.effective_flush_timeout(),
-            refresh_interval: builder.refresh_interval,
-            max_retry_delay: builder.max_retry_delay,
-            state: Mutex::new(State {
-                dirty: HashSet::new(),
-                other: CacheData::new(),
-                put_seq: 0,
-                durable_seq: 0,
-                dirty_since: None,
-                rewrite: false,
-                flush_requested: 0,
-                flush_served: 0,
-                refresh_requested: 0,
-                refresh_served: 0,
-                last_error: None,
-                retry_at: None,
-                failures: 0,
-                shutdown: false,
-                saver_running: false,
-                paused: 0,
-                saving: false,
-            }),
-            cv: Condvar::new(),
-            diag: Mutex::new(Diagnostics {
-                mode: Mode::Memory,
-                reason: None,
-                warned: HashMap::new(),
-                quarantined: Vec::new(),
-                migration: None,
-            }),
-            remote,
-            system,
-            has_system,
-            publish: Mutex::new(shared_tier::Publish::default()),
-            publish_cv: Condvar::new(),
-        });
-        for w in warnings.into_iter().chain(system_notes) {
-            shared.notify(Notice::config(w));
-        }
-        let mut cache = Cache {
-            shared: Arc::clone(&shared),
-            saver: None,
-            publisher: None,
-        };
-        if shared.remote.as_ref().is_some_and(|t| t.writes()) {
-            lock(&shared.publish).running = true;
-            let worker = Arc::clone(&shared);
-            match std::thread::Builder::new()
-                .name("tunecache-publisher".into())
-                .spawn(move || worker.run_publisher())
-            {
-                Ok(handle) => cache.publisher = Some(handle),
-                Err(e) => {
-                    lock(&shared.publish).running = false;
-                    shared.notify(Notice::no_publisher(&e));
-                }
-            }
-        }
-        let path = match location {
-            Location::Memory(why) => {
-                if let MemoryOnly::NoLocation(reason) = &why {
-                    shared.notify(Notice::memory_only(reason));
-                }
-                lock(&shared.diag).reason = Some(why.to_string());
-                return cache;
-            }
-            Location::File { path, .. } => path,
-        };
-        let mut mode = if read_only {
-            Mode::ReadOnly
-        } else {
-            Mode::Persistent
-        };
-        let paths = Paths::new(path.clone());
-        // A file this build could write but no reader could read (an application name that
-        // makes the header too large): keep results in memory instead.
-        let empty = cache_format::encode_snapshot(
-            builder.registry.app(),
-            builder.registry.current(),
-            &CacheData::new(),
-        );
-        if let Err(e) = cache_format::peek_header(&empty, &builder.limits) {
-            let reason = format!(
-                "the application name ({} bytes) makes a file no reader accepts: {e}",
-                builder.registry.app().len()
-            );
-            shared.notify(Notice::memory_only(&reason));
-            lock(&shared.diag).reason = Some(reason);
-            return cache;
-        }
-        // A device, a FIFO or a folder at any of the cache's paths is never read, written,
-        // locked or renamed (TUNECACHE_FILE=/dev/null means "no file", not "replace
-        // /dev/null"): the cache stays in memory and creates nothing beside it.
-        if let Err(e) = [&paths.snapshot, &paths.journal, &paths.lock]
-            .into_iter()
-            .try_for_each(|p| crate::fsio::check_regular(p))
-        {
-            let link = (paths.snapshot != path).then_some(path.as_path());
-            shared.notify(Notice::not_a_file(&e, link));
-            lock(&shared.diag).reason = Some(e.to_string());
-            return cache;
-        }
-        if mode == Mode::Persistent
-            && let Err(reason) = prepare_dir(&paths)
-        {
-            shared.notify(Notice::unwritable(&path, &reason));
-            lock(&shared.diag).reason = Some(format!("cannot write {}: {reason}", path.display()));
-            mode = if path.exists() {
-                Mode::ReadOnly
-            } else {
-                Mode::Memory
-            };
-        } else if mode == Mode::ReadOnly {
-            lock(&shared.diag).reason = Some("read-only".to_owned());
-        }
-        if mode == Mode::Memory {
-            return cache;
-        }
-        let options = DiskOptions {
-            limits: builder.limits,
-            compact_ratio: builder.compact_ratio,
-            compact_min_bytes: builder.compact_min_bytes,
-            backup_on_migrate: builder.backup_on_migrate,
-            compaction_budget: builder.compaction_budget,
-            retention: builder.retention,
-        };
-        let mut disk = Disk::new(paths, registry, options);
-        // The first read takes no lock, so other writers are not held up while a large file
-        // is decoded. Then, if the lock is free, it is taken only to reconcile: read what
-        // changed since (usually nothing) and make the repairs a locked read makes (cut a
-        // torn tail, remove a stale journal or leftover temporaries). A read that found
-        // damage is redone whole under the lock, so the damage is kept aside and reported
-        // once, as a locked read does. With the lock busy, the saver repairs once it has it.
-        match open_read(&mut disk, mode == Mode::Persistent, &shared.scope) {
-            Ok(reads) => {
-                for inc in reads {
-                    shared.absorb(inc, mode == Mode::Persistent);
-                }
-            }
-            Err(Failure::Blocked(b)) => {
-                shared.block(&b.path, &b.cause.to_string());
-                return cache;
-            }
-            Err(Failure::Retry(e)) => {
-                shared.notify(Notice::first_read_failed(&e));
-                let mut st = lock(&shared.state);
-                st.rewrite = true;
-                st.dirty_since.get_or_insert_with(Instant::now);
-            }
-        }
-        lock(&shared.diag).mode = mode;
-        if mode == Mode::Persistent || shared.refresh_interval.is_some() {
-            lock(&shared.state).saver_running = true;
-            let worker = Arc::clone(&shared);
-            let spawned = std::thread::Builder::new()
-                .name("tunecache-saver".into())
-                .spawn(move || worker.run_saver(disk, mode));
-            match spawned {
-                Ok(handle) => cache.saver = Some(handle),
-                Err(e) => {
-                    lock(&shared.state).saver_running = false;
-                    shared.notify(Notice::no_saver(&e));
-                    let mut diag = lock(&shared.diag);
-                    diag.mode = Mode::Memory;
-                    diag.reason = Some(format!("no saver thread: {e}"));
-                }
-            }
-        }
-        cache
     }
 
     /// The current scope.
@@ -459,33 +261,35 @@ impl Cache {
             quarantined: diag.quarantined.clone(),
             migration: diag.migration.clone(),
             pending: st.dirty.len() + st.other.len(),
-            remote: self
-                .shared
-                .remote
-                .as_ref()
-                .map(|t| t.health(lock(&self.shared.publish).pending.len())),
+            tiers: self.shared.tiers.iter().map(|t| t.health()).collect(),
         }
     }
 
-    /// Reads the keys of `fps` that memory lacks from the shared tier, in one round trip
-    /// within its budget (a tuner about to ask for many keys calls this first); returns how
-    /// many the remote had. Without a remote, nothing.
+    /// What [`Store::get`] would find in memory, found without any I/O: the entry if it is
+    /// decoded, a definite miss if memory lacks it and there is no lower tier to ask, and
+    /// [`MemoryLookup::NeedsIo`] otherwise (an entry still kept in the file, or tiers to ask).
+    /// A binding that holds a lock of its own around calls (Python's GIL) releases it only
+    /// for the last case.
+    #[inline]
+    pub fn get_in_memory(&self, ns: Namespace, fp: &Fingerprint) -> MemoryLookup {
+        match self.shared.memory.resident(ns, fp) {
+            Resident::Ready(e) => MemoryLookup::Hit(e),
+            Resident::Absent if self.shared.tiers.is_empty() => MemoryLookup::Miss,
+            Resident::Absent | Resident::Stored => MemoryLookup::NeedsIo,
+        }
+    }
+
+    /// The lower tiers, in the order a miss asks them.
+    pub fn tiers(&self) -> &[Arc<dyn Tier>] {
+        &self.shared.tiers
+    }
+
+    /// Reads the keys of `fps` that memory lacks from the lower tiers, each asked once for
+    /// all the keys the tiers before it lacked (a tuner about to ask for many keys calls
+    /// this first: one round trip to a shared tier instead of one per key); returns how many
+    /// the tiers had.
     pub fn prefetch(&self, ns: Namespace, fps: &[Fingerprint]) -> usize {
-        self.shared.fetch_remote(ns, fps)
-    }
-
-    /// Reads every entry of this cache's scope that the shared tier holds and merges them in
-    /// (kept in the file as well); returns how many it held. For warming a fresh machine at
-    /// start-up, or converging with what other machines published since. Without a remote,
-    /// `Ok(0)`.
-    pub fn pull_remote(&self, timeout: Duration) -> Result<usize, crate::remote::RemoteError> {
-        self.shared.pull_remote(timeout)
-    }
-
-    /// Waits at most `timeout` until what was recorded so far is published to the shared
-    /// tier (a command-line tool before it exits). Without a writable remote, `Ok` at once.
-    pub fn publish_within(&self, timeout: Duration) -> Result<(), crate::remote::RemoteError> {
-        self.shared.publish_within(timeout)
+        self.shared.prefetch(ns, fps)
     }
 
     /// Queues entries of any scope for saving (e.g. an import); entries of the current scope
@@ -516,7 +320,7 @@ impl Cache {
         }
         self.shared.clamp(mine.iter_mut().map(|(_, e)| e));
         let keys: Vec<_> = mine.iter().map(|(ns, e)| (*ns, e.fingerprint())).collect();
-        self.shared.queue_publish(keys.iter().copied());
+        self.shared.offer(&keys);
         self.shared.memory.merge_many(mine);
         lock(&self.shared.others).merge(others.clone());
         let mut st = lock(&self.shared.state);
@@ -605,18 +409,9 @@ impl Cache {
 
     fn stop(&mut self) {
         self.stop_saver();
-        if let Some(handle) = self.publisher.take() {
-            // One last bounded round; a server that does not answer costs at most its budget.
-            let wait = self
-                .shared
-                .remote
-                .as_ref()
-                .map_or(Duration::ZERO, |t| t.options().publish_budget)
-                + Duration::from_millis(100);
-            self.shared.stop_publisher(wait);
-            if !lock(&self.shared.publish).running {
-                let _ = handle.join();
-            }
+        // Each tier makes its last attempt within its own budget.
+        for tier in &self.shared.tiers {
+            tier.close();
         }
         self.shared.summarize_repeats();
     }
@@ -650,22 +445,6 @@ impl Cache {
     }
 }
 
-impl Cache {
-    /// A miss in memory: the system tier, then the shared tier.
-    #[cold]
-    fn miss(&self, ns: Namespace, fp: &Fingerprint) -> Option<Arc<Entry>> {
-        if self.shared.has_system
-            && let Some(e) = self.shared.system.get(ns, fp)
-        {
-            return Some(e);
-        }
-        if self.shared.remote.is_some() {
-            return self.shared.read_through(ns, fp);
-        }
-        None
-    }
-}
-
 impl Drop for Cache {
     fn drop(&mut self) {
         self.stop();
@@ -677,7 +456,8 @@ impl Store for Cache {
     fn get(&self, ns: Namespace, fp: &Fingerprint) -> Option<Arc<Entry>> {
         match self.shared.memory.get(ns, fp) {
             Some(e) => Some(e),
-            None => self.miss(ns, fp),
+            None if self.shared.tiers.is_empty() => None,
+            None => self.shared.miss(ns, fp),
         }
     }
 
@@ -710,7 +490,7 @@ impl Store for Cache {
             }
         }
         self.shared.memory.merge(ns, entry);
-        self.shared.queue_publish([(ns, fp)]);
+        self.shared.offer(&[(ns, fp)]);
         let mut st = lock(&self.shared.state);
         st.dirty.insert((ns, fp));
         self.shared.mark_dirty(&mut st);
@@ -720,48 +500,4 @@ impl Store for Cache {
     fn flush(&self) -> Result<(), StoreError> {
         self.flush_inner(self.shared.flush_timeout)
     }
-}
-
-fn prepare_dir(paths: &Paths) -> Result<(), String> {
-    std::fs::create_dir_all(&paths.dir)
-        .map_err(|e| format!("cannot create {}: {e}", paths.dir.display()))?;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&paths.lock)
-        .map(|_| ())
-        .map_err(|e| format!("cannot open {}: {e}", paths.lock.display()))
-}
-
-/// The first read of [`Cache::open`] (see there): an unlocked read, then, with `writable` and
-/// the lock free right now, a locked reconcile. Returns the reads to absorb, in order.
-fn open_read(disk: &mut Disk, writable: bool, scope: &Scope) -> Result<Vec<Incoming>, Failure> {
-    // The snapshot's entries of this scope stay in the file until used (see `lazy`).
-    let first = disk.read_updates_keeping(false, Some(scope))?;
-    let held = if writable {
-        CacheLock::try_acquire(&disk.paths.lock, &disk.paths.dir)
-            .ok()
-            .flatten()
-    } else {
-        None
-    };
-    let Some(_held) = held else {
-        return Ok(vec![first]);
-    };
-    fsio::remove_stale_temporaries(&disk.paths.snapshot);
-    fsio::remove_stale_temporaries(&disk.paths.journal);
-    let damaged = first.events.iter().any(|e| {
-        matches!(
-            e,
-            Event::Unusable { .. } | Event::DamagedRecords { kept: None, .. }
-        )
-    });
-    if damaged {
-        disk.reset();
-        return Ok(vec![disk.read_updates(true)?]);
-    }
-    let reconcile = disk.read_updates(true)?;
-    Ok(vec![first, reconcile])
 }

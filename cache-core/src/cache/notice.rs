@@ -88,16 +88,6 @@ impl Notice {
         )
     }
 
-    pub(super) fn no_publisher(e: &std::io::Error) -> Self {
-        Notice::warn(
-            "no-publisher",
-            format!(
-                "tunecache: cannot start the publisher thread ({e}); results measured here \
-                 are not shared"
-            ),
-        )
-    }
-
     pub(super) fn unsaved_at_close(pending: usize, waited: std::time::Duration) -> Self {
         let what = match pending {
             0 => "the pending rewrite of the cache file was".to_owned(),

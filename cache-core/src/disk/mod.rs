@@ -74,6 +74,40 @@ pub(crate) struct DiskOptions {
     pub(crate) retention: crate::gc::Retention,
 }
 
+impl DiskOptions {
+    /// The defaults every one-shot writer uses (`gc`, `migrate`, `import`, `put`): compact
+    /// past half the snapshot's size and 1 MiB, keep backups of migrated files, no compaction
+    /// budget, no retention.
+    pub(crate) fn new(limits: Limits) -> Self {
+        DiskOptions {
+            limits,
+            compact_ratio: 0.5,
+            compact_min_bytes: 1 << 20,
+            backup_on_migrate: true,
+            compaction_budget: None,
+            retention: crate::gc::Retention::default(),
+        }
+    }
+
+    /// A cache's options, as its builder says.
+    pub(crate) fn for_cache(builder: &crate::config::CacheBuilder) -> Self {
+        DiskOptions {
+            limits: builder.limits,
+            compact_ratio: builder.compact_ratio,
+            compact_min_bytes: builder.compact_min_bytes,
+            backup_on_migrate: builder.backup_on_migrate,
+            compaction_budget: builder.compaction_budget,
+            retention: builder.retention,
+        }
+    }
+
+    /// Whether a migrated file's old version is kept aside when it is rewritten.
+    pub(crate) fn backup(mut self, backup: bool) -> Self {
+        self.backup_on_migrate = backup;
+        self
+    }
+}
+
 /// Something the disk tier did or found that the user should hear about (once).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Event {

@@ -15,7 +15,6 @@ mod crash;
 mod degrade;
 mod lazy;
 mod lock;
-mod remote;
 mod support;
 mod system;
 mod versions;

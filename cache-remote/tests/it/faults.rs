@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use cache_core::{BreakerState, RemoteError, RemoteOptions, Store, encode_value};
+use cache_core::Store;
+use cache_remote::{BreakerState, RemoteCache as _, RemoteError, RemoteOptions, encode_value};
 
 use crate::{cache, capture_logs, entry, key, ns, registry, remote_key, scope, warnings_about};
 use test_support::redis_server::Server;
@@ -42,7 +43,7 @@ fn an_unreachable_server_costs_one_budget_then_nothing_and_warns_once() {
     assert!(next < Duration::from_secs(1), "1,000 misses {next:?}");
     c.put(ns(), entry(1, "tiled", 5.0));
     c.flush().expect("the local cache goes on as before");
-    let h = c.health().remote.expect("remote");
+    let h = c.remote_health().expect("remote");
     assert!(matches!(h.breaker, BreakerState::Open { .. }), "{h:?}");
     assert!(h.skipped >= 999, "{h:?}");
     assert_eq!(warnings_about(&format!("127.0.0.1:{port}")).len(), 1);
@@ -114,7 +115,7 @@ fn a_slow_server_costs_each_call_at_most_its_budget() {
     sleeper.join().expect("sleeper");
     println!("DEBUG SLEEP 1: the miss took {took:?} (budget 100 ms)");
     assert!(took <= Duration::from_millis(150), "{took:?}");
-    let h = c.health().remote.expect("remote");
+    let h = c.remote_health().expect("remote");
     assert_eq!(h.timeouts, 1, "{h:?}");
 }
 
@@ -186,7 +187,7 @@ fn a_full_server_turns_publishing_off_for_a_while_and_reads_go_on() {
     c.put(ns(), entry(4, "tiled", 40.0));
     let e = c.publish_within(Duration::from_secs(5)).expect_err("full");
     assert!(matches!(e, RemoteError::Full(_)), "{e}");
-    let h = c.health().remote.expect("remote");
+    let h = c.remote_health().expect("remote");
     assert!(h.full, "{h:?}");
     assert!(
         c.lookup(ns(), &key(3)).is_some(),

@@ -2,11 +2,12 @@
     clippy::print_stdout,
     reason = "tests report the figures they measured"
 )]
-//! The Redis shared tier against a real `redis-server` (see `server`): sharing between two
-//! caches, the commands a hit and a read-only cache send, crafted values, and real faults.
+//! The shared tier: its policy against the in-process `MemoryRemote` (`policy`), and the Redis
+//! backends against a real `redis-server` (sharing between two caches, the commands a hit and
+//! a read-only cache send, crafted values, and real faults).
 
 mod faults;
-
+mod policy;
 mod sharing;
 
 use std::path::Path;
@@ -17,8 +18,8 @@ use cache_core::cache_format::{
     Candidate, Entry, Fields, Fingerprint, Key, Origin, Scope, Stats, Value, now_millis,
 };
 use cache_core::cache_migrate::Migrations;
-use cache_core::{Cache, Namespace, Remote, RemoteOptions};
-use cache_remote::RedisRemote;
+use cache_core::{Cache, Namespace};
+use cache_remote::{RedisRemote, Remote, RemoteBuilder as _, RemoteOptions};
 
 pub(crate) fn registry() -> Migrations {
     Migrations::new("remoteapp", 1)
@@ -55,7 +56,7 @@ pub(crate) fn entry(id: u64, algo: &str, median: f64) -> Entry {
 }
 
 pub(crate) fn remote_key(id: u64) -> String {
-    cache_core::remote_key(
+    cache_remote::remote_key(
         "remoteapp",
         1,
         &scope().fingerprint(),
@@ -73,8 +74,7 @@ pub(crate) fn cache(path: &Path, url: &str, options: RemoteOptions) -> Cache {
         .scope(scope())
         .save_delay(Duration::from_millis(20))
         .refresh_interval(None)
-        .remote(Arc::new(remote) as Arc<dyn Remote>)
-        .remote_options(options)
+        .remote_with(Arc::new(remote) as Arc<dyn Remote>, options)
         .open()
 }
 

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use cache_core::Store;
 use cache_core::cache_format::{Origin, now_millis};
-use cache_core::{RemoteMode, RemoteOptions, Store, encode_value};
+use cache_remote::{RemoteCache as _, RemoteMode, RemoteOptions, encode_value};
 
 use crate::{cache, entry, key, ns, registry, remote_key, scope};
 use test_support::redis_server::Server;
@@ -62,7 +63,7 @@ fn a_result_recorded_by_one_is_a_hit_for_the_other_and_both_files_converge() {
             .collect::<Vec<_>>()
     };
     assert_eq!(names(on_server), ["naive", "tiled"], "the join of both");
-    let h = b.health().remote.expect("remote");
+    let h = b.remote_health().expect("remote");
     assert_eq!(h.hits, 1, "{h:?}");
     assert!(h.published >= 1, "{h:?}");
     assert_eq!(h.timeouts + h.errors, 0, "{h:?}");
@@ -167,7 +168,7 @@ fn crafted_values_on_the_server_are_misses_with_counters() {
     for id in 10..=15 {
         assert!(c.lookup(ns(), &key(id)).is_none(), "key {id}");
     }
-    let h = c.health().remote.expect("remote");
+    let h = c.remote_health().expect("remote");
     for why in [
         "wrong scope",
         "newer schema",

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cache_core::cache_format::{Key, Origin};
-use cache_core::{Cache, MemoryRemote, Remote, Store};
+use cache_core::{Cache, Store};
+use cache_remote::{MemoryRemote, Remote, RemoteBuilder as _, RemoteCache as _};
 use gpu_tuner::{OpConfig, RemotePolicy, Tuned, Tuner};
 
 use crate::support::{Behaviour, TestKey, TestOp, builder, quick};

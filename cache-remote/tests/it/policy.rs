@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 use cache_core::cache_format::{
     CacheData, Candidate, Entry, Fields, Fingerprint, Origin, Stats, Value, now_millis,
 };
-use cache_core::{
-    BreakerState, Cache, MemoryRemote, Remote, RemoteError, RemoteMode, RemoteOptions, Store,
-    encode_value, remote_key,
+use cache_core::{Cache, Store};
+use cache_remote::{
+    BreakerState, MemoryRemote, Remote, RemoteBuilder as _, RemoteCache as _, RemoteError,
+    RemoteMode, RemoteOptions, encode_value, remote_key,
 };
 
-use crate::support::{
-    builder, capture_logs, entry, key, ns, path_in, registry, scope, temp_dir, warnings_about,
-};
+use self::support::{builder, entry, key, path_in, registry, scope, temp_dir};
+use crate::{capture_logs, ns, warnings_about};
 
 fn shared(remote: &Arc<MemoryRemote>, path: &std::path::Path) -> Cache {
     builder(path)
@@ -71,7 +71,7 @@ fn a_result_recorded_on_one_machine_is_a_hit_on_the_other_after_one_miss() {
         hit.best().and_then(|c| c.stats()),
         entry(1, 7).best().and_then(|c| c.stats())
     );
-    let h = b.health().remote.expect("a remote");
+    let h = b.remote_health().expect("a remote");
     assert_eq!((h.hits, h.misses), (1, 0));
     // Kept in b's own file, with its origin.
     b.flush().expect("flush");
@@ -120,11 +120,13 @@ fn read_mode_sends_no_write() {
     let dir = temp_dir();
     let ro = builder(&path_in(&dir, "a.tcache"))
         .scope(scope("H100"))
-        .remote(Arc::clone(&remote) as Arc<dyn Remote>)
-        .remote_options(RemoteOptions {
-            mode: RemoteMode::Read,
-            ..RemoteOptions::default()
-        })
+        .remote_with(
+            Arc::clone(&remote) as Arc<dyn Remote>,
+            RemoteOptions {
+                mode: RemoteMode::Read,
+                ..RemoteOptions::default()
+            },
+        )
         .open();
     assert!(ro.lookup(ns(), &key(1, 3)).is_some(), "reads");
     ro.put(ns(), entry(1, 4));
@@ -249,7 +251,7 @@ fn crafted_values_are_misses_with_a_counter_never_a_panic() {
     for (id, _, why) in &cases {
         assert!(c.lookup(ns(), &key(1, *id)).is_none(), "{why}");
     }
-    let h = c.health().remote.expect("remote");
+    let h = c.remote_health().expect("remote");
     for (_, _, why) in &cases {
         assert!(h.rejected.get(why).is_some_and(|n| *n >= 1), "{why}: {h:?}");
     }
@@ -279,7 +281,7 @@ fn an_unreachable_server_costs_nothing_after_the_first_miss_and_warns_once() {
         spent < Duration::from_millis(50),
         "1,000 misses took {spent:?}"
     );
-    let h = c.health().remote.expect("remote");
+    let h = c.remote_health().expect("remote");
     assert!(matches!(h.breaker, BreakerState::Open { .. }), "{h:?}");
     assert!(h.skipped >= 990, "{h:?}");
     // The local cache goes on as before.
@@ -292,7 +294,7 @@ fn an_unreachable_server_costs_nothing_after_the_first_miss_and_warns_once() {
     c.publish_within(Duration::from_secs(10))
         .expect("published after recovery");
     assert_eq!(remote.keys(), vec![key_of(5)]);
-    let h = c.health().remote.expect("remote");
+    let h = c.remote_health().expect("remote");
     assert_eq!(h.breaker, BreakerState::Closed);
 }
 
@@ -309,7 +311,7 @@ fn a_full_server_pauses_publishing_but_not_reading() {
     c.put(ns(), entry(1, 4));
     let e = c.publish_within(Duration::from_secs(10)).expect_err("full");
     assert!(matches!(e, RemoteError::Full(_)), "{e}");
-    let h = c.health().remote.expect("remote");
+    let h = c.remote_health().expect("remote");
     assert!(h.full && h.pending == 1, "{h:?}");
     remote.fail_with(None);
     assert!(c.lookup(ns(), &key(1, 3)).is_some(), "reads go on");
@@ -366,4 +368,66 @@ fn both_files_converge_to_the_fold_whatever_the_order() {
         .find(|(fp, _)| *fp == key1)
         .expect("key 1");
     assert_eq!(got.1, fold.candidates());
+}
+
+/// The helpers of these tests (an application of their own, keys by writer and id).
+mod support {
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    use cache_core::cache_format::{
+        Candidate, Entry, Fields, Fingerprint, Key, Origin, Scope, Stats, Value,
+    };
+    use cache_core::cache_migrate::Migrations;
+    use cache_core::{Cache, CacheBuilder};
+
+    pub(crate) use test_support::temp_dir;
+
+    pub(crate) fn registry(schema: u32) -> Migrations {
+        Migrations::new("testapp", schema)
+    }
+
+    /// A builder for `path` with test-friendly timings and no environment.
+    pub(crate) fn builder(path: &Path) -> CacheBuilder {
+        Cache::builder(registry(1))
+            .file(path)
+            .ignore_env()
+            .save_delay(Duration::from_millis(20))
+            .lock_timeout(Duration::from_secs(10))
+            .flush_timeout(Duration::from_secs(30))
+            .refresh_interval(None)
+    }
+
+    pub(crate) fn key(writer: u64, id: u64) -> Key {
+        Key::new(Fields::from([
+            ("writer".to_owned(), Value::Int(writer as i64)),
+            ("id".to_owned(), Value::Int(id as i64)),
+        ]))
+    }
+
+    /// An entry whose winner encodes `id`.
+    pub(crate) fn entry(writer: u64, id: u64) -> Entry {
+        let params = Fields::from([("tile".to_owned(), Value::Int((id % 7) as i64))]);
+        let stats = Stats {
+            median_ns: 1000.0 + id as f64,
+            min_ns: 900.0,
+            spread_ns: 3.0,
+            samples: 9,
+        };
+        Entry::new(
+            key(writer, id),
+            Fingerprint::default(),
+            Origin::Measured(format!("writer {writer}")),
+            cache_core::cache_format::now_millis(),
+            [Candidate::measured("tiled", params, stats)],
+        )
+    }
+
+    pub(crate) fn scope(device: &str) -> Scope {
+        Scope::new(Fields::from([("device".to_owned(), Value::from(device))]))
+    }
+
+    pub(crate) fn path_in(dir: &tempfile::TempDir, name: &str) -> PathBuf {
+        dir.path().join(name)
+    }
 }

@@ -1,16 +1,17 @@
-//! Redis Cluster (the `cluster` feature): the same commands as [`crate::RedisRemote`], routed
-//! by the `redis` crate's cluster client (it follows `MOVED`/`ASK`). Every command touches one
-//! key, so nothing can fail with `CROSSSLOT`; pipelines are split per node by the client. A key
-//! listing scans every primary.
+//! Redis Cluster (the `cluster` feature): the same commands as [`crate::RedisRemote`], with
+//! the same reply policy (`reply`), routed by the `redis` crate's cluster client (it follows
+//! `MOVED`/`ASK`). Every command touches one key, so nothing can fail with `CROSSSLOT`;
+//! pipelines are split per node by the client. A key listing scans every primary.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cache_core::{Remote, RemoteError, Swap};
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
-use crate::{CAS_SCRIPT, ENV_REMOTE, POOL, classify, left, millis, redact};
+use super::reply::{self, classify, left};
+use super::{ConfigError, POOL, redact};
+use crate::store::{Remote, RemoteError, Swap};
 
 /// How long connecting to one node may take (the cluster client's connections are made with
 /// this fixed timeout, not the call's deadline).
@@ -35,7 +36,7 @@ impl std::fmt::Debug for RedisClusterRemote {
 impl RedisClusterRemote {
     /// A client for the cluster that `urls` (some of its nodes) belong to; connects on the
     /// first call. Errors never contain a password.
-    pub fn open(urls: &[&str]) -> Result<Self, String> {
+    pub fn open(urls: &[&str]) -> Result<Self, ConfigError> {
         let describe = urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",");
         // No retries of its own: a call has one deadline, and the tier's breaker decides
         // when to try again.
@@ -45,11 +46,9 @@ impl RedisClusterRemote {
             .retries(0)
             .connection_timeout(CONNECT_TIMEOUT)
             .build()
-            .map_err(|e| {
-                format!(
-                    "{ENV_REMOTE}: cannot use the cluster {describe} ({:?}): expected redis://HOST:PORT,redis://HOST:PORT,…",
-                    e.kind()
-                )
+            .map_err(|e| ConfigError::BadCluster {
+                address: describe.clone(),
+                detail: format!("{:?}", e.kind()),
             })?;
         Ok(RedisClusterRemote {
             client,
@@ -59,7 +58,7 @@ impl RedisClusterRemote {
     }
 
     fn pool(&self) -> std::sync::MutexGuard<'_, Vec<ClusterConnection>> {
-        self.pool.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock(&self.pool)
     }
 
     /// Runs `f` on a pooled (or new) cluster connection with the time left until `deadline`
@@ -106,24 +105,8 @@ impl Remote for RedisClusterRemote {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let values: Vec<Option<Vec<u8>>> = self.run(deadline, |c| {
-            let mut pipe = redis::cluster::cluster_pipe();
-            for key in keys {
-                match touch {
-                    Some(ttl) => pipe.cmd("GETEX").arg(key).arg("PX").arg(millis(ttl)),
-                    None => pipe.cmd("GET").arg(key),
-                };
-            }
-            pipe.query(c)
-        })?;
-        if values.len() != keys.len() {
-            return Err(RemoteError::Protocol(format!(
-                "{} replies to {} reads",
-                values.len(),
-                keys.len()
-            )));
-        }
-        Ok(values)
+        let replies = self.run(deadline, |c| read_each(c, keys, touch))?;
+        reply::values(replies, keys.len())
     }
 
     fn compare_and_set_many(
@@ -135,38 +118,19 @@ impl Remote for RedisClusterRemote {
         if swaps.is_empty() {
             return Ok(Vec::new());
         }
-        let ttl = ttl.map_or(0, millis);
+        let ttl = ttl.map_or(0, reply::millis);
         let done: Vec<i64> = self.run(deadline, |c| {
             let mut pipe = redis::cluster::cluster_pipe();
             for s in swaps {
-                pipe.cmd("EVAL")
-                    .arg(CAS_SCRIPT)
-                    .arg(1)
-                    .arg(s.key)
-                    .arg(if s.expected.is_some() { "1" } else { "0" })
-                    .arg(s.expected.unwrap_or_default())
-                    .arg(s.value)
-                    .arg(ttl);
+                pipe.add_command(reply::swap_command(s, ttl));
             }
             pipe.query(c)
         })?;
-        if done.len() != swaps.len() {
-            return Err(RemoteError::Protocol(format!(
-                "{} replies to {} writes",
-                done.len(),
-                swaps.len()
-            )));
-        }
-        Ok(done.into_iter().map(|d| d == 1).collect())
+        reply::swapped(done, swaps.len())
     }
 
     fn ping(&self, deadline: Instant) -> Result<(), RemoteError> {
-        let pong: String = self.run(deadline, |c| redis::cmd("PING").query(c))?;
-        if pong == "PONG" {
-            Ok(())
-        } else {
-            Err(RemoteError::Protocol(format!("PING answered {pong:?}")))
-        }
+        reply::pong(self.run(deadline, |c| redis::cmd("PING").query(c))?)
     }
 
     /// Scans every primary (from `CLUSTER NODES`) in turn.
@@ -197,16 +161,65 @@ impl Remote for RedisClusterRemote {
                         break;
                     }
                     if Instant::now() >= deadline {
-                        return Err(redis::RedisError::from(std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            "listing the keys did not finish in time",
-                        )));
+                        return Err(reply::listing_timed_out());
                     }
                 }
             }
             Ok(keys)
         })
     }
+}
+
+/// The replies to reading `keys`, one per key, as a single server's pipeline with
+/// `ignore_errors` gives them (the cluster pipeline has no such mode): when some keys fail
+/// with a server error (a value of another type), the others are read again in a second
+/// pipeline, so one foreign value costs a round trip, not the batch.
+fn read_each(
+    c: &mut ClusterConnection,
+    keys: &[String],
+    touch: Option<Duration>,
+) -> redis::RedisResult<Vec<reply::ReadReply>> {
+    let pipeline = |keys: &mut dyn Iterator<Item = &String>| {
+        let mut pipe = redis::cluster::cluster_pipe();
+        for key in keys {
+            pipe.add_command(reply::read_command(key, touch));
+        }
+        pipe
+    };
+    let first = pipeline(&mut keys.iter()).query::<Vec<Option<Vec<u8>>>>(c);
+    let failed = match first {
+        Ok(values) => return Ok(values.into_iter().map(Ok).collect()),
+        Err(e) => match e.clone().into_server_errors() {
+            Some(failed) => failed,
+            None => return Err(e),
+        },
+    };
+    let is_failed = |i: usize| failed.iter().any(|(at, _)| *at == i);
+    let mut rest = keys
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !is_failed(*i))
+        .map(|(_, k)| k);
+    let asked = keys.len() - failed.len();
+    let values = if asked > 0 {
+        pipeline(&mut rest).query::<Vec<Option<Vec<u8>>>>(c)?
+    } else {
+        Vec::new()
+    };
+    if values.len() != asked {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "short reply",
+            format!("{} replies to {asked} reads", values.len()),
+        )));
+    }
+    let mut values = values.into_iter();
+    Ok((0..keys.len())
+        .map(|i| match failed.iter().find(|(at, _)| *at == i) {
+            Some((_, e)) => Err(redis::RedisError::from(e.clone())),
+            None => Ok(values.next().flatten()),
+        })
+        .collect())
 }
 
 /// The primaries of `CLUSTER NODES` output: `id host:port@cport flags …`, flags with

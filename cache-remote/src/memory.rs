@@ -1,0 +1,195 @@
+//! [`MemoryRemote`]: an in-process [`Remote`] for tests (the `testing` feature): a map with
+//! time-to-live, a command counter, and switches to make it fail. Not a shared tier: it lives
+//! and dies with the process.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::store::{Remote, RemoteError, Swap};
+
+/// A value and when it expires.
+type Stored = (Vec<u8>, Option<Instant>);
+
+/// An in-process [`Remote`] for tests: see the module docs.
+#[derive(Debug, Default)]
+pub struct MemoryRemote {
+    name: String,
+    map: Mutex<HashMap<String, Stored>>,
+    /// Commands received (one per key of a batch).
+    pub commands: AtomicU64,
+    /// Commands that write.
+    pub writes: AtomicU64,
+    fail: Mutex<Option<RemoteError>>,
+}
+
+impl MemoryRemote {
+    /// An empty one.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty one that names itself `memory:<name>` in messages.
+    pub fn named(name: &str) -> Self {
+        MemoryRemote {
+            name: name.to_owned(),
+            ..Self::default()
+        }
+    }
+
+    /// Makes every call fail with `error` (or succeed again with `None`).
+    pub fn fail_with(&self, error: Option<RemoteError>) {
+        *self.map_lock(&self.fail) = error;
+    }
+
+    /// Sets a raw value (e.g. a crafted one).
+    pub fn insert(&self, key: &str, value: Vec<u8>) {
+        self.map_lock(&self.map)
+            .insert(key.to_owned(), (value, None));
+    }
+
+    /// The raw value of a key.
+    pub fn value(&self, key: &str) -> Option<Vec<u8>> {
+        let now = Instant::now();
+        self.map_lock(&self.map)
+            .get(key)
+            .filter(|(_, exp)| exp.is_none_or(|e| e > now))
+            .map(|(v, _)| v.clone())
+    }
+
+    /// Every live key.
+    pub fn keys(&self) -> Vec<String> {
+        let now = Instant::now();
+        let mut keys: Vec<String> = self
+            .map_lock(&self.map)
+            .iter()
+            .filter(|(_, (_, exp))| exp.is_none_or(|e| e > now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    fn map_lock<'a, T>(&self, m: &'a Mutex<T>) -> std::sync::MutexGuard<'a, T> {
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check(&self) -> Result<(), RemoteError> {
+        match &*self.map_lock(&self.fail) {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Remote for MemoryRemote {
+    fn describe(&self) -> String {
+        format!("memory:{}", self.name)
+    }
+
+    fn get_many(
+        &self,
+        keys: &[String],
+        touch: Option<Duration>,
+        _deadline: Instant,
+    ) -> Result<Vec<Option<Vec<u8>>>, RemoteError> {
+        self.check()?;
+        self.commands
+            .fetch_add(keys.len() as u64, Ordering::Relaxed);
+        if touch.is_some() {
+            self.writes.fetch_add(keys.len() as u64, Ordering::Relaxed);
+        }
+        let now = Instant::now();
+        let mut map = self.map_lock(&self.map);
+        Ok(keys
+            .iter()
+            .map(|k| {
+                let (value, exp) = map.get_mut(k)?;
+                if exp.is_some_and(|e| e <= now) {
+                    return None;
+                }
+                if let Some(ttl) = touch {
+                    *exp = Some(now + ttl);
+                }
+                Some(value.clone())
+            })
+            .collect())
+    }
+
+    fn compare_and_set_many(
+        &self,
+        swaps: &[Swap<'_>],
+        ttl: Option<Duration>,
+        _deadline: Instant,
+    ) -> Result<Vec<bool>, RemoteError> {
+        self.check()?;
+        self.commands
+            .fetch_add(swaps.len() as u64, Ordering::Relaxed);
+        self.writes.fetch_add(swaps.len() as u64, Ordering::Relaxed);
+        let now = Instant::now();
+        let mut map = self.map_lock(&self.map);
+        Ok(swaps
+            .iter()
+            .map(|s| {
+                let current = map
+                    .get(s.key)
+                    .filter(|(_, exp)| exp.is_none_or(|e| e > now))
+                    .map(|(v, _)| v.as_slice());
+                if current != s.expected {
+                    return false;
+                }
+                map.insert(s.key.to_owned(), (s.value.to_vec(), ttl.map(|t| now + t)));
+                true
+            })
+            .collect())
+    }
+
+    fn ping(&self, _deadline: Instant) -> Result<(), RemoteError> {
+        self.check()?;
+        self.commands.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn scan(&self, pattern: &str, _deadline: Instant) -> Result<Vec<String>, RemoteError> {
+        self.check()?;
+        self.commands.fetch_add(1, Ordering::Relaxed);
+        Ok(self
+            .keys()
+            .into_iter()
+            .filter(|k| glob(pattern, k))
+            .collect())
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` matches any run of bytes.
+fn glob(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !text.starts_with(first) || !text[first.len()..].ends_with(last) {
+        return false;
+    }
+    let mut rest = &text[first.len()..text.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_runs_of_bytes() {
+        assert!(glob("tc1:a:*:m:f", "tc1:a:0123:m:f"));
+        assert!(!glob("tc1:a:*:m:f", "tc1:a:0123:m:g"));
+        assert!(glob("exact", "exact") && !glob("exact", "exactly"));
+    }
+}

@@ -1,0 +1,160 @@
+//! How a cache uses its shared tier: [`RemoteOptions`], its [`RemoteMode`], and the
+//! environment variables that override them.
+
+use std::fmt;
+use std::time::Duration;
+
+/// `off`, `read` or `read-write`: what a cache does with its shared tier.
+pub const ENV_REMOTE_MODE: &str = "TUNECACHE_REMOTE_MODE";
+/// The shared tier's read budget in milliseconds.
+pub const ENV_REMOTE_TIMEOUT_MS: &str = "TUNECACHE_REMOTE_TIMEOUT_MS";
+
+/// What a cache does with its remote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RemoteMode {
+    /// Nothing.
+    Off,
+    /// Reads on a local miss; never writes (not even a time-to-live refresh).
+    Read,
+    /// Reads on a local miss and publishes what was measured here.
+    #[default]
+    ReadWrite,
+}
+
+impl std::str::FromStr for RemoteMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" | "0" | "none" => Ok(RemoteMode::Off),
+            "read" | "read-only" | "ro" => Ok(RemoteMode::Read),
+            "read-write" | "rw" | "readwrite" => Ok(RemoteMode::ReadWrite),
+            other => Err(format!(
+                "remote mode {other:?}: expected off, read or read-write"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for RemoteMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RemoteMode::Off => "off",
+            RemoteMode::Read => "read",
+            RemoteMode::ReadWrite => "read-write",
+        })
+    }
+}
+
+/// How a cache uses its remote.
+#[derive(Debug, Clone)]
+pub struct RemoteOptions {
+    /// What it does.
+    pub mode: RemoteMode,
+    /// The most one read on a miss may take, connecting included (default 50 ms).
+    pub budget: Duration,
+    /// The most one publication round may take (default 2 s); it runs in the background.
+    pub publish_budget: Duration,
+    /// How long a value lives on the server after it was last written or read (default 30
+    /// days; `None`: for ever).
+    pub ttl: Option<Duration>,
+    /// Values larger than this are neither read nor written (default 256 KiB).
+    pub max_value_bytes: usize,
+    /// A remote entry whose measured candidates have fewer samples is refused (default 1).
+    pub min_samples: u32,
+    /// How long a key the remote did not have is not asked for again (default 30 s).
+    pub negative_ttl: Duration,
+    /// How long a full server is left alone for writes (default 60 s).
+    pub full_cooldown: Duration,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions {
+            mode: RemoteMode::ReadWrite,
+            budget: Duration::from_millis(50),
+            publish_budget: Duration::from_secs(2),
+            ttl: Some(Duration::from_secs(30 * 24 * 3600)),
+            max_value_bytes: 256 << 10,
+            min_samples: 1,
+            negative_ttl: Duration::from_secs(30),
+            full_cooldown: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RemoteOptions {
+    /// These options with `TUNECACHE_REMOTE_MODE` and `TUNECACHE_REMOTE_TIMEOUT_MS` applied,
+    /// as `env` reads them; the strings are warnings about values that were ignored.
+    pub fn with_env(mut self, env: impl Fn(&str) -> Option<String>) -> (Self, Vec<String>) {
+        let mut warnings = Vec::new();
+        if let Some(v) = env(ENV_REMOTE_MODE).filter(|v| !v.trim().is_empty()) {
+            match v.parse() {
+                Ok(mode) => self.mode = mode,
+                Err(e) => warnings.push(format!("ignoring {ENV_REMOTE_MODE}: {e}")),
+            }
+        }
+        if let Some(v) = env(ENV_REMOTE_TIMEOUT_MS).filter(|v| !v.trim().is_empty()) {
+            match v.trim().parse::<u64>() {
+                Ok(ms) if (1..=60_000).contains(&ms) => {
+                    self.budget = Duration::from_millis(ms);
+                }
+                _ => warnings.push(format!(
+                    "ignoring {ENV_REMOTE_TIMEOUT_MS}={v:?}: expected milliseconds from 1 to 60000"
+                )),
+            }
+        }
+        (self, warnings)
+    }
+
+    /// [`RemoteOptions::with_env`] on the process's environment.
+    pub fn from_process_env(self) -> (Self, Vec<String>) {
+        self.with_env(|name| std::env::var(name).ok())
+    }
+
+    /// Whether this writes to the server.
+    pub fn writes(&self) -> bool {
+        self.mode == RemoteMode::ReadWrite
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_and_print() {
+        for m in [RemoteMode::Off, RemoteMode::Read, RemoteMode::ReadWrite] {
+            assert_eq!(m.to_string().parse::<RemoteMode>(), Ok(m));
+        }
+        assert!("sometimes".parse::<RemoteMode>().is_err());
+    }
+
+    #[test]
+    fn the_environment_overrides_mode_and_budget_and_bad_values_warn() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let (o, w) = RemoteOptions::default().with_env(env(&[
+            (ENV_REMOTE_MODE, "read"),
+            (ENV_REMOTE_TIMEOUT_MS, "120"),
+        ]));
+        assert_eq!(
+            (o.mode, o.budget, w.len()),
+            (RemoteMode::Read, Duration::from_millis(120), 0)
+        );
+        let (o, w) = RemoteOptions::default().with_env(env(&[
+            (ENV_REMOTE_MODE, "sometimes"),
+            (ENV_REMOTE_TIMEOUT_MS, "0"),
+        ]));
+        assert_eq!(
+            (o.mode, o.budget),
+            (RemoteMode::ReadWrite, Duration::from_millis(50))
+        );
+        assert_eq!(w.len(), 2, "{w:?}");
+    }
+}

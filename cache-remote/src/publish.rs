@@ -1,0 +1,292 @@
+//! Publishing: entries measured here, merged with what the server holds by the one merge rule
+//! ([`Entry::merge`]), through a bounded compare-and-set loop: read the current values,
+//! merge, write where nothing changed meanwhile, and redo the keys that lost a race (at most
+//! four rounds). What to do with each key in a round is decided by a pure function,
+//! [`plan_key`].
+
+use std::time::Instant;
+
+use cache_core::Namespace;
+use cache_format::{Entry, Fingerprint, Scope};
+
+use crate::health::Counters;
+use crate::policy::Policy;
+use crate::store::{RemoteError, Swap};
+use crate::value::{Expect, encode_value};
+
+/// Rounds of one publication before the keys that keep losing races are left for later.
+const ROUNDS: usize = 4;
+
+/// What a publication left to do.
+#[derive(Debug, Default)]
+pub(crate) struct PublishOutcome {
+    /// Keys not published yet (an error, a lost race every round): try again later.
+    pub(crate) left: Vec<(Namespace, Fingerprint)>,
+    /// The error that stopped it, if any.
+    pub(crate) error: Option<RemoteError>,
+    /// Entries the server now holds that have more than what was published (another
+    /// machine's measurements of the same key, joined in): for the publisher's memory and
+    /// file, so every machine's file converges to the fold.
+    pub(crate) folded: Vec<(Namespace, Entry)>,
+}
+
+/// What one key needs in a round, given this machine's entry and the (checked) entry the
+/// server holds.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum KeyPlan {
+    /// The server holds all of ours already: nothing to write. `fold` is what it holds beyond
+    /// ours, to take back.
+    Unchanged { fold: Option<Entry> },
+    /// Write `merged` (where the value read is still there). `more` says it holds more than
+    /// ours (to take back once written).
+    Write { merged: Entry, more: bool },
+}
+
+/// The decision for one key: pure.
+pub(crate) fn plan_key(mine: &Entry, stored: Option<Entry>) -> KeyPlan {
+    let Some(stored) = stored else {
+        return KeyPlan::Write {
+            merged: mine.clone(),
+            more: false,
+        };
+    };
+    let mut merged = stored.clone();
+    merged.merge(mine.clone());
+    if merged == stored {
+        let fold = (stored != *mine).then_some(stored);
+        return KeyPlan::Unchanged { fold };
+    }
+    let more = merged != *mine;
+    KeyPlan::Write { merged, more }
+}
+
+/// One key being published.
+struct Item {
+    ns: Namespace,
+    mine: Entry,
+    key: String,
+}
+
+/// A write of one round: the item's index, the value read, the new bytes, and the merged
+/// entry if it holds more than ours.
+struct Write {
+    index: usize,
+    expected: Option<Vec<u8>>,
+    bytes: Vec<u8>,
+    more: Option<Entry>,
+}
+
+impl Policy {
+    /// Publishes `entries` of `scope` within `deadline`. `force` (a caller waits for it)
+    /// probes even while the breaker is open.
+    pub(crate) fn publish(
+        &self,
+        scope: &Scope,
+        entries: Vec<(Namespace, Entry)>,
+        deadline: Instant,
+        force: bool,
+    ) -> PublishOutcome {
+        let keys = |entries: &[(Namespace, Entry)]| {
+            entries
+                .iter()
+                .map(|(ns, e)| (*ns, e.fingerprint()))
+                .collect()
+        };
+        if !self.writes() || entries.is_empty() {
+            return PublishOutcome::default();
+        }
+        if self.full() {
+            return PublishOutcome {
+                left: keys(&entries),
+                error: Some(RemoteError::Full("cooling down".to_owned())),
+                folded: Vec::new(),
+            };
+        }
+        if !force && !self.allow(self.options.budget) {
+            return PublishOutcome {
+                left: keys(&entries),
+                error: Some(RemoteError::Unreachable(
+                    "the breaker is open after an outage".to_owned(),
+                )),
+                folded: Vec::new(),
+            };
+        }
+        let mut todo: Vec<Item> = entries
+            .into_iter()
+            .map(|(ns, mine)| Item {
+                key: self.layout.key(scope, ns.name(), &mine.fingerprint()),
+                ns,
+                mine,
+            })
+            .collect();
+        let mut outcome = PublishOutcome::default();
+        for _round in 0..ROUNDS {
+            match self.round(scope, &todo, deadline, &mut outcome.folded) {
+                Ok(lost) if lost.is_empty() => return outcome,
+                Ok(lost) => {
+                    todo = todo
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(i, _)| lost.contains(i))
+                        .map(|(_, item)| item)
+                        .collect();
+                }
+                Err(e) => {
+                    outcome.error = Some(e);
+                    break;
+                }
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+        }
+        outcome.left = todo.iter().map(|i| (i.ns, i.mine.fingerprint())).collect();
+        outcome
+    }
+
+    /// One round: read, plan, compare-and-set. Returns the indices that lost a race.
+    fn round(
+        &self,
+        scope: &Scope,
+        todo: &[Item],
+        deadline: Instant,
+        folded: &mut Vec<(Namespace, Entry)>,
+    ) -> Result<Vec<usize>, RemoteError> {
+        let keys: Vec<String> = todo.iter().map(|i| i.key.clone()).collect();
+        let current = self.remote.get_many(&keys, None, deadline);
+        self.outcome(&current);
+        let scope_fp = scope.fingerprint();
+        let mut writes = Vec::new();
+        for (index, (item, value)) in todo.iter().zip(current?).enumerate() {
+            let fp = item.mine.fingerprint();
+            let expect = Expect {
+                scope: &scope_fp,
+                ns: item.ns.name(),
+                fp: &fp,
+            };
+            let stored = value
+                .as_deref()
+                .and_then(|bytes| self.check(bytes, expect))
+                .map(|(_, e)| e);
+            match plan_key(&item.mine, stored) {
+                KeyPlan::Unchanged { fold } => {
+                    Counters::bump(&self.counters.unchanged, 1);
+                    folded.extend(fold.map(|e| (item.ns, e)));
+                }
+                KeyPlan::Write { merged, more } => {
+                    let bytes = encode_value(&self.registry, scope, item.ns.name(), &merged);
+                    if bytes.len() > self.options.max_value_bytes {
+                        self.reject("oversized");
+                        continue;
+                    }
+                    writes.push(Write {
+                        index,
+                        expected: value,
+                        bytes,
+                        more: more.then_some(merged),
+                    });
+                }
+            }
+        }
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let swaps: Vec<Swap<'_>> = writes
+            .iter()
+            .map(|w| Swap {
+                key: &todo[w.index].key,
+                expected: w.expected.as_deref(),
+                value: &w.bytes,
+            })
+            .collect();
+        let done = self
+            .remote
+            .compare_and_set_many(&swaps, self.options.ttl, deadline);
+        self.outcome(&done);
+        let done = done?;
+        if done.len() != swaps.len() {
+            return Err(RemoteError::Protocol(format!(
+                "{} answers to {} compare-and-set commands",
+                done.len(),
+                swaps.len()
+            )));
+        }
+        let mut lost = Vec::new();
+        for (w, ok) in writes.into_iter().zip(done) {
+            if ok {
+                Counters::bump(&self.counters.published, 1);
+                folded.extend(w.more.map(|e| (todo[w.index].ns, e)));
+            } else {
+                Counters::bump(&self.counters.conflicts, 1);
+                lost.push(w.index);
+            }
+        }
+        Ok(lost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cache_format::{Candidate, Fields, Key, Origin, Stats, Value};
+
+    fn entry(cands: &[(&str, f64, u64)]) -> Entry {
+        let key = Key::new(Fields::from([("m".to_owned(), Value::Int(1))]));
+        let cs = cands.iter().map(|(algo, median, at)| {
+            let stats = Stats {
+                median_ns: *median,
+                min_ns: *median,
+                spread_ns: 0.0,
+                samples: 3,
+            };
+            let mut c = Candidate::measured(*algo, Fields::new(), stats);
+            c.measured_at = *at;
+            c
+        });
+        Entry::new(key, Fingerprint::default(), Origin::here(), 5, cs)
+    }
+
+    #[test]
+    fn a_key_the_server_lacks_is_written_as_it_is() {
+        let mine = entry(&[("a", 10.0, 1)]);
+        assert_eq!(
+            plan_key(&mine, None),
+            KeyPlan::Write {
+                merged: mine.clone(),
+                more: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_key_the_server_holds_in_full_is_not_written_and_its_extra_is_folded_back() {
+        let mine = entry(&[("a", 10.0, 1)]);
+        assert_eq!(
+            plan_key(&mine, Some(mine.clone())),
+            KeyPlan::Unchanged { fold: None }
+        );
+        let theirs = {
+            let mut e = entry(&[("b", 8.0, 2)]);
+            e.merge(mine.clone());
+            e
+        };
+        assert_eq!(
+            plan_key(&mine, Some(theirs.clone())),
+            KeyPlan::Unchanged { fold: Some(theirs) }
+        );
+    }
+
+    #[test]
+    fn a_key_both_measured_is_written_merged_and_taken_back() {
+        let mine = entry(&[("a", 10.0, 1)]);
+        let theirs = entry(&[("b", 8.0, 2)]);
+        let KeyPlan::Write { merged, more } = plan_key(&mine, Some(theirs.clone())) else {
+            panic!("a write")
+        };
+        assert!(more, "the merge holds another machine's candidate");
+        let mut expected = theirs;
+        expected.merge(mine);
+        assert_eq!(merged, expected);
+        assert_eq!(merged.candidates().len(), 2);
+    }
+}

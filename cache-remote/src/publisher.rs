@@ -1,0 +1,271 @@
+//! The publisher: a thread per cache that sends what was recorded here to the server, never
+//! on a caller's path. Keys are gathered for the cache's save delay, published within the
+//! publish budget, and on failure kept for when the breaker lets calls out again; at shutdown
+//! it makes one last bounded attempt. A thread of its own rather than a step of the saver: a
+//! frozen server must not hold up the local file.
+//!
+//! When the next round is due is a pure function of the queue's state ([`next`]).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use cache_core::Namespace;
+use cache_format::{Entry, Fingerprint};
+
+use crate::store::RemoteError;
+use crate::tier::CacheTier;
+
+/// The publisher's queue.
+#[derive(Debug, Default)]
+pub(crate) struct Queue {
+    /// Keys recorded here and not yet on the server.
+    pending: HashSet<(Namespace, Fingerprint)>,
+    /// Since when the oldest pending key waits.
+    since: Option<Instant>,
+    /// Waits for everything queued so far (`publish_within`), and how many were served.
+    requested: u64,
+    served: u64,
+    last_error: Option<RemoteError>,
+    running: bool,
+    shutdown: bool,
+    /// The last attempt at shutdown was made.
+    final_round: bool,
+}
+
+/// What the publisher does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Publish now (`force`: someone waits for it, so probe even while the breaker is open).
+    Publish { force: bool },
+    /// Sleep until then, or until woken.
+    Sleep(Instant),
+    /// Nothing queued: sleep until woken.
+    Idle,
+    /// Shut down.
+    Stop,
+}
+
+/// The decision: from the queue, the time, the save delay and when the breaker lets the
+/// next call out.
+pub(crate) fn next(q: &Queue, now: Instant, delay: Duration, retry_at: Option<Instant>) -> Next {
+    if q.shutdown && (q.pending.is_empty() || q.final_round) {
+        return Next::Stop;
+    }
+    let wanted = q.requested > q.served;
+    let Some(since) = q.since else {
+        return Next::Idle;
+    };
+    let urgent = wanted || q.shutdown;
+    let gathered = if urgent { now } else { since + delay };
+    let due = match retry_at.filter(|_| !urgent) {
+        Some(r) => r.max(gathered),
+        None => gathered,
+    };
+    if due <= now {
+        Next::Publish { force: wanted }
+    } else {
+        Next::Sleep(due)
+    }
+}
+
+/// The queue and its condition variable.
+#[derive(Debug, Default)]
+pub(crate) struct Publisher {
+    queue: Mutex<Queue>,
+    cv: Condvar,
+}
+
+impl Publisher {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        crate::lock(&self.queue)
+    }
+
+    fn wait<'a>(&self, q: MutexGuard<'a, Queue>, until: Option<Instant>) -> MutexGuard<'a, Queue> {
+        match until {
+            Some(at) => {
+                let left = at.saturating_duration_since(Instant::now());
+                self.cv
+                    .wait_timeout(q, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+            None => self.cv.wait(q).unwrap_or_else(|e| e.into_inner()),
+        }
+    }
+
+    /// Marks the thread as started (before it is spawned, so a wait never misses it).
+    pub(crate) fn set_running(&self, running: bool) {
+        self.lock().running = running;
+        self.cv.notify_all();
+    }
+
+    /// Queues keys recorded here.
+    pub(crate) fn queue(&self, keys: &[(Namespace, Fingerprint)]) {
+        let mut q = self.lock();
+        let before = q.pending.len();
+        q.pending.extend(keys.iter().copied());
+        if q.pending.len() > before && q.since.is_none() {
+            q.since = Some(Instant::now());
+            self.cv.notify_all();
+        }
+    }
+
+    /// Keys waiting.
+    pub(crate) fn pending(&self) -> usize {
+        self.lock().pending.len()
+    }
+
+    /// Waits at most `timeout` until everything queued so far was published (or a round
+    /// failed); returns the error of the last round, if it failed.
+    pub(crate) fn publish_within(&self, timeout: Duration) -> Result<(), RemoteError> {
+        let deadline = Instant::now() + timeout;
+        let mut q = self.lock();
+        if !q.running || q.pending.is_empty() {
+            return Ok(());
+        }
+        q.requested += 1;
+        let request = q.requested;
+        self.cv.notify_all();
+        while q.served < request {
+            if Instant::now() >= deadline || !q.running {
+                return Err(RemoteError::Timeout(format!(
+                    "{} entries not published after {timeout:?}",
+                    q.pending.len()
+                )));
+            }
+            q = self.wait(q, Some(deadline));
+        }
+        match &q.last_error {
+            Some(e) if !q.pending.is_empty() => Err(e.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Asks the thread to make its last round and stop; waits at most `wait` for it.
+    /// Returns whether it stopped.
+    pub(crate) fn stop(&self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        let mut q = self.lock();
+        q.shutdown = true;
+        self.cv.notify_all();
+        while q.running {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            q = self.wait(q, Some(deadline));
+        }
+        true
+    }
+}
+
+/// The publisher thread of `tier`.
+pub(crate) fn run(tier: Arc<CacheTier>, delay: Duration) {
+    let publisher = tier.publisher();
+    loop {
+        let mut q = publisher.lock();
+        let force = match next(&q, Instant::now(), delay, tier.policy().retry_at()) {
+            Next::Stop => {
+                q.running = false;
+                q.served = q.requested;
+                publisher.cv.notify_all();
+                return;
+            }
+            Next::Idle => {
+                q.served = q.requested;
+                publisher.cv.notify_all();
+                drop(publisher.wait(q, None));
+                continue;
+            }
+            Next::Sleep(at) => {
+                drop(publisher.wait(q, Some(at)));
+                continue;
+            }
+            Next::Publish { force } => force,
+        };
+        let serving = q.requested;
+        q.final_round = q.shutdown;
+        let keys: Vec<(Namespace, Fingerprint)> = q.pending.drain().collect();
+        q.since = None;
+        drop(q);
+        let entries: Vec<(Namespace, Entry)> = keys
+            .iter()
+            .filter_map(|(ns, fp)| tier.link().get(*ns, fp).map(|e| (*ns, Entry::clone(&e))))
+            .collect();
+        let outcome = tier.publish(entries, force);
+        if !outcome.folded.is_empty() {
+            tier.link().absorb(outcome.folded);
+        }
+        let mut q = publisher.lock();
+        if !outcome.left.is_empty() {
+            q.pending.extend(outcome.left);
+            q.since.get_or_insert_with(Instant::now);
+        }
+        q.last_error = outcome.error;
+        q.served = q.served.max(serving);
+        publisher.cv.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DELAY: Duration = Duration::from_millis(250);
+
+    fn queued(since: Instant) -> Queue {
+        let mut q = Queue::default();
+        q.pending.insert((
+            Namespace::new("matmul").expect("valid"),
+            Fingerprint([1; 16]),
+        ));
+        q.since = Some(since);
+        q
+    }
+
+    #[test]
+    fn an_empty_queue_idles_and_a_shutdown_with_nothing_left_stops() {
+        let now = Instant::now();
+        let mut q = Queue::default();
+        assert_eq!(next(&q, now, DELAY, None), Next::Idle);
+        q.shutdown = true;
+        assert_eq!(next(&q, now, DELAY, None), Next::Stop);
+    }
+
+    #[test]
+    fn keys_are_gathered_for_the_save_delay() {
+        let t0 = Instant::now();
+        let q = queued(t0);
+        assert_eq!(next(&q, t0, DELAY, None), Next::Sleep(t0 + DELAY));
+        assert_eq!(
+            next(&q, t0 + DELAY, DELAY, None),
+            Next::Publish { force: false }
+        );
+    }
+
+    #[test]
+    fn an_open_breaker_delays_a_round_unless_someone_waits_or_it_shuts_down() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(2);
+        let mut q = queued(t0);
+        assert_eq!(next(&q, t0 + DELAY, DELAY, Some(later)), Next::Sleep(later));
+        q.requested = 1;
+        assert_eq!(
+            next(&q, t0, DELAY, Some(later)),
+            Next::Publish { force: true },
+            "a waiting caller probes at once"
+        );
+        q.requested = 0;
+        q.shutdown = true;
+        assert_eq!(
+            next(&q, t0, DELAY, Some(later)),
+            Next::Publish { force: false }
+        );
+        q.final_round = true;
+        assert_eq!(
+            next(&q, t0, DELAY, Some(later)),
+            Next::Stop,
+            "one last round only"
+        );
+    }
+}

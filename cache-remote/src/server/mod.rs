@@ -1,0 +1,195 @@
+//! The shared tier on Redis: [`RedisRemote`] (one server), [`RedisClusterRemote`] (the
+//! `cluster` feature), chosen from an address by [`connect`] or `TUNECACHE_REMOTE` by
+//! [`from_env`]. Both use the `redis` crate's synchronous client and the same commands and
+//! reply policy (`reply`).
+//!
+//! Every call is bounded by its deadline, connecting included: the connection is made with
+//! the remaining time as its timeout, the library-name handshake (`CLIENT SETINFO`, a second
+//! round trip that could cost a second timeout) is skipped, and each command gets the
+//! remaining time as its socket read and write timeout. Connections are pooled; one that
+//! failed is dropped, never reused (a timed-out reply could still arrive on it).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[cfg(feature = "cluster")]
+mod cluster;
+mod reply;
+mod single;
+
+#[cfg(feature = "cluster")]
+pub use cluster::RedisClusterRemote;
+pub use single::RedisRemote;
+
+use crate::store::Remote;
+
+/// The environment variable that names the server: `redis://[user:password@]host:port/db`,
+/// `rediss://…` (TLS, with the `tls` feature), `redis+unix:///path/to/socket`, or some nodes
+/// of a Redis Cluster separated by commas (the `cluster` feature).
+pub const ENV_REMOTE: &str = "TUNECACHE_REMOTE";
+
+/// A PEM file of the certificate authorities to trust for `rediss://` (instead of the
+/// system's), e.g. a private CA.
+pub const ENV_REMOTE_CA: &str = "TUNECACHE_REMOTE_CA";
+
+/// Connections kept for reuse.
+const POOL: usize = 8;
+
+/// Why a shared tier's address cannot be used. No message holds a password.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The address does not parse as a Redis address.
+    #[error(
+        "{ENV_REMOTE}: cannot use {address} ({detail}): expected redis://[USER:PASSWORD@]HOST:PORT/DB, rediss://… (TLS) or redis+unix:///PATH"
+    )]
+    BadAddress {
+        /// The address, its password left out.
+        address: String,
+        /// What the client said.
+        detail: String,
+    },
+    /// A list of cluster nodes that does not make a cluster client.
+    #[error(
+        "{ENV_REMOTE}: cannot use the cluster {address} ({detail}): expected redis://HOST:PORT,redis://HOST:PORT,…"
+    )]
+    BadCluster {
+        /// The nodes, their passwords left out.
+        address: String,
+        /// What the client said.
+        detail: String,
+    },
+    /// `rediss://` in a build without TLS.
+    #[error(
+        "{ENV_REMOTE}: {address} needs TLS, and this build has none (cache-remote's `tls` feature)"
+    )]
+    NoTls {
+        /// The address, its password left out.
+        address: String,
+    },
+    /// Several nodes in a build without cluster support.
+    #[error(
+        "{ENV_REMOTE}: {address} lists several nodes (a Redis Cluster), and this build has no cluster support (cache-remote's `cluster` feature)"
+    )]
+    NoCluster {
+        /// The nodes, their passwords left out.
+        address: String,
+    },
+    /// The certificate authorities' file cannot be read.
+    #[error("{ENV_REMOTE_CA}: cannot read {}: {source}", path.display())]
+    CaUnreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TLS client cannot be built (a PEM file with no certificate, say).
+    #[error("{ENV_REMOTE}: cannot use {address} over TLS: {detail}")]
+    Tls {
+        /// The address, its password left out.
+        address: String,
+        /// What the client said.
+        detail: String,
+    },
+}
+
+/// The address without its password: `redis://user:***@host:6379/0`, and `pass=***` in a
+/// query string.
+pub fn redact(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (s, r),
+        None => return "(not a URL)".to_owned(),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => format!("***@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    let path = match path.split_once('?') {
+        Some((p, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _))
+                        if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") =>
+                    {
+                        format!("{k}=***")
+                    }
+                    _ => kv.to_owned(),
+                })
+                .collect();
+            format!("{p}?{}", query.join("&"))
+        }
+        None => path.to_owned(),
+    };
+    format!("{scheme}://{authority}{path}")
+}
+
+/// The shared store at `address`: one server (`redis://…`, `rediss://…`,
+/// `redis+unix://…`), or a Redis Cluster given as some of its nodes separated by commas
+/// (the `cluster` feature).
+pub fn connect(address: &str) -> Result<Arc<dyn Remote>, ConfigError> {
+    let nodes: Vec<&str> = address
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    if nodes.len() > 1 {
+        return cluster(&nodes);
+    }
+    Ok(Arc::new(RedisRemote::open(address.trim())?))
+}
+
+#[cfg(feature = "cluster")]
+fn cluster(nodes: &[&str]) -> Result<Arc<dyn Remote>, ConfigError> {
+    Ok(Arc::new(RedisClusterRemote::open(nodes)?))
+}
+
+#[cfg(not(feature = "cluster"))]
+fn cluster(nodes: &[&str]) -> Result<Arc<dyn Remote>, ConfigError> {
+    let address = nodes
+        .iter()
+        .map(|u| redact(u))
+        .collect::<Vec<_>>()
+        .join(",");
+    Err(ConfigError::NoCluster { address })
+}
+
+/// The shared store named by `TUNECACHE_REMOTE` (see [`connect`]), if it is set and not
+/// empty.
+pub fn from_env() -> Result<Option<Arc<dyn Remote>>, ConfigError> {
+    match std::env::var(ENV_REMOTE) {
+        Ok(address) if !address.trim().is_empty() => connect(&address).map(Some),
+        _ => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_never_shown() {
+        assert_eq!(
+            redact("redis://alice:s3cret@db.internal:6379/2"),
+            "redis://alice:***@db.internal:6379/2"
+        );
+        assert_eq!(redact("redis://:s3cret@h/0"), "redis://:***@h/0");
+        assert_eq!(redact("rediss://s3cret@h"), "rediss://***@h");
+        assert_eq!(
+            redact("redis+unix:///run/redis.sock?db=1&pass=s3cret"),
+            "redis+unix:///run/redis.sock?db=1&pass=***"
+        );
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        let e = RedisRemote::open("redis://alice:s3cret@[::1").expect_err("bad address");
+        assert!(matches!(e, ConfigError::BadAddress { .. }), "{e:?}");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        let ok = RedisRemote::open("redis://alice:s3cret@127.0.0.1:1/0").expect("parses");
+        assert!(!format!("{ok:?} {}", ok.describe()).contains("s3cret"));
+    }
+}

@@ -1,0 +1,224 @@
+//! One Redis server as a [`Remote`].
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use redis::IntoConnectionInfo;
+
+use super::reply::{self, classify, left};
+use super::{ConfigError, ENV_REMOTE_CA, POOL, redact};
+use crate::store::{Remote, RemoteError, Swap};
+
+/// A Redis server as a [`Remote`].
+pub struct RedisRemote {
+    client: redis::Client,
+    describe: String,
+    pool: Mutex<Vec<redis::Connection>>,
+}
+
+impl std::fmt::Debug for RedisRemote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisRemote")
+            .field("server", &self.describe)
+            .finish()
+    }
+}
+
+impl RedisRemote {
+    /// A client for the server at `url`; checks the address but does not connect (the first
+    /// call does, within its deadline). The error never contains the password.
+    pub fn open(url: &str) -> Result<Self, ConfigError> {
+        let describe = redact(url);
+        let tls = url
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("rediss://");
+        if tls && !cfg!(feature = "tls") {
+            return Err(ConfigError::NoTls { address: describe });
+        }
+        let info = url
+            .into_connection_info()
+            .map_err(|e| ConfigError::BadAddress {
+                address: describe.clone(),
+                detail: format!("{:?}", e.kind()),
+            })?;
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let info = info.set_redis_settings(settings);
+        let client = if tls {
+            tls_client(info, &describe)?
+        } else {
+            redis::Client::open(info).map_err(|e| ConfigError::BadAddress {
+                address: describe.clone(),
+                detail: format!("{:?}", e.kind()),
+            })?
+        };
+        Ok(RedisRemote {
+            client,
+            describe,
+            pool: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, Vec<redis::Connection>> {
+        crate::lock(&self.pool)
+    }
+
+    /// Runs `f` on a pooled (or new) connection with the time left until `deadline` as its
+    /// socket timeouts. A pooled connection that turns out dead (the server restarted since)
+    /// is dropped with the rest of the pool, and `f` runs once more on a fresh one: every
+    /// command sent here is safe to repeat (reads, and a compare-and-set that fails if the
+    /// first attempt did land).
+    fn run<T>(
+        &self,
+        deadline: Instant,
+        mut f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, RemoteError> {
+        let pooled = self.pool().pop();
+        if let Some(conn) = pooled {
+            match self.run_on(conn, deadline, &mut f) {
+                Err(RemoteError::Unreachable(_)) => self.pool().clear(),
+                other => return other,
+            }
+        }
+        let conn = self
+            .client
+            .get_connection_with_timeout(left(deadline, "connect")?)
+            .map_err(|e| classify(&e))?;
+        self.run_on(conn, deadline, &mut f)
+    }
+
+    fn run_on<T>(
+        &self,
+        mut conn: redis::Connection,
+        deadline: Instant,
+        f: &mut impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, RemoteError> {
+        let time = left(deadline, "send the command")?;
+        conn.set_read_timeout(Some(time))
+            .and_then(|()| conn.set_write_timeout(Some(time)))
+            .map_err(|e| classify(&e))?;
+        let result = f(&mut conn).map_err(|e| classify(&e));
+        if result.is_ok() {
+            let mut pool = self.pool();
+            if pool.len() < POOL {
+                pool.push(conn);
+            }
+        }
+        result
+    }
+
+    /// Runs `INFO section` and returns its text (for `tunecache remote stats`).
+    pub fn info(&self, section: &str, deadline: Instant) -> Result<String, RemoteError> {
+        self.run(deadline, |c| redis::cmd("INFO").arg(section).query(c))
+    }
+}
+
+impl Remote for RedisRemote {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn get_many(
+        &self,
+        keys: &[String],
+        touch: Option<Duration>,
+        deadline: Instant,
+    ) -> Result<Vec<Option<Vec<u8>>>, RemoteError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let replies: Vec<reply::ReadReply> = self.run(deadline, |c| {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for key in keys {
+                pipe.add_command(reply::read_command(key, touch));
+            }
+            pipe.query(c)
+        })?;
+        reply::values(replies, keys.len())
+    }
+
+    fn compare_and_set_many(
+        &self,
+        swaps: &[Swap<'_>],
+        ttl: Option<Duration>,
+        deadline: Instant,
+    ) -> Result<Vec<bool>, RemoteError> {
+        if swaps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ttl = ttl.map_or(0, reply::millis);
+        let done: Vec<i64> = self.run(deadline, |c| {
+            let mut pipe = redis::pipe();
+            for s in swaps {
+                pipe.add_command(reply::swap_command(s, ttl));
+            }
+            pipe.query(c)
+        })?;
+        reply::swapped(done, swaps.len())
+    }
+
+    fn scan(&self, pattern: &str, deadline: Instant) -> Result<Vec<String>, RemoteError> {
+        self.run(deadline, |c| {
+            let mut cursor: u64 = 0;
+            let mut keys = Vec::new();
+            loop {
+                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query(c)?;
+                keys.extend(batch);
+                cursor = next;
+                if cursor == 0 {
+                    return Ok(keys);
+                }
+                if Instant::now() >= deadline {
+                    return Err(reply::listing_timed_out());
+                }
+            }
+        })
+    }
+
+    fn ping(&self, deadline: Instant) -> Result<(), RemoteError> {
+        reply::pong(self.run(deadline, |c| redis::cmd("PING").query(c))?)
+    }
+}
+
+/// A client for `rediss://`: rustls with the ring provider, trusting the system's
+/// certificate authorities or those of the PEM file `TUNECACHE_REMOTE_CA`.
+#[cfg(feature = "tls")]
+fn tls_client(info: redis::ConnectionInfo, describe: &str) -> Result<redis::Client, ConfigError> {
+    // The process-wide provider, if the program has not chosen one (then its choice stands).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let root_cert = match std::env::var_os(ENV_REMOTE_CA) {
+        Some(path) => Some(
+            std::fs::read(&path).map_err(|source| ConfigError::CaUnreadable {
+                path: path.into(),
+                source,
+            })?,
+        ),
+        None => None,
+    };
+    redis::Client::build_with_tls(
+        info,
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert,
+        },
+    )
+    .map_err(|e| ConfigError::Tls {
+        address: describe.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(_: redis::ConnectionInfo, describe: &str) -> Result<redis::Client, ConfigError> {
+    let _ = ENV_REMOTE_CA;
+    Err(ConfigError::NoTls {
+        address: describe.to_owned(),
+    })
+}

@@ -1,0 +1,173 @@
+//! The shared tier for tools that use it without a [`cache_core::Cache`] (the CLI's `get`,
+//! `put`, `import` and `remote`): the same key layout, checks, breaker and counters.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cache_core::Namespace;
+use cache_format::{CacheData, Entry, Fingerprint, Limits, Origin, Scope};
+use cache_migrate::Migrations;
+
+use crate::health::{Counters, RemoteHealth};
+use crate::options::RemoteOptions;
+use crate::policy::Policy;
+use crate::store::{Remote, RemoteError};
+
+/// What a publication by [`SharedTier::publish`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Published {
+    /// Entries written (new, or merged with what the server held).
+    pub written: u64,
+    /// Entries the server already held in full.
+    pub unchanged: u64,
+    /// Entries refused before writing (too large, a namespace no cache accepts).
+    pub refused: u64,
+    /// Entries that came from a shared tier (origin `remote`): not published again, so a
+    /// pull followed by a push changes nothing on the server.
+    pub from_remote: u64,
+    /// Entries not published: lost races every round, or the round stopped on an error.
+    pub left: usize,
+}
+
+/// What [`SharedTier::pull`] read.
+#[derive(Debug, Clone, Default)]
+pub struct Pulled {
+    /// The entries that passed every check, with origin `remote`.
+    pub data: CacheData,
+    /// Keys of this application and schema found on the server.
+    pub keys: usize,
+    /// Values refused, by reason.
+    pub rejected: BTreeMap<&'static str, u64>,
+}
+
+/// The shared tier of one application and schema, without a cache.
+#[derive(Debug)]
+pub struct SharedTier {
+    policy: Policy,
+}
+
+impl SharedTier {
+    /// The tier of `registry`'s application and current schema on `remote`.
+    pub fn new(remote: Arc<dyn Remote>, options: RemoteOptions, registry: Migrations) -> Self {
+        SharedTier {
+            policy: Policy::new(remote, options, Arc::new(registry), Limits::default()),
+        }
+    }
+
+    /// Where it is (no password).
+    pub fn describe(&self) -> &str {
+        &self.policy.describe
+    }
+
+    /// One round trip within `timeout`; returns how long it took.
+    pub fn ping(&self, timeout: Duration) -> Result<Duration, RemoteError> {
+        let started = Instant::now();
+        let result = self.policy.remote.ping(started + timeout);
+        self.policy.outcome(&result);
+        result.map(|()| started.elapsed())
+    }
+
+    /// The entries stored for key `fp` of namespace `ns`: in `scope`, or in every scope the
+    /// server holds (a key listing). Values that fail a check are left out and counted.
+    pub fn find(
+        &self,
+        ns: &str,
+        fp: &Fingerprint,
+        scope: Option<&Scope>,
+        timeout: Duration,
+    ) -> Result<Vec<(Scope, Entry)>, RemoteError> {
+        let deadline = Instant::now() + timeout;
+        let keys = match scope {
+            Some(scope) => vec![self.policy.layout.key(scope, ns, fp)],
+            None => self
+                .policy
+                .scan(&self.policy.layout.key_pattern(ns, fp), deadline)?,
+        };
+        Ok(self
+            .policy
+            .read_keys(&keys, deadline)?
+            .into_iter()
+            .map(|(scope, _, entry)| (scope, entry))
+            .collect())
+    }
+
+    /// Every entry of this application and schema on the server, checked (a key listing,
+    /// then reads of up to 500 keys per round trip, all within `timeout`).
+    pub fn pull(&self, timeout: Duration) -> Result<Pulled, RemoteError> {
+        let deadline = Instant::now() + timeout;
+        let keys = self.all_keys(deadline)?;
+        let before = self.policy.counters.rejected();
+        let mut data = CacheData::new();
+        for (scope, ns, entry) in self.policy.read_keys(&keys, deadline)? {
+            data.insert(&scope, &ns, entry);
+        }
+        let mut rejected = self.policy.counters.rejected();
+        for (why, n) in before {
+            if let Some(now) = rejected.get_mut(why) {
+                *now -= n;
+            }
+        }
+        rejected.retain(|_, n| *n > 0);
+        Ok(Pulled {
+            data,
+            keys: keys.len(),
+            rejected,
+        })
+    }
+
+    /// How many keys of this application and schema the server holds.
+    pub fn count(&self, timeout: Duration) -> Result<usize, RemoteError> {
+        self.all_keys(Instant::now() + timeout).map(|k| k.len())
+    }
+
+    fn all_keys(&self, deadline: Instant) -> Result<Vec<String>, RemoteError> {
+        let pattern = format!("{}*", self.policy.layout.prefix());
+        self.policy.scan(&pattern, deadline)
+    }
+
+    /// Publishes every entry of `data` (any scope), merged with what the server holds, within
+    /// `timeout`.
+    pub fn publish(&self, data: &CacheData, timeout: Duration) -> Result<Published, RemoteError> {
+        let deadline = Instant::now() + timeout;
+        let counters = &self.policy.counters;
+        let before = (
+            Counters::get(&counters.published),
+            Counters::get(&counters.unchanged),
+        );
+        let mut report = Published::default();
+        let mut error = None;
+        for (scope, scope_data) in data.scopes() {
+            let mut entries = Vec::new();
+            for (ns, by_fp) in scope_data.namespaces() {
+                let Ok(ns) = Namespace::new(ns) else {
+                    report.refused += by_fp.len() as u64;
+                    continue;
+                };
+                for e in by_fp.values() {
+                    if let Origin::Remote(_) = e.origin() {
+                        report.from_remote += 1;
+                    } else {
+                        entries.push((ns, e.clone()));
+                    }
+                }
+            }
+            let outcome = self.policy.publish(scope, entries, deadline, true);
+            report.left += outcome.left.len();
+            if let Some(e) = outcome.error {
+                error = Some(e);
+            }
+        }
+        report.written = Counters::get(&counters.published) - before.0;
+        report.unchanged = Counters::get(&counters.unchanged) - before.1;
+        match error {
+            Some(e) if report.written + report.unchanged == 0 => Err(e),
+            _ => Ok(report),
+        }
+    }
+
+    /// The counters so far.
+    pub fn health(&self) -> RemoteHealth {
+        self.policy.health(0)
+    }
+}

@@ -1,0 +1,83 @@
+//! The byte store a shared tier sits on: [`Remote`], one compare-and-set ([`Swap`]), and how
+//! a call failed ([`RemoteError`]).
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// A shared store of byte values under string keys. Implementations must return (with
+/// [`RemoteError::Timeout`] if need be) by the deadline, connecting included, and must not
+/// panic on any reply.
+pub trait Remote: Send + Sync + fmt::Debug {
+    /// Where it is, for messages: never a password.
+    fn describe(&self) -> String;
+
+    /// The values of `keys`, in order, in one round trip. With `touch`, each key found gets
+    /// that time to live from now (a write: only in read-write mode).
+    fn get_many(
+        &self,
+        keys: &[String],
+        touch: Option<Duration>,
+        deadline: Instant,
+    ) -> Result<Vec<Option<Vec<u8>>>, RemoteError>;
+
+    /// For each swap, in one round trip: sets `value` (with `ttl`, if any) if the key still
+    /// holds `expected` (`None`: the key is absent), atomically per key. Returns, per swap,
+    /// whether it was set.
+    fn compare_and_set_many(
+        &self,
+        swaps: &[Swap<'_>],
+        ttl: Option<Duration>,
+        deadline: Instant,
+    ) -> Result<Vec<bool>, RemoteError>;
+
+    /// One round trip that changes nothing, to check the connection.
+    fn ping(&self, deadline: Instant) -> Result<(), RemoteError>;
+
+    /// The keys matching `pattern` (a glob where only `*` is special), for tools that pull or
+    /// count (`tunecache remote`); never on a cache's path. A backend that cannot list keys
+    /// refuses.
+    fn scan(&self, pattern: &str, deadline: Instant) -> Result<Vec<String>, RemoteError> {
+        let _ = (pattern, deadline);
+        Err(RemoteError::Refused(
+            "this shared store cannot list its keys".to_owned(),
+        ))
+    }
+}
+
+/// One compare-and-set of [`Remote::compare_and_set_many`].
+#[derive(Debug, Clone, Copy)]
+pub struct Swap<'a> {
+    /// The key.
+    pub key: &'a str,
+    /// The value it must hold for the swap to happen (`None`: it must be absent).
+    pub expected: Option<&'a [u8]>,
+    /// The new value.
+    pub value: &'a [u8],
+}
+
+/// Why a call to the shared store failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RemoteError {
+    /// The deadline passed (a server that accepts but does not answer, a slow network).
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// No connection could be made or it broke.
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// The server refuses writes because its memory is full.
+    #[error("server full: {0}")]
+    Full(String),
+    /// The server refused the command (permissions, a read-only replica, a bad script).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// A reply that does not fit the request.
+    #[error("unexpected reply: {0}")]
+    Protocol(String),
+}
+
+impl RemoteError {
+    /// Whether this is an outage (the breaker opens) rather than a refusal.
+    pub fn is_outage(&self) -> bool {
+        matches!(self, RemoteError::Timeout(_) | RemoteError::Unreachable(_))
+    }
+}
