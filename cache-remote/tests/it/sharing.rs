@@ -225,3 +225,68 @@ fn a_unix_socket_serves_as_well() {
     let hit = b.lookup(ns(), &key(1)).expect("read through the socket");
     assert_eq!(hit.origin().kind(), "remote");
 }
+
+/// Both backends read a batch the same way: a value of another type at one key (someone
+/// else's list) reads as an empty value, which the checks refuse, and fails neither the good
+/// key beside it nor the batch.
+fn a_foreign_value_spoils_only_its_own_key(
+    remote: &dyn cache_remote::Remote,
+    put_list: impl Fn(&str),
+) {
+    use std::time::Instant;
+    let (good, list) = (remote_key(21), remote_key(22));
+    let value = encode_value(&registry(), &scope(), "matmul", &entry(21, "t", 1.0));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let swap = cache_remote::Swap {
+        key: &good,
+        expected: None,
+        value: &value,
+    };
+    assert_eq!(
+        remote.compare_and_set_many(&[swap], None, deadline),
+        Ok(vec![true])
+    );
+    put_list(&list);
+    let keys = [list.clone(), good.clone(), remote_key(23)];
+    for touch in [None, Some(Duration::from_secs(60))] {
+        let got = remote
+            .get_many(&keys, touch, deadline)
+            .expect("the batch is read");
+        assert_eq!(
+            got,
+            vec![Some(Vec::new()), Some(value.clone()), None],
+            "{touch:?}"
+        );
+    }
+}
+
+#[test]
+fn a_single_server_reads_around_a_foreign_value() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let remote = cache_remote::RedisRemote::open(&server.url()).expect("address");
+    a_foreign_value_spoils_only_its_own_key(&remote, |key| {
+        server.cmd(&["RPUSH", key, "x"]);
+    });
+}
+
+#[cfg(feature = "cluster")]
+#[test]
+fn a_cluster_reads_around_a_foreign_value_as_a_single_server_does() {
+    let Some(cluster) = test_support::redis_server::Cluster::start() else {
+        return;
+    };
+    let nodes: Vec<String> = cluster.nodes.iter().map(|n| n.url()).collect();
+    let urls: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    let remote = cache_remote::RedisClusterRemote::open(&urls).expect("addresses");
+    let client = redis::cluster::ClusterClient::new(urls.clone()).expect("client");
+    a_foreign_value_spoils_only_its_own_key(&remote, |key| {
+        let mut conn = client.get_connection().expect("connection");
+        let _: i64 = redis::cmd("RPUSH")
+            .arg(key)
+            .arg("x")
+            .query(&mut conn)
+            .expect("RPUSH");
+    });
+}
