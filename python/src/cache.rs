@@ -10,7 +10,7 @@ use cache_core::cache_format::{
     Stats, now_millis,
 };
 use cache_core::cache_migrate::Migrations;
-use cache_core::{Cache, Claim, ClaimGuard, Mode, Namespace, Store};
+use cache_core::{Cache, Claim, ClaimGuard, MemoryLookup, Mode, Namespace, Store};
 use cache_remote::{RemoteBuilder as _, RemoteCache as _};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -178,13 +178,19 @@ impl PyCache {
         self.cache.load().is_none()
     }
 
-    /// The entry for `key` in `namespace`, or None.
-    fn get(&self, namespace: &str, key: &Bound<'_, PyAny>) -> PyResult<Option<PyEntry>> {
+    /// The entry for `key` in `namespace`, or None. A hit in memory keeps the GIL; a lookup
+    /// that may read (an entry still in the file, the shared tier on a miss) releases it.
+    fn get(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        key: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<PyEntry>> {
         let fields = to_fields(key, "key")?;
         let ns = self::namespace(namespace)?;
         let fp = Fingerprint::of_key(&fields);
         let cache = self.get_cache()?;
-        Ok(cache.get(ns, &fp).map(|entry| PyEntry { entry }))
+        Ok(lookup(py, &cache, ns, &fp).map(|entry| PyEntry { entry }))
     }
 
     /// Records one candidate's measurement (or failure) for `key`, merged with what the entry
@@ -238,7 +244,7 @@ impl PyCache {
         let cache = self.get_cache()?;
         let set = match candidates {
             Some(c) if !c.is_none() => candidate_set(c)?,
-            _ => cache.get(ns, &fp).map_or_else(
+            _ => lookup(py, &cache, ns, &fp).map_or_else(
                 || {
                     Fingerprint::of_candidate_set(
                         [(candidate.id.algorithm.as_str(), &candidate.id.params)],
@@ -252,18 +258,18 @@ impl PyCache {
         py.detach(|| cache.try_put(ns, entry))
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         self.generation.fetch_add(1, Ordering::Relaxed);
-        let entry = cache
-            .get(ns, &fp)
+        let entry = lookup(py, &cache, ns, &fp)
             .ok_or_else(|| CacheError::new_err("the entry just recorded is not in memory"))?;
         Ok(PyEntry { entry })
     }
 
     /// Every entry of this cache's scope, optionally of one namespace only.
     #[pyo3(signature = (namespace=None))]
-    fn entries(&self, namespace: Option<&str>) -> PyResult<Vec<(String, PyEntry)>> {
+    fn entries(&self, py: Python<'_>, namespace: Option<&str>) -> PyResult<Vec<(String, PyEntry)>> {
         let cache = self.get_cache()?;
-        let mut out: Vec<(String, PyEntry)> = cache
-            .entries()
+        // Entries still kept in the file are read: without the GIL.
+        let all = py.detach(|| cache.entries());
+        let mut out: Vec<(String, PyEntry)> = all
             .into_iter()
             .filter(|(ns, _)| namespace.is_none_or(|n| ns.name() == n))
             .map(|(ns, entry)| (ns.name().to_owned(), PyEntry { entry }))
@@ -505,6 +511,17 @@ impl PyCache {
             ),
             None => format!("<tunecache Cache {} (closed)>", self.app),
         }
+    }
+}
+
+/// The entry for `fp` in `ns`: a hit in memory with the GIL held, anything that may read
+/// (an entry still kept in the file, a tier with a time budget) with it released, so other
+/// Python threads run meanwhile.
+fn lookup(py: Python<'_>, cache: &Cache, ns: Namespace, fp: &Fingerprint) -> Option<Arc<Entry>> {
+    match cache.get_in_memory(ns, fp) {
+        MemoryLookup::Hit(entry) => Some(entry),
+        MemoryLookup::Miss => None,
+        MemoryLookup::NeedsIo => py.detach(|| cache.get(ns, fp)),
     }
 }
 

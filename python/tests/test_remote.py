@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -14,7 +16,8 @@ import tunecache
 
 
 @pytest.fixture
-def redis(tmp_path):
+def redis_server(tmp_path):
+    """A running redis-server: its address and its process (to freeze it)."""
     exe = shutil.which("redis-server")
     if exe is None:
         if os.environ.get("CI"):
@@ -38,9 +41,14 @@ def redis(tmp_path):
             pass
         assert time.monotonic() < deadline, "redis-server did not start"
         time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}"
+    yield f"redis://127.0.0.1:{port}", proc
     proc.kill()
     proc.wait()
+
+
+@pytest.fixture
+def redis(redis_server):
+    return redis_server[0]
 
 
 def test_a_result_recorded_by_one_is_a_remote_hit_for_another(tmp_path, redis):
@@ -67,4 +75,34 @@ def test_an_unreachable_server_never_fails_a_local_call(tmp_path):
         c.publish(0.5)
     assert "secret" not in str(e.value)
     c.flush()
+    c.close()
+
+
+def test_other_threads_run_while_a_get_waits_on_a_frozen_server(tmp_path, redis_server, monkeypatch):
+    url, proc = redis_server
+    monkeypatch.setenv("TUNECACHE_REMOTE_TIMEOUT_MS", "1500")
+    c = tunecache.Cache("shared", path=tmp_path / "f.tcache", remote=url)
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        span = []
+
+        def miss() -> None:
+            started = time.monotonic()
+            assert c.get("mm", {"m": 99}) is None
+            span.extend([started, time.monotonic()])
+
+        worker = threading.Thread(target=miss)
+        ticks = []
+        worker.start()
+        while worker.is_alive():
+            ticks.append(time.monotonic())
+            time.sleep(0.001)
+        worker.join()
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    started, ended = span
+    assert ended - started >= 1.0, f"the read waited out its budget: {ended - started:.2f} s"
+    # With the GIL held across the wait, this thread could not have run in the middle of it.
+    inside = [t for t in ticks if started + 0.25 < t < ended - 0.25]
+    assert len(inside) > 50, f"{len(inside)} ticks of {len(ticks)} while get waited"
     c.close()

@@ -265,16 +265,26 @@ impl Cache {
         }
     }
 
-    /// What [`Store::get`] would find in memory, found without any I/O: the entry if it is
-    /// decoded, a definite miss if memory lacks it and there is no lower tier to ask, and
-    /// [`MemoryLookup::NeedsIo`] otherwise (an entry still kept in the file, or tiers to ask).
+    /// What [`Store::get`] would find, found without any I/O: the entry if it is decoded in
+    /// memory (or in a tier that reads memory only, the system tier), a definite miss if none
+    /// of those has it and there is no other tier to ask, and [`MemoryLookup::NeedsIo`]
+    /// otherwise (an entry still kept in the file, or a tier with a time budget to ask).
     /// A binding that holds a lock of its own around calls (Python's GIL) releases it only
     /// for the last case.
     #[inline]
     pub fn get_in_memory(&self, ns: Namespace, fp: &Fingerprint) -> MemoryLookup {
         match self.shared.memory.resident(ns, fp) {
             Resident::Ready(e) => MemoryLookup::Hit(e),
-            Resident::Absent if self.shared.tiers.is_empty() => MemoryLookup::Miss,
+            // Tiers with no time budget (the system tier) read memory only: ask them.
+            Resident::Absent if self.shared.tiers.iter().all(|t| t.budget().is_zero()) => {
+                match self.shared.tiers.is_empty() {
+                    true => MemoryLookup::Miss,
+                    false => self
+                        .shared
+                        .miss(ns, fp)
+                        .map_or(MemoryLookup::Miss, MemoryLookup::Hit),
+                }
+            }
             Resident::Absent | Resident::Stored => MemoryLookup::NeedsIo,
         }
     }

@@ -13,6 +13,7 @@ mod concurrency;
 mod corrupt;
 mod crash;
 mod degrade;
+mod io_promise;
 mod lazy;
 mod lock;
 mod support;
