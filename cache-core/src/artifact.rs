@@ -14,10 +14,9 @@
 //! every put.
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use cache_format::{Fields, Fingerprint, encode_fields};
@@ -39,8 +38,6 @@ const MAP_AT: u64 = 64 << 10;
 
 /// Temporary files older than this are a killed writer's, and are removed by an eviction scan.
 const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
-
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// What an eviction pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -278,40 +275,12 @@ impl ArtifactStore {
         header[..8].copy_from_slice(ARTIFACT_MAGIC);
         header[8..12].copy_from_slice(&crc.finalize().to_be_bytes());
         header[12..20].copy_from_slice(&len.to_be_bytes());
-        let tmp = parent.join(format!(
-            ".tmp.{}.{}",
-            std::process::id(),
-            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let written = (|| {
-            let mut file = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-                .map_err(|e| StoreError::io("create", &tmp, e))?;
-            let mut out = io::BufWriter::with_capacity(1 << 16, &mut file);
-            out.write_all(&header)
-                .map_err(|e| StoreError::io("write", &tmp, e))?;
-            for p in parts {
-                out.write_all(p)
-                    .map_err(|e| StoreError::io("write", &tmp, e))?;
-            }
-            out.flush().map_err(|e| StoreError::io("write", &tmp, e))?;
-            drop(out);
-            if self.durable {
-                file.sync_all()
-                    .map_err(|e| StoreError::io("sync", &tmp, e))?;
-            }
-            drop(file);
-            fs::rename(&tmp, &path).map_err(|e| StoreError::io("rename into place", &path, e))
-        })();
-        if written.is_err() {
-            let _ = fs::remove_file(&tmp);
-            return written.map(|()| false);
+        let mut file = fsio::AtomicFile::create(&path, self.durable)?;
+        file.write_all(&header)?;
+        for p in parts {
+            file.write_all(p)?;
         }
-        if self.durable {
-            fsio::sync_dir(&parent)?;
-        }
+        file.commit()?;
         let over = {
             let mut estimate = self.lock_estimate();
             *estimate += len + ARTIFACT_HEADER_LEN as u64;
@@ -350,7 +319,7 @@ impl ArtifactStore {
                 let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
                 let name = f.file_name();
                 let name = name.to_string_lossy();
-                if name.starts_with(".tmp.") {
+                if is_temporary(&name) {
                     if now
                         .duration_since(modified)
                         .is_ok_and(|age| age > STALE_TEMPORARY)
@@ -459,6 +428,20 @@ impl ArtifactStore {
     }
 }
 
+/// Whether `name` is a temporary file a writer of this store made: `.<key>.art.tmp.<pid>.<n>`,
+/// or `.tmp.<pid>.<n>` from writers of earlier versions. Nothing else is ever removed.
+fn is_temporary(name: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let legacy = name
+        .strip_prefix(".tmp.")
+        .and_then(|rest| rest.split_once('.'))
+        .is_some_and(|(pid, n)| digits(pid) && digits(n));
+    let current = fsio::temporary_of(name)
+        .and_then(|target| target.strip_suffix(".art"))
+        .is_some_and(|key| key.parse::<Fingerprint>().is_ok());
+    legacy || current
+}
+
 fn decode(bytes: &[u8]) -> Option<&[u8]> {
     if bytes.len() < ARTIFACT_HEADER_LEN || &bytes[..8] != ARTIFACT_MAGIC {
         return None;
@@ -467,4 +450,32 @@ fn decode(bytes: &[u8]) -> Option<&[u8]> {
     let len = u64::from_be_bytes(bytes[12..20].try_into().ok()?);
     let payload = &bytes[ARTIFACT_HEADER_LEN..];
     (payload.len() as u64 == len && crc32fast::hash(payload) == crc).then_some(payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_temporaries_a_writer_of_the_store_makes_are_recognised() {
+        let key = format!("{}.art", "ab".repeat(16));
+        let ours = format!(
+            "{}{}.{}",
+            fsio::tmp_prefix(Path::new(&key)),
+            std::process::id(),
+            3
+        );
+        assert!(is_temporary(&ours), "{ours}");
+        assert!(is_temporary(".tmp.123.4"), "an earlier version's");
+        for other in [
+            ".tmp.notes",
+            ".tmp.123.4.txt",
+            ".tmp.",
+            ".0123.art.tmp.1.2",
+            "my.tmp.file",
+            &key,
+        ] {
+            assert!(!is_temporary(other), "{other}");
+        }
+    }
 }

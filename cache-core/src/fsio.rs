@@ -93,36 +93,94 @@ pub(crate) fn tmp_prefix(target: &Path) -> String {
     format!(".{}.tmp.", name.trim_end_matches('.'))
 }
 
-/// Replaces `target` with `bytes` atomically: write a temporary file in the same
-/// directory, sync it, rename it over `target`, sync the directory. On any error the
-/// temporary file is removed and `target` is untouched.
-pub(crate) fn atomic_write(target: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let dir = parent_dir(target);
-    let tmp = dir.join(format!(
-        "{}{}.{}",
-        tmp_prefix(target),
-        std::process::id(),
-        TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut file = OpenOptions::new()
+/// A file being written to replace `target` atomically: a temporary file beside it (created
+/// new, never opened if something is there), renamed over `target` by [`AtomicFile::commit`].
+/// With `durable`, the file is synced before the rename and the folder after it, so the new
+/// contents survive a crash once `commit` returns. Dropped without a commit, the temporary
+/// file is removed and `target` is untouched.
+#[derive(Debug)]
+pub struct AtomicFile {
+    tmp: PathBuf,
+    target: PathBuf,
+    out: Option<io::BufWriter<File>>,
+    durable: bool,
+}
+
+impl AtomicFile {
+    /// Starts replacing `target`. Fails with `NotAFile` if something other than a regular
+    /// file is there (a device, a FIFO, a folder): those are never replaced.
+    pub fn create(target: &Path, durable: bool) -> Result<AtomicFile, StoreError> {
+        check_regular(target)?;
+        let tmp = parent_dir(target).join(format!(
+            "{}{}.{}",
+            tmp_prefix(target),
+            std::process::id(),
+            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&tmp)
             .map_err(|e| StoreError::io("create", &tmp, e))?;
-        file.write_all(bytes)
-            .map_err(|e| StoreError::io("write", &tmp, e))?;
-        file.sync_all()
-            .map_err(|e| StoreError::io("sync", &tmp, e))?;
-        drop(file);
-        fs::rename(&tmp, target).map_err(|e| StoreError::io("rename into place", target, e))?;
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-        return result;
+        Ok(AtomicFile {
+            out: Some(io::BufWriter::with_capacity(1 << 16, file)),
+            tmp,
+            target: target.to_owned(),
+            durable,
+        })
     }
-    sync_dir(&dir)
+
+    /// Appends `bytes` to the new contents.
+    pub fn write_all(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        let out = self.out.as_mut().expect("written only before commit");
+        out.write_all(bytes)
+            .map_err(|e| StoreError::io("write", &self.tmp, e))
+    }
+
+    /// Puts the new contents in place (see the type's docs).
+    pub fn commit(mut self) -> Result<(), StoreError> {
+        let out = self.out.take().expect("committed once");
+        let file = out
+            .into_inner()
+            .map_err(|e| StoreError::io("write", &self.tmp, e.into_error()))?;
+        if self.durable {
+            file.sync_all()
+                .map_err(|e| StoreError::io("sync", &self.tmp, e))?;
+        }
+        drop(file);
+        fs::rename(&self.tmp, &self.target)
+            .map_err(|e| StoreError::io("rename into place", &self.target, e))?;
+        self.tmp = PathBuf::new();
+        if self.durable {
+            sync_dir(&parent_dir(&self.target))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Replaces `target` with `bytes` atomically and durably (an [`AtomicFile`]).
+pub fn write_atomic(target: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let mut file = AtomicFile::create(target, true)?;
+    file.write_all(bytes)?;
+    file.commit()
+}
+
+/// The file a temporary file of tunecache's was to replace, from the temporary's name
+/// (`.<name>.tmp.<pid>.<counter>`, see [`tmp_prefix`]); `None` for any other name.
+pub(crate) fn temporary_of(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix('.')?;
+    let (target, tail) = rest.rsplit_once(".tmp.")?;
+    let (pid, counter) = tail.split_once('.')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(pid) && digits(counter) && !target.is_empty()).then_some(target)
 }
 
 /// Removes temporary files left beside `target` by writers that crashed. Call only while
@@ -323,6 +381,54 @@ pub(crate) fn resolve_link(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileTypeExt;
+
+    #[test]
+    fn only_the_names_of_our_own_temporaries_are_recognised() {
+        let target = Path::new("/c/ab/0123.art");
+        let tmp = format!("{}{}.{}", tmp_prefix(target), 42, 7);
+        assert_eq!(temporary_of(&tmp), Some("0123.art"));
+        for other in [
+            ".0123.art.tmp.x.7",
+            ".0123.art.tmp.42",
+            "0123.art.tmp.42.7",
+            ".tmp.42.7",
+            ".0123.art.tmp.42.7.bak",
+            "notes.tmp.txt",
+        ] {
+            assert_eq!(temporary_of(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn an_atomic_write_leaves_nothing_behind_and_never_replaces_a_fifo() {
+        let dir = tempfile::tempdir().expect("dir");
+        let target = dir.path().join("out.bin");
+        write_atomic(&target, b"one").expect("written");
+        write_atomic(&target, b"two").expect("replaced");
+        assert_eq!(fs::read(&target).expect("read"), b"two");
+        let abandoned = AtomicFile::create(&target, false).expect("started");
+        drop(abandoned);
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["out.bin"], "no temporary left");
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(matches!(
+            write_atomic(&fifo, b"x"),
+            Err(StoreError::NotAFile { .. })
+        ));
+        assert!(
+            fs::symlink_metadata(&fifo)
+                .expect("still there")
+                .file_type()
+                .is_fifo()
+        );
+    }
 
     #[test]
     fn names_set_aside_fit_in_255_bytes_and_stay_distinct() {

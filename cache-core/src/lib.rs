@@ -23,6 +23,7 @@ mod claim;
 mod config;
 mod disk;
 mod error;
+mod flight;
 mod fsio;
 mod gc;
 mod inspect;
@@ -41,6 +42,7 @@ pub use cache::{Cache, Health, MemoryLookup, Mode, check_entry};
 pub use claim::{Claim, ClaimGuard};
 pub use config::{CacheBuilder, Location, MemoryOnly, Switches, default_dir, file_name};
 pub use error::StoreError;
+pub use flight::{Follower, Join, Leader, SingleFlight};
 pub use gc::{GcPolicy, GcReport, Retention, STALE_SCOPE_AFTER, gc_file};
 pub use inspect::{GateVerdict, Inspection, JournalInfo, SnapshotInfo, inspect};
 pub use memory::MemoryStore;
@@ -52,6 +54,13 @@ pub use record::{
 };
 pub use store::Store;
 pub use tier::{Fill, Tier, TierContext, TierHealth, TierLink, TierSource};
+
+/// The file primitives every part of tunecache writes and locks with (the output cache, the
+/// CLI's bundle writer, the artifact store): one atomic write, one lock.
+pub mod file {
+    pub use crate::fsio::{AtomicFile, write_atomic};
+    pub use crate::lock::FileLock;
+}
 
 pub use cache_format;
 pub use cache_migrate;

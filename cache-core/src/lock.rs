@@ -14,26 +14,36 @@
 //! on NFSv4; on NFSv3 without lockd it may not exclude.
 
 use std::fs::{File, OpenOptions, TryLockError};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::error::StoreError;
 
-/// A held lock; released on drop.
+/// An exclusive `flock(2)` on a file, taken with a bounded wait; released on drop or when the
+/// process dies. It is only a lock on the file the path names: once taken, the file at the
+/// path must still be the one locked (same device and inode); a lock file deleted or replaced
+/// meanwhile is locked again as it is now, within the same deadline.
 #[derive(Debug)]
-pub(crate) struct FileLock {
+pub struct FileLock {
     file: File,
+    path: PathBuf,
 }
 
 impl FileLock {
-    /// Takes the lock at `path`, waiting at most `timeout`.
-    ///
-    /// A lock is only a lock if it is on the file the path names: a cleanup script that deletes
-    /// or replaces the lock file while it is held would otherwise let the next process lock a
-    /// different inode and write at the same time. So once the lock is taken, the file at
-    /// `path` must still be the one locked; if it is not, the lock is dropped and taken again
-    /// on the file now there, within the same deadline.
-    pub(crate) fn acquire(path: &Path, timeout: Duration) -> Result<FileLock, StoreError> {
+    /// Takes the lock at `path` (creating the file), waiting at most `timeout`; a wait past
+    /// it is `StoreError::LockTimeout`.
+    pub fn acquire(path: &Path, timeout: Duration) -> Result<FileLock, StoreError> {
+        Self::acquire_unless(path, timeout, || false)
+            .and_then(|held| held.ok_or_else(|| unreachable_give_up(path)))
+    }
+
+    /// [`FileLock::acquire`], giving up early (`Ok(None)`) as soon as `give_up` says so while
+    /// waiting (the holder's work became visible: a waiter need not hold the lock any more).
+    pub fn acquire_unless(
+        path: &Path,
+        timeout: Duration,
+        mut give_up: impl FnMut() -> bool,
+    ) -> Result<Option<FileLock>, StoreError> {
         let start = Instant::now();
         let mut pause = Duration::from_millis(1);
         let mut file = open(path)?;
@@ -41,7 +51,10 @@ impl FileLock {
             match file.try_lock() {
                 Ok(()) => {
                     if still_at(&file, path)? {
-                        return Ok(FileLock { file });
+                        return Ok(Some(FileLock {
+                            file,
+                            path: path.to_owned(),
+                        }));
                     }
                     // Deleted or replaced since we opened it: lock what is there now.
                     let _ = file.unlock();
@@ -52,6 +65,9 @@ impl FileLock {
                 Err(TryLockError::Error(e)) => {
                     return Err(StoreError::io("lock", path, e));
                 }
+            }
+            if give_up() {
+                return Ok(None);
             }
             let waited = start.elapsed();
             if waited >= timeout {
@@ -68,6 +84,28 @@ impl FileLock {
             }
         }
     }
+
+    /// The locked file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Removes the lock file while still holding it, then releases it. A waiter that opened
+    /// the file before finds it gone when granted the lock, and locks a new one: so a claim
+    /// file can be cleaned up by its holder without letting two holders in.
+    pub fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// `acquire` never gives up early; an `Ok(None)` there would be a bug, reported as an error
+/// rather than a panic.
+fn unreachable_give_up(path: &Path) -> StoreError {
+    StoreError::io(
+        "lock",
+        path,
+        std::io::Error::other("the wait gave up without being asked to"),
+    )
 }
 
 /// The lock a writer of a cache holds: its lock file, then its folder (see the module docs).

@@ -253,6 +253,6 @@ pub fn write_new_cache(
         path: path.to_owned(),
         source,
     })?;
-    crate::fsio::atomic_write(path, &bytes)?;
+    crate::fsio::write_atomic(path, &bytes)?;
     Ok(bytes.len() as u64)
 }

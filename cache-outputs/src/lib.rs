@@ -21,15 +21,15 @@ mod memory;
 mod session;
 mod value;
 
-use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use cache_core::cache_format::Fingerprint;
-use cache_core::{ArtifactStore, StoreError};
+use cache_core::file::FileLock;
+use cache_core::{ArtifactStore, Join, SingleFlight, StoreError};
 
 pub use cache_core::cache_format::Fingerprint as OutputKey;
 pub use cache_core::cache_format::{Fields, Value};
@@ -158,18 +158,11 @@ impl OutputCacheBuilder {
             memory: Mutex::new(Memory::new(self.memory_bytes)),
             codec: self.codec,
             wait: self.wait,
-            flights: Mutex::new(HashMap::new()),
+            flights: SingleFlight::new(),
             counters: Counters::default(),
             _session: session,
         })
     }
-}
-
-/// One computation in flight in this process.
-#[derive(Debug, Default)]
-struct Flight {
-    done: Mutex<Option<Option<Arc<Output>>>>,
-    cv: Condvar,
 }
 
 /// A directory of cached outputs; see the crate's documentation.
@@ -180,7 +173,7 @@ pub struct OutputCache {
     memory: Mutex<Memory>,
     codec: Codec,
     wait: Duration,
-    flights: Mutex<HashMap<Fingerprint, Arc<Flight>>>,
+    flights: SingleFlight<Fingerprint, Arc<Output>>,
     counters: Counters,
     // Last: dropped after the store, so the directory is removed after everything in it.
     _session: Option<Session>,
@@ -343,104 +336,48 @@ impl OutputCache {
             return Ok(out);
         }
         bump(&self.counters.misses);
-        // In this process: one leader per key.
-        let (flight, leader) = {
-            let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
-            match flights.get(key) {
-                Some(f) => (f.clone(), false),
-                None => {
-                    let f = Arc::new(Flight::default());
-                    flights.insert(*key, f.clone());
-                    (f, true)
+        // In this process: one leader per key; the others wait (bounded) for its value, and
+        // compute it themselves if it does not come.
+        let leader = match self.flights.join(key, || None) {
+            Join::Ready(out) => return Ok(out),
+            Join::Leader(leader) => leader,
+            Join::Follower(follower) => {
+                if let Some(out) = follower.wait(self.wait) {
+                    bump(&self.counters.waited);
+                    return Ok(out);
                 }
+                let value = compute()?;
+                bump(&self.counters.computed);
+                return Ok(self.put(key, value).1);
             }
         };
-        if !leader {
-            let deadline = Instant::now() + self.wait;
-            let mut done = flight.done.lock().unwrap_or_else(|p| p.into_inner());
-            while done.is_none() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                done = flight
-                    .cv
-                    .wait_timeout(done, left)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
-            }
-            if let Some(Some(out)) = done.as_ref() {
-                bump(&self.counters.waited);
-                return Ok(out.clone());
-            }
-            drop(done);
-            // The leader failed or is too slow: compute it here.
-            let value = compute()?;
-            bump(&self.counters.computed);
-            return Ok(self.put(key, value).1);
-        }
-        let mut guard = FlightGuard {
-            cache: self,
-            key: *key,
-            flight,
-            result: None,
-        };
-        // Across processes: a claim file per key, locked.
-        let claim = self.claim(key);
+        // Across processes: a claim file per key, locked (waiting, bounded, until the holder
+        // stores the value or lets go).
+        let _claim = ClaimFile(self.claim(key));
         // Whether we waited or not: a process may have stored it between our first look and
         // the claim.
         if let Some(out) = self.read_disk(key) {
             bump(&self.counters.waited);
-            guard.result = Some(out.clone());
+            leader.finish(out.clone());
             return Ok(out);
         }
         let value = compute()?;
         bump(&self.counters.computed);
         let (_, out) = self.put(key, value);
-        guard.result = Some(out.clone());
-        drop(claim);
+        leader.finish(out.clone());
         Ok(out)
     }
 
-    /// Takes the key's claim, waiting (bounded) for another process that holds it; the caller
-    /// re-reads the directory before computing.
-    fn claim(&self, key: &Fingerprint) -> Claim {
+    /// Takes the key's claim, waiting (bounded) for another process that holds it, and giving
+    /// up the wait as soon as its value is on disk; `None` without a claim (then the caller
+    /// re-reads the directory and computes if need be). No claims where the folder cannot be
+    /// written (a read-only or full disk): compute without one.
+    fn claim(&self, key: &Fingerprint) -> Option<FileLock> {
+        fs::create_dir_all(&self.claims).ok()?;
         let path = self.claims.join(format!("{}.lock", key.to_hex()));
-        let file = fs::create_dir_all(&self.claims).and_then(|()| {
-            fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-        });
-        let Ok(file) = file else {
-            // No claims here (a read-only or full disk): compute without one.
-            return Claim { file: None, path };
-        };
-        let deadline = Instant::now() + self.wait;
-        let mut pause = Duration::from_micros(200);
-        loop {
-            match file.try_lock() {
-                Ok(()) => {
-                    return Claim {
-                        file: Some(file),
-                        path,
-                    };
-                }
-                Err(fs::TryLockError::WouldBlock) => {
-                    // The holder may have finished: its value is then on disk.
-                    if self.store.contains(key) || Instant::now() >= deadline {
-                        return Claim { file: None, path };
-                    }
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(20));
-                }
-                Err(fs::TryLockError::Error(_)) => {
-                    return Claim { file: None, path };
-                }
-            }
-        }
+        FileLock::acquire_unless(&path, self.wait, || self.store.contains(key))
+            .ok()
+            .flatten()
     }
 
     /// The values of a batch's items (keys from [`KeyBuilder::batch_keys`]): the cached ones
@@ -490,38 +427,15 @@ pub enum BatchError<E> {
     },
 }
 
-struct Claim {
-    file: Option<fs::File>,
-    path: PathBuf,
-}
+/// A held claim file, removed while still held when the computation ends however it ends (a
+/// value, an error, a panic): a process that opened it before finds it gone when granted,
+/// locks a new one, and re-reads the directory, finding the value if there is one.
+struct ClaimFile(Option<FileLock>);
 
-impl Drop for Claim {
+impl Drop for ClaimFile {
     fn drop(&mut self) {
-        if let Some(file) = self.file.take() {
-            // Remove it while held: a process that opened it before still re-reads the
-            // directory after taking it, and finds the value.
-            let _ = fs::remove_file(&self.path);
-            drop(file);
+        if let Some(lock) = self.0.take() {
+            lock.remove();
         }
-    }
-}
-
-/// Ends a leader's flight however it ends (a value, an error, a panic), waking the others.
-struct FlightGuard<'a> {
-    cache: &'a OutputCache,
-    key: Fingerprint,
-    flight: Arc<Flight>,
-    result: Option<Arc<Output>>,
-}
-
-impl Drop for FlightGuard<'_> {
-    fn drop(&mut self) {
-        self.cache
-            .flights
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.key);
-        *self.flight.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.result.take());
-        self.flight.cv.notify_all();
     }
 }

@@ -211,29 +211,15 @@ impl CreateArgs {
     }
 }
 
-/// Writes `bytes` to a temporary file beside `path`, syncs it, and renames it into place.
+/// Writes `bytes` to `path` atomically and durably (the core's one atomic write: a new
+/// temporary file beside it, synced, renamed into place, the folder synced); something other
+/// than a regular file at `path` (a FIFO, a device) is refused, never replaced.
 fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .context("the output needs a file name")?;
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let written = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {}", path.display()));
+    if path.file_name().is_none() {
+        anyhow::bail!("the output needs a file name: {}", path.display());
     }
-    Ok(())
+    cache_core::file::write_atomic(path, bytes)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// A bundle's bytes, the problems found, and (if it could be read) its manifest and entries.

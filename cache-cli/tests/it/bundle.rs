@@ -230,3 +230,32 @@ fn inspect_says_which_scopes_match_and_which_fields_differ() {
     assert_eq!(r["scopes"][0]["matches"], false, "{r:#}");
     assert_eq!(r["scopes"][0]["differing"][0][0], "driver", "{r:#}");
 }
+
+#[test]
+fn a_bundle_is_never_written_over_a_fifo_and_leaves_no_temporary() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let source = dir.path().join("source.tcache");
+    write(&source, (1..=3).map(|id| entry(id, 0, X_WINS)).collect());
+    let fifo = dir.path().join("out.tcb");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let o = run(&source, &["bundle", "create", "-o", p(&fifo)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("FIFO"), "{}", stderr(&o));
+    let kind = std::fs::symlink_metadata(&fifo)
+        .expect("still there")
+        .file_type();
+    assert!(kind.is_fifo(), "the FIFO was replaced");
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.contains(".tmp")),
+        "a temporary was left: {names:?}"
+    );
+}

@@ -225,7 +225,7 @@ impl Disk {
         } else {
             Vec::new()
         };
-        if let Err(e) = fsio::atomic_write(&self.paths.snapshot, &bytes) {
+        if let Err(e) = fsio::write_atomic(&self.paths.snapshot, &bytes) {
             for b in &backups {
                 if let Event::Backup { path } = b {
                     let _ = fs::remove_file(path);
@@ -302,7 +302,7 @@ impl Disk {
                 base: snap.generation,
             };
             let bytes = encode_journal_header(&header);
-            fsio::atomic_write(&path, &bytes)?;
+            fsio::write_atomic(&path, &bytes)?;
             let id = FileId::of(&fsio::stat(&path)?.ok_or_else(|| {
                 StoreError::io("find", &path, std::io::ErrorKind::NotFound.into())
             })?);

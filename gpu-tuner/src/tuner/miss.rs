@@ -12,11 +12,11 @@ use cache_core::cache_format::{
 };
 use cache_core::{Claim, Store};
 
-use super::flight::Flight;
 use super::plan::{self, Known, Plan, ranked_current};
 use super::{Choice, MissPolicy, Progress, TuneError, TunedInner, lock};
 use crate::measure::measure_all;
 use crate::operation::Operation;
+use cache_core::Join;
 
 /// A candidate after preparation: its handle (or why it failed) and the time it took.
 type Prepared<H> = (CandidateId, Result<Arc<H>, String>, Duration);
@@ -27,35 +27,29 @@ impl<O: Operation> TunedInner<O> {
         key: &O::Key,
     ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
         self.counters.misses.fetch_add(1, Ordering::Relaxed);
-        let (flight, leader) = {
-            let mut inflight = lock(&self.inflight);
-            if let Some(c) = self.dispatch.load().get(key)
-                && c.expires.is_none_or(|t| Instant::now() < t)
-            {
-                return Ok(Arc::clone(c));
-            }
-            match inflight.get(key) {
-                Some(f) => (Arc::clone(f), false),
-                None => {
-                    let f = Arc::new(Flight::default());
-                    inflight.insert(key.clone(), Arc::clone(&f));
-                    (f, true)
-                }
+        let ready = || {
+            self.dispatch
+                .load()
+                .get(key)
+                .filter(|c| c.expires.is_none_or(|t| Instant::now() < t))
+                .map(|c| Ok(Arc::clone(c)))
+        };
+        let leader = match self.inflight.join(key, ready) {
+            Join::Ready(choice) => return choice,
+            Join::Leader(leader) => leader,
+            // Another thread is on it: wait (bounded), never tune twice.
+            Join::Follower(follower) => {
+                return match follower.wait(self.config.wait) {
+                    Some(result) => result,
+                    None => self.fallback(key, "another thread is still tuning this key"),
+                };
             }
         };
-        if !leader {
-            // Another thread is on it: wait (bounded), never tune twice.
-            return match flight.wait(self.config.wait) {
-                Some(result) => result,
-                None => self.fallback(key, "another thread is still tuning this key"),
-            };
-        }
         let result = self.resolve(key, &self.config.policy);
         if let Ok(choice) = &result {
             self.publish(key, choice);
         }
-        lock(&self.inflight).remove(key);
-        flight.finish(result.clone());
+        leader.finish(result.clone());
         result
     }
 

@@ -9,10 +9,10 @@
 //! key while the others wait for it, and one process per cache file (a per-key claim lock) while
 //! the others wait and then read its result.
 
+mod background;
 mod choose;
 mod config;
 mod counters;
-mod flight;
 mod miss;
 mod plan;
 
@@ -22,13 +22,13 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use cache_core::cache_format::{CandidateId, Entry, Fingerprint, Key, to_fields};
-use cache_core::{Cache, Namespace, Store, StoreError};
+use cache_core::{Cache, Namespace, SingleFlight, Store, StoreError};
 use rustc_hash::FxBuildHasher;
 
+use background::Background;
 use config::ProgressFn;
 pub use config::{MissPolicy, OpConfig, Progress, RemotePolicy, TuneError, TuneStats};
 use counters::Counters;
-use flight::{Background, Flight};
 
 use crate::operation::Operation;
 
@@ -151,7 +151,7 @@ impl Tuner {
                 tuner: Arc::clone(&self.shared),
                 dispatch: ArcSwap::from_pointee(HashMap::with_hasher(FxBuildHasher)),
                 publish: Mutex::new(()),
-                inflight: Mutex::new(HashMap::new()),
+                inflight: SingleFlight::new(),
                 counters: Counters::default(),
                 background: Mutex::new(Background::default()),
                 counted: Mutex::new(HashSet::new()),
@@ -181,7 +181,9 @@ impl<O: Operation> std::fmt::Debug for Tuned<O> {
     }
 }
 
-type InFlight<O> = HashMap<<O as Operation>::Key, Arc<Flight<<O as Operation>::Handle>>>;
+/// A key being tuned by one thread, its result waited for by the others.
+type InFlight<O> =
+    SingleFlight<<O as Operation>::Key, Result<Arc<Choice<<O as Operation>::Handle>>, TuneError>>;
 
 type Dispatch<O> =
     HashMap<<O as Operation>::Key, Arc<Choice<<O as Operation>::Handle>>, FxBuildHasher>;
@@ -193,7 +195,7 @@ struct TunedInner<O: Operation> {
     tuner: Arc<TunerShared>,
     dispatch: ArcSwap<Dispatch<O>>,
     publish: Mutex<()>,
-    inflight: Mutex<InFlight<O>>,
+    inflight: InFlight<O>,
     counters: Counters,
     background: Mutex<Background<O::Key>>,
     /// Cache keys already counted as tuned or reused in this process, so a bucket shared by

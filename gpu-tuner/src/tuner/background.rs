@@ -1,53 +1,10 @@
-//! Single flight: one thread per process measures a key while the others wait for its result
-//! (bounded), and the background queue of the "nearest now, tune later" policy.
+//! The background queue of the "nearest now, tune later" policy: one worker, no key twice,
+//! a time budget. (Single flight in a process is cache-core's `SingleFlight`.)
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{Choice, TuneError, lock};
-
-/// A key being tuned by one thread, waited for by others.
-pub(super) struct Flight<H> {
-    result: Mutex<Option<Result<Arc<Choice<H>>, TuneError>>>,
-    done: Condvar,
-}
-
-impl<H> Default for Flight<H> {
-    fn default() -> Self {
-        Flight {
-            result: Mutex::new(None),
-            done: Condvar::new(),
-        }
-    }
-}
-
-impl<H> Flight<H> {
-    pub(super) fn finish(&self, result: Result<Arc<Choice<H>>, TuneError>) {
-        *lock(&self.result) = Some(result);
-        self.done.notify_all();
-    }
-
-    pub(super) fn wait(&self, timeout: Duration) -> Option<Result<Arc<Choice<H>>, TuneError>> {
-        let deadline = Instant::now() + timeout;
-        let mut guard = lock(&self.result);
-        loop {
-            if let Some(r) = guard.as_ref() {
-                return Some(r.clone());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            guard = self
-                .done
-                .wait_timeout(guard, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-    }
-}
-
+/// The keys the "nearest now, tune later" policy queued, tuned by one worker at a time.
 pub(super) struct Background<K> {
     queue: VecDeque<K>,
     running: bool,
