@@ -77,7 +77,7 @@ pub enum StoreError {
         /// The namespace the entry was put in.
         namespace: String,
         /// What is wrong with it.
-        reason: String,
+        reason: Refusal,
     },
     /// A namespace name was rejected.
     #[error("invalid namespace {name:?}: {reason}")]
@@ -115,4 +115,31 @@ impl StoreError {
             source: Arc::new(source),
         }
     }
+}
+
+/// Why an entry is refused where it enters a cache: no reader would accept it back
+/// ([`crate::check_entry`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    /// A field nests deeper than readers accept.
+    #[error("{what} {name:?} nests {depth} levels; readers accept at most {max}")]
+    TooDeep {
+        /// What kind of field (`key field`, `scope field`, `<algorithm> param`).
+        what: String,
+        /// Its name.
+        name: String,
+        /// How deep it nests.
+        depth: u32,
+        /// How deep readers accept.
+        max: u32,
+    },
+    /// A candidate's timings are not finite numbers.
+    #[error("{candidate} has non-finite timings")]
+    NonFinite {
+        /// The candidate, as its label.
+        candidate: String,
+    },
+    /// Its encoding is beyond what a reader accepts (too many fields, too large).
+    #[error("{0}")]
+    Unreadable(cache_format::FormatError),
 }

@@ -16,11 +16,11 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::CacheError;
 use crate::keys::{fields_to_py, to_fields};
+use crate::{CacheError, errors};
 
 fn namespace(name: &str) -> PyResult<Namespace> {
-    Namespace::new(name).map_err(|e| PyValueError::new_err(e.to_string()))
+    Namespace::new(name).map_err(|e| errors::store(&e))
 }
 
 fn params_of(params: Option<&Bound<'_, PyAny>>) -> PyResult<Fields> {
@@ -256,7 +256,7 @@ impl PyCache {
         };
         let entry = Entry::new(key, set, Origin::here(), now_millis(), [candidate]);
         py.detach(|| cache.try_put(ns, entry))
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+            .map_err(|e| errors::store(&e))?;
         self.generation.fetch_add(1, Ordering::Relaxed);
         let entry = lookup(py, &cache, ns, &fp)
             .ok_or_else(|| CacheError::new_err("the entry just recorded is not in memory"))?;
@@ -281,9 +281,12 @@ impl PyCache {
     }
 
     /// Merges JSON lines (the CLI's `export` format) into the cache, all or nothing; returns
-    /// how many entries were imported. Lines of another application or schema are refused
-    /// (migrate them with the CLI). `keep_origin` keeps each line's origin; otherwise entries
-    /// are marked imported from `source`, as `tunecache import` does.
+    /// how many entries were imported. The same policy as `tunecache import`: lines of this
+    /// cache's application and schema (or saying none) as they are, older ones migrated
+    /// through the cache's migrations, another application's or a newer schema's refused
+    /// (`ForeignFileError`), a bad line a `ValueError`, an entry no reader would accept a
+    /// `RefusedEntryError`. `keep_origin` keeps each line's origin; otherwise entries are
+    /// marked imported from `source`, as `tunecache import` does.
     #[pyo3(signature = (text, source="<python>", keep_origin=false))]
     fn import_lines(
         &self,
@@ -292,44 +295,35 @@ impl PyCache {
         source: &str,
         keep_origin: bool,
     ) -> PyResult<usize> {
-        use cache_core::cache_format::json::{ImportOrigin, parse_lines_versioned};
+        use cache_core::cache_format::json::ImportOrigin;
         let policy = if keep_origin {
             ImportOrigin::Keep
         } else {
             ImportOrigin::MarkImported
         };
         let cache = self.get_cache()?;
-        let (app, schema) = (self.app.clone(), self.schema);
-        let data = py.detach(|| -> Result<CacheData, String> {
-            let groups = parse_lines_versioned(text, source, policy).map_err(|e| e.to_string())?;
-            let mut data = CacheData::new();
-            for (version, group) in groups {
-                if let Some((line_app, line_schema)) = &version
-                    && (line_app != &app || *line_schema != schema)
-                {
-                    return Err(format!(
-                        "{source}: lines of {line_app} schema {line_schema}, the cache is {app} schema {schema}; nothing was imported"
-                    ));
-                }
-                data.merge(group);
-            }
-            for (scope, ns, entry) in data.entries() {
-                Namespace::new(ns).map_err(|e| format!("{source}: {e}; nothing was imported"))?;
-                cache_core::check_entry(scope, ns, entry, &cache_core::cache_format::Limits::default())
-                    .map_err(|why| format!("{source}: an entry of {ns:?} would not be readable ({why}); nothing was imported"))?;
-            }
-            Ok(data)
-        })
-        .map_err(PyValueError::new_err)?;
-        let count = data.entries().count();
-        let refused = py.detach(|| cache.import(data));
+        let data = py
+            .detach(|| -> Result<CacheData, cache_core::ImportError> {
+                let lines = cache_core::ImportLines::read(text.as_bytes(), source, policy)?;
+                let built = lines.into_entries(
+                    cache.registry(),
+                    &cache_core::cache_format::Limits::default(),
+                )?;
+                built
+                    .into_data()
+                    .map_err(|error| cache_core::ImportError::Unreadable {
+                        input: source.to_owned(),
+                        error,
+                    })
+            })
+            .map_err(|e| errors::import(&e))?;
+        let imported = py.detach(|| cache.import(data));
         self.generation.fetch_add(1, Ordering::Relaxed);
-        if !refused.is_empty() {
-            return Err(PyValueError::new_err(format!(
-                "namespaces refused: {refused:?}"
-            )));
+        // The lines were checked whole above: a refusal here would be a bug, said loudly.
+        if let Some(e) = imported.refused.first() {
+            return Err(errors::store(e));
         }
-        Ok(count)
+        Ok(imported.taken)
     }
 
     /// The entries of this cache's scope as JSON lines (the CLI's `export` format, each line
@@ -386,7 +380,7 @@ impl PyCache {
     fn refresh(&self, py: Python<'_>) -> PyResult<()> {
         let cache = self.get_cache()?;
         py.detach(|| cache.refresh())
-            .map_err(|e| CacheError::new_err(e.to_string()))?;
+            .map_err(|e| errors::store(&e))?;
         self.generation.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -399,7 +393,7 @@ impl PyCache {
         let cache = self.get_cache()?;
         let timeout = secs(timeout, "timeout")?;
         py.detach(|| cache.publish_within(timeout))
-            .map_err(|e| CacheError::new_err(e.to_string()))
+            .map_err(|e| errors::remote(&e))
     }
 
     /// Makes every recorded result durable, waiting at most `timeout` seconds (default: the
@@ -412,7 +406,7 @@ impl PyCache {
             Some(t) => cache.flush_within(t),
             None => cache.flush(),
         })
-        .map_err(|e| CacheError::new_err(e.to_string()))
+        .map_err(|e| errors::store(&e))
     }
 
     /// Saves what is pending and stops the saver; later calls raise `CacheError`. Closing
@@ -432,7 +426,7 @@ impl PyCache {
             // Another thread is inside a call with it: save now; the last user drops it.
             Err(shared) => shared.flush(),
         })
-        .map_err(|e| CacheError::new_err(e.to_string()))
+        .map_err(|e| errors::store(&e))
     }
 
     /// Holds the saver between saves (so no file lock is held) until `resume_saves`: taken

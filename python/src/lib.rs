@@ -8,6 +8,7 @@
 //! hashing work, not around in-memory hits.
 
 mod cache;
+mod errors;
 mod keys;
 mod log;
 mod outputs;

@@ -121,6 +121,21 @@ def test_migrations_from_python_steps(tmp_path):
         tunecache.Cache("pyapp", schema=2, migrations=[{"from": 1, "to": 2, "ops": [{"op": "nope"}]}], path=f)
 
 
+def test_lines_of_an_older_schema_are_migrated_on_import_as_the_cli_does(tmp_path):
+    with tunecache.Cache("pyapp", schema=1, path=tmp_path / "old.tcache") as c:
+        c.put("mm", KEY, "production", median_ns=5.0)
+        old_lines = c.export_lines()
+    assert '"schema":1' in old_lines.replace(" ", "")
+    steps = [{"from": 1, "to": 2, "description": "renamed", "ops": [{"op": "rename_algorithm", "from": "production", "to": "mask_gemm"}]}]
+    with tunecache.Cache("pyapp", schema=2, migrations=steps, path=tmp_path / "new.tcache") as c:
+        assert c.import_lines(old_lines) == 1
+        assert c.get("mm", KEY).best.algorithm == "mask_gemm"
+    with tunecache.Cache("pyapp", schema=2, path=tmp_path / "bare.tcache") as c:
+        with pytest.raises(tunecache.CacheError, match="schema 1"):
+            c.import_lines(old_lines)
+        assert len(c) == 0
+
+
 def test_a_newer_file_is_left_alone(tmp_path, caplog):
     f = tmp_path / "c.tcache"
     with tunecache.Cache("pyapp", schema=3, path=f) as c:

@@ -28,6 +28,12 @@ from ._tunecache import (
     scope_fingerprint,
 )
 from ._cache import Cache, default_scope, flush_all, flush_on_sigterm
+from ._errors import (
+    ForeignFileError,
+    LockTimeoutError,
+    RefusedEntryError,
+    SharedTierUnreachableError,
+)
 from ._autotune import (
     Autotuned,
     Candidate,
@@ -46,9 +52,13 @@ __all__ = [
     "Candidate",
     "Claim",
     "Entry",
+    "ForeignFileError",
+    "LockTimeoutError",
     "Memoized",
     "OutputCache",
     "RecordedCandidate",
+    "RefusedEntryError",
+    "SharedTierUnreachableError",
     "TuningError",
     "__version__",
     "autotune",

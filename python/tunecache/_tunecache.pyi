@@ -1,12 +1,35 @@
-"""Type stubs of the Rust extension module (python/src)."""
+"""Type stubs of the Rust extension module (python/src).
+
+Checked by the test command: ``mypy.stubtest`` compares every name and signature with the
+built module, and ``tests/test_stub.py`` checks what each property and method returns.
+"""
 
 from os import PathLike
-from typing import Any, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, final
+
+__all__ = [
+    "Cache",
+    "CacheError",
+    "Candidate",
+    "Claim",
+    "Entry",
+    "OutputCache",
+    "__version__",
+    "candidate_set_fingerprint",
+    "canonical_key",
+    "drain_warnings",
+    "fingerprint",
+    "output_batch_keys",
+    "output_key",
+    "scope_fingerprint",
+]
 
 __version__: str
 
 class CacheError(OSError): ...
 
+@final
 class Candidate:
     @property
     def algorithm(self) -> str: ...
@@ -29,6 +52,7 @@ class Candidate:
     @property
     def tuning_ns(self) -> int | None: ...
 
+@final
 class Entry:
     @property
     def key(self) -> dict[str, Any]: ...
@@ -47,6 +71,7 @@ class Entry:
     @property
     def origin_detail(self) -> str: ...
 
+@final
 class Claim:
     @property
     def state(self) -> str: ...
@@ -54,9 +79,10 @@ class Claim:
     def __enter__(self) -> Claim: ...
     def __exit__(self, ty: Any, value: Any, tb: Any) -> bool: ...
 
+@final
 class Cache:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         app: str,
         schema: int,
         *,
@@ -67,13 +93,13 @@ class Cache:
         remote: str | None = None,
         save_delay: float | None = None,
         lock_timeout: float | None = None,
-    ) -> None: ...
+    ) -> Cache: ...
     @property
     def app(self) -> str: ...
     @property
     def schema(self) -> int: ...
     @property
-    def path(self) -> str | None: ...
+    def path(self) -> Path | None: ...
     @property
     def scope(self) -> dict[str, Any]: ...
     @property
@@ -109,9 +135,10 @@ class Cache:
     def resume_saves(self) -> None: ...
     def health(self) -> dict[str, Any]: ...
 
+@final
 class OutputCache:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         dir: str | PathLike[str] | None = None,
         *,
         max_bytes: int = ...,
@@ -119,9 +146,9 @@ class OutputCache:
         memory_bytes: int = ...,
         codec: str = "raw",
         wait: float = 60.0,
-    ) -> None: ...
+    ) -> OutputCache: ...
     @property
-    def dir(self) -> str: ...
+    def dir(self) -> Path: ...
     def get(self, key: bytes) -> tuple[str, list[int], bytearray] | None: ...
     def put(self, key: bytes, dtype: str, shape: list[int], data: Any) -> bool: ...
     def get_or_compute(

@@ -3,7 +3,7 @@
 //!
 //! 1. A virtual environment at `target/test-venv` with the Python packages the tests use
 //!    (`msgpack` for the cross-language fingerprint check, `nvidia-cuda-nvrtc-cu12` for NVRTC
-//!    without a GPU), installed with pip once and reused.
+//!    without a GPU, `mypy` for the stub check), installed with pip once and reused.
 //! 2. `redis-server` (Debian's package, installed with apt-get when missing) for the shared
 //!    tier's tests, which start their own servers on free loopback ports.
 //! 3. `cargo test --workspace --locked` with that environment's `bin` first on `PATH`, NVRTC's
@@ -23,12 +23,14 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// The Python packages the tests need.
-const PACKAGES: [&str; 5] = [
+const PACKAGES: [&str; 6] = [
     "msgpack",
     "nvidia-cuda-nvrtc-cu12",
     "maturin>=1.9,<2",
     "numpy",
     "pytest",
+    // `mypy.stubtest`: the extension's type stub checked against the built module.
+    "mypy",
 ];
 
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
@@ -149,7 +151,7 @@ fn prepare_venv(venv: &Path) -> anyhow::Result<PathBuf> {
     let have = Command::new(&python)
         .args([
             "-c",
-            "import msgpack, nvidia.cuda_nvrtc, numpy, pytest, maturin",
+            "import msgpack, nvidia.cuda_nvrtc, numpy, pytest, maturin, mypy.stubtest",
         ])
         .output()
         .is_ok_and(|o| o.status.success())

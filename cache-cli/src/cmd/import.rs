@@ -7,11 +7,10 @@ use clap::Args;
 use serde::Serialize;
 
 use cache_core::cache_migrate::Migrations;
-use std::collections::BTreeMap;
 
-use cache_core::{AppendOptions, Namespace, merge_built_into_file, merge_into_file};
-use cache_format::json::{ImportOrigin, Version, read_lines_each};
-use cache_format::{CacheData, FormatVersion, Limits, SnapshotBuilder};
+use cache_core::{AppendOptions, ImportLines, merge_built_into_file, merge_into_file};
+use cache_format::Limits;
+use cache_format::json::ImportOrigin;
 
 use crate::context::{Context, saving};
 use crate::exit;
@@ -42,39 +41,24 @@ struct ImportReport {
 }
 
 impl ImportArgs {
-    /// Passes the lines of one application and schema through the version gate of the cache
-    /// they go into: lines of its schema (or that say none) as they are, older ones migrated,
-    /// another application's or a newer schema refused (and so the whole import).
-    fn gate(
+    /// The registry that migrates older lines into a cache of `app` at `schema`: needed only
+    /// when some lines are older (`--migrations FILE`, or the one the tool has built in).
+    fn registry(
         &self,
         ctx: &Context<'_>,
+        lines: &ImportLines,
         source: &str,
-        version: Version,
-        group: CacheData,
         app: &str,
         schema: u32,
-    ) -> anyhow::Result<CacheData> {
-        let Some((line_app, line_schema)) = version else {
-            return Ok(group);
-        };
-        if line_app != app {
-            bail!(
-                "{source}: its lines are entries of application {line_app:?}, the cache is {app:?}; nothing was imported"
-            );
-        }
-        if line_schema == schema {
-            return Ok(group);
-        }
-        if line_schema > schema {
-            bail!(
-                "{source}: its lines are at schema {line_schema}, newer than the cache's {schema}; nothing was imported (migrate the cache first)"
-            );
+    ) -> anyhow::Result<Migrations> {
+        if !lines.has_older(app, schema) {
+            return Ok(Migrations::new(app, schema));
         }
         let registry = match &self.migrations {
             Some(file) => ctx.migration_file(file)?,
             None => ctx.registry(app).cloned().with_context(|| {
                 format!(
-                    "{source}: its lines are at schema {line_schema}, the cache at {schema}; pass --migrations FILE to migrate them (nothing was imported)"
+                    "{source}: some of its lines are at an older schema than the cache's {schema}; pass --migrations FILE to migrate them (nothing was imported)"
                 )
             })?,
         };
@@ -85,17 +69,7 @@ impl ImportArgs {
                 registry.current()
             );
         }
-        let payload = cache_format::encode_payload(&group);
-        let up = cache_migrate::upgrade(
-            &registry,
-            FormatVersion::CURRENT,
-            &line_app,
-            line_schema,
-            &payload,
-            &Limits::default(),
-        )
-        .with_context(|| format!("{source}: nothing was imported"))?;
-        Ok(up.data)
+        Ok(registry)
     }
 
     /// The input, read a line at a time, and its name for messages.
@@ -118,66 +92,12 @@ impl ImportArgs {
         // each entry is held as its encoded bytes (a builder per version the lines say), not
         // as the model, which is about twice the size.
         let (input, source) = self.open()?;
-        let now = cache_format::now_millis();
-        let mut groups: BTreeMap<Version, SnapshotBuilder> = BTreeMap::new();
-        let mut unreadable = None;
-        read_lines_each(
-            input,
-            &source,
-            ImportOrigin::MarkImported,
-            |version, scope, ns, mut entry| {
-                // Timestamps from the future are set to the present, as every writer does.
-                entry.clamp_future(now);
-                let group = match groups.get_mut(version) {
-                    Some(group) => group,
-                    None => groups.entry(version.clone()).or_default(),
-                };
-                if let Err(e) = group.merge(scope, ns, entry) {
-                    unreadable.get_or_insert(e);
-                }
-            },
-        )?;
-        if let Some(e) = unreadable {
-            bail!("{source}: an entry could not be read back ({e}); nothing was imported");
-        }
+        let lines = ImportLines::read(input, &source, ImportOrigin::MarkImported)?;
         let (app, schema) = ctx.write_target(&path, self.schema)?;
-        // Lines at the cache's own version (or saying none) are taken as they are; each older
-        // group is passed through the version gate, in version order, as a model.
-        let mut data: Option<SnapshotBuilder> = None;
-        let mut migrated = CacheData::new();
-        for (version, group) in groups {
-            let current = match &version {
-                None => true,
-                Some((line_app, line_schema)) => *line_app == app && *line_schema == schema,
-            };
-            if current {
-                data = Some(match data.take() {
-                    None => group,
-                    Some(mut data) => {
-                        group.try_for_each(|scope, ns, entry| data.merge(scope, ns, entry))?;
-                        data
-                    }
-                });
-            } else {
-                let group = group.into_data()?;
-                migrated.merge(self.gate(ctx, &source, version, group, &app, schema)?);
-            }
-        }
-        let mut data = data.unwrap_or_default();
-        for (scope, ns, entry) in migrated.entries() {
-            data.merge(scope, ns, entry.clone())?;
-        }
-        // All or nothing: refuse bad namespace names, and entries no reader would accept,
-        // before anything is written (the first in the cache's order is named).
-        data.try_for_each(|scope, ns, entry| -> anyhow::Result<()> {
-            Namespace::new(ns).with_context(|| format!("{source}: nothing was imported"))?;
-            cache_core::check_entry(scope, ns, &entry, &Limits::default()).map_err(|why| {
-                anyhow::anyhow!(
-                    "{source}: the entry {} of namespace {ns:?} could not be read back ({why}); nothing was imported",
-                    entry.key()
-                )
-            })
-        })?;
+        // The one import policy (cache_core::ImportLines): lines at the cache's version as
+        // they are, older ones migrated, others refused; all entries checked, or none taken.
+        let registry = self.registry(ctx, &lines, &source, &app, schema)?;
+        let data = lines.into_entries(&registry, &Limits::default())?;
         // One read of the cache and one write, under the lock: no Cache, no second copy of
         // everything in a memory tier and a save queue.
         let what = format!("the import of {} entries", data.len());

@@ -45,6 +45,16 @@ pub enum Mode {
     Memory,
 }
 
+/// What [`Cache::import`] took and left out.
+#[derive(Debug, Default)]
+pub struct Imported {
+    /// Entries taken.
+    pub taken: usize,
+    /// Why the others were left out: `StoreError::InvalidNamespace` once per namespace,
+    /// `StoreError::Refused` once per entry.
+    pub refused: Vec<StoreError>,
+}
+
 /// What [`Cache::get_in_memory`] found.
 #[derive(Debug, Clone)]
 pub enum MemoryLookup {
@@ -113,6 +123,8 @@ struct Diagnostics {
 
 pub(crate) struct Shared {
     pub(crate) memory: MemoryStore,
+    /// The application's registry: its name, current schema and migration steps.
+    registry: Arc<cache_migrate::Migrations>,
     /// What every reader accepts: an entry beyond it is refused where it enters.
     limits: cache_format::Limits,
     /// Entries of the other scopes in the file (another GPU, an older driver): not for the
@@ -172,6 +184,11 @@ impl Cache {
     /// A builder for the application described by `registry`.
     pub fn builder(registry: cache_migrate::Migrations) -> CacheBuilder {
         CacheBuilder::new(registry)
+    }
+
+    /// The application's registry (name, current schema, migration steps).
+    pub fn registry(&self) -> &cache_migrate::Migrations {
+        &self.shared.registry
     }
 
     /// The current scope.
@@ -303,23 +320,32 @@ impl Cache {
     }
 
     /// Queues entries of any scope for saving (e.g. an import); entries of the current scope
-    /// are also merged into memory. Returns the namespace names that were refused (see
-    /// [`Namespace::new`]); their entries are skipped.
-    pub fn import(&self, data: CacheData) -> Vec<String> {
-        let mut refused = Vec::new();
+    /// are also merged into memory. An entry in a namespace whose name is not valid
+    /// ([`Namespace::new`]), or that no reader would accept ([`check_entry`]), is left out and
+    /// said in the result, one error per namespace or entry; the others are taken. A caller
+    /// that wants all or nothing checks first ([`crate::ImportLines`] does).
+    pub fn import(&self, data: CacheData) -> Imported {
+        let mut imported = Imported::default();
         let mut mine = Vec::new();
         let mut others = CacheData::new();
         for (scope, data) in data.into_scopes() {
             for (ns_name, entries) in data.into_namespaces() {
-                let Ok(ns) = Namespace::new(&ns_name) else {
-                    refused.push(ns_name);
-                    continue;
-                };
-                for entry in entries.into_values() {
-                    if let Err(why) = self.shared.admissible(&scope, &ns_name, &entry) {
-                        self.shared.notify(Notice::refused_entry(&ns_name, &why));
+                let ns = match Namespace::new(&ns_name) {
+                    Ok(ns) => ns,
+                    Err(e) => {
+                        imported.refused.push(e);
                         continue;
                     }
+                };
+                for entry in entries.into_values() {
+                    if let Err(reason) = self.shared.admissible(&scope, &ns_name, &entry) {
+                        imported.refused.push(StoreError::Refused {
+                            namespace: ns_name.clone(),
+                            reason,
+                        });
+                        continue;
+                    }
+                    imported.taken += 1;
                     if scope == self.shared.scope {
                         mine.push((ns, entry));
                     } else {
@@ -337,7 +363,7 @@ impl Cache {
         st.dirty.extend(keys);
         st.other.merge(others);
         self.shared.mark_dirty(&mut st);
-        refused
+        imported
     }
 
     /// Flushes, then stops the saver. Equivalent to dropping, but reports the outcome.

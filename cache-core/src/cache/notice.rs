@@ -159,7 +159,7 @@ impl Notice {
     }
 
     /// An entry no reader would accept was refused where it entered (one condition for all).
-    pub(super) fn refused_entry(ns: &str, why: &str) -> Self {
+    pub(super) fn refused_entry(ns: &str, why: &crate::error::Refusal) -> Self {
         Notice::warn(
             "refused-entry",
             format!(

@@ -276,6 +276,7 @@ fn construct(
         notes.append(&mut ctx.warnings);
         Shared {
             memory: MemoryStore::new(),
+            registry: Arc::clone(registry),
             limits: builder.limits,
             others: Mutex::new(CacheData::new()),
             scope: builder.scope.clone(),

@@ -10,7 +10,7 @@ use cache_format::{CacheData, Entry, Fingerprint, Scope};
 use super::notice::Notice;
 use super::{Shared, State, lock};
 use crate::disk::Incoming;
-use crate::error::StoreError;
+use crate::error::{Refusal, StoreError};
 use crate::lazy::StoredEntry;
 use crate::namespace::Namespace;
 
@@ -180,7 +180,7 @@ fn covers(on_disk: &Entry, mine: &Entry) -> bool {
 
 impl Shared {
     /// [`check_entry`] with this cache's limits.
-    pub(super) fn admissible(&self, scope: &Scope, ns: &str, entry: &Entry) -> Result<(), String> {
+    pub(super) fn admissible(&self, scope: &Scope, ns: &str, entry: &Entry) -> Result<(), Refusal> {
         check_entry(scope, ns, entry, &self.limits)
     }
 }
@@ -194,13 +194,16 @@ pub fn check_entry(
     ns: &str,
     entry: &Entry,
     limits: &cache_format::Limits,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     // Nesting first, so the error names the field (the encoded check below only has an offset).
     let too_deep = |what: &str, fields: &cache_format::Fields, max: u32| {
         fields.iter().find_map(|(name, v)| {
             let depth = v.depth();
-            (depth > max).then(|| {
-                format!("{what} {name:?} nests {depth} levels; readers accept at most {max}")
+            (depth > max).then(|| Refusal::TooDeep {
+                what: what.to_owned(),
+                name: name.clone(),
+                depth,
+                max,
             })
         })
     };
@@ -229,11 +232,13 @@ pub fn check_entry(
         if let Some(s) = c.stats()
             && !(s.median_ns.is_finite() && s.min_ns.is_finite() && s.spread_ns.is_finite())
         {
-            return Err(format!("{} has non-finite timings", c.id));
+            return Err(Refusal::NonFinite {
+                candidate: c.id.to_string(),
+            });
         }
     }
     let mut one = CacheData::new();
     one.insert(scope, ns, entry.clone());
     cache_format::check_payload(&cache_format::encode_payload(&one), limits)
-        .map_err(|e| e.to_string())
+        .map_err(Refusal::Unreadable)
 }

@@ -169,7 +169,9 @@ fn an_append_refuses_what_no_reader_could_read() {
         &AppendOptions::default(),
     );
     match r {
-        Err(StoreError::Refused { reason, .. }) => assert!(reason.contains("\"p\""), "{reason}"),
+        Err(StoreError::Refused { reason, .. }) => {
+            assert!(reason.to_string().contains("\"p\""), "{reason}")
+        }
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert!(

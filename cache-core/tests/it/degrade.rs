@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use cache_core::{Cache, Location, Mode, Store, StoreError};
+use cache_core::{Cache, Location, Mode, Refusal, Store, StoreError};
 
 use crate::support::{
     builder, capture_logs, child_lines, entry, has, ids_on_disk, ns, path_in, registry,
@@ -450,15 +450,22 @@ fn an_entry_no_reader_would_accept_is_refused_and_costs_the_others_nothing() {
     match cache.try_put(ns(), bad_stats.clone()) {
         Err(StoreError::Refused { namespace, reason }) => {
             assert_eq!(namespace, "matmul");
-            assert!(reason.contains("non-finite"), "{reason}");
+            assert!(reason.to_string().contains("non-finite"), "{reason}");
+            assert!(matches!(reason, Refusal::NonFinite { .. }), "{reason:?}");
         }
         other => panic!("NaN timings must be refused: {other:?}"),
     }
     match cache.try_put(ns(), bad_key.clone()) {
         Err(StoreError::Refused { reason, .. }) => {
             assert!(
-                reason.contains("key field \"shape\" nests 40 levels"),
+                reason
+                    .to_string()
+                    .contains("key field \"shape\" nests 40 levels"),
                 "{reason}"
+            );
+            assert!(
+                matches!(&reason, Refusal::TooDeep { depth: 40, .. }),
+                "{reason:?}"
             );
         }
         other => panic!("a key nested 40 deep must be refused: {other:?}"),
