@@ -80,6 +80,26 @@ fn registry() -> Migrations {
     Migrations::new("bench", 1)
 }
 
+/// Times `iters` calls of `mine` on this thread while another thread calls `theirs` the
+/// whole time.
+fn with_neighbour(iters: u64, theirs: impl Fn() + Sync, mine: impl Fn()) -> Duration {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                theirs();
+            }
+        });
+        let start = Instant::now();
+        for _ in 0..iters {
+            mine();
+        }
+        let took = start.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        took
+    })
+}
+
 fn hits(c: &mut Criterion) {
     let ns = Namespace::new("matmul").expect("valid");
     let store = MemoryStore::new();
@@ -103,23 +123,15 @@ fn hits(c: &mut Criterion) {
     group.bench_function("precomputed_fingerprint_2_threads", |b| {
         // A second thread hits the same key the whole time; we time this thread's hits.
         b.iter_custom(|iters| {
-            let stop = Arc::new(AtomicBool::new(false));
-            std::thread::scope(|s| {
-                let stop2 = Arc::clone(&stop);
-                let store = &store;
-                s.spawn(move || {
-                    while !stop2.load(Ordering::Relaxed) {
-                        black_box(store.get(ns, &fp));
-                    }
-                });
-                let start = Instant::now();
-                for _ in 0..iters {
+            with_neighbour(
+                iters,
+                || {
+                    black_box(store.get(ns, &fp));
+                },
+                || {
                     black_box(store.get(black_box(ns), black_box(&fp)));
-                }
-                let took = start.elapsed();
-                stop.store(true, Ordering::Relaxed);
-                took
-            })
+                },
+            )
         })
     });
     let other_fp = Key::from_serialize(&key_of(777))
@@ -127,47 +139,31 @@ fn hits(c: &mut Criterion) {
         .fingerprint();
     group.bench_function("precomputed_fingerprint_2_threads_other_key", |b| {
         b.iter_custom(|iters| {
-            let stop = Arc::new(AtomicBool::new(false));
-            std::thread::scope(|s| {
-                let stop2 = Arc::clone(&stop);
-                let store = &store;
-                s.spawn(move || {
-                    while !stop2.load(Ordering::Relaxed) {
-                        black_box(store.get(ns, &other_fp));
-                    }
-                });
-                let start = Instant::now();
-                for _ in 0..iters {
+            with_neighbour(
+                iters,
+                || {
+                    black_box(store.get(ns, &other_fp));
+                },
+                || {
                     black_box(store.get(black_box(ns), black_box(&fp)));
-                }
-                let took = start.elapsed();
-                stop.store(true, Ordering::Relaxed);
-                took
-            })
+                },
+            )
         })
     });
     group.bench_function("with_entry_2_threads", |b| {
         // The same key from both threads, through the accessor that takes no reference.
         b.iter_custom(|iters| {
-            let stop = Arc::new(AtomicBool::new(false));
-            std::thread::scope(|s| {
-                let stop2 = Arc::clone(&stop);
-                let store = &store;
-                s.spawn(move || {
-                    while !stop2.load(Ordering::Relaxed) {
-                        black_box(store.with_entry(ns, &fp, |e| e.candidates().len()));
-                    }
-                });
-                let start = Instant::now();
-                for _ in 0..iters {
+            with_neighbour(
+                iters,
+                || {
+                    black_box(store.with_entry(ns, &fp, |e| e.candidates().len()));
+                },
+                || {
                     black_box(
                         store.with_entry(black_box(ns), black_box(&fp), |e| e.candidates().len()),
                     );
-                }
-                let took = start.elapsed();
-                stop.store(true, Ordering::Relaxed);
-                took
-            })
+                },
+            )
         })
     });
     let miss = Key::from_serialize(&MatmulKey {

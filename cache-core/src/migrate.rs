@@ -99,34 +99,8 @@ pub fn migrate_file(
     // snapshot's bytes (its journal's records merged in): the decoded model is never held, so
     // a large file needs about twice its size in memory. Anything that path declines is read
     // the usual way below.
-    if let Some(streamed) = disk.migrate_streamed().map_err(failure)? {
-        let entries = usize::try_from(streamed.entries).unwrap_or(usize::MAX);
-        let bytes = (lock.is_some() || streamed.grew)
-            .then(|| streamed.snapshot.finish(registry.app(), registry.current()));
-        // A default that added fields may have crossed a reader's bounds: such a file takes
-        // the usual path, which reports it.
-        let within_bounds = !streamed.grew
-            || bytes
-                .as_deref()
-                .is_some_and(|b| cache_format::read_snapshot(b, &options.limits).is_ok());
-        if within_bounds {
-            let (written, backups) = match bytes.filter(|_| lock.is_some()) {
-                None => (false, Vec::new()),
-                Some(bytes) => {
-                    let events = disk
-                        .write_encoded_snapshot(bytes, Vec::new())
-                        .map_err(failure)?;
-                    (true, backups_of(events))
-                }
-            };
-            return Ok(MigrateOutcome::Migrated {
-                report: streamed.report,
-                written,
-                backups,
-                entries,
-            });
-        }
-        disk.reset();
+    if let Some(outcome) = migrate_streamed(&mut disk, registry, options, lock.is_some())? {
+        return Ok(outcome);
     }
     // A read that repairs nothing: an unusable file must be reported, not moved aside.
     let mut read = disk.read_updates(false).map_err(failure)?;
@@ -179,6 +153,47 @@ pub fn migrate_file(
         backups: backups_of(events),
         entries,
     })
+}
+
+/// The streamed path of [`migrate_file`], writing (`write`: the lock is held) what it made;
+/// `None` when it declines and the usual read must answer.
+fn migrate_streamed(
+    disk: &mut Disk,
+    registry: &Migrations,
+    options: &MigrateOptions,
+    write: bool,
+) -> Result<Option<MigrateOutcome>, StoreError> {
+    let Some(streamed) = disk.migrate_streamed().map_err(failure)? else {
+        return Ok(None);
+    };
+    let entries = usize::try_from(streamed.entries).unwrap_or(usize::MAX);
+    let bytes = (write || streamed.grew)
+        .then(|| streamed.snapshot.finish(registry.app(), registry.current()));
+    // A default that added fields may have crossed a reader's bounds: such a file takes the
+    // usual path, which reports it.
+    let within_bounds = !streamed.grew
+        || bytes
+            .as_deref()
+            .is_some_and(|b| cache_format::read_snapshot(b, &options.limits).is_ok());
+    if !within_bounds {
+        disk.reset();
+        return Ok(None);
+    }
+    let (written, backups) = match bytes.filter(|_| write) {
+        None => (false, Vec::new()),
+        Some(bytes) => {
+            let events = disk
+                .write_encoded_snapshot(bytes, Vec::new())
+                .map_err(failure)?;
+            (true, backups_of(events))
+        }
+    };
+    Ok(Some(MigrateOutcome::Migrated {
+        report: streamed.report,
+        written,
+        backups,
+        entries,
+    }))
 }
 
 /// The backups a write kept.

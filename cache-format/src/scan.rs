@@ -77,65 +77,8 @@ pub(crate) fn scan_value(
         let marker = *buf.get(pos).ok_or_else(|| truncated(what, pos, 1, buf))?;
         let at = pos;
         pos += 1;
-        let mut container: Option<u64> = None;
-        match marker {
-            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => {}
-            0x80..=0x8f => container = Some(2 * u64::from(marker & 0x0f)),
-            0x90..=0x9f => container = Some(u64::from(marker & 0x0f)),
-            0xa0..=0xbf => pos = skip(buf, pos, u64::from(marker & 0x1f), what)?,
-            0xc1 => return Err(FormatError::malformed(what, at, "reserved marker 0xc1")),
-            0xc4 | 0xd9 => {
-                let len = read_be(buf, pos, 1, what)?;
-                pos = skip(buf, pos + 1, len, what)?;
-            }
-            0xc5 | 0xda => {
-                let len = read_be(buf, pos, 2, what)?;
-                pos = skip(buf, pos + 2, len, what)?;
-            }
-            0xc6 | 0xdb => {
-                let len = read_be(buf, pos, 4, what)?;
-                pos = skip(buf, pos + 4, len, what)?;
-            }
-            0xc7 => {
-                let len = read_be(buf, pos, 1, what)?;
-                pos = skip(buf, pos + 1, len + 1, what)?;
-            }
-            0xc8 => {
-                let len = read_be(buf, pos, 2, what)?;
-                pos = skip(buf, pos + 2, len + 1, what)?;
-            }
-            0xc9 => {
-                let len = read_be(buf, pos, 4, what)?;
-                pos = skip(buf, pos + 4, len + 1, what)?;
-            }
-            0xca => pos = skip(buf, pos, 4, what)?,
-            0xcb => pos = skip(buf, pos, 8, what)?,
-            0xcc | 0xd0 => pos = skip(buf, pos, 1, what)?,
-            0xcd | 0xd1 => pos = skip(buf, pos, 2, what)?,
-            0xce | 0xd2 => pos = skip(buf, pos, 4, what)?,
-            0xcf | 0xd3 => pos = skip(buf, pos, 8, what)?,
-            0xd4 => pos = skip(buf, pos, 2, what)?,
-            0xd5 => pos = skip(buf, pos, 3, what)?,
-            0xd6 => pos = skip(buf, pos, 5, what)?,
-            0xd7 => pos = skip(buf, pos, 9, what)?,
-            0xd8 => pos = skip(buf, pos, 17, what)?,
-            0xdc => {
-                container = Some(read_be(buf, pos, 2, what)?);
-                pos += 2;
-            }
-            0xdd => {
-                container = Some(read_be(buf, pos, 4, what)?);
-                pos += 4;
-            }
-            0xde => {
-                container = Some(2 * read_be(buf, pos, 2, what)?);
-                pos += 2;
-            }
-            0xdf => {
-                container = Some(2 * read_be(buf, pos, 4, what)?);
-                pos += 4;
-            }
-        }
+        let container;
+        (pos, container) = advance(buf, pos, marker, what)?;
         if let Some(items) = container {
             let remaining = (buf.len() - pos) as u64;
             if items > remaining {
@@ -172,6 +115,78 @@ pub(crate) fn scan_value(
             }
         }
     }
+}
+
+/// Past one msgpack marker at `pos - 1` (`pos` is just after it): where its value's bytes end,
+/// or, for a container, where its elements begin and how many there are.
+#[inline(always)]
+fn advance(
+    buf: &[u8],
+    mut pos: usize,
+    marker: u8,
+    what: &'static str,
+) -> Result<(usize, Option<u64>), FormatError> {
+    let at = pos - 1;
+    let mut container: Option<u64> = None;
+    match marker {
+        0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => {}
+        0x80..=0x8f => container = Some(2 * u64::from(marker & 0x0f)),
+        0x90..=0x9f => container = Some(u64::from(marker & 0x0f)),
+        0xa0..=0xbf => pos = skip(buf, pos, u64::from(marker & 0x1f), what)?,
+        0xc1 => return Err(FormatError::malformed(what, at, "reserved marker 0xc1")),
+        0xc4 | 0xd9 => {
+            let len = read_be(buf, pos, 1, what)?;
+            pos = skip(buf, pos + 1, len, what)?;
+        }
+        0xc5 | 0xda => {
+            let len = read_be(buf, pos, 2, what)?;
+            pos = skip(buf, pos + 2, len, what)?;
+        }
+        0xc6 | 0xdb => {
+            let len = read_be(buf, pos, 4, what)?;
+            pos = skip(buf, pos + 4, len, what)?;
+        }
+        0xc7 => {
+            let len = read_be(buf, pos, 1, what)?;
+            pos = skip(buf, pos + 1, len + 1, what)?;
+        }
+        0xc8 => {
+            let len = read_be(buf, pos, 2, what)?;
+            pos = skip(buf, pos + 2, len + 1, what)?;
+        }
+        0xc9 => {
+            let len = read_be(buf, pos, 4, what)?;
+            pos = skip(buf, pos + 4, len + 1, what)?;
+        }
+        0xca => pos = skip(buf, pos, 4, what)?,
+        0xcb => pos = skip(buf, pos, 8, what)?,
+        0xcc | 0xd0 => pos = skip(buf, pos, 1, what)?,
+        0xcd | 0xd1 => pos = skip(buf, pos, 2, what)?,
+        0xce | 0xd2 => pos = skip(buf, pos, 4, what)?,
+        0xcf | 0xd3 => pos = skip(buf, pos, 8, what)?,
+        0xd4 => pos = skip(buf, pos, 2, what)?,
+        0xd5 => pos = skip(buf, pos, 3, what)?,
+        0xd6 => pos = skip(buf, pos, 5, what)?,
+        0xd7 => pos = skip(buf, pos, 9, what)?,
+        0xd8 => pos = skip(buf, pos, 17, what)?,
+        0xdc => {
+            container = Some(read_be(buf, pos, 2, what)?);
+            pos += 2;
+        }
+        0xdd => {
+            container = Some(read_be(buf, pos, 4, what)?);
+            pos += 4;
+        }
+        0xde => {
+            container = Some(2 * read_be(buf, pos, 2, what)?);
+            pos += 2;
+        }
+        0xdf => {
+            container = Some(2 * read_be(buf, pos, 4, what)?);
+            pos += 4;
+        }
+    }
+    Ok((pos, container))
 }
 
 fn truncated(what: &'static str, pos: usize, needed: u64, buf: &[u8]) -> FormatError {

@@ -99,32 +99,7 @@ pub(crate) fn measure_all<O: Operation>(
 ) -> Vec<Result<Measured, String>> {
     let mut all: Vec<Contender> = handles
         .iter()
-        .map(|handle| {
-            let started = Instant::now();
-            let checked = op
-                .time(handle, problem, 1)
-                .and_then(|first| {
-                    op.verify(handle, problem)
-                        .map_err(|e| format!("wrong result: {e}"))?;
-                    Ok(first)
-                })
-                .map(|first| {
-                    let per_run = first.max(Duration::from_nanos(1));
-                    (config.min_sample.as_nanos() / per_run.as_nanos()).clamp(1, 1_000_000) as u32
-                });
-            let (iterations, error) = match checked {
-                Ok(n) => (n, None),
-                Err(e) => (1, Some(e)),
-            };
-            Contender {
-                iterations,
-                samples: Vec::with_capacity(config.samples as usize),
-                spent: started.elapsed(),
-                stopped_early: false,
-                done: error.is_some(),
-                error,
-            }
-        })
+        .map(|handle| first_run(op, handle, problem, config))
         .collect();
     // Warm-up, round-robin until every live candidate has had its share (at least one run).
     let warm_until = Instant::now() + config.warmup * (all.len().max(1) as u32);
@@ -171,23 +146,7 @@ pub(crate) fn measure_all<O: Operation>(
             }
         }
         if round + 1 >= config.early_stop_after {
-            // The best median so far, over this measurement and what was stored.
-            let best = all
-                .iter()
-                .filter(|c| c.error.is_none() && !c.samples.is_empty())
-                .map(|c| {
-                    let mut s = c.samples.clone();
-                    summarise(&mut s).median_ns
-                })
-                .chain(best_known)
-                .fold(f64::INFINITY, f64::min);
-            for c in all.iter_mut().filter(|c| !c.done) {
-                let fastest = c.samples.iter().copied().fold(f64::INFINITY, f64::min);
-                if fastest > best * config.early_stop_ratio {
-                    c.stopped_early = true;
-                    c.done = true;
-                }
-            }
+            stop_the_slow(&mut all, best_known, config.early_stop_ratio);
         }
         if all.iter().all(|c| c.done) {
             break;
@@ -203,6 +162,62 @@ pub(crate) fn measure_all<O: Operation>(
             }),
         })
         .collect()
+}
+
+/// One candidate's first run: timed once, then verified (a wrong result disqualifies it),
+/// and how many back-to-back runs a sample takes to outlast the clock's resolution.
+fn first_run<O: Operation>(
+    op: &O,
+    handle: &O::Handle,
+    problem: &mut O::Problem,
+    config: &MeasureConfig,
+) -> Contender {
+    let started = Instant::now();
+    let checked = op
+        .time(handle, problem, 1)
+        .and_then(|first| {
+            op.verify(handle, problem)
+                .map_err(|e| format!("wrong result: {e}"))?;
+            Ok(first)
+        })
+        .map(|first| {
+            let per_run = first.max(Duration::from_nanos(1));
+            (config.min_sample.as_nanos() / per_run.as_nanos()).clamp(1, 1_000_000) as u32
+        });
+    let (iterations, error) = match checked {
+        Ok(n) => (n, None),
+        Err(e) => (1, Some(e)),
+    };
+    Contender {
+        iterations,
+        samples: Vec::with_capacity(config.samples as usize),
+        spent: started.elapsed(),
+        stopped_early: false,
+        done: error.is_some(),
+        error,
+    }
+}
+
+/// Stops every live candidate whose fastest sample is already `ratio` times the best median
+/// so far (over this measurement and `best_known`, what was stored).
+fn stop_the_slow(all: &mut [Contender], best_known: Option<f64>, ratio: f64) {
+    // The best median so far, over this measurement and what was stored.
+    let best = all
+        .iter()
+        .filter(|c| c.error.is_none() && !c.samples.is_empty())
+        .map(|c| {
+            let mut s = c.samples.clone();
+            summarise(&mut s).median_ns
+        })
+        .chain(best_known)
+        .fold(f64::INFINITY, f64::min);
+    for c in all.iter_mut().filter(|c| !c.done) {
+        let fastest = c.samples.iter().copied().fold(f64::INFINITY, f64::min);
+        if fastest > best * ratio {
+            c.stopped_early = true;
+            c.done = true;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,12 +10,13 @@ use cache_core::cache_format::{
     Stats, now_millis,
 };
 use cache_core::cache_migrate::Migrations;
-use cache_core::{Cache, Claim, ClaimGuard, MemoryLookup, Mode, Namespace, Store};
+use cache_core::{Cache, Claim, MemoryLookup, Mode, Namespace, Store};
 use cache_remote::{RemoteBuilder as _, RemoteCache as _};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::PyDict;
 
+use crate::entry::{PyClaim, PyEntry, candidate_set};
 use crate::keys::{fields_to_py, to_fields};
 use crate::{CacheError, errors};
 
@@ -23,7 +24,7 @@ fn namespace(name: &str) -> PyResult<Namespace> {
     Namespace::new(name).map_err(|e| errors::store(&e))
 }
 
-fn params_of(params: Option<&Bound<'_, PyAny>>) -> PyResult<Fields> {
+pub(crate) fn params_of(params: Option<&Bound<'_, PyAny>>) -> PyResult<Fields> {
     match params {
         None => Ok(Fields::new()),
         Some(p) if p.is_none() => Ok(Fields::new()),
@@ -445,52 +446,11 @@ impl PyCache {
         }
     }
 
-    /// The cache's state: mode, path, why it is not persistent, the last failed save, files
-    /// moved aside, pending results, and the shared tier's counters.
+    /// The cache's state as plain data: mode, path, why it is not persistent, the last failed
+    /// save, files moved aside, pending results, the migration, each tier's counters and the
+    /// shared tier's.
     fn health<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let cache = self.get_cache()?;
-        let h = cache.health();
-        let d = PyDict::new(py);
-        d.set_item(
-            "mode",
-            match h.mode {
-                Mode::Persistent => "persistent",
-                Mode::ReadOnly => "read-only",
-                Mode::Memory => "memory",
-            },
-        )?;
-        d.set_item("path", h.path)?;
-        d.set_item("reason", h.reason)?;
-        d.set_item("last_error", h.last_error)?;
-        d.set_item("quarantined", h.quarantined)?;
-        d.set_item("pending", h.pending)?;
-        d.set_item(
-            "migration",
-            h.migration.map(|r| {
-                r.steps
-                    .iter()
-                    .flat_map(|s| s.lines())
-                    .collect::<Vec<String>>()
-            }),
-        )?;
-        let tiers = PyList::empty(py);
-        for t in &h.tiers {
-            let tier = PyDict::new(py);
-            tier.set_item("name", t.name)?;
-            tier.set_item("describe", &t.describe)?;
-            tier.set_item("available", t.available)?;
-            tier.set_item("counters", t.counters.clone())?;
-            tiers.append(tier)?;
-        }
-        d.set_item("tiers", tiers)?;
-        d.set_item(
-            "remote",
-            cache
-                .remote_health()
-                .map(|r| remote_dict(py, &r))
-                .transpose()?,
-        )?;
-        Ok(d)
+        crate::health::health(py, &*self.get_cache()?)
     }
 
     fn __repr__(&self) -> String {
@@ -516,275 +476,5 @@ fn lookup(py: Python<'_>, cache: &Cache, ns: Namespace, fp: &Fingerprint) -> Opt
         MemoryLookup::Hit(entry) => Some(entry),
         MemoryLookup::Miss => None,
         MemoryLookup::NeedsIo => py.detach(|| cache.get(ns, fp)),
-    }
-}
-
-/// The shared tier's counters as a dict of plain values.
-fn remote_dict<'py>(
-    py: Python<'py>,
-    r: &cache_remote::RemoteHealth,
-) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("describe", &r.describe)?;
-    d.set_item("mode", r.mode.to_string())?;
-    for (name, n) in [
-        ("hits", r.hits),
-        ("misses", r.misses),
-        ("timeouts", r.timeouts),
-        ("errors", r.errors),
-        ("skipped", r.skipped),
-        ("published", r.published),
-        ("unchanged", r.unchanged),
-        ("conflicts", r.conflicts),
-    ] {
-        d.set_item(name, n)?;
-    }
-    d.set_item("pending", r.pending)?;
-    d.set_item("rejected", r.rejected.clone())?;
-    let failures = match r.breaker {
-        cache_remote::BreakerState::Closed => 0,
-        cache_remote::BreakerState::Open { failures } => failures,
-    };
-    d.set_item("breaker_open", failures > 0)?;
-    d.set_item("failures", failures)?;
-    d.set_item("full", r.full)?;
-    Ok(d)
-}
-
-/// The checksum of a candidate set: an iterable of `(algorithm, params)` pairs.
-fn candidate_set(candidates: &Bound<'_, PyAny>) -> PyResult<Fingerprint> {
-    let mut ids: Vec<(String, Fields)> = Vec::new();
-    for item in candidates.try_iter()? {
-        let item = item?;
-        let (name, params): (String, Bound<'_, PyAny>) = item
-            .extract()
-            .map_err(|_| PyTypeError::new_err("candidates must be (algorithm, params) pairs"))?;
-        ids.push((name, params_of(Some(&params))?));
-    }
-    Ok(Fingerprint::of_candidate_set(
-        ids.iter().map(|(n, p)| (n.as_str(), p)),
-        &Fields::new(),
-    ))
-}
-
-/// The checksum of a candidate set (`[(algorithm, params), ...]`, any order), as 32 hex
-/// digits: what an entry's `candidate_set` is compared with.
-#[pyfunction]
-pub(crate) fn candidate_set_fingerprint(candidates: &Bound<'_, PyAny>) -> PyResult<String> {
-    Ok(candidate_set(candidates)?.to_hex())
-}
-
-/// The fingerprint of a key (32 hex digits), as FORMAT.md defines it and the CLI prints it.
-#[pyfunction]
-pub(crate) fn fingerprint(key: &Bound<'_, PyAny>) -> PyResult<String> {
-    Ok(Fingerprint::of_key(&to_fields(key, "key")?).to_hex())
-}
-
-/// The canonical encoding of a key (FORMAT.md, "Canonical encoding").
-#[pyfunction]
-pub(crate) fn canonical_key(key: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-    let mut out = Vec::new();
-    cache_core::cache_format::encode_fields(&to_fields(key, "key")?, &mut out);
-    Ok(out)
-}
-
-/// The fingerprint of a scope (32 hex digits).
-#[pyfunction]
-pub(crate) fn scope_fingerprint(scope: &Bound<'_, PyAny>) -> PyResult<String> {
-    Ok(Fingerprint::of_scope(&to_fields(scope, "scope")?).to_hex())
-}
-
-/// The ranked candidates recorded for one key.
-#[pyclass(frozen, module = "tunecache._tunecache", name = "Entry")]
-pub(crate) struct PyEntry {
-    entry: Arc<Entry>,
-}
-
-#[pymethods]
-impl PyEntry {
-    /// The key, as a dict.
-    #[getter]
-    fn key<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        fields_to_py(py, self.entry.key().fields())
-    }
-
-    /// The key's fingerprint (32 hex digits).
-    #[getter]
-    fn fingerprint(&self) -> String {
-        self.entry.fingerprint().to_hex()
-    }
-
-    /// The best measured candidate, or None if none was measured.
-    #[getter]
-    fn best(&self) -> Option<PyCandidate> {
-        self.entry.best().map(|c| PyCandidate { c: c.clone() })
-    }
-
-    /// Every candidate, best first (failed ones last).
-    #[getter]
-    fn candidates<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(
-            py,
-            self.entry
-                .candidates()
-                .iter()
-                .map(|c| PyCandidate { c: c.clone() }),
-        )
-    }
-
-    /// The checksum of the candidate set of the latest tuning (32 hex digits).
-    #[getter]
-    fn candidate_set(&self) -> String {
-        self.entry.candidate_set().to_hex()
-    }
-
-    /// When it was last recorded, in milliseconds since the Unix epoch.
-    #[getter]
-    fn recorded_at(&self) -> u64 {
-        self.entry.recorded_at()
-    }
-
-    /// Where it came from: `measured`, `imported` or `remote`.
-    #[getter]
-    fn origin(&self) -> &'static str {
-        self.entry.origin().kind()
-    }
-
-    /// The origin's detail (host and pid, file, server).
-    #[getter]
-    fn origin_detail(&self) -> String {
-        self.entry.origin().detail().to_owned()
-    }
-
-    fn __repr__(&self) -> String {
-        let best = self
-            .entry
-            .best()
-            .map_or_else(|| "none".to_owned(), |c| c.id.label());
-        format!(
-            "<Entry {} best={best} of {} candidates>",
-            self.entry.key(),
-            self.entry.candidates().len()
-        )
-    }
-}
-
-/// One candidate's identity and result.
-#[pyclass(frozen, module = "tunecache._tunecache", name = "Candidate")]
-pub(crate) struct PyCandidate {
-    c: Candidate,
-}
-
-#[pymethods]
-impl PyCandidate {
-    /// The algorithm's name.
-    #[getter]
-    fn algorithm(&self) -> &str {
-        &self.c.id.algorithm
-    }
-
-    /// Its launch parameters, as a dict.
-    #[getter]
-    fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        fields_to_py(py, &self.c.id.params)
-    }
-
-    /// Median time in seconds, or None if it failed.
-    #[getter]
-    fn median(&self) -> Option<f64> {
-        self.c.stats().map(|s| s.median_ns * 1e-9)
-    }
-
-    /// Median time in nanoseconds, or None if it failed.
-    #[getter]
-    fn median_ns(&self) -> Option<f64> {
-        self.c.stats().map(|s| s.median_ns)
-    }
-
-    /// Fastest sample in nanoseconds, or None if it failed.
-    #[getter]
-    fn min_ns(&self) -> Option<f64> {
-        self.c.stats().map(|s| s.min_ns)
-    }
-
-    /// Spread of the samples in nanoseconds (median absolute deviation), or None.
-    #[getter]
-    fn spread_ns(&self) -> Option<f64> {
-        self.c.stats().map(|s| s.spread_ns)
-    }
-
-    /// Timed samples, or None if it failed.
-    #[getter]
-    fn samples(&self) -> Option<u32> {
-        self.c.stats().map(|s| s.samples)
-    }
-
-    /// Why it failed, or None if it was measured.
-    #[getter]
-    fn failed(&self) -> Option<&str> {
-        match &self.c.outcome {
-            Outcome::Failed(reason) => Some(reason),
-            Outcome::Measured(_) => None,
-        }
-    }
-
-    /// When it was measured, in milliseconds since the Unix epoch.
-    #[getter]
-    fn measured_at(&self) -> u64 {
-        self.c.measured_at
-    }
-
-    /// What measuring it cost, in nanoseconds, if recorded.
-    #[getter]
-    fn tuning_ns(&self) -> Option<u64> {
-        self.c.tuning_ns
-    }
-
-    fn __repr__(&self) -> String {
-        match self.c.stats() {
-            Some(s) => format!(
-                "<Candidate {} median {:.1} ns of {} samples>",
-                self.c.id.label(),
-                s.median_ns,
-                s.samples
-            ),
-            None => format!("<Candidate {} failed>", self.c.id.label()),
-        }
-    }
-}
-
-/// A claim on one key (see `Cache.claim`); a context manager.
-#[pyclass(frozen, module = "tunecache._tunecache", name = "Claim")]
-pub(crate) struct PyClaim {
-    guard: std::sync::Mutex<Option<ClaimGuard>>,
-    state: &'static str,
-}
-
-#[pymethods]
-impl PyClaim {
-    /// `"held"`, `"busy"` or `"unshared"`.
-    #[getter]
-    fn state(&self) -> &'static str {
-        self.state
-    }
-
-    /// Lets other processes have the key.
-    fn release(&self) {
-        let taken = self.guard.lock().unwrap_or_else(|p| p.into_inner()).take();
-        drop(taken);
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __exit__(
-        &self,
-        _ty: &Bound<'_, PyAny>,
-        _value: &Bound<'_, PyAny>,
-        _tb: &Bound<'_, PyAny>,
-    ) -> bool {
-        self.release();
-        false
     }
 }

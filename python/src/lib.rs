@@ -8,7 +8,9 @@
 //! hashing work, not around in-memory hits.
 
 mod cache;
+mod entry;
 mod errors;
+mod health;
 mod keys;
 mod log;
 mod outputs;
@@ -35,14 +37,14 @@ fn _tunecache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CacheError", m.py().get_type::<CacheError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<cache::PyCache>()?;
-    m.add_class::<cache::PyEntry>()?;
-    m.add_class::<cache::PyCandidate>()?;
-    m.add_class::<cache::PyClaim>()?;
+    m.add_class::<entry::PyEntry>()?;
+    m.add_class::<entry::PyCandidate>()?;
+    m.add_class::<entry::PyClaim>()?;
     m.add_class::<outputs::PyOutputCache>()?;
-    m.add_function(wrap_pyfunction!(cache::fingerprint, m)?)?;
-    m.add_function(wrap_pyfunction!(cache::canonical_key, m)?)?;
-    m.add_function(wrap_pyfunction!(cache::scope_fingerprint, m)?)?;
-    m.add_function(wrap_pyfunction!(cache::candidate_set_fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(entry::fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(entry::canonical_key, m)?)?;
+    m.add_function(wrap_pyfunction!(entry::scope_fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(entry::candidate_set_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(outputs::output_key, m)?)?;
     m.add_function(wrap_pyfunction!(outputs::output_batch_keys, m)?)?;
     m.add_function(wrap_pyfunction!(drain_warnings, m)?)?;

@@ -46,23 +46,7 @@ fn secs(s: f64) -> String {
 }
 
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
-    let mut sizes = vec![1_000usize, 10_000, 100_000, 1_000_000];
-    let mut iter = args.iter();
-    while let Some(arg) = iter.next() {
-        match arg.as_str() {
-            "--sizes" => {
-                let list = iter
-                    .next()
-                    .context("--sizes needs a list, e.g. 1000,100000")?;
-                sizes = list
-                    .split(',')
-                    .map(|s| s.trim().replace('_', "").parse())
-                    .collect::<Result<_, _>>()
-                    .context("--sizes: numbers separated by commas")?;
-            }
-            other => bail!("bench-report: unknown argument {other:?} (takes --sizes N,N,...)"),
-        }
-    }
+    let sizes = sizes(args)?;
     let status = Command::new(env!("CARGO"))
         .args(["build", "--release", "--quiet", "-p", "cache-cli"])
         .current_dir(root)
@@ -93,77 +77,8 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     ];
     let mut table: Vec<Vec<String>> = rows.iter().map(|r| vec![(*r).to_owned()]).collect();
     for &n in &sizes {
-        eprintln!("bench-report: {n} entries");
         let case = dir.path().join(format!("n{n}"));
-        std::fs::create_dir_all(&case)?;
-        let cache = case.join("c.tcache");
-        // Written by a child: this process stays small, so what `wait4` reports for the
-        // children measured below is theirs (a child's peak counts what it shared at fork).
-        let status = Command::new(std::env::current_exe()?)
-            .args(["bench-gen", &n.to_string()])
-            .arg(&cache)
-            .status()
-            .context("cannot start the cache generator")?;
-        if !status.success() {
-            bail!("the cache generator failed ({status})");
-        }
-        let len = std::fs::metadata(&cache)?.len();
-        let mut col = vec![format!("{:.1} MB", len as f64 / 1e6)];
-        col.push(match &python {
-            Some(py) => measure(
-                Command::new(py)
-                    .args([
-                        "-c",
-                        "import msgpack, sys\n\
-                     b = open(sys.argv[1], 'rb').read()\n\
-                     outer = msgpack.unpackb(b, raw=False, strict_map_key=False)\n\
-                     msgpack.unpackb(outer[4], raw=False, strict_map_key=False)",
-                    ])
-                    .arg(&cache),
-            )?
-            .cell(),
-            None => "no python3 with msgpack".to_owned(),
-        });
-        let tc = |args: &[&str]| {
-            let mut cmd = Command::new(&exe);
-            cmd.arg("--cache-file").arg(&cache).args(args);
-            cmd.env_remove("TUNECACHE_FILE");
-            cmd
-        };
-        for args in [
-            &["stats"][..],
-            &["list", "--limit", "1"],
-            &["verify"],
-            &[
-                "put",
-                "-n",
-                "matmul",
-                "-k",
-                r#"{"m":1,"n":1,"k":1,"dtype":"f16"}"#,
-                "--algo",
-                "naive",
-                "--median-ns",
-                "100",
-            ],
-        ] {
-            col.push(measure(&mut tc(args))?.cell());
-        }
-        let rows_file = case.join("rows.jsonl");
-        col.push(measure(tc(&["export", "-o"]).arg(&rows_file))?.cell());
-        let m = migrations.to_string_lossy().into_owned();
-        col.push(measure(&mut tc(&["migrate", "--dry-run", "--migrations", &m]))?.cell());
-        col.push(measure(&mut tc(&["migrate", "--migrations", &m]))?.cell());
-        let fresh = case.join("imported.tcache");
-        col.push(
-            measure(
-                Command::new(&exe)
-                    .arg("--cache-file")
-                    .arg(&fresh)
-                    .args(["--app", "bench", "import"])
-                    .arg(&rows_file),
-            )?
-            .cell(),
-        );
+        let col = column(n, &case, &exe, python.as_deref(), &migrations)?;
         for (row, cell) in table.iter_mut().zip(col) {
             row.push(cell);
         }
@@ -173,6 +88,110 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     header.extend(sizes.iter().map(ToString::to_string));
     print_table(&header, &table);
     Ok(())
+}
+
+/// The sizes `--sizes N,N,...` asks for (1k to 1M by default).
+fn sizes(args: &[String]) -> anyhow::Result<Vec<usize>> {
+    let mut sizes = vec![1_000usize, 10_000, 100_000, 1_000_000];
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        match arg.as_str() {
+            "--sizes" => {
+                let list = iter
+                    .next()
+                    .context("--sizes needs a list, e.g. 1000,100000")?;
+                sizes = list
+                    .split(',')
+                    .map(|s| s.trim().replace('_', "").parse())
+                    .collect::<Result<_, _>>()
+                    .context("--sizes: numbers separated by commas")?;
+            }
+            other => bail!("bench-report: unknown argument {other:?} (takes --sizes N,N,...)"),
+        }
+    }
+    Ok(sizes)
+}
+
+/// One column of the table: a cache of `n` entries generated in `case`, then each command
+/// (and Python's `msgpack.unpackb` of the same file) measured on it.
+fn column(
+    n: usize,
+    case: &Path,
+    exe: &Path,
+    python: Option<&Path>,
+    migrations: &Path,
+) -> anyhow::Result<Vec<String>> {
+    eprintln!("bench-report: {n} entries");
+    std::fs::create_dir_all(case)?;
+    let cache = case.join("c.tcache");
+    // Written by a child: this process stays small, so what `wait4` reports for the
+    // children measured below is theirs (a child's peak counts what it shared at fork).
+    let status = Command::new(std::env::current_exe()?)
+        .args(["bench-gen", &n.to_string()])
+        .arg(&cache)
+        .status()
+        .context("cannot start the cache generator")?;
+    if !status.success() {
+        bail!("the cache generator failed ({status})");
+    }
+    let len = std::fs::metadata(&cache)?.len();
+    let mut col = vec![format!("{:.1} MB", len as f64 / 1e6)];
+    col.push(match &python {
+        Some(py) => measure(
+            Command::new(py)
+                .args([
+                    "-c",
+                    "import msgpack, sys\n\
+                 b = open(sys.argv[1], 'rb').read()\n\
+                 outer = msgpack.unpackb(b, raw=False, strict_map_key=False)\n\
+                 msgpack.unpackb(outer[4], raw=False, strict_map_key=False)",
+                ])
+                .arg(&cache),
+        )?
+        .cell(),
+        None => "no python3 with msgpack".to_owned(),
+    });
+    let tc = |args: &[&str]| {
+        let mut cmd = Command::new(exe);
+        cmd.arg("--cache-file").arg(&cache).args(args);
+        cmd.env_remove("TUNECACHE_FILE");
+        cmd
+    };
+    for args in [
+        &["stats"][..],
+        &["list", "--limit", "1"],
+        &["verify"],
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            r#"{"m":1,"n":1,"k":1,"dtype":"f16"}"#,
+            "--algo",
+            "naive",
+            "--median-ns",
+            "100",
+        ],
+    ] {
+        col.push(measure(&mut tc(args))?.cell());
+    }
+    let rows_file = case.join("rows.jsonl");
+    col.push(measure(tc(&["export", "-o"]).arg(&rows_file))?.cell());
+    let m = migrations.to_string_lossy().into_owned();
+    col.push(measure(&mut tc(&["migrate", "--dry-run", "--migrations", &m]))?.cell());
+    col.push(measure(&mut tc(&["migrate", "--migrations", &m]))?.cell());
+    let fresh = case.join("imported.tcache");
+    col.push(
+        measure(
+            Command::new(exe)
+                .arg("--cache-file")
+                .arg(&fresh)
+                .args(["--app", "bench", "import"])
+                .arg(&rows_file),
+        )?
+        .cell(),
+    );
+    Ok(col)
 }
 
 /// `cargo xtask bench-gen N PATH` (used by bench-report): writes a cache of N entries.

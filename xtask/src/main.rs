@@ -6,6 +6,7 @@
 //! - `golden`: golden-file migration checks (`--check`, `--bless`, `--new-input`).
 //! - `release`: every version bump has its migration step and golden inputs.
 //! - `docs`: every path ARCHITECTURE.md names exists.
+//! - `size`: no source file over 600 lines, no function over 100 lines outside tests.
 //! - `bench-report`: the command-line costs for caches of 1k to 1M entries, side by side with
 //!   Python msgpack on the same files.
 //! - `test`: the README's test command: prepares a Python environment, runs every test,
@@ -19,6 +20,7 @@ mod docs;
 mod golden;
 mod layering;
 mod release;
+mod size;
 mod test;
 
 use std::path::{Path, PathBuf};
@@ -40,6 +42,8 @@ tasks:
              compare with its expected output, byte for byte
   release    check that every format or schema version has its step and golden inputs
   docs       check that every file or folder ARCHITECTURE.md names exists
+  size       check that no source file has over 600 lines and no function outside tests
+             over 100
   bench-report [--sizes N,N,...]  time stats, list, verify, put, export, migrate and
              import of the release binary on caches of each size (default 1k,10k,100k,1M),
              beside Python's msgpack.unpackb of the same file
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
         Some("golden") => golden::run(&project_root(), &args[1..]),
         Some("release") => release::run(&project_root()),
         Some("docs") => docs::run(&project_root()),
+        Some("size") => size::run(&project_root()),
         Some("test") => test::run(&project_root(), &args[1..]),
         Some("bench-report") => bench_report::run(&project_root(), &args[1..]),
         Some("bench-gen") => bench_report::generate(&args[1..]),

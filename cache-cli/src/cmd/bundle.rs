@@ -397,25 +397,7 @@ impl ImportArgs {
             out.report(&report, ctx.json)?;
             return Ok(exit::OK);
         }
-        let registry = if manifest.schema == schema {
-            Migrations::new(app.clone(), schema)
-        } else {
-            let registry = given.or_else(|| ctx.registry(&app).cloned()).with_context(|| {
-                format!(
-                    "{} is at schema {}, the cache at {schema}; pass --migrations FILE to migrate it (nothing was imported)",
-                    self.bundle.display(),
-                    manifest.schema
-                )
-            })?;
-            if registry.app() != app || registry.current() != schema {
-                bail!(
-                    "the migrations lead to {} schema {}, the cache is {app:?} schema {schema}; nothing was imported",
-                    registry.app(),
-                    registry.current()
-                );
-            }
-            registry
-        };
+        let registry = self.registry(ctx, given, &app, schema, manifest.schema)?;
         // The check decoded every entry at the bundle's own schema: reuse that unless a
         // migration is due.
         let incoming = if manifest.schema == schema {
@@ -439,32 +421,7 @@ impl ImportArgs {
             migrated_from: (manifest.schema != schema).then_some(manifest.schema),
             ..ImportCounts::default()
         };
-        let take = if existing.is_empty() {
-            counts.added = incoming.len();
-            incoming
-        } else {
-            let mut take = CacheData::new();
-            for (scope, ns, entry) in incoming.entries() {
-                match existing.get(scope, ns, &entry.fingerprint()) {
-                    None => counts.added += 1,
-                    Some(_) if self.policy == Policy::Fill => {
-                        counts.skipped += 1;
-                        continue;
-                    }
-                    Some(held) => {
-                        let mut merged = held.clone();
-                        merged.merge(entry.clone());
-                        if merged == *held {
-                            counts.skipped += 1;
-                            continue;
-                        }
-                        counts.replaced += 1;
-                    }
-                }
-                take.insert(scope, ns, entry.clone());
-            }
-            take
-        };
+        let take = self.select(existing, incoming, &mut counts);
         if !take.is_empty() {
             let options = AppendOptions {
                 lock_timeout: self.wait.wait,
@@ -479,6 +436,70 @@ impl ImportArgs {
         report.manifest = Some(manifest);
         out.report(&report, ctx.json)?;
         Ok(exit::OK)
+    }
+
+    /// The registry that lifts a bundle at `from` to the cache's `schema` (the identity when
+    /// they are the same): `--migrations FILE`, or the one the tool has built in.
+    fn registry(
+        &self,
+        ctx: &Context<'_>,
+        given: Option<Migrations>,
+        app: &str,
+        schema: u32,
+        from: u32,
+    ) -> anyhow::Result<Migrations> {
+        if from == schema {
+            return Ok(Migrations::new(app, schema));
+        }
+        let registry = given.or_else(|| ctx.registry(app).cloned()).with_context(|| {
+            format!(
+                "{} is at schema {from}, the cache at {schema}; pass --migrations FILE to migrate it (nothing was imported)",
+                self.bundle.display(),
+            )
+        })?;
+        if registry.app() != app || registry.current() != schema {
+            bail!(
+                "the migrations lead to {} schema {}, the cache is {app:?} schema {schema}; nothing was imported",
+                registry.app(),
+                registry.current()
+            );
+        }
+        Ok(registry)
+    }
+
+    /// What the policy takes of `incoming` into a cache holding `existing`: `fill` only the
+    /// keys it lacks, `join` every entry that adds to what it holds; counted in `counts`.
+    fn select(
+        &self,
+        existing: CacheData,
+        incoming: CacheData,
+        counts: &mut ImportCounts,
+    ) -> CacheData {
+        if existing.is_empty() {
+            counts.added = incoming.len();
+            return incoming;
+        }
+        let mut take = CacheData::new();
+        for (scope, ns, entry) in incoming.entries() {
+            match existing.get(scope, ns, &entry.fingerprint()) {
+                None => counts.added += 1,
+                Some(_) if self.policy == Policy::Fill => {
+                    counts.skipped += 1;
+                    continue;
+                }
+                Some(held) => {
+                    let mut merged = held.clone();
+                    merged.merge(entry.clone());
+                    if merged == *held {
+                        counts.skipped += 1;
+                        continue;
+                    }
+                    counts.replaced += 1;
+                }
+            }
+            take.insert(scope, ns, entry.clone());
+        }
+        take
     }
 }
 

@@ -73,6 +73,39 @@ struct MergeReport {
 
 type KeyId = (Fingerprint, String, Fingerprint);
 
+/// Each key's winner in each input that has it: its scope, namespace and key as text.
+type Winners = BTreeMap<KeyId, (Scope, String, String, Vec<Winner>)>;
+
+/// The keys whose inputs disagree on the winner, and how far apart their times are (the
+/// slowest winner's median over the fastest).
+fn conflicts(winners: Winners) -> Vec<Conflict> {
+    winners
+        .into_values()
+        .filter(|(_, _, _, w)| {
+            w.iter()
+                .any(|x| w.first().is_some_and(|first| first.winner != x.winner))
+        })
+        .map(|(scope, namespace, key, winners)| {
+            let fastest = winners
+                .iter()
+                .map(|w| w.median_ns)
+                .fold(f64::INFINITY, f64::min);
+            let slowest = winners.iter().map(|w| w.median_ns).fold(0.0, f64::max);
+            Conflict {
+                scope: scope.to_string(),
+                namespace,
+                key,
+                ratio: if fastest > 0.0 {
+                    slowest / fastest
+                } else {
+                    1.0
+                },
+                winners,
+            }
+        })
+        .collect()
+}
+
 impl MergeArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         let scope = scope_filter(self.scope.as_deref())?;
@@ -82,7 +115,7 @@ impl MergeArgs {
         let mut target: Option<(String, u32)> = None;
         let mut merged = CacheData::new();
         let mut inputs = Vec::new();
-        let mut winners: BTreeMap<KeyId, (Scope, String, String, Vec<Winner>)> = BTreeMap::new();
+        let mut winners: Winners = BTreeMap::new();
         for (i, path) in self.inputs.iter().enumerate() {
             if path == &self.output {
                 bail!("{} is both an input and the output", path.display());
@@ -150,31 +183,7 @@ impl MergeArgs {
             &Limits::default(),
         )
         .with_context(|| format!("the merge was not written to {}", self.output.display()))?;
-        let conflicts = winners
-            .into_values()
-            .filter(|(_, _, _, w)| {
-                w.iter()
-                    .any(|x| w.first().is_some_and(|first| first.winner != x.winner))
-            })
-            .map(|(scope, namespace, key, winners)| {
-                let fastest = winners
-                    .iter()
-                    .map(|w| w.median_ns)
-                    .fold(f64::INFINITY, f64::min);
-                let slowest = winners.iter().map(|w| w.median_ns).fold(0.0, f64::max);
-                Conflict {
-                    scope: scope.to_string(),
-                    namespace,
-                    key,
-                    ratio: if fastest > 0.0 {
-                        slowest / fastest
-                    } else {
-                        1.0
-                    },
-                    winners,
-                }
-            })
-            .collect();
+        let conflicts = conflicts(winners);
         let report = MergeReport {
             output: self.output,
             app,

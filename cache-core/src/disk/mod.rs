@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cache_format::{
-    CacheData, Fingerprint, FormatError, FormatVersion, Limits, Scope, Tail, check_payload,
+    CacheData, Fingerprint, FormatError, FormatVersion, Scope, Tail, check_payload,
     read_journal_header, read_snapshot_framing, scan_records,
 };
 use cache_migrate::{MigrateError, Migrations, Report, upgrade, upgrade_snapshot};
@@ -27,86 +27,12 @@ use crate::lazy::{self, StoredEntry};
 use crate::namespace::Namespace;
 
 mod append;
+mod options;
 mod repair;
+mod streamed;
 mod write;
 
-/// The files of one cache.
-#[derive(Debug, Clone)]
-pub(crate) struct Paths {
-    pub(crate) snapshot: PathBuf,
-    pub(crate) journal: PathBuf,
-    pub(crate) lock: PathBuf,
-    pub(crate) dir: PathBuf,
-}
-
-impl Paths {
-    /// The files of the cache at `snapshot`. If `snapshot` is a symbolic link, it is resolved
-    /// once, here: the journal, the lock and temporary files sit beside the target, so the link
-    /// and its target share one lock and one journal, and a compaction replaces the target,
-    /// leaving the link in place.
-    pub(crate) fn new(snapshot: PathBuf) -> Self {
-        let snapshot = fsio::resolve_link(&snapshot);
-        Paths {
-            // `aside` shortens a name that would pass 255 bytes, so a cache with a long name
-            // still has a journal and a lock (the same rule as every other suffix).
-            journal: fsio::aside(&snapshot, ".journal"),
-            lock: fsio::aside(&snapshot, ".lock"),
-            dir: fsio::parent_dir(&snapshot),
-            snapshot,
-        }
-    }
-}
-
-/// Tuning of the disk tier.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct DiskOptions {
-    pub(crate) limits: Limits,
-    /// Compact when the journal would exceed this fraction of the snapshot's size...
-    pub(crate) compact_ratio: f64,
-    /// ...and this many bytes.
-    pub(crate) compact_min_bytes: u64,
-    /// Keep the pre-migration files when a migrated snapshot is rewritten.
-    pub(crate) backup_on_migrate: bool,
-    /// The longest a compaction that is not required may take before it gives way to an
-    /// append (`None`: no bound).
-    pub(crate) compaction_budget: Option<std::time::Duration>,
-    /// What a compaction drops (old entries, the oldest past a size).
-    pub(crate) retention: crate::gc::Retention,
-}
-
-impl DiskOptions {
-    /// The defaults every one-shot writer uses (`gc`, `migrate`, `import`, `put`): compact
-    /// past half the snapshot's size and 1 MiB, keep backups of migrated files, no compaction
-    /// budget, no retention.
-    pub(crate) fn new(limits: Limits) -> Self {
-        DiskOptions {
-            limits,
-            compact_ratio: 0.5,
-            compact_min_bytes: 1 << 20,
-            backup_on_migrate: true,
-            compaction_budget: None,
-            retention: crate::gc::Retention::default(),
-        }
-    }
-
-    /// A cache's options, as its builder says.
-    pub(crate) fn for_cache(builder: &crate::config::CacheBuilder) -> Self {
-        DiskOptions {
-            limits: builder.limits,
-            compact_ratio: builder.compact_ratio,
-            compact_min_bytes: builder.compact_min_bytes,
-            backup_on_migrate: builder.backup_on_migrate,
-            compaction_budget: builder.compaction_budget,
-            retention: builder.retention,
-        }
-    }
-
-    /// Whether a migrated file's old version is kept aside when it is rewritten.
-    pub(crate) fn backup(mut self, backup: bool) -> Self {
-        self.backup_on_migrate = backup;
-        self
-    }
-}
+pub(crate) use options::{DiskOptions, Paths};
 
 /// Something the disk tier did or found that the user should hear about (once).
 #[derive(Debug, Clone, PartialEq)]
@@ -195,19 +121,6 @@ struct SnapState {
     generation: u64,
     /// The schema the file had, if it was older than current (it has been migrated in memory).
     migrated_from: Option<u32>,
-}
-
-/// A migration made by [`Disk::migrate_streamed`], not yet written.
-#[derive(Debug)]
-pub(crate) struct StreamedMigration {
-    /// The migrated entries, encoded.
-    pub(crate) snapshot: cache_format::SnapshotBuilder,
-    /// What the steps did.
-    pub(crate) report: Report,
-    /// Entries after the migration.
-    pub(crate) entries: u64,
-    /// Whether an operation added fields (the write checks the reader's bounds in any case).
-    pub(crate) grew: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -466,68 +379,6 @@ impl Disk {
             }
             Err(e) => Ok(SnapRead::Unusable(e.into())),
         }
-    }
-
-    /// Migrates the snapshot entry by entry from its bytes into a new snapshot's, never
-    /// holding the decoded model ([`cache_migrate::upgrade_streamed`]): for an offline
-    /// migration of a large file. Only a snapshot at the current format and an older schema
-    /// whose steps are all declarative takes this path. The journal beside it is then read
-    /// as a repair-free read reads it (migrated, a stale one ignored) and merged in; `None`
-    /// for anything else, including any damage in either file and anything the streamed path
-    /// declines, and the caller reads the usual way, which reports it. The cursor is left as
-    /// a read of that snapshot would leave it, so writing the result keeps a backup if asked.
-    pub(crate) fn migrate_streamed(&mut self) -> Result<Option<StreamedMigration>, Failure> {
-        let limits = self.options.limits;
-        let Some((Ok(bytes), id)) = read_with_id(&self.paths.snapshot, limits.max_file_bytes)?
-        else {
-            return Ok(None);
-        };
-        let Ok(snap) = read_snapshot_framing(&bytes, &limits) else {
-            return Ok(None);
-        };
-        let (app, schema) = (snap.header.app.as_str(), snap.header.schema);
-        if snap.format != FormatVersion::CURRENT
-            || schema >= self.registry.current()
-            || self.registry.check(app, schema).is_err()
-        {
-            return Ok(None);
-        }
-        let generation = snap.header.generation;
-        let Some(streamed) =
-            cache_migrate::upgrade_streamed(&self.registry, schema, snap.payload_bytes(), &limits)
-        else {
-            return Ok(None);
-        };
-        // The old bytes go before the new ones are put together.
-        drop(bytes);
-        let mut cursor = Cursor {
-            snapshot: Some(SnapState {
-                id,
-                generation,
-                migrated_from: Some(schema),
-            }),
-            journal: None,
-        };
-        // The journal's records (usually few) as the usual read takes them; any damage, or a
-        // journal that cannot be used, is left to that read.
-        let mut journal = Incoming::default();
-        self.read_journal(&mut cursor, generation, false, &mut journal)?;
-        if !journal.events.is_empty() || !journal.salvaged.is_empty() {
-            return Ok(None);
-        }
-        let mut snapshot = streamed.snapshot;
-        for (scope, ns, entry) in journal.data.entries() {
-            if snapshot.merge(scope, ns, entry.clone()).is_err() {
-                return Ok(None);
-            }
-        }
-        self.cursor = cursor;
-        Ok(Some(StreamedMigration {
-            entries: snapshot.len(),
-            snapshot,
-            report: streamed.report,
-            grew: streamed.grew,
-        }))
     }
 
     fn blocked(&self, path: &Path, cause: Cause) -> Failure {

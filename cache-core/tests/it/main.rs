@@ -16,6 +16,7 @@ mod degrade;
 mod io_promise;
 mod lazy;
 mod lock;
+mod migration;
 mod support;
 mod system;
 mod versions;

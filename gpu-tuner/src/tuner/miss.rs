@@ -172,73 +172,17 @@ impl<O: Operation> TunedInner<O> {
             )
         });
         let mut handles: HashMap<CandidateId, Arc<O::Handle>> = HashMap::new();
-        let mut results = Vec::new();
-        if !list.is_empty() {
-            self.progress(&Progress::Tuning {
-                namespace: self.namespace(),
-                key: ckey,
-                candidates: list.len(),
-            });
-            let mut problem = self.op.problem(key).map_err(|reason| TuneError::Problem {
-                namespace: self.namespace().to_owned(),
-                key: ckey.to_string(),
-                reason,
-            })?;
-            let best = ranked_current(&entry, current)
-                .first()
-                .and_then(|c| c.stats().map(|s| s.median_ns));
-            // Prepare (compile) every candidate first, then measure them together,
-            // interleaved (see `measure_all`), so load changes land on all alike.
-            let mut prepared: Vec<Prepared<O::Handle>> = Vec::with_capacity(list.len());
-            for spec in &list {
-                let t0 = Instant::now();
-                let handle = self
-                    .op
-                    .prepare(spec, key)
-                    .map(Arc::new)
-                    .map_err(|e| format!("prepare failed: {e}"));
-                prepared.push((spec.clone(), handle, t0.elapsed()));
-            }
-            let ready: Vec<&O::Handle> = prepared
-                .iter()
-                .filter_map(|(_, h, _)| h.as_ref().ok().map(|h| &**h))
-                .collect();
-            let mut measured =
-                measure_all(&self.op, &ready, &mut problem, &self.config.measure, best).into_iter();
-            results.reserve(prepared.len());
-            for (spec, handle, prep) in prepared {
-                let (outcome, spent) = match handle {
-                    Err(e) => (Err(e), Duration::ZERO),
-                    Ok(handle) => {
-                        let m = measured.next().expect("one result per prepared handle");
-                        handles.insert(spec.clone(), handle);
-                        let spent = m.as_ref().map_or(Duration::ZERO, |m| m.spent);
-                        (m, spent)
-                    }
-                };
-                let mut candidate = Candidate::new(
-                    spec.clone(),
-                    match &outcome {
-                        Ok(m) => Outcome::Measured(m.stats),
-                        Err(e) => Outcome::Failed(e.clone()),
-                    },
-                );
-                candidate.tuning_ns = Some((prep + spent).as_nanos() as u64);
-                self.counters.measured.fetch_add(1, Ordering::Relaxed);
-                self.progress(&Progress::Measured {
-                    namespace: self.namespace(),
-                    candidate: &spec,
-                    result: outcome.as_ref().map(|m| &m.stats).map_err(String::as_str),
-                    stopped_early: outcome.as_ref().is_ok_and(|m| m.stopped_early),
-                });
-                results.push(candidate);
-            }
+        let results = if list.is_empty() {
+            Vec::new()
+        } else {
+            let results = self.measure_list(key, ckey, current, &entry, &list, &mut handles)?;
             self.counters.tuned_keys.fetch_add(1, Ordering::Relaxed);
             lock(&self.counted).insert(ckey.fingerprint());
             self.counters
                 .tuning_ns
                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        }
+            results
+        };
         // The measurements and the candidate set they complete, in one record: one durable
         // write per key, and no state in which the set is recorded without its results.
         let done = Entry::new(ckey.clone(), set, origin, now_millis(), results);
@@ -254,6 +198,80 @@ impl<O: Operation> TunedInner<O> {
             });
         }
         Ok(choice)
+    }
+
+    /// Prepares every candidate of `list` (keeping the handles of those that prepared),
+    /// measures them together, and returns each one's result as a candidate to record.
+    fn measure_list(
+        &self,
+        key: &O::Key,
+        ckey: &Key,
+        current: &[CandidateId],
+        entry: &Entry,
+        list: &[CandidateId],
+        handles: &mut HashMap<CandidateId, Arc<O::Handle>>,
+    ) -> Result<Vec<Candidate>, TuneError> {
+        let mut results = Vec::new();
+        self.progress(&Progress::Tuning {
+            namespace: self.namespace(),
+            key: ckey,
+            candidates: list.len(),
+        });
+        let mut problem = self.op.problem(key).map_err(|reason| TuneError::Problem {
+            namespace: self.namespace().to_owned(),
+            key: ckey.to_string(),
+            reason,
+        })?;
+        let best = ranked_current(entry, current)
+            .first()
+            .and_then(|c| c.stats().map(|s| s.median_ns));
+        // Prepare (compile) every candidate first, then measure them together,
+        // interleaved (see `measure_all`), so load changes land on all alike.
+        let mut prepared: Vec<Prepared<O::Handle>> = Vec::with_capacity(list.len());
+        for spec in list {
+            let t0 = Instant::now();
+            let handle = self
+                .op
+                .prepare(spec, key)
+                .map(Arc::new)
+                .map_err(|e| format!("prepare failed: {e}"));
+            prepared.push((spec.clone(), handle, t0.elapsed()));
+        }
+        let ready: Vec<&O::Handle> = prepared
+            .iter()
+            .filter_map(|(_, h, _)| h.as_ref().ok().map(|h| &**h))
+            .collect();
+        let mut measured =
+            measure_all(&self.op, &ready, &mut problem, &self.config.measure, best).into_iter();
+        results.reserve(prepared.len());
+        for (spec, handle, prep) in prepared {
+            let (outcome, spent) = match handle {
+                Err(e) => (Err(e), Duration::ZERO),
+                Ok(handle) => {
+                    let m = measured.next().expect("one result per prepared handle");
+                    handles.insert(spec.clone(), handle);
+                    let spent = m.as_ref().map_or(Duration::ZERO, |m| m.spent);
+                    (m, spent)
+                }
+            };
+            let mut candidate = Candidate::new(
+                spec.clone(),
+                match &outcome {
+                    Ok(m) => Outcome::Measured(m.stats),
+                    Err(e) => Outcome::Failed(e.clone()),
+                },
+            );
+            candidate.tuning_ns = Some((prep + spent).as_nanos() as u64);
+            self.counters.measured.fetch_add(1, Ordering::Relaxed);
+            self.progress(&Progress::Measured {
+                namespace: self.namespace(),
+                candidate: &spec,
+                result: outcome.as_ref().map(|m| &m.stats).map_err(String::as_str),
+                stopped_early: outcome.as_ref().is_ok_and(|m| m.stopped_early),
+            });
+            results.push(candidate);
+        }
+        Ok(results)
     }
 
     /// Queues `key` for tuning on a background thread (one per operation), within `budget`
