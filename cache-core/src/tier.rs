@@ -132,11 +132,6 @@ impl TierLink {
             None => 0,
         }
     }
-
-    /// Whether the cache still exists.
-    pub fn is_open(&self) -> bool {
-        self.shared.strong_count() > 0
-    }
 }
 
 /// What a [`TierSource`] is given to open its tier for one cache.

@@ -19,7 +19,7 @@ use crate::scan::Limits;
 pub const BUNDLE_MARKER: &str = "TCBUNDLE";
 
 /// The bundle container's version (independent of the snapshot's format version).
-pub const BUNDLE_VERSION: u64 = 1;
+pub(crate) const BUNDLE_VERSION: u64 = 1;
 
 /// What a bundle holds, readable without decoding its entries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -113,7 +113,7 @@ pub fn manifest_of(
 }
 
 /// SHA-256 of `bytes`, lower-case hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -17,7 +17,7 @@ use crate::scan::{Limits, scan_value};
 use crate::wire::{self, HeaderV1};
 
 /// The first element of every snapshot file.
-pub const SNAPSHOT_MARKER: &str = "tunecache";
+pub(crate) const SNAPSHOT_MARKER: &str = "tunecache";
 
 /// The container format version this build writes (and the newest it reads).
 pub const FORMAT_VERSION: u32 = 1;

@@ -15,9 +15,9 @@ use crate::value::{Fields, Value, encode_fields, encode_value, write_array_len};
 /// Domain tag of key fingerprints.
 pub const KEY_TAG: &[u8] = b"tunecache/key/1\0";
 /// Domain tag of scope fingerprints.
-pub const SCOPE_TAG: &[u8] = b"tunecache/scope/1\0";
+pub(crate) const SCOPE_TAG: &[u8] = b"tunecache/scope/1\0";
 /// Domain tag of candidate-set checksums.
-pub const CANDIDATES_TAG: &[u8] = b"tunecache/candidates/1\0";
+pub(crate) const CANDIDATES_TAG: &[u8] = b"tunecache/candidates/1\0";
 
 /// A 128-bit fingerprint, shown as 32 lower-case hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]

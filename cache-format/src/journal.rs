@@ -19,7 +19,7 @@ use crate::scan::{Limits, scan_value};
 use crate::wire::{self, JournalHeaderV1};
 
 /// The first element of every journal.
-pub const JOURNAL_MARKER: &str = "tunecache-journal";
+pub(crate) const JOURNAL_MARKER: &str = "tunecache-journal";
 
 /// What a journal's header says.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -168,7 +168,7 @@ fn nonneg(name: &str, v: Option<f64>, algo: &str) -> Result<f64, String> {
 }
 
 /// A candidate from JSON; missing timestamps become `now`.
-pub fn candidate_from_json(c: JsonCandidate, now: Millis) -> Result<Candidate, String> {
+pub(crate) fn candidate_from_json(c: JsonCandidate, now: Millis) -> Result<Candidate, String> {
     let outcome = match c.status.as_str() {
         "ok" => {
             let median_ns = nonneg("median_ns", c.median_ns, &c.algo)?;
@@ -194,18 +194,6 @@ pub fn candidate_from_json(c: JsonCandidate, now: Millis) -> Result<Candidate, S
         measured_at: c.measured_at.unwrap_or(now),
         tuning_ns: c.tuning_ns,
     })
-}
-
-/// Parses one JSON line into its scope, namespace and entry. `source` names the input (for
-/// the origin of imported entries); missing timestamps become `now`.
-pub fn parse_record(
-    line: &str,
-    source: &str,
-    origin_policy: ImportOrigin,
-    now: Millis,
-) -> Result<(Scope, String, Entry), String> {
-    parse_versioned(line, source, origin_policy, now)
-        .map(|(_, scope, ns, entry)| (scope, ns, entry))
 }
 
 /// The application and schema a line says it is written in, if it says.
@@ -298,7 +286,7 @@ pub fn parse_lines(
 /// Like [`parse_lines`], keeping apart the entries of each application and schema the lines
 /// say they are written in (`None`: lines that do not say), so an importer can pass each
 /// group through the version gate.
-pub fn parse_lines_versioned(
+pub(crate) fn parse_lines_versioned(
     text: &str,
     source: &str,
     origin_policy: ImportOrigin,
@@ -317,32 +305,11 @@ pub fn parse_lines_versioned(
     Ok(groups)
 }
 
-/// Like [`parse_lines_versioned`], reading the lines from `reader` one at a time, so the text
-/// is never all in memory (an import of a million lines holds the entries, not the lines too).
-/// A read error, invalid UTF-8 included, names its line.
-pub fn read_lines_versioned(
-    reader: impl std::io::BufRead,
-    source: &str,
-    origin_policy: ImportOrigin,
-) -> Result<std::collections::BTreeMap<Version, CacheData>, JsonLineError> {
-    let mut groups: std::collections::BTreeMap<Version, CacheData> = Default::default();
-    read_lines_each(
-        reader,
-        source,
-        origin_policy,
-        |version, scope, ns, entry| {
-            groups
-                .entry(version.clone())
-                .or_default()
-                .insert(scope, ns, entry);
-        },
-    )?;
-    Ok(groups)
-}
-
-/// [`read_lines_versioned`] handing each entry to `each` as it is parsed (with the version its
-/// line says, its scope and namespace) instead of gathering them, for an importer that keeps
-/// them in another form. The input's caps (scopes, namespaces) are checked all the same.
+/// Reads JSON lines from `reader` one at a time (the text is never all in memory), handing
+/// each entry to `each` as it is parsed, with the version its line says (`None`: the line
+/// does not say), its scope and namespace; any bad line fails the whole input, naming it
+/// (a read error, invalid UTF-8 included, too). The input's caps (scopes, namespaces) are
+/// checked as for a file.
 pub fn read_lines_each(
     mut reader: impl std::io::BufRead,
     source: &str,
@@ -448,13 +415,8 @@ fn over_cap(what: &str, count: usize, limit: u64) -> Result<(), String> {
     }
 }
 
-/// Writes every entry of `data` as JSON lines, in a deterministic order.
-pub fn to_lines(data: &CacheData) -> String {
-    lines_of(data, None)
-}
-
-/// Like [`to_lines`], each line saying the application and schema it is written in, so an
-/// import elsewhere can pass it through the version gate.
+/// Every entry of `data` as JSON lines (the export format), each line saying the application
+/// and schema it is written in, so an import elsewhere can pass it through the version gate.
 pub fn to_lines_versioned(data: &CacheData, app: &str, schema: u32) -> String {
     lines_of(data, Some((app, schema)))
 }
@@ -482,6 +444,27 @@ pub fn line(scope: &Scope, namespace: &str, entry: &Entry, version: Option<(&str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lines of `reader` grouped by the version each says.
+    fn read_lines_versioned(
+        reader: impl std::io::BufRead,
+        source: &str,
+        origin_policy: ImportOrigin,
+    ) -> Result<std::collections::BTreeMap<Version, CacheData>, JsonLineError> {
+        let mut groups: std::collections::BTreeMap<Version, CacheData> = Default::default();
+        read_lines_each(
+            reader,
+            source,
+            origin_policy,
+            |version, scope, ns, entry| {
+                groups
+                    .entry(version.clone())
+                    .or_default()
+                    .insert(scope, ns, entry);
+            },
+        )?;
+        Ok(groups)
+    }
     use crate::candidate::CandidateId;
 
     fn lines() -> String {

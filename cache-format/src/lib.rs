@@ -37,13 +37,13 @@ mod wire;
 pub use build::SnapshotBuilder;
 pub use candidate::{Candidate, CandidateId, Outcome, Stats, rank};
 pub use envelope::{
-    FORMAT_VERSION, FormatVersion, Header, SNAPSHOT_MARKER, Snapshot, check_payload,
-    encode_payload, encode_snapshot, peek_header, read_snapshot, read_snapshot_framing,
+    FORMAT_VERSION, FormatVersion, Header, Snapshot, check_payload, encode_payload,
+    encode_snapshot, peek_header, read_snapshot, read_snapshot_framing,
 };
 pub use error::FormatError;
-pub use fingerprint::{CANDIDATES_TAG, Fingerprint, KEY_TAG, ParseFingerprintError, SCOPE_TAG};
+pub use fingerprint::{Fingerprint, KEY_TAG, ParseFingerprintError};
 pub use journal::{
-    Damage, JOURNAL_MARKER, JournalHeader, JournalScan, Tail, encode_journal_header, encode_record,
+    Damage, JournalHeader, JournalScan, Tail, encode_journal_header, encode_record,
     read_journal_header, scan_records,
 };
 pub use model::{CacheData, Entry, Key, Millis, Origin, Scope, ScopeData, now_millis};

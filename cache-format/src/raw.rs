@@ -1,11 +1,17 @@
 //! Decoders that skip the version gate: payload bytes to entries, or to the schema-less view,
-//! exactly as stored, with no check of application, schema or format version.
+//! exactly as stored, with no check of application, schema or format version. **They are the
+//! gate's bypass**: anything that wants entries to use goes through `cache_migrate::upgrade`
+//! (or `upgrade_snapshot`), which applies the gate before decoding and the migration in
+//! between. Every decoder here takes [`Limits`] and scans before it decodes.
 //!
-//! They have two callers, and should keep only those: cache-migrate's `upgrade`, which applies
-//! the gate before decoding and the migration in between, and read-only inspection, which
-//! shows a file as stored and reports separately the gate it would apply. Anything that wants
-//! entries to use goes through `cache_migrate::upgrade`. Every decoder here takes [`Limits`]
-//! and scans before it decodes.
+//! Their real callers, the only ones they should have:
+//! - cache-migrate's `upgrade`, `upgrade_snapshot` and the typed and streamed paths behind
+//!   them (`upgrade.rs`, `typed.rs`): the gate is applied around them;
+//! - cache-core's lazy entries (`lazy.rs`): the entries of a snapshot the gate passed at
+//!   open as current, decoded one at a time on first use;
+//! - cache-core's read-only inspection (`inspect/`): shows a file as stored and reports the
+//!   gate it would apply separately (`GateVerdict`);
+//! - xtask's golden-file check: decodes committed expected outputs to compare them.
 
 use crate::census;
 use crate::envelope::{FormatVersion, Snapshot, scan_whole, value_from_bytes};

@@ -222,6 +222,13 @@ fn candidate_op(
 /// does not decode as it is, or the result could differ from [`crate::upgrade_view`]'s (an
 /// operation fails, keys collide, a bound is crossed). [`crate::upgrade`] tries it first; it
 /// is public so tests can compare the two paths. Does not apply the version gate.
+#[cfg_attr(
+    not(feature = "testing"),
+    allow(
+        unreachable_pub,
+        reason = "public only to the agreement tests (`testing`)"
+    )
+)]
 pub fn upgrade_typed(
     registry: &Migrations,
     from: u32,
@@ -283,11 +290,11 @@ pub struct Streamed {
     pub grew: bool,
 }
 
-/// [`upgrade_typed`] without ever holding the model: each entry of `payload` (a
+/// the typed path (`upgrade_typed`) without ever holding the model: each entry of `payload` (a
 /// current-format payload at schema `from`, not yet scanned) is decoded, passed through the
 /// steps and encoded into a [`SnapshotBuilder`] before the next is read, so the memory needed
 /// is the payload's bytes and the new entries' bytes, not a decoded model. The same result
-/// and report as [`upgrade_typed`] (a test compares them); `None` wherever that declines, and
+/// and report as the typed path (`upgrade_typed`) (a test compares them); `None` wherever that declines, and
 /// also for a payload not in the order this crate writes (scopes, namespace names and key
 /// fingerprints each strictly increasing), where a key stored twice could hide.
 pub fn upgrade_streamed(

@@ -86,6 +86,13 @@ pub fn upgrade_snapshot(
 /// any step (coded ones too) and any payload can go through. [`upgrade`] takes the typed path
 /// ([`crate::upgrade_typed`]) instead when it can, with the same result; this one is public so
 /// tests can compare the two.
+#[cfg_attr(
+    not(feature = "testing"),
+    allow(
+        unreachable_pub,
+        reason = "public only to the agreement tests (`testing`)"
+    )
+)]
 pub fn upgrade_view(
     registry: &Migrations,
     format: FormatVersion,

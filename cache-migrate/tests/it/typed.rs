@@ -4,9 +4,8 @@
 use cache_format::{
     CacheData, Fields, Fingerprint, FormatVersion, Key, Limits, Origin, Value, encode_payload,
 };
-use cache_migrate::{
-    Migrations, Op, Step, upgrade, upgrade_snapshot, upgrade_streamed, upgrade_typed, upgrade_view,
-};
+use cache_migrate::testing::{upgrade_typed, upgrade_view};
+use cache_migrate::{Migrations, Op, Step, upgrade, upgrade_snapshot, upgrade_streamed};
 use proptest::prelude::*;
 
 use crate::properties::{data, op, registry};
