@@ -132,11 +132,9 @@ pub(crate) struct Shared {
     others: Mutex<CacheData>,
     scope: Scope,
     path: Option<PathBuf>,
-    save_delay: Duration,
-    lock_timeout: Duration,
-    flush_timeout: Duration,
-    refresh_interval: Option<Duration>,
-    max_retry_delay: Duration,
+    /// How long the saver gathers changes, waits for the lock, lets `flush` wait, refreshes
+    /// and backs off.
+    timings: Timings,
     state: Mutex<State>,
     cv: Condvar,
     diag: Mutex<Diagnostics>,
@@ -144,6 +142,16 @@ pub(crate) struct Shared {
     tiers: Vec<Arc<dyn Tier>>,
     /// The tiers that take offers of new keys (all of them but the system tier).
     offered: Vec<Arc<dyn Tier>>,
+}
+
+/// The saver's and callers' time bounds, as the builder gave them.
+#[derive(Debug, Clone, Copy)]
+struct Timings {
+    save_delay: Duration,
+    lock_timeout: Duration,
+    flush_timeout: Duration,
+    refresh_interval: Option<Duration>,
+    max_retry_delay: Duration,
 }
 
 /// A persistent autotune cache for one application and scope. See the crate docs.
@@ -247,7 +255,7 @@ impl Cache {
     /// Reads what other processes recorded since the last read, now, waiting a bounded time
     /// (the saver thread does the reading). A memory-only cache has nothing to read.
     pub fn refresh(&self) -> Result<(), StoreError> {
-        let timeout = self.shared.flush_timeout;
+        let timeout = self.shared.timings.flush_timeout;
         let deadline = Instant::now() + timeout;
         let mut st = lock(&self.shared.state);
         if !st.saver_running {
@@ -368,7 +376,7 @@ impl Cache {
 
     /// Flushes, then stops the saver. Equivalent to dropping, but reports the outcome.
     pub fn close(mut self) -> Result<(), StoreError> {
-        let result = self.flush_inner(self.shared.flush_timeout);
+        let result = self.flush_inner(self.shared.timings.flush_timeout);
         self.stop();
         result
     }
@@ -456,7 +464,7 @@ impl Cache {
         let Some(handle) = self.saver.take() else {
             return;
         };
-        let deadline = Instant::now() + self.shared.flush_timeout;
+        let deadline = Instant::now() + self.shared.timings.flush_timeout;
         let mut st = lock(&self.shared.state);
         st.shutdown = true;
         self.shared.cv.notify_all();
@@ -465,8 +473,10 @@ impl Cache {
             if now >= deadline {
                 let pending = st.dirty.len() + st.other.len();
                 drop(st);
-                self.shared
-                    .notify(Notice::unsaved_at_close(pending, self.shared.flush_timeout));
+                self.shared.notify(Notice::unsaved_at_close(
+                    pending,
+                    self.shared.timings.flush_timeout,
+                ));
                 return; // detach: the thread finishes on its own
             }
             st = self
@@ -534,6 +544,6 @@ impl Store for Cache {
     }
 
     fn flush(&self) -> Result<(), StoreError> {
-        self.flush_inner(self.shared.flush_timeout)
+        self.flush_inner(self.shared.timings.flush_timeout)
     }
 }

@@ -13,7 +13,7 @@ use cache_migrate::Migrations;
 
 use super::notice::Notice;
 use super::system::SystemTier;
-use super::{Cache, Diagnostics, Mode, Shared, State, lock};
+use super::{Cache, Diagnostics, Mode, Shared, State, Timings, lock};
 use crate::config::{CacheBuilder, Location, MemoryOnly};
 use crate::disk::{Disk, DiskOptions, Event, Failure, Incoming, Paths};
 use crate::error::StoreError;
@@ -212,7 +212,7 @@ impl Cache {
             return cache;
         }
         lock(&shared.diag).mode = mode;
-        if mode == Mode::Persistent || shared.refresh_interval.is_some() {
+        if mode == Mode::Persistent || shared.timings.refresh_interval.is_some() {
             cache.saver = shared.start_saver(disk, mode);
         }
         cache
@@ -281,11 +281,13 @@ fn construct(
             others: Mutex::new(CacheData::new()),
             scope: builder.scope.clone(),
             path,
-            save_delay: builder.save_delay,
-            lock_timeout: builder.lock_timeout,
-            flush_timeout: builder.effective_flush_timeout(),
-            refresh_interval: builder.refresh_interval,
-            max_retry_delay: builder.max_retry_delay,
+            timings: Timings {
+                save_delay: builder.save_delay,
+                lock_timeout: builder.lock_timeout,
+                flush_timeout: builder.effective_flush_timeout(),
+                refresh_interval: builder.refresh_interval,
+                max_retry_delay: builder.max_retry_delay,
+            },
             state: Mutex::new(State::new()),
             cv: Condvar::new(),
             diag: Mutex::new(Diagnostics::new()),

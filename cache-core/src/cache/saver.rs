@@ -132,12 +132,12 @@ struct Job {
 impl Shared {
     pub(super) fn run_saver(self: Arc<Self>, mut disk: Disk, mode: Mode) {
         let persistent = mode == Mode::Persistent;
-        let mut next_refresh = self.refresh_interval.map(|i| Instant::now() + i);
+        let mut next_refresh = self.timings.refresh_interval.map(|i| Instant::now() + i);
         loop {
             let mut st = lock(&self.state);
             let now = Instant::now();
             match decide(
-                &Inputs::of(&st, persistent, next_refresh, self.save_delay),
+                &Inputs::of(&st, persistent, next_refresh, self.timings.save_delay),
                 now,
             ) {
                 Action::Stop => {
@@ -180,7 +180,8 @@ impl Shared {
                     }
                     match settled {
                         Settled::Saved => {
-                            next_refresh = self.refresh_interval.map(|i| Instant::now() + i);
+                            next_refresh =
+                                self.timings.refresh_interval.map(|i| Instant::now() + i);
                         }
                         Settled::Retry => {}
                         Settled::Blocked => return,
@@ -201,7 +202,7 @@ impl Shared {
                         }
                         Err(Failure::Retry(e)) => self.notify(Notice::refresh_failed(&e)),
                     }
-                    next_refresh = self.refresh_interval.map(|i| Instant::now() + i);
+                    next_refresh = self.timings.refresh_interval.map(|i| Instant::now() + i);
                     let mut st = lock(&self.state);
                     st.refresh_served = st.refresh_served.max(serving);
                     self.cv.notify_all();
@@ -253,7 +254,12 @@ impl Shared {
             Failure::Retry(e) => {
                 st.failures += 1;
                 st.retry_at = Some(
-                    Instant::now() + backoff(st.failures, self.save_delay, self.max_retry_delay),
+                    Instant::now()
+                        + backoff(
+                            st.failures,
+                            self.timings.save_delay,
+                            self.timings.max_retry_delay,
+                        ),
                 );
                 let notice = Notice::save_failed(&e);
                 st.last_error = Some(e);
@@ -276,7 +282,11 @@ impl Shared {
         mut batch: CacheData,
         rewrite: bool,
     ) -> Result<Incoming, (Failure, CacheData)> {
-        let guard = match CacheLock::acquire(&disk.paths.lock, &disk.paths.dir, self.lock_timeout) {
+        let guard = match CacheLock::acquire(
+            &disk.paths.lock,
+            &disk.paths.dir,
+            self.timings.lock_timeout,
+        ) {
             Ok(g) => g,
             Err(e) => return Err((Failure::Retry(e), batch)),
         };
