@@ -3,14 +3,14 @@
 //! `MOVED`/`ASK`). Every command touches one key, so nothing can fail with `CROSSSLOT`;
 //! pipelines are split per node by the client. A key listing scans every primary.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
-use super::reply::{self, classify, left};
-use super::{ConfigError, POOL, redact};
+use super::pool::Pool;
+use super::reply;
+use super::{ConfigError, redact};
 use crate::store::{Remote, RemoteError, Swap};
 
 /// How long connecting to one node may take (the cluster client's connections are made with
@@ -22,7 +22,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
 pub struct RedisClusterRemote {
     client: ClusterClient,
     describe: String,
-    pool: Mutex<Vec<ClusterConnection>>,
+    pool: Pool<ClusterConnection>,
 }
 
 impl std::fmt::Debug for RedisClusterRemote {
@@ -53,41 +53,18 @@ impl RedisClusterRemote {
         Ok(RedisClusterRemote {
             client,
             describe,
-            pool: Mutex::new(Vec::new()),
+            pool: Pool::default(),
         })
     }
 
-    fn pool(&self) -> std::sync::MutexGuard<'_, Vec<ClusterConnection>> {
-        crate::lock(&self.pool)
-    }
-
-    /// Runs `f` on a pooled (or new) cluster connection with the time left until `deadline`
-    /// as its socket timeouts; a failed connection is dropped.
+    /// Runs `f` on a pooled or new cluster connection within `deadline` (see `pool`; the
+    /// cluster client connects with its own fixed timeout).
     fn run<T>(
         &self,
         deadline: Instant,
-        f: impl FnOnce(&mut ClusterConnection) -> redis::RedisResult<T>,
+        f: impl FnMut(&mut ClusterConnection) -> redis::RedisResult<T>,
     ) -> Result<T, RemoteError> {
-        let pooled = self.pool().pop();
-        let mut conn = match pooled {
-            Some(c) => c,
-            None => {
-                left(deadline, "connect")?;
-                self.client.get_connection().map_err(|e| classify(&e))?
-            }
-        };
-        let time = left(deadline, "send the command")?;
-        conn.set_read_timeout(Some(time))
-            .and_then(|()| conn.set_write_timeout(Some(time)))
-            .map_err(|e| classify(&e))?;
-        let result = f(&mut conn).map_err(|e| classify(&e));
-        if result.is_ok() {
-            let mut pool = self.pool();
-            if pool.len() < POOL {
-                pool.push(conn);
-            }
-        }
-        result
+        self.pool.run(deadline, |_| self.client.get_connection(), f)
     }
 }
 

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 #[cfg(feature = "cluster")]
 mod cluster;
+mod pool;
 mod reply;
 mod single;
 
@@ -31,9 +32,6 @@ pub const ENV_REMOTE: &str = "TUNECACHE_REMOTE";
 /// A PEM file of the certificate authorities to trust for `rediss://` (instead of the
 /// system's), e.g. a private CA.
 pub const ENV_REMOTE_CA: &str = "TUNECACHE_REMOTE_CA";
-
-/// Connections kept for reuse.
-const POOL: usize = 8;
 
 /// Why a shared tier's address cannot be used. No message holds a password.
 #[derive(Debug, thiserror::Error)]

@@ -1,19 +1,19 @@
 //! One Redis server as a [`Remote`].
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use redis::IntoConnectionInfo;
 
-use super::reply::{self, classify, left};
-use super::{ConfigError, ENV_REMOTE_CA, POOL, redact};
+use super::pool::Pool;
+use super::reply;
+use super::{ConfigError, ENV_REMOTE_CA, redact};
 use crate::store::{Remote, RemoteError, Swap};
 
 /// A Redis server as a [`Remote`].
 pub struct RedisRemote {
     client: redis::Client,
     describe: String,
-    pool: Mutex<Vec<redis::Connection>>,
+    pool: Pool<redis::Connection>,
 }
 
 impl std::fmt::Debug for RedisRemote {
@@ -55,56 +55,21 @@ impl RedisRemote {
         Ok(RedisRemote {
             client,
             describe,
-            pool: Mutex::new(Vec::new()),
+            pool: Pool::default(),
         })
     }
 
-    fn pool(&self) -> std::sync::MutexGuard<'_, Vec<redis::Connection>> {
-        crate::lock(&self.pool)
-    }
-
-    /// Runs `f` on a pooled (or new) connection with the time left until `deadline` as its
-    /// socket timeouts. A pooled connection that turns out dead (the server restarted since)
-    /// is dropped with the rest of the pool, and `f` runs once more on a fresh one: every
-    /// command sent here is safe to repeat (reads, and a compare-and-set that fails if the
-    /// first attempt did land).
+    /// Runs `f` on a pooled or new connection within `deadline` (see `pool`).
     fn run<T>(
         &self,
         deadline: Instant,
-        mut f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+        f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<T, RemoteError> {
-        let pooled = self.pool().pop();
-        if let Some(conn) = pooled {
-            match self.run_on(conn, deadline, &mut f) {
-                Err(RemoteError::Unreachable(_)) => self.pool().clear(),
-                other => return other,
-            }
-        }
-        let conn = self
-            .client
-            .get_connection_with_timeout(left(deadline, "connect")?)
-            .map_err(|e| classify(&e))?;
-        self.run_on(conn, deadline, &mut f)
-    }
-
-    fn run_on<T>(
-        &self,
-        mut conn: redis::Connection,
-        deadline: Instant,
-        f: &mut impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
-    ) -> Result<T, RemoteError> {
-        let time = left(deadline, "send the command")?;
-        conn.set_read_timeout(Some(time))
-            .and_then(|()| conn.set_write_timeout(Some(time)))
-            .map_err(|e| classify(&e))?;
-        let result = f(&mut conn).map_err(|e| classify(&e));
-        if result.is_ok() {
-            let mut pool = self.pool();
-            if pool.len() < POOL {
-                pool.push(conn);
-            }
-        }
-        result
+        self.pool.run(
+            deadline,
+            |time| self.client.get_connection_with_timeout(time),
+            f,
+        )
     }
 
     /// Runs `INFO section` and returns its text (for `tunecache remote stats`).
