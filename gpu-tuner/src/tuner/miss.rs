@@ -22,6 +22,9 @@ use cache_core::Join;
 type Prepared<H> = (CandidateId, Result<Arc<H>, String>, Duration);
 
 impl<O: Operation> TunedInner<O> {
+    /// A key the dispatch table lacks: kept out of line, so the hit path stays a probe.
+    #[cold]
+    #[inline(never)]
     pub(super) fn miss(
         self: &Arc<Self>,
         key: &O::Key,
