@@ -297,53 +297,75 @@ impl ArtifactStore {
         fs::remove_file(self.path_of(key)).is_ok()
     }
 
-    /// Every blob with its size and last use. Temporary files of writers killed long ago are
-    /// removed on the way.
+    /// Every blob with its size and last use. Listing changes nothing: only blobs named as
+    /// this store names them (`<2 hex>/<32 hex>.art`) are listed, anything else is left alone.
     pub fn blobs(&self) -> Result<Vec<BlobInfo>, StoreError> {
         let mut out = Vec::new();
-        let top = match fs::read_dir(&self.dir) {
-            Ok(t) => t,
-            Err(e) => return Err(StoreError::io("list", &self.dir, e)),
-        };
+        self.each_file(|path, name, meta| {
+            let key = name
+                .strip_suffix(".art")
+                .and_then(|h| h.parse::<Fingerprint>().ok());
+            if let Some(key) = key
+                && meta.is_file()
+            {
+                out.push(BlobInfo {
+                    path: path.to_owned(),
+                    key,
+                    len: meta.len(),
+                    last_use: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                });
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// Removes the temporary files of writers killed long ago (over an hour old, named as this
+    /// store's writers name them); returns how many. Writers do it when they evict, and
+    /// `tunecache outputs gc`; a listing or a report never does.
+    pub fn reap_temporaries(&self) -> Result<usize, StoreError> {
         let now = SystemTime::now();
+        let mut stale = Vec::new();
+        self.each_file(|path, name, meta| {
+            let old = meta
+                .modified()
+                .ok()
+                .and_then(|t| now.duration_since(t).ok())
+                .is_some_and(|age| age > STALE_TEMPORARY);
+            if meta.is_file() && is_temporary(name) && old {
+                stale.push(path.to_owned());
+            }
+        })?;
+        Ok(stale
+            .into_iter()
+            .filter(|p| fs::remove_file(p).is_ok())
+            .count())
+    }
+
+    /// Calls `f` with each file (not following links) in the store's two-hex-digit folders.
+    fn each_file(&self, mut f: impl FnMut(&Path, &str, &fs::Metadata)) -> Result<(), StoreError> {
+        let top = fs::read_dir(&self.dir).map_err(|e| StoreError::io("list", &self.dir, e))?;
+        let hex2 =
+            |n: &str| n.len() == 2 && n.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
         for sub in top.flatten() {
-            if !sub.file_type().is_ok_and(|t| t.is_dir()) || sub.file_name().len() != 2 {
+            let is_dir = sub.file_type().is_ok_and(|t| t.is_dir());
+            if !is_dir || !sub.file_name().to_str().is_some_and(hex2) {
                 continue;
             }
             let Ok(files) = fs::read_dir(sub.path()) else {
                 continue;
             };
-            for f in files.flatten() {
-                let path = f.path();
-                let Ok(meta) = f.metadata() else { continue };
-                let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-                let name = f.file_name();
-                let name = name.to_string_lossy();
-                if is_temporary(&name) {
-                    if now
-                        .duration_since(modified)
-                        .is_ok_and(|age| age > STALE_TEMPORARY)
-                    {
-                        let _ = fs::remove_file(&path);
-                    }
+            for file in files.flatten() {
+                let path = file.path();
+                let (Ok(meta), Some(name)) = (
+                    fs::symlink_metadata(&path),
+                    file.file_name().to_str().map(str::to_owned),
+                ) else {
                     continue;
-                }
-                let key = name
-                    .strip_suffix(".art")
-                    .and_then(|h| h.parse::<Fingerprint>().ok());
-                if let Some(key) = key
-                    && meta.is_file()
-                {
-                    out.push(BlobInfo {
-                        path,
-                        key,
-                        len: meta.len(),
-                        last_use: modified,
-                    });
-                }
+                };
+                f(&path, &name, &meta);
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Removes least-recently-used blobs until the store is within its limit (down to its
@@ -355,6 +377,7 @@ impl ArtifactStore {
     /// Removes least-recently-used blobs until the store holds at most `limit` bytes (down to
     /// `share` of it once it is over).
     pub fn evict_to(&self, limit: u64, share: f64) -> Result<Eviction, StoreError> {
+        let _ = self.reap_temporaries();
         let mut blobs = self.blobs()?;
         blobs.sort_by(|a, b| {
             a.last_use

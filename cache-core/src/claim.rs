@@ -56,6 +56,23 @@ pub(crate) fn claim_file(dir: &Path, ns: Namespace, fp: &Fingerprint) -> PathBuf
     dir.join(format!("{safe}-{}.lock", fp.to_hex()))
 }
 
+/// Whether `name` is a claim file's name (`<safe namespace>-<32 hex>.lock`, see
+/// [`claim_file`]): `gc` removes nothing else from a claims folder.
+pub(crate) fn is_claim_file(name: &str) -> bool {
+    let Some(stem) = name.strip_suffix(".lock") else {
+        return false;
+    };
+    let Some((ns, fp)) = stem.rsplit_once('-') else {
+        return false;
+    };
+    !ns.is_empty()
+        && ns
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && fp.len() == 32
+        && fp.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// Takes the claim of `(ns, fp)` for the cache file `path`, waiting at most `wait`.
 pub(crate) fn claim(path: &Path, ns: Namespace, fp: &Fingerprint, wait: Duration) -> Claim {
     let dir = claims_dir(path);
@@ -95,6 +112,25 @@ mod tests {
             claims_dir(Path::new("/x/c.tcache")),
             PathBuf::from("/x/c.tcache.claims")
         );
+    }
+
+    #[test]
+    fn only_claim_file_names_are_recognised() {
+        let ns = Namespace::new("conv/fwd.v2").expect("valid");
+        let ours = claim_file(Path::new("/c"), ns, &Fingerprint([0xab; 16]));
+        let name = ours.file_name().and_then(|n| n.to_str()).expect("name");
+        assert!(is_claim_file(name), "{name}");
+        for other in [
+            "notes.lock",
+            "db.lock",
+            "x-abc.lock",
+            &format!("x-{}.lock.bak", "ab".repeat(16)),
+            &format!("x y-{}.lock", "ab".repeat(16)),
+            &format!("-{}.lock", "ab".repeat(16)),
+            &format!("x-{}.lock", "AB".repeat(16)),
+        ] {
+            assert!(!is_claim_file(other), "{other}");
+        }
     }
 
     #[test]

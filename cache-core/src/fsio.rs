@@ -183,14 +183,20 @@ pub(crate) fn temporary_of(name: &str) -> Option<&str> {
     (digits(pid) && digits(counter) && !target.is_empty()).then_some(target)
 }
 
-/// Removes temporary files left beside `target` by writers that crashed. Call only while
-/// holding the cache lock: every live writer creates its temporaries under the lock.
+/// Removes temporary files left beside `target` by writers that crashed: exactly the names
+/// [`AtomicFile`] gives them (`.<name>.tmp.<pid>.<counter>`), nothing that merely starts the
+/// same way. Call only while holding the cache lock: every live writer creates its
+/// temporaries under the lock.
 pub(crate) fn remove_stale_temporaries(target: &Path) {
     let dir = parent_dir(target);
     let prefix = tmp_prefix(target);
+    let fitted = &prefix[1..prefix.len() - ".tmp.".len()];
     if let Ok(entries) = fs::read_dir(&dir) {
         for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let name = entry.file_name();
+            let ours = name.to_str().and_then(temporary_of) == Some(fitted);
+            let file = entry.file_type().is_ok_and(|t| t.is_file());
+            if ours && file {
                 let _ = fs::remove_file(entry.path());
             }
         }

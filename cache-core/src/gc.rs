@@ -219,16 +219,23 @@ fn encoded_len(registry: &Migrations, data: &CacheData) -> u64 {
 }
 
 /// Removes the claim files that no process holds (each is locked first, so a claim held by a
-/// live process stays); returns how many went (or would go).
+/// live process stays); returns how many went (or would go). Only a real folder named as the
+/// cache's claims folder is looked into (never a symbolic link to somewhere else), and only
+/// files named as claim files are touched.
 fn prune_claims(path: &Path, dry_run: bool) -> usize {
     let dir = crate::claim::claims_dir(path);
-    let Ok(files) = std::fs::read_dir(&dir) else {
+    let is_folder = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_dir());
+    let Some(files) = std::fs::read_dir(&dir).ok().filter(|_| is_folder) else {
         return 0;
     };
     let mut removed = 0;
     for f in files.flatten() {
         let p = f.path();
-        if p.extension().is_none_or(|e| e != "lock") || !f.file_type().is_ok_and(|t| t.is_file()) {
+        let named = f
+            .file_name()
+            .to_str()
+            .is_some_and(crate::claim::is_claim_file);
+        if !named || !f.file_type().is_ok_and(|t| t.is_file()) {
             continue;
         }
         let Ok(file) = std::fs::OpenOptions::new().read(true).write(true).open(&p) else {
@@ -244,13 +251,9 @@ fn prune_claims(path: &Path, dry_run: bool) -> usize {
     removed
 }
 
-/// The copies kept aside beside the cache (`<file>.unusable-*`, `<file>.bak.*`,
-/// `<file>.torn-*`, and the journal's) older than `age`, removed.
+/// The copies kept aside beside the cache older than `age`, removed: exactly the names
+/// tunecache gives them ([`kept_aside`]), nothing that merely looks alike.
 fn prune_leftovers(paths: &Paths, age: Duration, dry_run: bool) -> Vec<PathBuf> {
-    let names: Vec<String> = [&paths.snapshot, &paths.journal]
-        .iter()
-        .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
-        .collect();
     let Ok(files) = std::fs::read_dir(&paths.dir) else {
         return Vec::new();
     };
@@ -260,15 +263,10 @@ fn prune_leftovers(paths: &Paths, age: Duration, dry_run: bool) -> Vec<PathBuf> 
         let Some(name) = f.file_name().to_str().map(str::to_owned) else {
             continue;
         };
-        let aside = names.iter().any(|base| {
-            name.strip_prefix(base.as_str()).is_some_and(|rest| {
-                rest.starts_with(".unusable-")
-                    || rest.starts_with(".bak.")
-                    || rest.starts_with(".torn-")
-            })
-        });
-        let old = f
-            .metadata()
+        let aside = [&paths.snapshot, &paths.journal]
+            .iter()
+            .any(|base| kept_aside(base, &name));
+        let old = std::fs::symlink_metadata(f.path())
             .ok()
             .filter(std::fs::Metadata::is_file)
             .and_then(|m| m.modified().ok())
@@ -280,6 +278,30 @@ fn prune_leftovers(paths: &Paths, age: Duration, dry_run: bool) -> Vec<PathBuf> 
     }
     removed.sort();
     removed
+}
+
+/// Whether `name` is a copy tunecache kept aside of the file `base`: `.unusable-<ms>` (moved
+/// aside), `.bak.<ms>` (before a migration), `.damaged-<8 hex>` or `.torn-<8 hex>` (copies of
+/// damage), each as `fsio::aside` names it (a long name shortened the same way).
+pub(crate) fn kept_aside(base: &Path, name: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+    let hex8 = |s: &str| s.len() == 8 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let suffix = [
+        (".unusable-", &digits as &dyn Fn(&str) -> bool),
+        (".bak.", &digits),
+        (".damaged-", &hex8),
+        (".torn-", &hex8),
+    ]
+    .into_iter()
+    .find_map(|(tag, valid)| {
+        let at = name.rfind(tag)?;
+        valid(&name[at + tag.len()..]).then(|| &name[at..])
+    });
+    suffix.is_some_and(|suffix| {
+        crate::fsio::aside(base, suffix)
+            .file_name()
+            .is_some_and(|n| n == name)
+    })
 }
 
 #[cfg(test)]
@@ -310,6 +332,36 @@ mod tests {
 
     fn scope(driver: i64) -> Scope {
         Scope::new(Fields::from([("driver".to_owned(), Value::Int(driver))]))
+    }
+
+    #[test]
+    fn only_the_names_tunecache_keeps_aside_are_recognised() {
+        let base = Path::new("/c/cache.tcache");
+        for ours in [
+            "cache.tcache.unusable-1795352693050",
+            "cache.tcache.bak.1795352693050",
+            "cache.tcache.damaged-0a1b2c3d",
+            "cache.tcache.torn-0a1b2c3d",
+        ] {
+            assert!(kept_aside(base, ours), "{ours}");
+        }
+        for theirs in [
+            "cache.tcache.bak.before-upgrade",
+            "cache.tcache.unusable-notes.txt",
+            "cache.tcache.bak.1795352693050.txt",
+            "cache.tcache.torn-0A1B2C3D",
+            "cache.tcache.damaged-0a1b2c3",
+            "other.tcache.bak.1795352693050",
+            "cache.tcache",
+            "cache.tcache.bak.",
+        ] {
+            assert!(!kept_aside(base, theirs), "{theirs}");
+        }
+        // A long name is shortened as it was when kept aside.
+        let long = PathBuf::from(format!("/c/{}.tcache", "é".repeat(120)));
+        let kept = crate::fsio::aside(&long, ".unusable-1795352693050");
+        let name = kept.file_name().and_then(|n| n.to_str()).expect("name");
+        assert!(kept_aside(&long, name), "{name}");
     }
 
     #[test]

@@ -1,6 +1,8 @@
-//! Session caches: a fresh directory under `<temp>/tunecache-sessions/`, removed when its
-//! owner drops it or the process exits normally; one left by a killed process is reaped the
-//! next time any session cache opens.
+//! Session caches: a fresh directory under `<temp>/tunecache-sessions-<uid>/` (one root per
+//! user, made private: `0700`, owned by the user, never a link), removed when its owner drops
+//! it or the process exits normally; one left by a killed process is reaped the next time any
+//! session cache opens. Only directories named as sessions are named (`<pid>-<hex>-<n>`) are
+//! ever reaped: anything else under the root is left alone.
 //!
 //! The owner holds an exclusive `flock` on `<session>/owner.lock` for the session's life. The
 //! kernel releases it when the process dies however it dies, so a reaper that can take the
@@ -21,9 +23,51 @@ static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 static AT_EXIT: std::sync::Once = std::sync::Once::new();
 
-/// The directory sessions are made in when none is given.
+/// The directory sessions are made in when none is given: one per user, so users of one
+/// machine never share (or lock each other out of) a root.
 pub fn default_root() -> PathBuf {
-    std::env::temp_dir().join("tunecache-sessions")
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    std::env::temp_dir().join(format!("tunecache-sessions-{uid}"))
+}
+
+/// Makes `root` if it is missing (private to this user), and checks that it is a real folder
+/// this user owns: a root planted by someone else, or a link, is refused.
+fn private_root(root: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(root)
+    {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = fs::symlink_metadata(root)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if !meta.file_type().is_dir() || meta.uid() != uid {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not a folder of this user (uid {uid}): sessions are not made there",
+                root.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `name` is a session directory's name (`<pid>-<nanos in hex>-<n>`).
+fn is_session_name(name: &str) -> bool {
+    let mut parts = name.split('-');
+    let digits =
+        |s: Option<&str>| s.is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
+    let hex = |s: Option<&str>| {
+        s.is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    digits(parts.next()) && hex(parts.next()) && digits(parts.next()) && parts.next().is_none()
 }
 
 /// A live session directory; removed on drop.
@@ -36,7 +80,7 @@ pub(crate) struct Session {
 impl Session {
     /// Reaps the sessions of dead owners under `root`, then makes a new one.
     pub(crate) fn create(root: &Path) -> std::io::Result<Session> {
-        fs::create_dir_all(root)?;
+        private_root(root)?;
         reap(root);
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -103,7 +147,8 @@ pub fn reap(root: &Path) -> Vec<PathBuf> {
         return reaped;
     };
     for e in entries.flatten() {
-        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+        let ours = e.file_name().to_str().is_some_and(is_session_name);
+        if !ours || !e.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
         let dir = e.path();

@@ -123,8 +123,13 @@ fn max_age_claims_and_leftovers() {
     // Claim files: one held by a live lock, one not.
     let claims = dir.path().join("c.tcache.claims");
     std::fs::create_dir_all(&claims).expect("claims dir");
-    let held = test_support::hold_lock(&claims.join("mm-held.lock"));
-    std::fs::write(claims.join("mm-done.lock"), b"").expect("claim");
+    // Named as claim files are (a namespace, a dash, the key's fingerprint).
+    let (held_name, done_name) = (
+        format!("mm-{}.lock", "a1".repeat(16)),
+        format!("mm-{}.lock", "b2".repeat(16)),
+    );
+    let held = test_support::hold_lock(&claims.join(&held_name));
+    std::fs::write(claims.join(&done_name), b"").expect("claim");
     let leftovers = [
         dir.path().join("c.tcache.bak.1"),
         dir.path().join("c.tcache.unusable-5"),
@@ -136,7 +141,7 @@ fn max_age_claims_and_leftovers() {
     assert_eq!(r["dropped_by_age"], 4, "{r:#}");
     assert_eq!(ids(&path, 10), (4..10).collect::<Vec<_>>());
     assert_eq!(r["claims_removed"], 1, "{r:#}");
-    assert!(claims.join("mm-held.lock").exists() && !claims.join("mm-done.lock").exists());
+    assert!(claims.join(&held_name).exists() && !claims.join(&done_name).exists());
     assert!(leftovers.iter().all(|l| l.exists()), "kept unless asked");
     let r = gc(&path, &["--leftovers", "0"]);
     assert_eq!(

@@ -5,6 +5,7 @@ mod commands;
 mod diff;
 mod explain;
 mod gc;
+mod lookalikes;
 mod merge;
 mod migrate;
 mod outputs;

@@ -271,3 +271,67 @@ fn a_session_left_by_a_killed_process_is_reaped_by_the_next_open() {
     assert!(!dirs[0].exists(), "reaped by the next session's open");
     assert!(next.dir().is_dir());
 }
+
+#[test]
+fn a_reap_removes_only_dead_sessions_and_nothing_else_under_the_root() {
+    let root = test_support::temp_dir();
+    // A user's folders and files under the root, old, without an owner lock: not sessions.
+    let then = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+    for name in ["data", "1234-notes", "12-ab-3-x"] {
+        let dir = root.path().join(name);
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("keep.txt"), b"mine").expect("file");
+        std::fs::File::open(&dir)
+            .and_then(|f| f.set_modified(then))
+            .expect("backdate");
+    }
+    // A session folder whose owner is gone (no lock file, long ago): ours, reaped.
+    let dead = root.path().join("99-1f-0");
+    std::fs::create_dir_all(&dead).expect("dir");
+    std::fs::File::open(&dead)
+        .and_then(|f| f.set_modified(then))
+        .expect("backdate");
+    assert_eq!(reap_sessions(root.path()), [dead]);
+    for name in ["data", "1234-notes", "12-ab-3-x"] {
+        assert!(
+            root.path().join(name).join("keep.txt").exists(),
+            "{name} was removed"
+        );
+    }
+}
+
+#[test]
+fn the_default_session_root_is_this_user_s_own_and_private() {
+    use std::os::unix::fs::MetadataExt;
+    let cache = OutputCache::session(None, |b| b).expect("session");
+    let root = cache.dir().parent().expect("root").to_owned();
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    assert!(
+        root.ends_with(format!("tunecache-sessions-{uid}")),
+        "{}",
+        root.display()
+    );
+    let meta = std::fs::symlink_metadata(&root).expect("root");
+    assert_eq!(meta.uid(), uid);
+    assert!(meta.file_type().is_dir());
+}
+
+#[test]
+fn a_root_that_is_a_link_or_another_users_folder_is_refused() {
+    let tmp = test_support::temp_dir();
+    let real = tmp.path().join("real");
+    std::fs::create_dir(&real).expect("dir");
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).expect("link");
+    let err = OutputCache::session(Some(&link), |b| b).expect_err("a link is refused");
+    assert!(
+        err.to_string().contains("not a folder of this user"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&real).expect("real").count(),
+        0,
+        "nothing made there"
+    );
+}
