@@ -186,6 +186,16 @@ fn an_unreachable_server_never_fails_a_local_command_and_hides_the_password() {
         assert!(!text(o).contains("s3cret"), "{}", text(o));
         assert!(text(o).contains("alice:***@"), "{}", text(o));
     }
+    // A password holding `/` (base64 secrets do) is hidden all the same (issue 24, case 7).
+    let slashed = "redis://alice:ab/s3cr+et==@127.0.0.1:1/0";
+    for args in [
+        &["remote", "ping"][..],
+        &["get", "-n", "matmul", "-k", r#"{"m":2}"#],
+        &["stats"],
+    ] {
+        let o = with_remote(slashed, &path, args);
+        assert!(!text(&o).contains("s3cr"), "{args:?}: {}", text(&o));
+    }
     let bad = with_remote("http://nope", &path, &["remote", "ping"]);
     assert_ne!(bad.status.code(), Some(0), "{}", text(&bad));
     assert!(stderr(&bad).contains("TUNECACHE_REMOTE"), "{}", text(&bad));

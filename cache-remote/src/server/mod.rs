@@ -97,10 +97,13 @@ pub fn redact(url: &str) -> String {
         Some((s, r)) => (s, r),
         None => return "(not a URL)".to_owned(),
     };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
+    // The user information ends at the last `@` before the host: a password may hold `/`,
+    // `?`, `#` or `@` (base64 secrets do), so the path is looked for only after it.
+    let host_from = rest.rfind('@').map_or(0, |at| at + 1);
+    let path_at = rest[host_from..]
+        .find(['/', '?', '#'])
+        .map_or(rest.len(), |i| host_from + i);
+    let (authority, path) = rest.split_at(path_at);
     let authority = match authority.rsplit_once('@') {
         Some((userinfo, host)) => match userinfo.split_once(':') {
             Some((user, _)) => format!("{user}:***@{host}"),
@@ -184,6 +187,16 @@ mod tests {
             "redis+unix:///run/redis.sock?db=1&pass=***"
         );
         assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        // Base64 secrets hold `/`, `+` and `=`; some hold `@` or `?` too.
+        for secret in ["ab/cd+ef==", "a/b/c", "p@ss/w?rd#x"] {
+            let url = format!("redis://alice:{secret}@db.internal:6379/2");
+            assert_eq!(
+                redact(&url),
+                "redis://alice:***@db.internal:6379/2",
+                "{url}"
+            );
+        }
+        assert_eq!(redact("redis://:a/b@h:1"), "redis://:***@h:1");
         let e = RedisRemote::open("redis://alice:s3cret@[::1").expect_err("bad address");
         assert!(matches!(e, ConfigError::BadAddress { .. }), "{e:?}");
         assert!(!e.to_string().contains("s3cret"), "{e}");
