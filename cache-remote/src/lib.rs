@@ -50,7 +50,7 @@ pub use options::{ENV_REMOTE_MODE, ENV_REMOTE_TIMEOUT_MS, RemoteMode, RemoteOpti
 pub use server::RedisClusterRemote;
 pub use server::{ConfigError, ENV_REMOTE, ENV_REMOTE_CA, RedisRemote, connect, from_env, redact};
 pub use shared::{Published, Pulled, SharedTier};
-pub use store::{Remote, RemoteError, Swap};
+pub use store::{Read, Remote, RemoteError, Swap};
 pub use tier::{RemoteBuilder, RemoteCache, RemoteSource};
 pub use value::encode_value;
 

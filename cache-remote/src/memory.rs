@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::store::{Remote, RemoteError, Swap};
+use crate::store::{Read, Remote, RemoteError, Swap};
 
 /// A value and when it expires.
 type Stored = (Vec<u8>, Option<Instant>);
@@ -91,9 +91,10 @@ impl Remote for MemoryRemote {
     fn get_many(
         &self,
         keys: &[String],
-        touch: Option<Duration>,
+        read: Read,
         _deadline: Instant,
     ) -> Result<Vec<Option<Vec<u8>>>, RemoteError> {
+        let touch = read.touch;
         self.check()?;
         self.commands
             .fetch_add(keys.len() as u64, Ordering::Relaxed);
@@ -112,7 +113,8 @@ impl Remote for MemoryRemote {
                 if let Some(ttl) = touch {
                     *exp = Some(now + ttl);
                 }
-                Some(value.clone())
+                let cut = value.len().min(read.limit.saturating_add(1));
+                Some(value[..cut].to_vec())
             })
             .collect())
     }

@@ -12,11 +12,14 @@ use crate::breaker::Breaker;
 use crate::health::{Counters, RemoteHealth};
 use crate::layout::Layout;
 use crate::options::RemoteOptions;
-use crate::store::{Remote, RemoteError};
+use crate::store::{Read, Remote, RemoteError};
 use crate::value::{Expect, Rejection, check_value};
 
-/// Keys read per round trip when pulling or listing.
+/// Keys read per round trip when pulling or listing, at most...
 const PULL_BATCH: usize = 500;
+/// ...and at most this many bytes of values (each value is cut at the value cap), so a pull
+/// of a server holding oversized values never holds more than this at once.
+const PULL_BYTES: usize = 16 << 20;
 
 /// One application and schema's use of a remote.
 #[derive(Debug)]
@@ -127,6 +130,15 @@ impl Policy {
         b.open_until().into_iter().chain(full).max()
     }
 
+    /// How values are read: cut at the value cap (nothing longer crosses the network), with
+    /// `touch` refreshing their time to live.
+    pub(crate) fn read(&self, touch: Option<Duration>) -> Read {
+        Read {
+            touch,
+            limit: self.options.max_value_bytes,
+        }
+    }
+
     /// Checks a value read for `expect`'s key; counts a refusal.
     pub(crate) fn check(&self, bytes: &[u8], expect: Expect<'_>) -> Option<(Scope, Entry)> {
         check_value(bytes, &self.registry, &self.limits, &self.options, expect)
@@ -143,8 +155,10 @@ impl Policy {
         deadline: Instant,
     ) -> Result<Vec<(Scope, String, Entry)>, RemoteError> {
         let mut out = Vec::new();
-        for batch in keys.chunks(PULL_BATCH) {
-            let values = self.remote.get_many(batch, None, deadline);
+        let read = self.read(None);
+        let per_batch = (PULL_BYTES / read.limit.saturating_add(1)).clamp(1, PULL_BATCH);
+        for batch in keys.chunks(per_batch) {
+            let values = self.remote.get_many(batch, read, deadline);
             self.outcome(&values);
             for (key, value) in batch.iter().zip(values?) {
                 let Some(bytes) = value else { continue };

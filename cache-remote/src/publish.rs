@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use cache_core::Namespace;
-use cache_format::{Entry, Fingerprint, Scope};
+use cache_format::{Entry, Fingerprint, Origin, Scope};
 
 use crate::health::Counters;
 use crate::policy::Policy;
@@ -42,7 +42,10 @@ pub(crate) enum KeyPlan {
     Write { merged: Entry, more: bool },
 }
 
-/// The decision for one key: pure.
+/// The decision for one key: pure. An entry that came from a shared tier (origin `remote`:
+/// pulled, perhaps pushed back) claims no origin of its own against the server's: it takes the
+/// server's, so pushing back what was pulled writes nothing and never relabels the server's
+/// entry as `remote`.
 pub(crate) fn plan_key(mine: &Entry, stored: Option<Entry>) -> KeyPlan {
     let Some(stored) = stored else {
         return KeyPlan::Write {
@@ -50,6 +53,11 @@ pub(crate) fn plan_key(mine: &Entry, stored: Option<Entry>) -> KeyPlan {
             more: false,
         };
     };
+    let mut mine = mine.clone();
+    if matches!(mine.origin(), Origin::Remote(_)) {
+        mine.set_origin(stored.origin().clone());
+    }
+    let mine = &mine;
     let mut merged = stored.clone();
     merged.merge(mine.clone());
     if merged == stored {
@@ -153,11 +161,17 @@ impl Policy {
         folded: &mut Vec<(Namespace, Entry)>,
     ) -> Result<Vec<usize>, RemoteError> {
         let keys: Vec<String> = todo.iter().map(|i| i.key.clone()).collect();
-        let current = self.remote.get_many(&keys, None, deadline);
+        let current = self.remote.get_many(&keys, self.read(None), deadline);
         self.outcome(&current);
         let scope_fp = scope.fingerprint();
         let mut writes = Vec::new();
         for (index, (item, value)) in todo.iter().zip(current?).enumerate() {
+            if value.as_ref().is_some_and(Vec::is_empty) {
+                // Someone else's value of another type (or an empty string) at the key: not
+                // ours to replace. The key is left alone and not tried again this round.
+                self.reject("squatted");
+                continue;
+            }
             let fp = item.mine.fingerprint();
             let expect = Expect {
                 scope: &scope_fp,
@@ -228,7 +242,7 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cache_format::{Candidate, Fields, Key, Origin, Stats, Value};
+    use cache_format::{Candidate, Fields, Key, Stats, Value};
 
     fn entry(cands: &[(&str, f64, u64)]) -> Entry {
         let key = Key::new(Fields::from([("m".to_owned(), Value::Int(1))]));
@@ -273,6 +287,17 @@ mod tests {
         assert_eq!(
             plan_key(&mine, Some(theirs.clone())),
             KeyPlan::Unchanged { fold: Some(theirs) }
+        );
+    }
+
+    #[test]
+    fn an_entry_pulled_from_the_server_and_pushed_back_writes_nothing() {
+        let theirs = entry(&[("a", 10.0, 1)]);
+        let mut pulled = theirs.clone();
+        pulled.set_origin(Origin::Remote("redis://h".into()));
+        assert_eq!(
+            plan_key(&pulled, Some(theirs)),
+            KeyPlan::Unchanged { fold: None }
         );
     }
 

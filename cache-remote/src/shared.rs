@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cache_core::Namespace;
-use cache_format::{CacheData, Entry, Fingerprint, Limits, Origin, Scope};
+use cache_format::{CacheData, Entry, Fingerprint, Limits, Scope};
 use cache_migrate::Migrations;
 
 use crate::health::{Counters, RemoteHealth};
@@ -23,9 +23,6 @@ pub struct Published {
     pub unchanged: u64,
     /// Entries refused before writing (too large, a namespace no cache accepts).
     pub refused: u64,
-    /// Entries that came from a shared tier (origin `remote`): not published again, so a
-    /// pull followed by a push changes nothing on the server.
-    pub from_remote: u64,
     /// Entries not published: lost races every round, or the round stopped on an error.
     pub left: usize,
 }
@@ -144,13 +141,10 @@ impl SharedTier {
                     report.refused += by_fp.len() as u64;
                     continue;
                 };
-                for e in by_fp.values() {
-                    if let Origin::Remote(_) = e.origin() {
-                        report.from_remote += 1;
-                    } else {
-                        entries.push((ns, e.clone()));
-                    }
-                }
+                // Every entry, whatever its origin: one pulled from the server and since joined
+                // with a measurement made here has more than the server (a pull followed by a
+                // push writes nothing where the server holds it all: the merge says so).
+                entries.extend(by_fp.values().map(|e| (ns, e.clone())));
             }
             let outcome = self.policy.publish(scope, entries, deadline, true);
             report.left += outcome.left.len();

@@ -11,12 +11,12 @@ pub trait Remote: Send + Sync + fmt::Debug {
     /// Where it is, for messages: never a password.
     fn describe(&self) -> String;
 
-    /// The values of `keys`, in order, in one round trip. With `touch`, each key found gets
-    /// that time to live from now (a write: only in read-write mode).
+    /// The values of `keys`, in order, in one round trip, as `read` says: a value longer than
+    /// its limit comes back cut to `limit + 1` bytes, the rest never crossing the network.
     fn get_many(
         &self,
         keys: &[String],
-        touch: Option<Duration>,
+        read: Read,
         deadline: Instant,
     ) -> Result<Vec<Option<Vec<u8>>>, RemoteError>;
 
@@ -42,6 +42,17 @@ pub trait Remote: Send + Sync + fmt::Debug {
             "this shared store cannot list its keys".to_owned(),
         ))
     }
+}
+
+/// How [`Remote::get_many`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Read {
+    /// With `Some(ttl)`, each key found gets that time to live from now (a write: only in
+    /// read-write mode).
+    pub touch: Option<Duration>,
+    /// The longest value wanted: one longer comes back as its first `limit + 1` bytes (so the
+    /// caller sees it was too long), and the rest is never sent.
+    pub limit: usize,
 }
 
 /// One compare-and-set of [`Remote::compare_and_set_many`].

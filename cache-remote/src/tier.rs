@@ -124,10 +124,10 @@ impl CacheTier {
         let touch = (policy.writes() && !policy.full())
             .then_some(policy.options.ttl)
             .flatten();
-        let mut result = policy.remote.get_many(&keys, touch, deadline);
+        let mut result = policy.remote.get_many(&keys, policy.read(touch), deadline);
         if touch.is_some() && matches!(result, Err(RemoteError::Full(_))) {
             policy.outcome(&result);
-            result = policy.remote.get_many(&keys, None, deadline);
+            result = policy.remote.get_many(&keys, policy.read(None), deadline);
         }
         policy.outcome(&result);
         result.ok()

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use cache_core::Inspection;
 use cache_format::json::{JsonRecord, record};
-use cache_format::{Entry, Key, Outcome, Scope, Value};
+use cache_format::{Entry, Key, Limits, Outcome, Scope, Value};
 
 use crate::context::Context;
 use crate::exit;
@@ -53,8 +53,17 @@ impl Lookup {
         key: &KeyArgs,
         scope: &ScopeFilter,
     ) -> anyhow::Result<Self> {
+        let path = ctx.path()?;
+        // A machine with no cache file yet (the first thing a new machine of a fleet does)
+        // still reads the shared tier: the file is then an empty one.
+        let no_file = !path.exists() && std::env::var_os(cache_remote::ENV_REMOTE).is_some();
+        let found = if no_file {
+            cache_core::inspect(&path, &Limits::default(), None)?
+        } else {
+            ctx.inspect_as_read(&path)?
+        };
         let mut lookup = Lookup {
-            found: ctx.inspect_as_read(&ctx.path()?)?,
+            found,
             namespace: key.namespace.clone(),
             key: Key::new(parse_fields("--key", &key.key)?),
             scope: scope_filter(scope.scope.as_deref())?,
@@ -73,7 +82,11 @@ impl Lookup {
         }
         let (app, schema) = match &self.found.snapshot.header {
             Some(h) => (h.app.clone(), h.schema),
-            None => (ctx.app(), 1),
+            None => {
+                let app = ctx.app();
+                let schema = ctx.registry(&app).map_or(1, |r| r.current());
+                (app, schema)
+            }
         };
         let registry = ctx
             .registry(&app)

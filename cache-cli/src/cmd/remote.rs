@@ -128,7 +128,7 @@ fn push(
         .publish(&data, wait)
         .with_context(|| format!("nothing was published to {}", tier.describe()))?;
     report.published = Some(published.written);
-    report.already_there = Some(published.unchanged + published.from_remote);
+    report.already_there = Some(published.unchanged);
     report.not_published = Some(published.left + published.refused as usize);
     report.rejected = tier.health().rejected;
     Ok(if published.left > 0 {
@@ -162,8 +162,13 @@ fn pull(
             merge_into_file(path, registry, pulled.data, &options)
         })
         .with_context(|| format!("the pulled entries were not saved to {}", path.display()))?;
-    } else {
+    } else if report.rejected.is_empty() {
         say("the server holds nothing for this application and schema");
+    } else {
+        say(format_args!(
+            "the server's {} value(s) for this application and schema were all refused",
+            pulled.keys
+        ));
     }
     report.pulled = Some(n);
     Ok(exit::OK)

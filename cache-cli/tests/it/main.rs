@@ -11,6 +11,7 @@ mod migrate;
 mod outputs;
 mod robustness;
 mod shared;
+mod shared_faults;
 mod tune;
 
 /// The `tunecache` binary under test.

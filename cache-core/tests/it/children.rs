@@ -108,15 +108,17 @@ fn fsize(path: PathBuf, limit: u64, how: &str) {
         old
     };
     let (snap_before, journal_before) = (read(&path), read(&journal));
-    for i in 0..300 {
-        cache.put(ns(), entry(2, i));
-    }
     let limited = libc::rlimit {
         rlim_cur: limit as libc::rlim_t,
         rlim_max: old.rlim_max,
     };
+    // The limit is set before the results are recorded: a save the saver starts on its own
+    // while they are (a loaded machine) meets it too, so the flush has something to fail on.
     // SAFETY: valid pointer to a valid rlimit.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &limited) }, 0);
+    for i in 0..300 {
+        cache.put(ns(), entry(2, i));
+    }
     match cache.flush() {
         Ok(()) => say!("flush-unexpectedly-ok"),
         Err(e) => say!("flush-failed {e}"),

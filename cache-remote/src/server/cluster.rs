@@ -11,7 +11,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use super::pool::Pool;
 use super::reply;
 use super::{ConfigError, redact};
-use crate::store::{Remote, RemoteError, Swap};
+use crate::store::{Read, Remote, RemoteError, Swap};
 
 /// How long connecting to one node may take (the cluster client's connections are made with
 /// this fixed timeout, not the call's deadline).
@@ -62,9 +62,11 @@ impl RedisClusterRemote {
     fn run<T>(
         &self,
         deadline: Instant,
+        reads: usize,
         f: impl FnMut(&mut ClusterConnection) -> redis::RedisResult<T>,
     ) -> Result<T, RemoteError> {
-        self.pool.run(deadline, |_| self.client.get_connection(), f)
+        self.pool
+            .run(deadline, reads, |_| self.client.get_connection(), f)
     }
 }
 
@@ -76,13 +78,24 @@ impl Remote for RedisClusterRemote {
     fn get_many(
         &self,
         keys: &[String],
-        touch: Option<Duration>,
+        read: Read,
         deadline: Instant,
     ) -> Result<Vec<Option<Vec<u8>>>, RemoteError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let replies = self.run(deadline, |c| read_each(c, keys, touch))?;
+        let groups = self.run(deadline, 2 * keys.len(), |c| {
+            reply::per_group(keys.len(), 2, |some| {
+                let mut pipe = redis::cluster::cluster_pipe();
+                for &i in some {
+                    for cmd in reply::read_commands(&keys[i], read) {
+                        pipe.add_command(cmd);
+                    }
+                }
+                pipe.query(c)
+            })
+        })?;
+        let replies = groups.into_iter().map(reply::read_value).collect();
         reply::values(replies, keys.len())
     }
 
@@ -96,23 +109,25 @@ impl Remote for RedisClusterRemote {
             return Ok(Vec::new());
         }
         let ttl = ttl.map_or(0, reply::millis);
-        let done: Vec<i64> = self.run(deadline, |c| {
-            let mut pipe = redis::cluster::cluster_pipe();
-            for s in swaps {
-                pipe.add_command(reply::swap_command(s, ttl));
-            }
-            pipe.query(c)
+        let groups = self.run(deadline, swaps.len(), |c| {
+            reply::per_group(swaps.len(), 1, |some| {
+                let mut pipe = redis::cluster::cluster_pipe();
+                for &i in some {
+                    pipe.add_command(reply::swap_command(&swaps[i], ttl));
+                }
+                pipe.query(c)
+            })
         })?;
-        reply::swapped(done, swaps.len())
+        reply::swapped(groups, swaps.len())
     }
 
     fn ping(&self, deadline: Instant) -> Result<(), RemoteError> {
-        reply::pong(self.run(deadline, |c| redis::cmd("PING").query(c))?)
+        reply::pong(self.run(deadline, 1, |c| redis::cmd("PING").query(c))?)
     }
 
     /// Scans every primary (from `CLUSTER NODES`) in turn.
     fn scan(&self, pattern: &str, deadline: Instant) -> Result<Vec<String>, RemoteError> {
-        self.run(deadline, |c| {
+        self.run(deadline, 1, |c| {
             let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(c)?;
             let mut keys = Vec::new();
             for (host, port) in primaries(&nodes) {
@@ -145,58 +160,6 @@ impl Remote for RedisClusterRemote {
             Ok(keys)
         })
     }
-}
-
-/// The replies to reading `keys`, one per key, as a single server's pipeline with
-/// `ignore_errors` gives them (the cluster pipeline has no such mode): when some keys fail
-/// with a server error (a value of another type), the others are read again in a second
-/// pipeline, so one foreign value costs a round trip, not the batch.
-fn read_each(
-    c: &mut ClusterConnection,
-    keys: &[String],
-    touch: Option<Duration>,
-) -> redis::RedisResult<Vec<reply::ReadReply>> {
-    let pipeline = |keys: &mut dyn Iterator<Item = &String>| {
-        let mut pipe = redis::cluster::cluster_pipe();
-        for key in keys {
-            pipe.add_command(reply::read_command(key, touch));
-        }
-        pipe
-    };
-    let first = pipeline(&mut keys.iter()).query::<Vec<Option<Vec<u8>>>>(c);
-    let failed = match first {
-        Ok(values) => return Ok(values.into_iter().map(Ok).collect()),
-        Err(e) => match e.clone().into_server_errors() {
-            Some(failed) => failed,
-            None => return Err(e),
-        },
-    };
-    let is_failed = |i: usize| failed.iter().any(|(at, _)| *at == i);
-    let mut rest = keys
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !is_failed(*i))
-        .map(|(_, k)| k);
-    let asked = keys.len() - failed.len();
-    let values = if asked > 0 {
-        pipeline(&mut rest).query::<Vec<Option<Vec<u8>>>>(c)?
-    } else {
-        Vec::new()
-    };
-    if values.len() != asked {
-        return Err(redis::RedisError::from((
-            redis::ErrorKind::Parse,
-            "short reply",
-            format!("{} replies to {asked} reads", values.len()),
-        )));
-    }
-    let mut values = values.into_iter();
-    Ok((0..keys.len())
-        .map(|i| match failed.iter().find(|(at, _)| *at == i) {
-            Some((_, e)) => Err(redis::RedisError::from(e.clone())),
-            None => Ok(values.next().flatten()),
-        })
-        .collect())
 }
 
 /// The primaries of `CLUSTER NODES` output: `id host:port@cport flags …`, flags with

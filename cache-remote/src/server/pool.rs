@@ -52,32 +52,39 @@ impl<C> Default for Pool<C> {
 
 impl<C: Timed> Pool<C> {
     /// Runs `f` within `deadline` on a pooled connection, or on one `connect` makes with the
-    /// time left (see the module docs).
+    /// time left (see the module docs). `reads` is how many replies `f` may wait for with
+    /// the socket timeout set here: a client that reads every reply of a pipeline even after
+    /// one timed out (the cluster client) gets that share of the time left per read, so the
+    /// call still ends by the deadline.
     pub(crate) fn run<T>(
         &self,
         deadline: Instant,
+        reads: usize,
         connect: impl FnOnce(Duration) -> redis::RedisResult<C>,
         mut f: impl FnMut(&mut C) -> redis::RedisResult<T>,
     ) -> Result<T, RemoteError> {
         let pooled = crate::lock(&self.idle).pop();
         if let Some(conn) = pooled {
-            match self.run_on(conn, deadline, &mut f) {
+            match self.run_on(conn, deadline, reads, &mut f) {
                 Err(RemoteError::Unreachable(_)) => crate::lock(&self.idle).clear(),
                 other => return other,
             }
         }
         let conn = connect(left(deadline, "connect")?).map_err(|e| classify(&e))?;
-        self.run_on(conn, deadline, &mut f)
+        self.run_on(conn, deadline, reads, &mut f)
     }
 
     fn run_on<T>(
         &self,
         mut conn: C,
         deadline: Instant,
+        reads: usize,
         f: &mut impl FnMut(&mut C) -> redis::RedisResult<T>,
     ) -> Result<T, RemoteError> {
         let time = left(deadline, "send the command")?;
-        conn.set_timeouts(time).map_err(|e| classify(&e))?;
+        let share = u32::try_from(reads.max(1)).unwrap_or(u32::MAX);
+        let per_read = (time / share).max(Duration::from_millis(1));
+        conn.set_timeouts(per_read).map_err(|e| classify(&e))?;
         let result = f(&mut conn).map_err(|e| classify(&e));
         if result.is_ok() {
             let mut idle = crate::lock(&self.idle);

@@ -7,7 +7,7 @@ use redis::IntoConnectionInfo;
 use super::pool::Pool;
 use super::reply;
 use super::{ConfigError, ENV_REMOTE_CA, redact};
-use crate::store::{Remote, RemoteError, Swap};
+use crate::store::{Read, Remote, RemoteError, Swap};
 
 /// A Redis server as a [`Remote`].
 pub struct RedisRemote {
@@ -65,8 +65,10 @@ impl RedisRemote {
         deadline: Instant,
         f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<T, RemoteError> {
+        // One read's timeout: `bounded` sets each read's own as it goes.
         self.pool.run(
             deadline,
+            1,
             |time| self.client.get_connection_with_timeout(time),
             f,
         )
@@ -86,20 +88,22 @@ impl Remote for RedisRemote {
     fn get_many(
         &self,
         keys: &[String],
-        touch: Option<Duration>,
+        read: Read,
         deadline: Instant,
     ) -> Result<Vec<Option<Vec<u8>>>, RemoteError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let replies: Vec<reply::ReadReply> = self.run(deadline, |c| {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            for key in keys {
-                pipe.add_command(reply::read_command(key, touch));
-            }
-            pipe.query(c)
+        let groups = self.run(deadline, |c| {
+            reply::per_group(keys.len(), 2, |some| {
+                let cmds: Vec<redis::Cmd> = some
+                    .iter()
+                    .flat_map(|&i| reply::read_commands(&keys[i], read))
+                    .collect();
+                bounded(c, &cmds, deadline)
+            })
         })?;
+        let replies = groups.into_iter().map(reply::read_value).collect();
         reply::values(replies, keys.len())
     }
 
@@ -113,14 +117,16 @@ impl Remote for RedisRemote {
             return Ok(Vec::new());
         }
         let ttl = ttl.map_or(0, reply::millis);
-        let done: Vec<i64> = self.run(deadline, |c| {
-            let mut pipe = redis::pipe();
-            for s in swaps {
-                pipe.add_command(reply::swap_command(s, ttl));
-            }
-            pipe.query(c)
+        let groups = self.run(deadline, |c| {
+            reply::per_group(swaps.len(), 1, |some| {
+                let cmds: Vec<redis::Cmd> = some
+                    .iter()
+                    .map(|&i| reply::swap_command(&swaps[i], ttl))
+                    .collect();
+                bounded(c, &cmds, deadline)
+            })
         })?;
-        reply::swapped(done, swaps.len())
+        reply::swapped(groups, swaps.len())
     }
 
     fn scan(&self, pattern: &str, deadline: Instant) -> Result<Vec<String>, RemoteError> {
@@ -150,6 +156,36 @@ impl Remote for RedisRemote {
     fn ping(&self, deadline: Instant) -> Result<(), RemoteError> {
         reply::pong(self.run(deadline, |c| redis::cmd("PING").query(c))?)
     }
+}
+
+/// Sends `cmds` as one pipeline (one write) and reads their replies one at a time, each read
+/// waiting at most the time left until `deadline`, stopping at the first that fails. The
+/// client's own pipeline reads every reply even after one timed out, so a frozen server cost
+/// a call one timeout per command; this costs it the deadline. A server's error for one
+/// command is that command's reply.
+fn bounded(
+    conn: &mut redis::Connection,
+    cmds: &[redis::Cmd],
+    deadline: Instant,
+) -> redis::RedisResult<Vec<redis::Value>> {
+    let mut packed = Vec::new();
+    for cmd in cmds {
+        packed.extend_from_slice(&cmd.get_packed_command());
+    }
+    conn.send_packed_command(&packed)?;
+    let mut replies = Vec::with_capacity(cmds.len());
+    for _ in cmds {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the replies did not come in time",
+            )));
+        }
+        conn.set_read_timeout(Some(left))?;
+        replies.push(conn.recv_response()?);
+    }
+    Ok(replies)
 }
 
 /// A client for `rediss://`: rustls with the ring provider, trusting the system's

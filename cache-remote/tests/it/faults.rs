@@ -205,3 +205,106 @@ fn a_full_server_turns_publishing_off_for_a_while_and_reads_go_on() {
         .expect("published with eviction on");
     assert!(server.get_raw(&remote_key(299)).is_some());
 }
+
+/// Bytes the server has sent so far (`INFO stats`).
+fn sent(server: &Server) -> u64 {
+    let info = match server.cmd(&["INFO", "stats"]) {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        redis::Value::VerbatimString { text, .. } => text,
+        other => panic!("INFO answered {other:?}"),
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_net_output_bytes:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_net_output_bytes")
+}
+
+/// Issue 24, case 4: publishing to a frozen server is bounded by one deadline, whatever the
+/// number of keys (each reply of a pipeline waited out its own socket timeout: 8 keys × the
+/// budget).
+#[test]
+fn publishing_many_keys_to_a_frozen_server_is_bounded_by_one_deadline() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let tier = cache_remote::SharedTier::new(
+        std::sync::Arc::new(cache_remote::RedisRemote::open(&server.url()).expect("url")),
+        RemoteOptions::default(),
+        registry(),
+    );
+    let mut data = cache_core::cache_format::CacheData::new();
+    for id in 0..40 {
+        data.insert(&scope(), "matmul", entry(id, "tiled", 5.0));
+    }
+    tier.ping(Duration::from_secs(5)).expect("connected");
+    server.signal(libc::SIGSTOP);
+    let t = Instant::now();
+    let r = tier.publish(&data, Duration::from_millis(500));
+    let took = t.elapsed();
+    server.signal(libc::SIGCONT);
+    println!("frozen publish of 40 keys: {took:?} (deadline 500 ms): {r:?}");
+    assert!(r.is_err(), "{r:?}");
+    assert!(took < Duration::from_millis(900), "{took:?}");
+}
+
+/// Issue 24, cases 5 and 6: a value over the cap is neither downloaded by a read-through nor
+/// by a pull: what crosses the network is the cap plus a byte per key.
+#[test]
+fn an_oversized_value_never_crosses_the_network_whole() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let big = vec![b'x'; 8 << 20];
+    for id in 0..4 {
+        server.set_raw(&remote_key(id), &big);
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = cache(&dir.path().join("a.tcache"), &server.url(), budget(1000));
+    let before = sent(&server);
+    assert!(c.lookup(ns(), &key(0)).is_none(), "refused");
+    let read = sent(&server) - before;
+    assert!(read < 1 << 20, "{read} bytes sent for one read-through");
+    let before = sent(&server);
+    assert_eq!(c.pull_remote(Duration::from_secs(10)).expect("pulled"), 0);
+    let pulled = sent(&server) - before;
+    assert!(
+        pulled < 4 << 20,
+        "{pulled} bytes sent for a pull of 4 values of 8 MiB"
+    );
+    let h = c.remote_health().expect("remote");
+    assert_eq!(
+        h.rejected.get("oversized"),
+        Some(&5),
+        "one read-through, four pulled: {h:?}"
+    );
+}
+
+/// Seen once in issue 24: a key held by someone else's value of another type blocked
+/// publishing (every round failed on it). It is left alone, counted, and the others go.
+#[test]
+fn a_squatted_key_does_not_block_publishing_the_others() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.cmd(&["RPUSH", &remote_key(3), "not ours"]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = cache(&dir.path().join("a.tcache"), &server.url(), budget(1000));
+    for id in 0..6 {
+        c.put(ns(), entry(id, "tiled", 5.0));
+    }
+    c.publish_within(Duration::from_secs(10))
+        .expect("published");
+    for id in (0..6).filter(|i| *i != 3) {
+        assert!(
+            server.get_raw(&remote_key(id)).is_some(),
+            "key {id} published"
+        );
+    }
+    assert_eq!(
+        server.cmd(&["TYPE", &remote_key(3)]),
+        redis::Value::SimpleString("list".into()),
+        "left alone"
+    );
+    let h = c.remote_health().expect("remote");
+    assert_eq!(h.rejected.get("squatted"), Some(&1), "{h:?}");
+}

@@ -115,7 +115,9 @@ fn a_local_hit_sends_no_command_and_read_mode_no_write() {
             "read mode sent {write}: {calls:?}"
         );
     }
-    assert_eq!(calls.get("get"), Some(&1), "{calls:?}");
+    // One read of one key: whether it exists, and its bytes up to the value cap.
+    assert_eq!(calls.get("getrange"), Some(&1), "{calls:?}");
+    assert_eq!(calls.get("exists"), Some(&1), "{calls:?}");
 }
 
 #[test]
@@ -250,7 +252,14 @@ fn a_foreign_value_spoils_only_its_own_key(
     let keys = [list.clone(), good.clone(), remote_key(23)];
     for touch in [None, Some(Duration::from_secs(60))] {
         let got = remote
-            .get_many(&keys, touch, deadline)
+            .get_many(
+                &keys,
+                cache_remote::Read {
+                    touch,
+                    limit: 1 << 20,
+                },
+                deadline,
+            )
             .expect("the batch is read");
         assert_eq!(
             got,

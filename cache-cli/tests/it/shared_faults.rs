@@ -1,0 +1,191 @@
+//! The CLI's shared tier under faults and in the corner cases of issue 24: one deadline bounds
+//! a command's shared-tier work whatever the number of keys, a full server is said once, a
+//! pulled key measured here again reaches the server, a pull of refused values says so, and
+//! a machine with no cache file yet reads the shared tier.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use test_support::cli::{command, stderr, stdout};
+use test_support::redis_server::Server;
+
+use crate::EXE;
+
+fn with_remote(url: &str, file: &Path, args: &[&str]) -> Output {
+    command(EXE, file, args)
+        .env("TUNECACHE_REMOTE", url)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run tunecache")
+}
+
+fn text(o: &Output) -> String {
+    format!("stdout:\n{}\nstderr:\n{}", stdout(o), stderr(o))
+}
+
+/// JSON lines of `n` entries of one scope and namespace, `algo` measured at `median` ns.
+fn lines(n: usize, algo: &str, median: f64) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                r#"{{"scope":{{}},"namespace":"mm","key":{{"m":{i}}},"candidates":[{{"algo":"{algo}","params":{{}},"status":"ok","median_ns":{median},"min_ns":{median},"spread_ns":0.0,"samples":3}}]}}"#
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn import(url: &str, file: &Path, text: &str) -> Output {
+    let input = file.with_extension("jsonl");
+    std::fs::write(&input, text).expect("lines");
+    with_remote(url, file, &["import", input.to_str().expect("utf-8")])
+}
+
+/// Case 4: publishing 8 keys to a frozen server took 8 × 2 s; one deadline bounds it now.
+#[test]
+fn an_import_publishing_to_a_frozen_server_is_bounded_by_one_wait() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    server.signal(libc::SIGSTOP);
+    let t = Instant::now();
+    let o = import(
+        &server.url(),
+        &dir.path().join("c.tcache"),
+        &lines(8, "a", 1.0),
+    );
+    let took = t.elapsed();
+    server.signal(libc::SIGCONT);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(stdout(&o).contains("imported 8"), "{}", text(&o));
+    assert!(took < Duration::from_secs(4), "{took:?}: {}", text(&o));
+}
+
+/// Case 8: a full server's refusal of 2,000 writes is said in a line, not 2,000 times.
+#[test]
+fn a_full_server_is_said_once_in_a_short_line() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    let dir = tempfile::tempdir().expect("dir");
+    let o = import(
+        &server.url(),
+        &dir.path().join("c.tcache"),
+        &lines(2000, "a", 1.0),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        stderr(&o).len() < 2_000,
+        "{} bytes of stderr",
+        stderr(&o).len()
+    );
+    assert!(stderr(&o).contains("full"), "{}", text(&o));
+}
+
+/// Case 9: a key pulled from the server and measured here again (another candidate) is
+/// published by `remote push`: the server reaches the join.
+#[test]
+fn a_pulled_key_measured_here_again_reaches_the_server() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let (a, b) = (dir.path().join("a.tcache"), dir.path().join("b.tcache"));
+    let url = server.url();
+    assert_eq!(
+        import(&url, &a, &lines(1, "from_a", 10.0)).status.code(),
+        Some(0)
+    );
+    let pull = with_remote(&url, &b, &["remote", "pull"]);
+    assert_eq!(pull.status.code(), Some(0), "{}", text(&pull));
+    let put = command(
+        EXE,
+        &b,
+        &[
+            "put",
+            "-n",
+            "mm",
+            "-k",
+            r#"{"m":0}"#,
+            "--algo",
+            "from_b",
+            "--median-ns",
+            "5",
+        ],
+    )
+    .output()
+    .expect("put without a remote");
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put));
+    let push = with_remote(&url, &b, &["--json", "remote", "push"]);
+    assert_eq!(push.status.code(), Some(0), "{}", text(&push));
+    let fresh = dir.path().join("c.tcache");
+    let get = with_remote(
+        &url,
+        &fresh,
+        &["--json", "get", "-n", "mm", "-k", r#"{"m":0}"#],
+    );
+    assert_eq!(get.status.code(), Some(0), "{}", text(&get));
+    let out = stdout(&get);
+    assert!(
+        out.contains("from_a") && out.contains("from_b"),
+        "{}",
+        text(&get)
+    );
+}
+
+/// Case 11: a pull whose values were all refused says so, not that the server holds nothing.
+#[test]
+fn a_pull_of_refused_values_says_they_were_refused() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let a = dir.path().join("a.tcache");
+    assert_eq!(
+        import(&server.url(), &a, &lines(1, "x", 1.0)).status.code(),
+        Some(0)
+    );
+    let keys = match server.cmd(&["KEYS", "*"]) {
+        redis::Value::Array(keys) => keys,
+        other => panic!("KEYS answered {other:?}"),
+    };
+    let key: String = redis::from_redis_value(keys[0].clone()).expect("a key");
+    server.set_raw(&key, b"damaged");
+    let pull = with_remote(
+        &server.url(),
+        &dir.path().join("b.tcache"),
+        &["remote", "pull"],
+    );
+    assert_eq!(pull.status.code(), Some(0), "{}", text(&pull));
+    assert!(!stderr(&pull).contains("holds nothing"), "{}", text(&pull));
+    assert!(stderr(&pull).contains("all refused"), "{}", text(&pull));
+}
+
+/// Case 12: a machine with no cache file yet reads the shared tier on `get`.
+#[test]
+fn get_on_a_machine_with_no_cache_file_reads_the_shared_tier() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let url = server.url();
+    assert_eq!(
+        import(&url, &dir.path().join("a.tcache"), &lines(1, "shared", 3.0))
+            .status
+            .code(),
+        Some(0)
+    );
+    let new = dir.path().join("new.tcache");
+    let get = with_remote(&url, &new, &["get", "-n", "mm", "-k", r#"{"m":0}"#]);
+    assert_eq!(get.status.code(), Some(0), "{}", text(&get));
+    assert!(stdout(&get).contains("shared"), "{}", text(&get));
+    assert!(!new.exists(), "a get creates no file");
+    // Without a shared tier, a missing file is still an error.
+    let plain = command(EXE, &new, &["get", "-n", "mm", "-k", r#"{"m":0}"#])
+        .output()
+        .expect("get");
+    assert_ne!(plain.status.code(), Some(0), "{}", text(&plain));
+}
