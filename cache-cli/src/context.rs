@@ -122,6 +122,18 @@ impl<'a> Context<'a> {
         Ok(found)
     }
 
+    /// The application and schema of what [`Context::inspect_as_read`] gives for a file: its
+    /// snapshot header's, with the schema it is migrated to in memory where this tool knows
+    /// the migrations (`None`: no readable snapshot).
+    pub(crate) fn version_as_read(&self, found: &Inspection) -> Option<(String, u32)> {
+        let header = found.snapshot.header.as_ref()?;
+        let schema = match (&found.gate, self.registry(&header.app)) {
+            (Some(GateVerdict::Migrates { to, .. }), Some(_)) => *to,
+            _ => header.schema,
+        };
+        Some((header.app.clone(), schema))
+    }
+
     /// Opens `path` for writing at `app` and `schema` (from [`Context::write_target`]),
     /// waiting at most `wait` for the lock and for the save (or the context's
     /// application and `schema` if it is new): the same lock and gate as the library.

@@ -43,16 +43,23 @@ impl Out {
         Ok(())
     }
 
-    /// One JSON document on one line (JSON lines). JSON escapes control characters itself.
+    /// One JSON document on one line (JSON lines), with every character a terminal would act
+    /// on written as a JSON escape (`cache_format::json::terminal_safe`): valid JSON, safe to
+    /// print.
     pub(crate) fn json_line(&mut self, value: &impl Serialize) -> anyhow::Result<()> {
         let text = serde_json::to_string(value).map_err(json_error)?;
-        self.raw(&text)
+        self.raw(&cache_format::json::terminal_safe(text))
     }
 
-    /// One JSON document, indented.
+    /// A JSON line already made terminal-safe (`cache_format::json::line`), as it is.
+    pub(crate) fn json_text(&mut self, text: &str) -> anyhow::Result<()> {
+        self.raw(text)
+    }
+
+    /// One JSON document, indented (terminal-safe as [`Out::json_line`]).
     pub(crate) fn json_pretty(&mut self, value: &impl Serialize) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(value).map_err(json_error)?;
-        self.raw(&text)
+        self.raw(&cache_format::json::terminal_safe(text))
     }
 
     fn raw(&mut self, text: &str) -> anyhow::Result<()> {

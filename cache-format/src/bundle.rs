@@ -19,7 +19,7 @@ use crate::scan::Limits;
 pub const BUNDLE_MARKER: &str = "TCBUNDLE";
 
 /// The bundle container's version (independent of the snapshot's format version).
-pub(crate) const BUNDLE_VERSION: u64 = 1;
+pub(crate) const BUNDLE_VERSION: u64 = 2;
 
 /// What a bundle holds, readable without decoding its entries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,6 +112,91 @@ pub fn manifest_of(
     }
 }
 
+/// Every way `manifest` misstates the snapshot it came with (`data`, decoded from `snapshot`,
+/// whose header says `app`, `schema` and `format`; the framing said `version`): it must be
+/// exactly the manifest [`manifest_of`] makes of them, but for the free fields (`tool`,
+/// `created`, `producer`). Empty: the manifest is true. Any line is damage.
+pub fn manifest_problems(
+    manifest: &Manifest,
+    bundle: &Bundle<'_>,
+    header: (&str, u32, u32),
+    data: &CacheData,
+) -> Vec<String> {
+    let (app, schema, format) = header;
+    let truth = manifest_of(
+        data,
+        app,
+        schema,
+        bundle.snapshot,
+        manifest.created,
+        &manifest.producer,
+    );
+    let mut problems = Vec::new();
+    let mut differ = |what: &str, says: String, is: String| {
+        if says != is {
+            let cut = |t: String| {
+                if t.len() <= 200 {
+                    return t;
+                }
+                let mut end = 200;
+                while !t.is_char_boundary(end) {
+                    end -= 1;
+                }
+                format!("{}…", &t[..end])
+            };
+            problems.push(format!(
+                "the manifest's {what} is {}, the bundle's is {}",
+                cut(says),
+                cut(is)
+            ));
+        }
+    };
+    differ(
+        "bundle format",
+        manifest.bundle_format.to_string(),
+        bundle.version.to_string(),
+    );
+    differ(
+        "cache format",
+        manifest.cache_format.to_string(),
+        format.to_string(),
+    );
+    differ(
+        "application",
+        format!("{:?}", manifest.app),
+        format!("{app:?}"),
+    );
+    differ("schema", manifest.schema.to_string(), schema.to_string());
+    differ(
+        "entry count",
+        manifest.entries.to_string(),
+        truth.entries.to_string(),
+    );
+    differ(
+        "time range",
+        format!("{:?}", manifest.time_range),
+        format!("{:?}", truth.time_range),
+    );
+    if manifest.scopes.len() != truth.scopes.len() {
+        differ(
+            "number of scopes",
+            manifest.scopes.len().to_string(),
+            truth.scopes.len().to_string(),
+        );
+    } else {
+        for (says, is) in manifest.scopes.iter().zip(&truth.scopes) {
+            if says != is {
+                differ(
+                    &format!("scope {}", says.fingerprint),
+                    format!("{says:?}"),
+                    format!("{is:?}"),
+                );
+            }
+        }
+    }
+    problems
+}
+
 /// SHA-256 of `bytes`, lower-case hex.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
@@ -120,11 +205,12 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// Encodes a bundle: `[ "TCBUNDLE", 1, bin32(manifest JSON) crc32, bin32(snapshot) crc32 ]`.
+/// Encodes a bundle: one msgpack array of six items, `[ "TCBUNDLE", 2, bin32(manifest JSON),
+/// crc32, bin32(snapshot), crc32 ]` (FORMAT.md, "Bundles").
 pub fn encode_bundle(manifest: &Manifest, snapshot: &[u8]) -> Vec<u8> {
     let json = serde_json::to_vec(manifest).expect("a manifest always serializes");
     let mut out = Vec::with_capacity(json.len() + snapshot.len() + 32);
-    out.push(0x94);
+    out.push(0x96);
     write_str(&mut out, BUNDLE_MARKER);
     rmp::encode::write_uint(&mut out, BUNDLE_VERSION).expect("Vec write");
     write_checksummed(&mut out, &json);
@@ -136,6 +222,8 @@ pub fn encode_bundle(manifest: &Manifest, snapshot: &[u8]) -> Vec<u8> {
 /// snapshot is not decoded yet (read it with [`crate::read_snapshot`]).
 #[derive(Debug, Clone)]
 pub struct Bundle<'a> {
+    /// The container's version, as its framing says.
+    pub version: u64,
     /// The manifest.
     pub manifest: Manifest,
     /// The snapshot file's bytes.
@@ -158,10 +246,12 @@ pub fn read_bundle<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Bundle<'a>, F
         what: WHAT,
         marker: BUNDLE_MARKER,
     };
-    match rmp::decode::read_array_len(&mut rd) {
-        Ok(4) => {}
+    // Version 2 is one array of six items. Version 1 wrote an array header of four and the
+    // snapshot's two items after it (not one document); it is still read.
+    let items = match rmp::decode::read_array_len(&mut rd) {
+        Ok(n @ (4 | 6)) => n,
         _ => return Err(not_bundle),
-    }
+    };
     let mut buf = [0u8; 16];
     match rmp::decode::read_str(&mut rd, &mut buf) {
         Ok(m) if m == BUNDLE_MARKER => {}
@@ -169,15 +259,22 @@ pub fn read_bundle<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Bundle<'a>, F
     }
     let version: u64 = rmp::decode::read_int(&mut rd)
         .map_err(|_| FormatError::malformed(WHAT, bytes.len() - rd.len(), "no version"))?;
-    if version != BUNDLE_VERSION {
-        return Err(if version > BUNDLE_VERSION {
-            FormatError::NewerFormat {
-                found: version,
-                supported: BUNDLE_VERSION as u32,
-            }
-        } else {
-            FormatError::UnknownFormat { found: version }
+    if version > BUNDLE_VERSION {
+        return Err(FormatError::NewerFormat {
+            found: version,
+            supported: BUNDLE_VERSION as u32,
         });
+    }
+    match (version, items) {
+        (1, 4) | (2, 6) => {}
+        (1 | 2, _) => {
+            return Err(FormatError::malformed(
+                WHAT,
+                bytes.len() - rd.len(),
+                format!("a version {version} bundle is not an array of {items} items"),
+            ));
+        }
+        _ => return Err(FormatError::UnknownFormat { found: version }),
     }
     let manifest_bytes = checksummed(bytes, &mut rd, "bundle manifest")?;
     let snapshot = checksummed(bytes, &mut rd, "bundle snapshot")?;
@@ -200,7 +297,11 @@ pub fn read_bundle<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Bundle<'a>, F
             ),
         ));
     }
-    Ok(Bundle { manifest, snapshot })
+    Ok(Bundle {
+        version,
+        manifest,
+        snapshot,
+    })
 }
 
 /// Reads `bin32(bytes) uint32(crc32(bytes))` from `rd` (a suffix of `all`).

@@ -438,7 +438,28 @@ pub fn line(scope: &Scope, namespace: &str, entry: &Entry, version: Option<(&str
         r.app = Some(app.to_owned());
         r.schema = Some(schema);
     }
-    serde_json::to_string(&r).expect("a record always serializes")
+    terminal_safe(serde_json::to_string(&r).expect("a record always serializes"))
+}
+
+/// JSON text with the characters a terminal would act on that JSON writers leave raw (DEL,
+/// the C1 controls, the bidirectional overrides and isolates, the line and paragraph
+/// separators) written as `\uXXXX` escapes: still the same JSON document, now safe to print.
+/// They can only occur inside strings (JSON's own syntax is ASCII), so replacing them
+/// anywhere is exact.
+pub fn terminal_safe(text: String) -> String {
+    let unsafe_char = |c: char| matches!(c, '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.contains(unsafe_char) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -484,6 +505,17 @@ mod tests {
             data.insert(&Scope::default(), "ns", entry);
         }
         to_lines_versioned(&data, "app", 1)
+    }
+
+    #[test]
+    fn json_lines_are_terminal_safe_and_still_the_same_document() {
+        let nasty = "a\u{7f}b\u{9b}[2Jc\u{202e}d\u{2028}e\u{1b}f";
+        let text = terminal_safe(serde_json::to_string(nasty).expect("json"));
+        assert!(text.is_ascii(), "{text}");
+        assert_eq!(
+            serde_json::from_str::<String>(&text).expect("valid JSON"),
+            nasty
+        );
     }
 
     #[test]

@@ -3,7 +3,6 @@
 //! (FORMAT.md, "Bundles"), and take them in again through the same version gate and migration
 //! as every read.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
@@ -12,7 +11,7 @@ use serde::Serialize;
 
 use cache_core::cache_migrate::Migrations;
 use cache_core::{AppendOptions, GateVerdict, merge_into_file};
-use cache_format::bundle::{Bundle, Manifest, encode_bundle, manifest_of, read_bundle};
+use cache_format::bundle::{Manifest, encode_bundle, manifest_of, manifest_problems, read_bundle};
 use cache_format::{CacheData, Limits, Scope, encode_snapshot, read_snapshot};
 
 use crate::context::{Context, saving};
@@ -239,20 +238,13 @@ fn check(path: &Path) -> anyhow::Result<Checked> {
             return Ok((bytes.clone(), problems, None));
         }
     };
-    let Bundle { manifest, snapshot } = bundle;
-    let snap = match read_snapshot(snapshot, &limits) {
+    let snap = match read_snapshot(bundle.snapshot, &limits) {
         Ok(s) => s,
         Err(e) => {
             problems.push(format!("its snapshot: {e}"));
             return Ok((bytes.clone(), problems, None));
         }
     };
-    if snap.header.app != manifest.app || snap.header.schema != manifest.schema {
-        problems.push(format!(
-            "the manifest says application {:?} schema {}, the snapshot {:?} schema {}",
-            manifest.app, manifest.schema, snap.header.app, snap.header.schema
-        ));
-    }
     // Decoded through the version gate at the snapshot's own versions (no migration).
     let as_stored = Migrations::new(snap.header.app.clone(), snap.header.schema);
     let decoded = cache_core::cache_migrate::upgrade_snapshot(&as_stored, &snap, &limits);
@@ -263,30 +255,15 @@ fn check(path: &Path) -> anyhow::Result<Checked> {
             return Ok((bytes.clone(), problems, None));
         }
     };
-    if data.len() as u64 != manifest.entries {
-        problems.push(format!(
-            "the manifest counts {} entries, the snapshot holds {}",
-            manifest.entries,
-            data.len()
-        ));
-    }
-    let counted: BTreeMap<String, u64> = data
-        .scopes()
-        .map(|(s, sd)| {
-            (
-                s.fingerprint().to_hex(),
-                sd.namespaces().map(|(_, e)| e.len() as u64).sum(),
-            )
-        })
-        .collect();
-    let listed: BTreeMap<String, u64> = manifest
-        .scopes
-        .iter()
-        .map(|s| (s.fingerprint.clone(), s.entries))
-        .collect();
-    if counted != listed {
-        problems.push("the manifest's scopes do not match the snapshot's".to_owned());
-    }
+    // Every field the manifest states is checked against what the snapshot holds: a manifest
+    // re-checksummed to say something else is damage.
+    let header = (
+        snap.header.app.as_str(),
+        snap.header.schema,
+        snap.format.number(),
+    );
+    problems.extend(manifest_problems(&bundle.manifest, &bundle, header, &data));
+    let manifest = bundle.manifest.clone();
     Ok((bytes.clone(), problems, Some((manifest, data))))
 }
 

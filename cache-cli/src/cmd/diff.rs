@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use anyhow::bail;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
@@ -100,8 +101,23 @@ struct DiffReport {
 
 impl DiffArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
-        let a = ctx.inspect_as_read(&self.a)?.data();
-        let b = ctx.inspect_as_read(&self.b)?.data();
+        let (a, b) = (ctx.inspect_as_read(&self.a)?, ctx.inspect_as_read(&self.b)?);
+        // Key by key is only meaningful within one application and schema: two others'
+        // fingerprints may coincide and their candidates mean other things.
+        if let (Some(va), Some(vb)) = (ctx.version_as_read(&a), ctx.version_as_read(&b))
+            && va != vb
+        {
+            bail!(
+                "{} is application {:?} schema {}, {} is application {:?} schema {}: diff compares caches of one application and schema (`tunecache migrate` brings one forward)",
+                self.a.display(),
+                va.0,
+                va.1,
+                self.b.display(),
+                vb.0,
+                vb.1
+            );
+        }
+        let (a, b) = (a.data(), b.data());
         let mut report = diff(&a, &b);
         report.a = self.a;
         report.b = self.b;

@@ -64,7 +64,7 @@ impl ExportArgs {
                 if out.closed() {
                     return ControlFlow::Break(());
                 }
-                match out.line(cache_format::json::line(scope, ns, entry, version)) {
+                match out.json_text(&cache_format::json::line(scope, ns, entry, version)) {
                     Ok(()) => ControlFlow::Continue(()),
                     Err(e) => {
                         failed = Err(e);

@@ -10,7 +10,7 @@ use clap::Args;
 use serde::Serialize;
 
 use cache_core::cache_migrate::Migrations;
-use cache_core::{GateVerdict, write_new_cache};
+use cache_core::write_new_cache;
 use cache_format::{CacheData, Entry, Fingerprint, Limits, Outcome, Scope, now_millis};
 
 use crate::context::Context;
@@ -121,21 +121,16 @@ impl MergeArgs {
                 bail!("{} is both an input and the output", path.display());
             }
             let found = ctx.inspect_as_read(path)?;
-            let Some(header) = found.snapshot.header.clone() else {
+            let Some((app, schema)) = ctx.version_as_read(&found) else {
                 bail!("{}: no readable snapshot to merge", path.display());
             };
-            let schema = match (&found.gate, ctx.registry(&header.app)) {
-                (Some(GateVerdict::Migrates { to, .. }), Some(_)) => *to,
-                _ => header.schema,
-            };
             match &target {
-                None => target = Some((header.app.clone(), schema)),
-                Some((app, s)) if *app != header.app || *s != schema => bail!(
-                    "{} is application {:?} schema {schema}, the first input {app:?} schema {s}: \
+                None => target = Some((app.clone(), schema)),
+                Some((first, s)) if *first != app || *s != schema => bail!(
+                    "{} is application {app:?} schema {schema}, the first input {first:?} schema {s}: \
                      merge caches of one application and schema (`tunecache migrate` brings one \
                      forward)",
                     path.display(),
-                    header.app
                 ),
                 Some(_) => {}
             }

@@ -38,7 +38,12 @@ pub(crate) fn entry(id: i64, set: u8, cands: Cands<'_>) -> Entry {
 }
 
 pub(crate) fn write(path: &Path, entries: Vec<Entry>) {
-    let cache = Cache::builder(Migrations::new("difftest", 1))
+    write_as(path, Migrations::new("difftest", 1), entries);
+}
+
+/// [`write`] for another application or schema.
+pub(crate) fn write_as(path: &Path, registry: Migrations, entries: Vec<Entry>) {
+    let cache = Cache::builder(registry)
         .file(path)
         .ignore_env()
         .refresh_interval(None)
@@ -163,4 +168,31 @@ fn fail_on_exits_3_exactly_when_the_category_was_found() {
         Some(2),
         "a wrong category is a usage error"
     );
+}
+
+/// Issue 24, case 19: caches of two applications (or schemas) are not compared key by key:
+/// their fingerprints may coincide and their candidates mean other things.
+#[test]
+fn caches_of_another_application_or_schema_are_refused() {
+    let dir = tempfile::tempdir().expect("dir");
+    let same: Cands<'static> = &[("x", Some((100.0, 5.0)))];
+    let slower: Cands<'static> = &[("x", Some((900.0, 5.0)))];
+    let a = dir.path().join("a.tcache");
+    write(&a, vec![entry(1, 0, same)]);
+    for (name, registry) in [
+        ("other-app.tcache", Migrations::new("unrelated", 1)),
+        ("other-schema.tcache", Migrations::new("difftest", 2)),
+    ] {
+        let b = dir.path().join(name);
+        write_as(&b, registry, vec![entry(1, 0, slower)]);
+        let o = run(&a, &b, &["--fail-on", "regression"]);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("one application and schema"), "{name}: {err}");
+    }
 }

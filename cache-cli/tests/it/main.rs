@@ -1,6 +1,7 @@
 //! Integration tests of the `tunecache` binary: real processes, real files.
 
 mod bundle;
+mod bundle_lies;
 mod commands;
 mod diff;
 mod explain;

@@ -496,3 +496,48 @@ fn a_compaction_the_put_has_no_time_for_does_not_fail_it() {
     let o = tunecache(&path, &["stats"]);
     assert!(text(&o).contains("80001"), "{}", text(&o));
 }
+
+/// Issue 24, case 20: keys and names holding DEL, C1 controls or bidirectional characters are
+/// exported as JSON escapes (valid JSON, safe to print), to stdout and to a file alike, so
+/// `export | import` works; `--json` reports escape them the same way.
+#[test]
+fn json_output_escapes_what_a_terminal_would_act_on() {
+    let (dir, path) = file();
+    let key = r#"{"name":"a\u007fb\u009b[2Jc\u202ed"}"#;
+    let o = tunecache(&path, &put_args(key, "evil\u{202e}algo", "5"));
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let to_file = dir.path().join("e.jsonl");
+    let file_out = tunecache(&path, &["export", "-o", to_file.to_str().expect("utf-8")]);
+    assert_eq!(file_out.status.code(), Some(0), "{}", err(&file_out));
+    let stdout = tunecache(&path, &["export"]);
+    let get = tunecache(&path, &["--json", "get", "-n", "matmul", "-k", key]);
+    let written = std::fs::read_to_string(&to_file).expect("export");
+    for (what, out) in [
+        ("stdout", text(&stdout)),
+        ("file", written),
+        ("get --json", text(&get)),
+    ] {
+        assert!(out.is_ascii(), "{what}: {out:?}");
+        for line in out.lines() {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {line}"));
+            assert!(
+                v.to_string().contains("\u{202e}"),
+                "{what}: the text survives: {v}"
+            );
+        }
+    }
+    let copy = dir.path().join("copy.tcache");
+    let mut import = test_support::cli::command(crate::EXE, &copy, &["import"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("import");
+    std::io::Write::write_all(&mut import.stdin.take().expect("stdin"), &stdout.stdout)
+        .expect("pipe");
+    assert!(import.wait().expect("import").success(), "export | import");
+    let again = text(&tunecache(&copy, &["export"]));
+    for part in [r"a\u007fb\u009b[2Jc\u202ed", r"evil\u202ealgo"] {
+        assert!(again.contains(part), "the same entry came back: {again}");
+    }
+}

@@ -212,3 +212,38 @@ fn python_reproduces_the_vectors_from_the_spec() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// Issue 24, case 21: FORMAT.md says a bundle is one msgpack document with nothing after it;
+/// an independent msgpack reader (Python's) reads it so: one array of six items.
+#[test]
+fn a_bundle_is_one_msgpack_document_to_an_independent_reader() {
+    use cache_format::bundle::{encode_bundle, manifest_of, read_bundle};
+    let data = cache_format::CacheData::new();
+    let snapshot = cache_format::encode_snapshot("app", 1, &data);
+    let manifest = manifest_of(&data, "app", 1, &snapshot, 0, "test");
+    let bytes = encode_bundle(&manifest, &snapshot);
+    read_bundle(&bytes, &cache_format::Limits::default()).expect("our reader");
+    let dir = test_support::temp_dir();
+    let path = dir.path().join("b.tcb");
+    std::fs::write(&path, &bytes).expect("write");
+    let code = "import msgpack, sys\n\
+                doc = msgpack.unpackb(open(sys.argv[1], 'rb').read(), raw=False)\n\
+                assert len(doc) == 6 and doc[0] == 'TCBUNDLE' and doc[1] == 2, doc[:2]\n";
+    let output = std::process::Command::new("python3")
+        .args(["-c", code])
+        .arg(&path)
+        .output();
+    let missing = match &output {
+        Err(e) => Some(format!("python3 cannot run: {e}")),
+        Ok(o) if String::from_utf8_lossy(&o.stderr).contains("No module named 'msgpack'") => {
+            Some("the Python msgpack package is missing (pip install msgpack)".to_owned())
+        }
+        Ok(_) => None,
+    };
+    if let Some(why) = missing {
+        test_support::skip::missing("the bundle's cross-language check", &why);
+        return;
+    }
+    let o = output.expect("checked above");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
