@@ -139,6 +139,12 @@ pub enum Refusal {
         /// The candidate, as its label.
         candidate: String,
     },
+    /// A candidate's timings are negative: no measurement gives them.
+    #[error("{candidate} has negative timings")]
+    Negative {
+        /// The candidate, as its label.
+        candidate: String,
+    },
     /// Its encoding is beyond what a reader accepts (too many fields, too large).
     #[error("{0}")]
     Unreadable(cache_format::FormatError),

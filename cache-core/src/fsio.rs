@@ -359,7 +359,50 @@ pub(crate) fn open_regular(path: &Path) -> Result<Option<File>, StoreError> {
             kind: kind_of(meta.file_type()),
         });
     }
+    if on_pseudo_filesystem(&file) {
+        return Err(StoreError::NotAFile {
+            path: path.to_owned(),
+            kind: "a kernel pseudo-file (procfs, sysfs), whose size says nothing of its bytes",
+        });
+    }
     Ok(Some(file))
+}
+
+/// Whether `file` lies on a kernel pseudo-filesystem (procfs, sysfs and their kin): its files
+/// claim size 0 and produce bytes as they are read, so no size check bounds them.
+#[cfg(target_os = "linux")]
+fn on_pseudo_filesystem(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    // The magic numbers of <linux/magic.h>.
+    const PSEUDO: [u64; 11] = [
+        0x9fa0,      // proc
+        0x6265_6572, // sysfs
+        0x6462_6720, // debugfs
+        0x7472_6163, // tracefs
+        0x0027_e0eb, // cgroup
+        0x6367_7270, // cgroup2
+        0x7363_6673, // securityfs
+        0x6265_6570, // configfs
+        0xcafe_4a11, // bpf
+        0x6165_676c, // pstore
+        0xde5e_81e4, // efivarfs
+    ];
+    // SAFETY: `statfs` is plain data, zeroed is a valid value, and `fstatfs` fills it from a
+    // descriptor that `file` keeps open for the duration of the call.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } != 0 {
+        return false;
+    }
+    // `f_type` is signed on some targets: its low 32 bits are the magic.
+    #[allow(clippy::unnecessary_cast)]
+    let magic = (fs.f_type as u64) & 0xffff_ffff;
+    PSEUDO.contains(&magic)
+}
+
+/// Elsewhere no pseudo-filesystem is known to claim size 0 for its files.
+#[cfg(not(target_os = "linux"))]
+fn on_pseudo_filesystem(_: &File) -> bool {
+    false
 }
 
 /// `path` with symbolic links in its last component followed (a chain of at most 40), to the
@@ -434,6 +477,32 @@ mod tests {
                 .file_type()
                 .is_fifo()
         );
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_procfs_or_sysfs_file_is_never_read() {
+        // Size 0, and bytes without end for some: the size bound cannot hold them.
+        for path in [
+            "/proc/self/status",
+            "/proc/self/maps",
+            "/sys/kernel/mm/transparent_hugepage/enabled",
+        ] {
+            let path = Path::new(path);
+            if !path.exists() {
+                assert!(
+                    !path.starts_with("/proc"),
+                    "{path:?}: procfs is always there"
+                );
+                continue;
+            }
+            match open_regular(path) {
+                Err(StoreError::NotAFile { kind, .. }) => {
+                    assert!(kind.contains("procfs"), "{kind}")
+                }
+                other => panic!("{path:?} must not be read: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -74,7 +74,8 @@ pub(crate) fn check_value(
     }
     let implausible = entry.candidates().iter().any(|c| match &c.outcome {
         Outcome::Measured(s) => {
-            s.median_ns < 0.0
+            // No measured kernel takes no time: a zero median is made up.
+            s.median_ns <= 0.0
                 || s.min_ns < 0.0
                 || s.spread_ns < 0.0
                 || s.min_ns > s.median_ns

@@ -130,6 +130,10 @@ def test_the_exception_classes_are_caught_by_kind(tmp_path):
         with pytest.raises(tunecache.RefusedEntryError) as e:
             c.put("mm", {"m": 1}, "x", median_ns=float("nan"))
         assert isinstance(e.value, ValueError) and isinstance(e.value, tunecache.CacheError)
+        # A negative median comes from no measurement; shared-tier readers refuse it too.
+        with pytest.raises(tunecache.RefusedEntryError, match="negative"):
+            c.put("mm", {"m": 2}, "x", median_ns=-1.0)
+        assert c.get("mm", {"m": 2}) is None
         line = '{"app": "another", "schema": 1, "scope": {}, "namespace": "mm", "key": {"m": 1}, "candidates": []}'
         with pytest.raises(tunecache.ForeignFileError, match="another"):
             c.import_lines(line)

@@ -369,6 +369,31 @@ fn commands_on_a_path_that_is_not_a_regular_file_fail_at_once_and_touch_nothing(
     assert_eq!(names.len(), 2, "nothing was created: {names:?}");
 }
 
+/// Seen once (issue 24): a procfs file claims size 0 and was read to the 1 GiB bound before
+/// failing; it is refused at once, named as what it is.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_procfs_file_as_the_cache_file_is_refused_without_reading_it() {
+    let (dir, _) = file();
+    let link = dir.path().join("proc.tcache");
+    std::os::unix::fs::symlink("/proc/self/pagemap", &link).expect("symlink");
+    for args in [
+        &["stats"][..],
+        &["verify"][..],
+        &["migrate", "--dry-run"][..],
+    ] {
+        let t = std::time::Instant::now();
+        let o = tunecache(&link, args);
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{args:?}: {:?}",
+            t.elapsed()
+        );
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", err(&o));
+        assert!(err(&o).contains("procfs"), "{args:?}: {}", err(&o));
+    }
+}
+
 /// A command-line write waits for its own save for as long as --wait allows: a lock held
 /// past the library's default bound (2 s) no longer fails the put.
 #[test]

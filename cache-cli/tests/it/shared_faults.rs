@@ -189,3 +189,19 @@ fn get_on_a_machine_with_no_cache_file_reads_the_shared_tier() {
         .expect("get");
     assert_ne!(plain.status.code(), Some(0), "{}", text(&plain));
 }
+
+/// Seen once: `rediss://` against a plaintext server said only "timed out"; it names TLS now.
+#[test]
+fn rediss_against_a_plaintext_server_names_tls() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let url = server.url().replacen("redis://", "rediss://", 1);
+    assert!(url.starts_with("rediss://"), "{url}");
+    let t = Instant::now();
+    let o = with_remote(&url, &dir.path().join("c.tcache"), &["remote", "stats"]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(stderr(&o).contains("TLS"), "{}", text(&o));
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}

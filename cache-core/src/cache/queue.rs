@@ -236,6 +236,13 @@ pub fn check_entry(
                 candidate: c.id.to_string(),
             });
         }
+        if let Some(s) = c.stats()
+            && (s.median_ns < 0.0 || s.min_ns < 0.0 || s.spread_ns < 0.0)
+        {
+            return Err(Refusal::Negative {
+                candidate: c.id.to_string(),
+            });
+        }
     }
     let mut one = CacheData::new();
     one.insert(scope, ns, entry.clone());

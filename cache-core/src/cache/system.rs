@@ -138,7 +138,12 @@ fn load(
         ));
     }
     let mut bytes = Vec::with_capacity(len as usize);
-    std::io::Read::read_to_end(&mut &file, &mut bytes).map_err(|e| e.to_string())?;
+    // Bounded even if the file grows after its size was read.
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(&file, limits.max_file_bytes),
+        &mut bytes,
+    )
+    .map_err(|e| e.to_string())?;
     let is_bundle = bytes.len() > 12 && bytes[2..10] == *BUNDLE_MARKER.as_bytes();
     let snapshot: &[u8] = if is_bundle {
         read_bundle(&bytes, limits)

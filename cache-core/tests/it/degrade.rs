@@ -455,6 +455,30 @@ fn an_entry_no_reader_would_accept_is_refused_and_costs_the_others_nothing() {
         }
         other => panic!("NaN timings must be refused: {other:?}"),
     }
+    // Negative timings come from no measurement, and every shared-tier reader refuses them.
+    let negative = Entry::new(
+        crate::support::key(9, 2),
+        Fingerprint::default(),
+        Origin::here(),
+        now_millis(),
+        [Candidate::measured(
+            "tiled",
+            Fields::new(),
+            Stats {
+                median_ns: -1.0,
+                min_ns: -1.0,
+                spread_ns: 0.0,
+                samples: 3,
+            },
+        )],
+    );
+    match cache.try_put(ns(), negative) {
+        Err(StoreError::Refused { reason, .. }) => {
+            assert!(matches!(reason, Refusal::Negative { .. }), "{reason:?}");
+            assert!(reason.to_string().contains("negative"), "{reason}");
+        }
+        other => panic!("negative timings must be refused: {other:?}"),
+    }
     match cache.try_put(ns(), bad_key.clone()) {
         Err(StoreError::Refused { reason, .. }) => {
             assert!(

@@ -166,3 +166,28 @@ fn a_damaged_system_file_is_reported_once_and_left_alone() {
     assert_eq!(warnings_about(&name).len(), 2, "once per cache opened");
     let _ = registry(1);
 }
+
+/// Seen once (issue 24): a procfs file claims size 0 and was read to the 1 GiB bound before
+/// failing; it is ignored at once now, with a warning naming it, and the good file still serves.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_procfs_file_as_a_system_file_is_ignored_without_reading_it() {
+    capture_logs();
+    let sys = temp_dir();
+    let (bundle, _) = system_files(sys.path());
+    let proc_file = Path::new("/proc/self/pagemap");
+    let user = temp_dir();
+    let t = std::time::Instant::now();
+    let cache = builder(&path_in(&user, "u.tcache"))
+        .system_files([proc_file, bundle.as_path()])
+        .open();
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(has(&cache, 7, 3), "the good system file still serves");
+    let said = warnings_about("/proc/self/pagemap");
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("procfs"), "{said:?}");
+}

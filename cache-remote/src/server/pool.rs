@@ -50,6 +50,13 @@ impl<C> Default for Pool<C> {
     }
 }
 
+impl<C> Pool<C> {
+    /// Whether a connection is waiting to be reused.
+    pub(crate) fn has_idle(&self) -> bool {
+        !crate::lock(&self.idle).is_empty()
+    }
+}
+
 impl<C: Timed> Pool<C> {
     /// Runs `f` within `deadline` on a pooled connection, or on one `connect` makes with the
     /// time left (see the module docs). `reads` is how many replies `f` may wait for with

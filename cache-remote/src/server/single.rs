@@ -13,6 +13,8 @@ use crate::store::{Read, Remote, RemoteError, Swap};
 pub struct RedisRemote {
     client: redis::Client,
     describe: String,
+    /// `rediss://`: connecting includes a TLS handshake.
+    tls: bool,
     pool: Pool<redis::Connection>,
 }
 
@@ -55,6 +57,7 @@ impl RedisRemote {
         Ok(RedisRemote {
             client,
             describe,
+            tls,
             pool: Pool::default(),
         })
     }
@@ -66,12 +69,20 @@ impl RedisRemote {
         f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<T, RemoteError> {
         // One read's timeout: `bounded` sets each read's own as it goes.
-        self.pool.run(
-            deadline,
-            1,
-            |time| self.client.get_connection_with_timeout(time),
-            f,
-        )
+        let connect = |time| self.client.get_connection_with_timeout(time);
+        let fresh = !self.pool.has_idle();
+        match self.pool.run(deadline, 1, connect, f) {
+            // A `rediss://` connection that never answers is, most often, a server that does
+            // not speak TLS on that port: it waits for a command and never answers the
+            // handshake. Said so, instead of a bare timeout.
+            Err(RemoteError::Timeout(text)) if self.tls && fresh => {
+                Err(RemoteError::Timeout(format!(
+                    "{text}: no answer to the TLS handshake; does the server speak TLS on this \
+                     port? (rediss:// needs one that does; redis:// is plain)"
+                )))
+            }
+            other => other,
+        }
     }
 
     /// Runs `INFO section` and returns its text (for `tunecache remote stats`).

@@ -232,6 +232,11 @@ fn crafted_values_are_misses_with_a_counter_never_a_panic() {
             "implausible statistics",
         ),
         (
+            19,
+            encode_value(&registry(1), &h100, "matmul", &measured(19, "t", 0.0, now)),
+            "implausible statistics",
+        ),
+        (
             16,
             encode_value(&registry(1), &h100, "matmul", &good(99)),
             "wrong key",
