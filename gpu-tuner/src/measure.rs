@@ -198,6 +198,43 @@ fn first_run<O: Operation>(
     }
 }
 
+/// Whether a candidate runs more than `slack` times slower than `median_ns` (a figure recorded
+/// elsewhere): `Some(ratio)` of its best sample to the median if every sample does, `None` as
+/// soon as one does not. `first` is a sample already taken (one run, e.g. the verification
+/// run); up to two more are taken, each lengthened to outlast `min_sample` (a single short
+/// run is mostly clock and call overhead) but never past 10,000 runs, so checking a false
+/// figure costs about three of the candidate's runs or `min_sample`s.
+pub(crate) fn slower_than<O: Operation>(
+    op: &O,
+    (handle, problem): (&O::Handle, &mut O::Problem),
+    first: Duration,
+    median_ns: f64,
+    slack: f64,
+    min_sample: Duration,
+) -> Result<Option<f64>, String> {
+    if median_ns.is_nan() || median_ns <= 0.0 {
+        // No reader accepts such a figure from a shared tier; nothing to compare with.
+        return Ok(None);
+    }
+    let (mut took, mut iterations) = (first, 1u32);
+    let mut best = f64::INFINITY;
+    for sample in 0..3 {
+        if sample > 0 {
+            took = op.time(handle, problem, iterations)?;
+        }
+        let per_run = took.as_nanos() as f64 / f64::from(iterations);
+        best = best.min(per_run);
+        if per_run <= median_ns * slack {
+            return Ok(None);
+        }
+        if took < min_sample {
+            let runs = min_sample.as_nanos() as f64 / per_run.max(1.0);
+            iterations = runs.ceil().clamp(1.0, 10_000.0) as u32;
+        }
+    }
+    Ok(Some(best / median_ns))
+}
+
 /// Stops every live candidate whose fastest sample is already `ratio` times the best median
 /// so far (over this measurement and `best_known`, what was stored).
 fn stop_the_slow(all: &mut [Contender], best_known: Option<f64>, ratio: f64) {
@@ -291,6 +328,36 @@ mod tests {
             .collect();
         assert!(medians[0] < medians[1], "{medians:?}");
         assert_eq!(medians, [100.0, 110.0], "both medians are full-speed ones");
+    }
+
+    /// A figure recorded elsewhere is checked against the best of at most three samples: a
+    /// cold first run does not condemn an honest one, a false one is caught whatever the first
+    /// run says, and a short run is lengthened before it counts.
+    #[test]
+    fn a_recorded_figure_is_distrusted_only_when_every_sample_is_far_slower() {
+        let check = |slow_calls: u32, base: f64, first_ns: u64, median: f64| {
+            let op = Drifting {
+                calls: 0.into(),
+                slow_calls,
+            };
+            let min_sample = Duration::from_micros(50);
+            let first = Duration::from_nanos(first_ns);
+            let verdict = slower_than(&op, (&base, &mut ()), first, median, 3.0, min_sample);
+            (verdict.expect("timed"), op.calls.into_inner())
+        };
+        // Honest, the first run enough: no extra run at all.
+        assert_eq!(check(0, 1000.0, 1200, 1000.0), (None, 0));
+        // A cold first run (10x), then one more sample at full speed: trusted.
+        assert_eq!(check(0, 1000.0, 10_000, 1000.0), (None, 1));
+        // Still 3x slower (the machine is loaded) for the next sample: within slack at 3x.
+        assert_eq!(check(5, 1000.0, 10_000, 1000.0), (None, 1));
+        // A false figure: 600x, every sample, three in all.
+        let (verdict, calls) = check(0, 600_000.0, 600_000, 1000.0);
+        assert_eq!(calls, 2);
+        assert_eq!(verdict, Some(600.0));
+        // A 0 or NaN figure is nothing to compare with.
+        assert_eq!(check(0, 1000.0, 1000, 0.0), (None, 0));
+        assert_eq!(check(0, 1000.0, 1000, f64::NAN), (None, 0));
     }
 
     #[test]

@@ -77,6 +77,9 @@ struct NamespaceReport {
     keys_reused: u64,
     hits: u64,
     candidates_measured: u64,
+    /// Winners from the shared tier that ran far slower here than their recorded figures:
+    /// tuned here instead.
+    remote_distrusted: u64,
     tuning_seconds: f64,
     saved_seconds: f64,
     /// The winner per cache key (after bucketing).
@@ -361,6 +364,7 @@ impl TuneReport {
                     keys_reused: s.stats.reused_keys,
                     hits: s.stats.hits,
                     candidates_measured: s.stats.measured,
+                    remote_distrusted: s.stats.remote_distrusted,
                     tuning_seconds: s.stats.tuning_time.as_secs_f64(),
                     saved_seconds: s.stats.saved_time.as_secs_f64(),
                     winners: s.winners.clone(),
@@ -430,6 +434,12 @@ impl Report for TuneReport {
         let tuned = sum(|s| s.keys_tuned);
         let reused = sum(|s| s.keys_reused);
         let hits = sum(|s| s.hits);
+        let distrusted = sum(|s| s.remote_distrusted);
+        if distrusted > 0 {
+            out.line(format!(
+                "{distrusted} winners from the shared tier ran far slower here than recorded: their keys were tuned here"
+            ))?;
+        }
         if tuned == 0 {
             out.line(format!(
                 "warm run: every key came from the cache ({reused} reused, {hits} hits, nothing measured) in {}; saved {} of tuning",

@@ -205,3 +205,84 @@ fn rediss_against_a_plaintext_server_names_tls() {
     assert!(stderr(&o).contains("TLS"), "{}", text(&o));
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
 }
+
+/// Case 10: a writer on the server gives each key's slowest candidate a false, tiny median.
+/// Every machine ran the slowest candidate and `tune` said "warm run … saved"; now each
+/// false winner is timed on its verification run, distrusted, and its key tuned here.
+#[test]
+fn tune_distrusts_winners_far_slower_here_than_the_server_says() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let tune = [
+        "--json",
+        "tune",
+        "--backend",
+        "cpu",
+        "--steps",
+        "1",
+        "--no-progress",
+    ];
+    let honest = with_remote(&server.url(), &dir.path().join("a.tcache"), &tune);
+    assert_eq!(honest.status.code(), Some(0), "{}", text(&honest));
+    // The liar: the honest export with each key's slowest candidate timed at 1 ns, measured
+    // now (no timestamps: the import's time), published by importing it.
+    let export = with_remote(&server.url(), &dir.path().join("a.tcache"), &["export"]);
+    let mut lies = String::new();
+    let mut slowest = std::collections::BTreeMap::new();
+    for line in stdout(&export).lines() {
+        let mut e: serde_json::Value = serde_json::from_str(line).expect("JSON line");
+        let candidates = e["candidates"].as_array_mut().expect("candidates");
+        let slow = candidates
+            .iter_mut()
+            .filter(|c| c["status"] == "ok")
+            .max_by(|a, b| {
+                a["median_ns"]
+                    .as_f64()
+                    .partial_cmp(&b["median_ns"].as_f64())
+                    .expect("finite")
+            })
+            .expect("a measured candidate");
+        for (field, value) in [("median_ns", 1.0), ("min_ns", 1.0), ("spread_ns", 0.0)] {
+            slow[field] = serde_json::json!(value);
+        }
+        slow["samples"] = serde_json::json!(20);
+        let name = format!("{} {}", slow["algo"], slow["params"]);
+        for c in candidates.iter_mut() {
+            c.as_object_mut().expect("object").remove("measured_at");
+        }
+        e.as_object_mut().expect("object").remove("recorded_at");
+        slowest.insert(e["key"].to_string(), name);
+        lies.push_str(&format!("{e}\n"));
+    }
+    assert!(slowest.len() >= 4, "{slowest:?}");
+    let liar = import(&server.url(), &dir.path().join("liar.tcache"), &lies);
+    assert_eq!(liar.status.code(), Some(0), "{}", text(&liar));
+
+    let b = with_remote(&server.url(), &dir.path().join("b.tcache"), &tune);
+    assert_eq!(b.status.code(), Some(0), "{}", text(&b));
+    let report: serde_json::Value = serde_json::from_slice(&b.stdout).expect("JSON");
+    let (mut distrusted, mut tuned) = (0, 0);
+    for ns in report["namespaces"]
+        .as_object()
+        .expect("namespaces")
+        .values()
+    {
+        distrusted += ns["remote_distrusted"].as_u64().expect("counted");
+        tuned += ns["keys_tuned"].as_u64().expect("counted");
+        assert_eq!(ns["keys_reused"], 0, "{report:#}");
+    }
+    assert_eq!(distrusted as usize, slowest.len(), "{report:#}");
+    assert_eq!(tuned, distrusted, "{report:#}");
+    assert!(stderr(&b).contains("slower here"), "{}", text(&b));
+    // No key runs the candidate the liar made win.
+    let winners = test_support::cli::run(EXE, &dir.path().join("b.tcache"), &["--json", "export"]);
+    for line in stdout(&winners).lines() {
+        let e: serde_json::Value = serde_json::from_str(line).expect("JSON line");
+        let best = &e["candidates"][0];
+        let name = format!("{} {}", best["algo"], best["params"]);
+        assert_ne!(Some(&name), slowest.get(&e["key"].to_string()), "{line}");
+        assert!(best["median_ns"].as_f64().expect("timed") > 1.0, "{line}");
+    }
+}

@@ -14,7 +14,27 @@ use cache_core::cache_format::{
 
 use super::plan::{distance, ranked_current};
 use super::{Choice, MissPolicy, TuneError, TunedInner, lock};
+use crate::measure::slower_than;
 use crate::operation::Operation;
+
+/// What choosing from an entry gave.
+enum Chosen<H> {
+    /// A candidate that prepared (and, from a shared tier, passed its check here).
+    Ready(Arc<Choice<H>>),
+    /// A shared tier's winner ran far slower here than its stored figure: the key is tuned
+    /// here instead.
+    Distrusted,
+}
+
+/// What checking a shared tier's candidate here found.
+enum Checked {
+    /// It verified, and ran about as fast as recorded (or no check applies).
+    Passed,
+    /// It failed its verification here.
+    Failed(String),
+    /// It verified, but its best timed run here was this many times its stored median.
+    Slow(f64),
+}
 
 impl<O: Operation> TunedInner<O> {
     pub(super) fn choose_reused(
@@ -24,6 +44,10 @@ impl<O: Operation> TunedInner<O> {
         current: &[CandidateId],
         entry: &Entry,
     ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        let choice = match self.choose_checked(key, ckey, current, entry, HashMap::new())? {
+            Chosen::Ready(choice) => choice,
+            Chosen::Distrusted => return self.tune_here(key, ckey, current),
+        };
         let saved: u64 = entry
             .candidates()
             .iter()
@@ -35,7 +59,22 @@ impl<O: Operation> TunedInner<O> {
         if lock(&self.counted).insert(ckey.fingerprint()) {
             self.counters.saved_ns.fetch_add(saved, Ordering::Relaxed);
         }
-        self.choose(key, ckey, current, entry, HashMap::new())
+        Ok(choice)
+    }
+
+    /// Every current candidate measured here, whatever is stored: a shared tier's figures for
+    /// this key were found false. The results, measured later, replace them by the merge rule
+    /// (here and, once published, on the server).
+    fn tune_here(
+        &self,
+        key: &O::Key,
+        ckey: &Key,
+        current: &[CandidateId],
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        let set = self.set_checksum(current);
+        // The entry tuned from nothing has this machine's origin: choosing from it checks
+        // nothing remote, so this never comes back here.
+        self.tune(key, ckey, current, set, None, current.to_vec())
     }
 
     /// The best current candidate of `entry` that prepares; failing ones are recorded.
@@ -45,8 +84,23 @@ impl<O: Operation> TunedInner<O> {
         ckey: &Key,
         current: &[CandidateId],
         entry: &Entry,
-        mut handles: HashMap<CandidateId, Arc<O::Handle>>,
+        handles: HashMap<CandidateId, Arc<O::Handle>>,
     ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        match self.choose_checked(key, ckey, current, entry, handles)? {
+            Chosen::Ready(choice) => Ok(choice),
+            Chosen::Distrusted => self.tune_here(key, ckey, current),
+        }
+    }
+
+    /// [`TunedInner::choose`], saying when a shared tier's winner was distrusted.
+    fn choose_checked(
+        &self,
+        key: &O::Key,
+        ckey: &Key,
+        current: &[CandidateId],
+        entry: &Entry,
+        mut handles: HashMap<CandidateId, Arc<O::Handle>>,
+    ) -> Result<Chosen<O::Handle>, TuneError> {
         // Only candidates of the current set count: a stored winner that is not one of them is
         // ignored.
         let mut ranking: Vec<CandidateId> = ranked_current(entry, current)
@@ -60,21 +114,27 @@ impl<O: Operation> TunedInner<O> {
                 Some(h) => Ok(h),
                 None => self.op.prepare(&spec, key).map(Arc::new),
             };
-            let handle = handle.and_then(|h| {
-                self.check_remote(entry, key, &h)
-                    .map(|()| h)
-                    .map_err(|e| format!("a winner from {} failed here: {e}", entry.origin()))
+            let handle = handle.and_then(|h| match self.check_remote(entry, &spec, key, &h) {
+                Checked::Passed => Ok(Some(h)),
+                Checked::Slow(ratio) => {
+                    self.distrust(entry, &spec, ckey, ratio);
+                    Ok(None)
+                }
+                Checked::Failed(e) => {
+                    Err(format!("a winner from {} failed here: {e}", entry.origin()))
+                }
             });
             match handle {
-                Ok(handle) => {
-                    return Ok(Arc::new(Choice {
+                Ok(None) => return Ok(Chosen::Distrusted),
+                Ok(Some(handle)) => {
+                    return Ok(Chosen::Ready(Arc::new(Choice {
                         candidate: spec,
                         handle,
                         provisional: false,
                         expires: None,
                         ranking,
                         key: ckey.clone(),
-                    }));
+                    })));
                 }
                 Err(e) => {
                     reasons.push(format!("{spec}: {e}"));
@@ -116,27 +176,74 @@ impl<O: Operation> TunedInner<O> {
 
     /// Under [`super::RemotePolicy::Verify`], a candidate of an entry from a shared tier runs
     /// once on this key's problem and must pass the operation's verification before it is
-    /// used (counted; a failure is counted and reported once per candidate).
-    fn check_remote(&self, entry: &Entry, key: &O::Key, handle: &O::Handle) -> Result<(), String> {
+    /// used (counted; a failure is counted and reported once per candidate); then it is timed
+    /// against its stored median (see [`slower_than`]).
+    fn check_remote(
+        &self,
+        entry: &Entry,
+        spec: &CandidateId,
+        key: &O::Key,
+        handle: &O::Handle,
+    ) -> Checked {
         if !matches!(entry.origin(), Origin::Remote(_))
             || self.config.remote != super::RemotePolicy::Verify
         {
-            return Ok(());
+            return Checked::Passed;
         }
         self.counters.remote_checked.fetch_add(1, Ordering::Relaxed);
+        let stored = entry
+            .candidates()
+            .iter()
+            .find(|c| c.id == *spec)
+            .and_then(|c| c.stats())
+            .map(|s| s.median_ns);
         let checked = self.op.problem(key).and_then(|mut problem| {
-            self.op.run(handle, &mut problem)?;
-            self.op.verify(handle, &mut problem)
+            // The verification run is timed: the first sample, free.
+            let first = self.op.time(handle, &mut problem, 1)?;
+            self.op.verify(handle, &mut problem)?;
+            match stored {
+                Some(median) => slower_than(
+                    &self.op,
+                    (handle, &mut problem),
+                    first,
+                    median,
+                    self.config.remote_slack,
+                    self.config.measure.min_sample,
+                ),
+                None => Ok(None),
+            }
         });
-        if let Err(e) = &checked {
-            self.counters.remote_refused.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                "tunecache: {}: a winner from {} failed its verification here ({e}); trying the next candidate",
-                self.namespace(),
-                entry.origin()
-            );
+        match checked {
+            Ok(None) => Checked::Passed,
+            Ok(Some(ratio)) => Checked::Slow(ratio),
+            Err(e) => {
+                self.counters.remote_refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    "tunecache: {}: a winner from {} failed its verification here ({e}); trying the next candidate",
+                    self.namespace(),
+                    entry.origin()
+                );
+                Checked::Failed(e)
+            }
         }
-        checked
+    }
+
+    /// Counts and says (at warn level once per operation) that a shared tier's winner ran
+    /// `ratio` times slower here than recorded.
+    fn distrust(&self, entry: &Entry, spec: &CandidateId, ckey: &Key, ratio: f64) {
+        self.counters
+            .remote_distrusted
+            .fetch_add(1, Ordering::Relaxed);
+        let text = format!(
+            "tunecache: {} {ckey}: {spec}, the winner from {}, ran {ratio:.1}x slower here than its recorded median; its figures are not trusted and the key is tuned here",
+            self.namespace(),
+            entry.origin()
+        );
+        if self.counters.distrust_said.swap(true, Ordering::Relaxed) {
+            tracing::debug!("{text}");
+        } else {
+            tracing::warn!("{text} (further such keys are logged at debug level)");
+        }
     }
 
     /// A stand-in while someone else tunes: the declared default, else the nearest tuned key's

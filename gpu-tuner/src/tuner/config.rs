@@ -35,7 +35,10 @@ pub enum RemotePolicy {
     /// Use it as measured there.
     Trust,
     /// Run the operation's verification on it once (per process) before using it; a candidate
-    /// that fails here is recorded as failed and the next one is tried. The default.
+    /// that fails here is recorded as failed and the next one is tried. The verified winner is
+    /// then timed (a few samples, at most about three of its runs or `min_sample`s): one that
+    /// runs more than [`OpConfig::remote_slack`] times slower here than its stored median is
+    /// distrusted, and the key is tuned here. The default.
     #[default]
     Verify,
     /// Measure it here against the runner-up (with verification) and choose from that.
@@ -69,6 +72,11 @@ pub struct OpConfig {
     pub provisional_ttl: Duration,
     /// What to do with a winner from a shared tier.
     pub remote: RemotePolicy,
+    /// Under [`RemotePolicy::Verify`], how many times slower than its stored median a winner
+    /// from a shared tier may run here (its best timed sample) before it is distrusted and the
+    /// key is tuned here: timings from another machine of the same scope differ by less, and
+    /// a false figure (a poisoned or mistaken writer) by more.
+    pub remote_slack: f64,
 }
 
 impl Default for OpConfig {
@@ -83,6 +91,7 @@ impl Default for OpConfig {
             durable_wait: Duration::from_millis(250),
             provisional_ttl: Duration::from_secs(1),
             remote: RemotePolicy::Verify,
+            remote_slack: 3.0,
         }
     }
 }
@@ -184,6 +193,9 @@ pub struct TuneStats {
     pub remote_checked: u64,
     /// Winners from a shared tier that failed their verification here (recorded as failed).
     pub remote_refused: u64,
+    /// Winners from a shared tier that ran far slower here than their stored median (see
+    /// [`OpConfig::remote_slack`]): their keys were tuned here.
+    pub remote_distrusted: u64,
     /// Time spent preparing and measuring.
     pub tuning_time: Duration,
     /// Tuning time recorded for the cache keys reused (each counted once, none that this

@@ -1,7 +1,7 @@
 //! The counters of one tuned operation. Hits are counted on the hot path, so their counter is
 //! striped over cache lines: threads hitting at once do not contend on one.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
@@ -41,6 +41,9 @@ pub(super) struct Counters {
     pub(super) failures: AtomicU64,
     pub(super) remote_checked: AtomicU64,
     pub(super) remote_refused: AtomicU64,
+    pub(super) remote_distrusted: AtomicU64,
+    /// Whether a distrusted winner was said (once per operation, at warn level).
+    pub(super) distrust_said: AtomicBool,
     pub(super) tuning_ns: AtomicU64,
     pub(super) saved_ns: AtomicU64,
 }
@@ -58,6 +61,7 @@ impl Counters {
             failures: get(&self.failures),
             remote_checked: get(&self.remote_checked),
             remote_refused: get(&self.remote_refused),
+            remote_distrusted: get(&self.remote_distrusted),
             tuning_time: Duration::from_nanos(get(&self.tuning_ns)),
             saved_time: Duration::from_nanos(get(&self.saved_ns)),
         }

@@ -164,3 +164,79 @@ fn a_batch_of_keys_is_read_from_the_shared_tier_in_one_round_trip() {
         "the miss found K in memory"
     );
 }
+
+/// Issue 24, case 10: a writer on the server records `slow` as the fastest (9 µs; it takes
+/// 900 µs here). `Verify` checked that the winner runs, not how fast, so every machine ran the
+/// slowest candidate and counted the key as reused. The verification run is timed now: far
+/// slower than its figure, the winner is distrusted (counted, said) and the key tuned here;
+/// publishing replaces the false figures on the server, so the next machine trusts the truth.
+#[test]
+fn verify_distrusts_a_remote_winner_far_slower_here_than_its_figure() {
+    let remote = Arc::new(MemoryRemote::named("poisoned"));
+    let dir = tempfile::tempdir().expect("dir");
+    let machine = |name: &str, op: TestOp| {
+        let cache = Arc::new(
+            builder(&dir.path().join(name))
+                .remote(Arc::clone(&remote) as Arc<dyn Remote>)
+                .open(),
+        );
+        let t = Tuner::new(Arc::clone(&cache))
+            .register(op, quick())
+            .expect("register");
+        (t, cache)
+    };
+    // The liar: the same candidates, but `slow` timed as 9 µs.
+    let liar = TestOp::new("mm", &[("slow", 9)]).with(
+        "fast",
+        Behaviour {
+            micros: 100,
+            ..Behaviour::default()
+        },
+    );
+    let (t, cache) = machine("liar.tcache", liar);
+    assert_eq!(t.get(&K).expect("tuned").candidate().algorithm, "slow");
+    cache
+        .publish_within(Duration::from_secs(10))
+        .expect("published");
+
+    let honest = op(false);
+    let (t, cache) = machine("b.tcache", honest.clone());
+    assert_eq!(t.get(&K).expect("chosen").candidate().algorithm, "fast");
+    let s = t.stats();
+    assert_eq!(
+        (s.remote_checked, s.remote_distrusted, s.remote_refused),
+        (1, 1, 0),
+        "{s:?}"
+    );
+    assert_eq!(
+        (s.reused_keys, s.tuned_keys, s.measured),
+        (0, 1, 2),
+        "{s:?}"
+    );
+    assert_eq!(s.saved_time, Duration::ZERO, "nothing was saved: {s:?}");
+    let stored = cache
+        .lookup(t.namespace(), &Key::from_serialize(&K).expect("key"))
+        .expect("stored");
+    assert!(!matches!(stored.origin(), Origin::Remote(_)), "{stored:?}");
+    let median = |e: &cache_core::cache_format::Entry, algo: &str| {
+        e.candidates()
+            .iter()
+            .find(|c| c.id.algorithm == algo)
+            .and_then(|c| c.stats())
+            .map(|s| s.median_ns)
+    };
+    assert_eq!(median(&stored, "slow"), Some(900_000.0), "measured here");
+    cache
+        .publish_within(Duration::from_secs(10))
+        .expect("published");
+
+    // The next machine finds the true figures and trusts them.
+    let (t, _) = machine("c.tcache", op(false));
+    assert_eq!(t.get(&K).expect("chosen").candidate().algorithm, "fast");
+    let s = t.stats();
+    assert_eq!(
+        (s.reused_keys, s.remote_distrusted, s.measured),
+        (1, 0, 0),
+        "{s:?}"
+    );
+}
