@@ -1,11 +1,11 @@
 //! Interned namespace names: a `Namespace` is a `Copy` handle, so the hot path hashes and
 //! compares a small integer instead of a string.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Mutex, OnceLock};
 
 use crate::error::StoreError;
+use crate::fork_safe::GlobalLock;
 
 /// Most distinct namespace names one process may intern (they are never freed).
 pub const MAX_NAMESPACES: usize = 1 << 16;
@@ -22,10 +22,9 @@ pub struct Namespace {
     name: &'static str,
 }
 
-fn table() -> &'static Mutex<HashMap<&'static str, u32>> {
-    static TABLE: OnceLock<Mutex<HashMap<&'static str, u32>>> = OnceLock::new();
-    TABLE.get_or_init(|| Mutex::new(HashMap::new()))
-}
+/// Every name interned, with its id. Fork-safe: a child forked while another thread interns
+/// a name interns its own at once.
+static TABLE: GlobalLock<BTreeMap<&'static str, u32>> = GlobalLock::new(BTreeMap::new());
 
 impl Namespace {
     /// Interns `name`: 1 to 128 bytes, no control characters.
@@ -37,7 +36,7 @@ impl Namespace {
             });
         }
         // A poisoned table is still a valid table: interning never leaves it half-updated.
-        let mut table = table().lock().unwrap_or_else(|p| p.into_inner());
+        let mut table = TABLE.lock();
         if let Some((&name, &id)) = table.get_key_value(name) {
             return Ok(Namespace { id, name });
         }

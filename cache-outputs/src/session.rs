@@ -10,8 +10,9 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use cache_core::GlobalLock;
 use std::time::{Duration, SystemTime};
 
 const OWNER: &str = "owner.lock";
@@ -19,9 +20,13 @@ const OWNER: &str = "owner.lock";
 /// A directory without its owner's lock file younger than this is still being created.
 const STARTING: Duration = Duration::from_secs(60);
 
-static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// This process's live sessions, with the pid that made each: a forked child inherits the
+/// list, and must never remove its parent's directories (when it drops one or exits).
+static LIVE: GlobalLock<Vec<(u32, PathBuf)>> = GlobalLock::new(Vec::new());
 static COUNTER: AtomicU64 = AtomicU64::new(0);
-static AT_EXIT: std::sync::Once = std::sync::Once::new();
+/// Whether the exit handler is registered (a flag, not a `Once`: a fork while another thread
+/// ran a `Once` would leave the child waiting on it for good).
+static AT_EXIT: AtomicBool = AtomicBool::new(false);
 
 /// The directory sessions are made in when none is given: one per user, so users of one
 /// machine never share (or lock each other out of) a root.
@@ -74,6 +79,8 @@ fn is_session_name(name: &str) -> bool {
 #[derive(Debug)]
 pub(crate) struct Session {
     dir: PathBuf,
+    /// The process that made it: the only one that removes it.
+    pid: u32,
     _owner: fs::File,
 }
 
@@ -104,15 +111,19 @@ impl Session {
                 return Err(e);
             }
         };
-        lock_live().push(dir.clone());
-        AT_EXIT.call_once(|| {
+        LIVE.lock().push((std::process::id(), dir.clone()));
+        if !AT_EXIT.swap(true, Ordering::AcqRel) {
             // SAFETY: registering a function with no arguments that only touches our own
             // statics; atexit has no other preconditions.
             unsafe {
                 libc::atexit(remove_live_sessions);
             }
-        });
-        Ok(Session { dir, _owner: owner })
+        }
+        Ok(Session {
+            dir,
+            pid: std::process::id(),
+            _owner: owner,
+        })
     }
 
     pub(crate) fn dir(&self) -> &Path {
@@ -122,19 +133,20 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
-        lock_live().retain(|d| d != &self.dir);
+        // A forked child dropping its copy leaves the parent's directory alone.
+        if self.pid == std::process::id() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+        LIVE.lock().retain(|(_, d)| d != &self.dir);
     }
 }
 
-fn lock_live() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
-    LIVE.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 extern "C" fn remove_live_sessions() {
-    // At exit: never block on a poisoned or held lock.
-    if let Ok(live) = LIVE.try_lock() {
-        for dir in live.iter() {
+    // At exit: never block on a held lock. Only this process's own sessions: a forked child
+    // that exits leaves its parent's alone.
+    let me = std::process::id();
+    if let Some(live) = LIVE.try_lock() {
+        for (_, dir) in live.iter().filter(|(pid, _)| *pid == me) {
             let _ = fs::remove_dir_all(dir);
         }
     }

@@ -5,13 +5,14 @@
 //! of deadlocks, so this subscriber only queues the messages; the Python package drains the
 //! queue after each call that can warn and logs them on the `tunecache` logger.
 //!
-//! The queue's lock is only ever tried, never waited on for long: a `fork` taken while another
-//! thread held it leaves it held for good in the child, and a child must not hang on a warning.
+//! The queue's lock is cache-core's fork-safe `GlobalLock`: a `fork` taken while another thread
+//! pushed a warning leaves it free in the child, and a child never hangs on a warning.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use cache_core::GlobalLock;
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -20,37 +21,22 @@ use tracing::{Event, Level, Metadata, Subscriber};
 /// At most this many messages wait; older ones are dropped (and counted).
 const CAPACITY: usize = 1000;
 
-static QUEUE: Mutex<VecDeque<(Level, String)>> = Mutex::new(VecDeque::new());
+static QUEUE: GlobalLock<VecDeque<(Level, String)>> = GlobalLock::new(VecDeque::new());
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
-fn with_queue<R>(f: impl FnOnce(&mut VecDeque<(Level, String)>) -> R) -> Option<R> {
-    for _ in 0..10_000 {
-        match QUEUE.try_lock() {
-            Ok(mut q) => return Some(f(&mut q)),
-            Err(std::sync::TryLockError::Poisoned(p)) => return Some(f(&mut p.into_inner())),
-            Err(std::sync::TryLockError::WouldBlock) => std::thread::yield_now(),
-        }
-    }
-    None
-}
-
 fn push(level: Level, message: String) {
-    let pushed = with_queue(|q| {
-        if q.len() >= CAPACITY {
-            q.pop_front();
-            DROPPED.fetch_add(1, Ordering::Relaxed);
-        }
-        q.push_back((level, message));
-    });
-    if pushed.is_none() {
+    let mut q = QUEUE.lock();
+    if q.len() >= CAPACITY {
+        q.pop_front();
         DROPPED.fetch_add(1, Ordering::Relaxed);
     }
+    q.push_back((level, message));
 }
 
 /// Takes every queued message: (level name, text). A last line says how many were dropped.
 pub(crate) fn drain() -> Vec<(&'static str, String)> {
-    let mut out: Vec<(&'static str, String)> = with_queue(|q| q.drain(..).collect::<Vec<_>>())
-        .unwrap_or_default()
+    let taken: Vec<_> = QUEUE.lock().drain(..).collect();
+    let mut out: Vec<(&'static str, String)> = taken
         .into_iter()
         .map(|(level, text)| {
             (

@@ -3,6 +3,7 @@ threads running while a flush waits on another process's lock."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -165,3 +166,105 @@ def test_the_exit_flush_is_bounded_and_says_what_was_not_saved(tmp_path):
     assert out.returncode == 0
     assert took < 15, f"exit took {took:.1f}s"
     assert "not all on disk" in out.stderr and "lock" in out.stderr, out.stderr
+
+
+def _reap(pids: list[int], timeout: float) -> list[int]:
+    """Waits for `pids`; returns those still running after `timeout` (killed)."""
+    deadline = time.monotonic() + timeout
+    left = list(pids)
+    while left and time.monotonic() < deadline:
+        for pid in list(left):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done == pid:
+                assert os.waitstatus_to_exitcode(status) == 0, f"child {pid}: {status}"
+                left.remove(pid)
+        time.sleep(0.01)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    return left
+
+
+def test_a_child_forked_while_other_threads_hold_global_locks_never_hangs(tmp_path):
+    """Issue 24, case 13: a child forked while another thread (the GIL released) was interning
+    namespaces inherited the table's lock held, and its first put blocked for ever (1 fork in
+    3 to 15). Every process-global lock is taken around a fork now: the namespace table, the
+    warning queue, the list of live output sessions."""
+    lines = "\n".join(
+        f'{{"scope": {{}}, "namespace": "ns{j}", "key": {{"m": {j}}}, "candidates": []}}' for j in range(400)
+    )
+    folder = tmp_path / "a-folder.tcache"
+    folder.mkdir()
+    stop = threading.Event()
+
+    def intern_namespaces():
+        with tunecache.Cache("forkns", path=tmp_path / "busy.tcache", save_delay=0.001) as c:
+            while not stop.is_set():
+                c.import_lines(lines)
+
+    def warn_and_open_sessions():
+        while not stop.is_set():
+            # A cache at a folder warns from Rust without the GIL; a session takes the live list.
+            tunecache.Cache("forkns", path=folder).close()
+            tunecache._tunecache.OutputCache(None)
+
+    # The warnings are kept in memory: a thread writing to stderr at the fork leaves Python's
+    # own stderr buffer lock held in the child (a CPython hazard of any threaded program, not
+    # one of tunecache's locks).
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    log = logging.getLogger("tunecache")
+    keep = Keep()
+    log.addHandler(keep)
+    log.propagate = False
+    threads = [threading.Thread(target=f) for f in (intern_namespaces, warn_and_open_sessions)]
+    for t in threads:
+        t.start()
+    children = []
+    try:
+        time.sleep(0.2)
+        for i in range(40):
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    with tunecache.Cache("forkns", path=tmp_path / f"child{i}.tcache") as c:
+                        c.put(f"child-ns-{i}", {"m": i}, "a", median_ns=1.0)
+                    tunecache.Cache("forkns", path=folder).close()
+                    tunecache._tunecache.OutputCache(None)
+                    code = 0
+                finally:
+                    os._exit(code)
+            children.append(pid)
+            time.sleep(0.005)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        log.removeHandler(keep)
+        log.propagate = True
+    hung = _reap(children, timeout=30)
+    assert not hung, f"{len(hung)} of {len(children)} forked children hung"
+    assert any("not a regular file" in m for m in seen), "the warning queue was in use"
+
+
+def test_a_forked_child_that_exits_leaves_the_parents_session_alone(tmp_path):
+    """A child inherits the parent's list of live output sessions; its exit handler removed the
+    parent's session directory. Only a process's own sessions go with it."""
+    out = python(
+        "import os, sys, tunecache\n"
+        "o = tunecache._tunecache.OutputCache(None)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    sys.exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "print(o.dir, os.path.isdir(o.dir))\n",
+        env={"TMPDIR": str(tmp_path)},
+    )
+    session, alive = out.stdout.split()
+    assert alive == "True", out.stdout
+    assert not os.path.exists(session), "the parent's own exit still removes it"
