@@ -71,6 +71,49 @@ def test_a_failing_candidate_is_recorded_and_never_chosen(tmp_path):
     c.close()
 
 
+def test_samples_that_are_no_time_are_dropped_and_the_call_returns(tmp_path, caplog):
+    """Issue 24, case 14: a timer returning NaN for some samples made the call raise
+    ("non-finite timings; nothing was recorded"), and the next call too. Such samples are
+    dropped now; a candidate left with none is recorded as failed; a timer that gives nothing
+    usable at all leaves the candidates unjudged and the call still returns."""
+    c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
+    calls = iter(range(10_000))
+
+    def flaky(fn):
+        fn()
+        i = next(calls)
+        return [float("nan"), 1000.0, float("inf"), -5.0, 2000.0, None][i % 6]
+
+    op = tunecache.Autotuned(c, "sum", {"a": _work, "b": _work}, key=lambda n: {"n": n}, timer=flaky, repeat=6)
+    assert op(10) == 45
+    assert op(10) == 45, "the next call is a hit"
+    e = c.get("sum", {"n": 10})
+    assert [x.failed for x in e.candidates] == [None, None]
+    assert all(x.samples == 2 and 1000.0 <= x.median_ns <= 2000.0 for x in e.candidates)
+    assert "no time" in caplog.text
+
+    def nan_for_b(fn):
+        fn()
+        return float("nan") if fn() == -1 else 1000.0
+
+    b_never = tunecache.Autotuned(
+        c, "sum3", {"a": _work, "b": lambda n: -1}, key=lambda n: {"n": n}, timer=nan_for_b, repeat=3
+    )
+    assert b_never(10) == 45
+    e = c.get("sum3", {"n": 10})
+    assert e.best.algorithm == "a"
+    assert "no usable sample" in [x for x in e.candidates if x.algorithm == "b"][0].failed
+
+    broken_timer = tunecache.Autotuned(
+        c, "sum4", {"a": _work, "b": _work}, key=lambda n: {"n": n}, timer=lambda fn: float("nan")
+    )
+    assert broken_timer(10) == 45
+    assert broken_timer(10) == 45, "still returns; measured again"
+    assert c.get("sum4", {"n": 10}) is None, "nothing was recorded against the candidates"
+    assert broken_timer.measured == 0
+    c.close()
+
+
 def test_a_grown_candidate_set_measures_only_the_new_one(tmp_path):
     c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
     op = make(c)

@@ -11,6 +11,8 @@ makes them durable, and the others wait for it. A hit is served from a memo on t
 from __future__ import annotations
 
 import functools
+import logging
+import math
 import statistics
 import sys
 import threading
@@ -19,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from ._cache import Cache
+
+log = logging.getLogger("tunecache")
 
 
 class TuningError(RuntimeError):
@@ -72,6 +76,16 @@ def _candidates(spec: Any) -> list[Candidate]:
             raise ValueError(f"two candidates are named {c.name!r} with the same params")
         seen.add(c.identity)
     return out
+
+
+def _usable(sample: Any) -> float | None:
+    """A timer's sample in nanoseconds, or None if it is no time at all (NaN, infinite,
+    negative, not a number): such a sample is dropped, never recorded."""
+    try:
+        ns = float(sample)
+    except (TypeError, ValueError):
+        return None
+    return ns if math.isfinite(ns) and ns >= 0 else None
 
 
 def perf_counter_timer(fn: Callable[[], Any]) -> float:
@@ -241,6 +255,7 @@ class Autotuned:
             )
         with self._lock_for(memo_key):
             best, missing = self._recorded(key)
+            unmeasured: Candidate | None = None
             if missing:
                 claim = self.cache.claim(self.namespace, key, self.wait)
                 try:
@@ -249,7 +264,7 @@ class Autotuned:
                         self.cache.refresh()
                         best, missing = self._recorded(key)
                     if missing:
-                        self._measure(key, missing, args, kwargs)
+                        unmeasured = self._measure(key, missing, args, kwargs)
                         try:
                             self.cache.flush(self.flush_timeout)
                         except Exception:  # noqa: BLE001 - kept in memory; saved later
@@ -257,6 +272,10 @@ class Autotuned:
                         best, _ = self._recorded(key)
                 finally:
                     claim.release()
+            if best is None and unmeasured is not None:
+                # The timer gave nothing usable: run a candidate that works, unmeasured and
+                # not remembered, so the next call measures again.
+                return unmeasured
             if best is None:
                 raise TuningError(
                     f"{self.namespace}: every candidate failed for {dict(key)}; see "
@@ -272,22 +291,20 @@ class Autotuned:
                 lock = self._locks[memo_key] = threading.Lock()
             return lock
 
-    def _measure(self, key: Mapping[str, Any], todo: list[Candidate], args: Any, kwargs: Any) -> None:
+    def _measure(self, key: Mapping[str, Any], todo: list[Candidate], args: Any, kwargs: Any) -> Candidate | None:
+        """Measures ``todo`` for ``key`` and records each result. Samples the timer gives as no
+        time (NaN, infinite, negative) are dropped; a candidate left with none is recorded as
+        failed. If no candidate got a usable sample, the timer is at fault, not them: nothing
+        is recorded for them, and the first that ran is returned for this call."""
         timer = self.timer or (cuda_event_timer if _uses_cuda(args, kwargs) else perf_counter_timer)
         samples: dict[Candidate, list[float]] = {c: [] for c in todo}
         spent: dict[Candidate, int] = {c: 0 for c in todo}
         alive = list(todo)
+        dropped: list[Any] = []
 
-        def fail(c: Candidate, e: BaseException) -> None:
+        def fail(c: Candidate, why: str) -> None:
             alive.remove(c)
-            self.cache.put(
-                self.namespace,
-                key,
-                c.name,
-                c.params,
-                failed=f"{type(e).__name__}: {e}",
-                candidates=self._set,
-            )
+            self.cache.put(self.namespace, key, c.name, c.params, failed=why, candidates=self._set)
 
         for c in list(alive):
             start = time.perf_counter_ns()
@@ -295,7 +312,7 @@ class Autotuned:
                 for _ in range(self.warmup):
                     c.fn(*args, **kwargs)
             except Exception as e:  # noqa: BLE001 - a failing candidate is recorded as failed
-                fail(c, e)
+                fail(c, f"{type(e).__name__}: {e}")
             spent[c] += time.perf_counter_ns() - start
         for round_ in range(self.repeat):
             # Interleave: each round visits every candidate, starting one further along.
@@ -303,27 +320,50 @@ class Autotuned:
             for c in order:
                 start = time.perf_counter_ns()
                 try:
-                    samples[c].append(timer(lambda c=c: c.fn(*args, **kwargs)))
+                    raw = timer(lambda c=c: c.fn(*args, **kwargs))
                 except Exception as e:  # noqa: BLE001
-                    fail(c, e)
+                    fail(c, f"{type(e).__name__}: {e}")
+                else:
+                    ns = _usable(raw)
+                    if ns is None:
+                        dropped.append(raw)
+                    else:
+                        samples[c].append(ns)
                 spent[c] += time.perf_counter_ns() - start
-        for c in alive:
-            s = samples[c]
-            median = statistics.median(s)
-            mad = statistics.median(abs(x - median) for x in s)
-            self.measured += 1
-            self.cache.put(
-                self.namespace,
-                key,
-                c.name,
-                c.params,
-                median_ns=median,
-                min_ns=min(s),
-                spread_ns=mad,
-                samples=len(s),
-                tuning_ns=spent[c],
-                candidates=self._set,
+        if dropped:
+            log.warning(
+                "tunecache: %s %s: the timer gave %d samples that are no time (%s); they were dropped",
+                self.namespace, dict(key), len(dropped), ", ".join(sorted({repr(x)[:40] for x in dropped})),
             )
+        if alive and not any(samples[c] for c in alive):
+            log.warning(
+                "tunecache: %s %s: the timer gave no usable sample; nothing was recorded and %s runs unmeasured",
+                self.namespace, dict(key), alive[0].name,
+            )
+            return alive[0]
+        for c in list(alive):
+            if not samples[c]:
+                fail(c, "the timer gave no usable sample for it (NaN, infinite or negative)")
+        for c in alive:
+            self._record(key, c, samples[c], spent[c])
+        return None
+
+    def _record(self, key: Mapping[str, Any], c: Candidate, s: list[float], spent: int) -> None:
+        median = statistics.median(s)
+        mad = statistics.median(abs(x - median) for x in s)
+        self.measured += 1
+        self.cache.put(
+            self.namespace,
+            key,
+            c.name,
+            c.params,
+            median_ns=median,
+            min_ns=min(s),
+            spread_ns=mad,
+            samples=len(s),
+            tuning_ns=spent,
+            candidates=self._set,
+        )
 
     def __repr__(self) -> str:
         names = ", ".join(c.name for c in self.candidates)
