@@ -26,6 +26,7 @@ mod tag {
     pub(super) const BATCH_ITEM: u8 = 9;
     pub(super) const NAMED: u8 = 10;
     pub(super) const CONFIG: u8 = 11;
+    pub(super) const KIND: u8 = 12;
     pub(super) const END: u8 = 0xff;
 }
 
@@ -78,6 +79,15 @@ pub enum Arg<'a> {
     Bool(bool),
     /// No value.
     None,
+    /// A value of a named kind, hashed as its kind, then `value`: what tells apart inputs
+    /// whose contents alone are alike (a list and the bytes of its encoding, a masked array
+    /// and its data, a torch tensor and a numpy array).
+    Kind {
+        /// The kind, e.g. `"list"` or `"torch.Tensor:cpu"`.
+        kind: &'a str,
+        /// What it holds.
+        value: &'a Arg<'a>,
+    },
 }
 
 /// Builds a key: `KeyBuilder::new(function, version)`, then the configuration and the
@@ -152,6 +162,10 @@ impl KeyBuilder {
 
     fn push(&mut self, arg: Arg<'_>) {
         self.args += 1;
+        self.value(arg);
+    }
+
+    fn value(&mut self, arg: Arg<'_>) {
         match arg {
             Arg::Tensor(t) => {
                 self.hasher.update(&[tag::TENSOR]);
@@ -184,6 +198,11 @@ impl KeyBuilder {
             }
             Arg::Bool(v) => self.hasher.update(&[tag::BOOL, u8::from(v)]),
             Arg::None => self.hasher.update(&[tag::NONE]),
+            Arg::Kind { kind, value } => {
+                self.hasher.update(&[tag::KIND]);
+                self.str(kind);
+                self.value(*value);
+            }
         }
     }
 
@@ -210,6 +229,17 @@ impl KeyBuilder {
     /// on the other items of the batch or on its position. `None` if `batch` has no
     /// dimension or its bytes do not match its shape.
     pub fn batch_keys(&self, batch: TensorRef<'_>) -> Option<Vec<Fingerprint>> {
+        self.batch_keys_of(None, batch)
+    }
+
+    /// [`KeyBuilder::batch_keys`] for a batch of a named kind (as [`Arg::Kind`]): each item is
+    /// hashed as that kind, so the items of batches alike in bytes but not in kind (a torch
+    /// tensor's, a numpy array's) have different keys.
+    pub fn batch_keys_of(
+        &self,
+        kind: Option<&str>,
+        batch: TensorRef<'_>,
+    ) -> Option<Vec<Fingerprint>> {
         let (&n, item_shape) = batch.shape.split_first()?;
         if !batch.is_consistent() {
             return None;
@@ -225,6 +255,10 @@ impl KeyBuilder {
                     let mut b = self.clone();
                     b.args += 1;
                     b.hasher.update(&[tag::BATCH_ITEM]);
+                    if let Some(kind) = kind {
+                        b.hasher.update(&[tag::KIND]);
+                        b.str(kind);
+                    }
                     b.tensor(TensorRef {
                         dtype: batch.dtype,
                         shape: item_shape,

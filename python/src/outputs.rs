@@ -89,10 +89,21 @@ enum Part {
     Float(f64),
     Bool(bool),
     None,
+    /// A value of a named kind (one level: its value is none of `Kind`).
+    Kind(String, Box<Part>),
 }
 
 impl Part {
-    fn arg(&self) -> Arg<'_> {
+    /// The argument, with `slot` holding the value a `Kind` refers to.
+    fn arg<'a>(&'a self, slot: &'a mut Option<Arg<'a>>) -> Arg<'a> {
+        if let Part::Kind(kind, inner) = self {
+            let value: &'a Arg<'a> = slot.insert(inner.plain());
+            return Arg::Kind { kind, value };
+        }
+        self.plain()
+    }
+
+    fn plain(&self) -> Arg<'_> {
         match self {
             Part::Tensor { dtype, shape, view } => {
                 Arg::Tensor(TensorRef::new(*dtype, shape, view.bytes()))
@@ -104,14 +115,17 @@ impl Part {
             Part::Float(f) => Arg::Float(*f),
             Part::Bool(b) => Arg::Bool(*b),
             Part::None => Arg::None,
+            // Never nested (see `parse_part`): hashed as its value alone if it were.
+            Part::Kind(_, inner) => inner.plain(),
         }
     }
 }
 
 /// The arguments of a key, as the Python package encodes them: tuples of a kind and its
 /// values: `("tensor", dtype, shape, buffer)`, `("bytes", buffer)`, `("str", s)`,
-/// `("int", i)`, `("float", f)`, `("bool", b)`, `("none",)`, and
-/// `("named", name, <one of those>)` for keyword arguments.
+/// `("int", i)`, `("float", f)`, `("bool", b)`, `("none",)`, `("kind", name, <one of
+/// those>)` for a value of a named kind, and `("named", name, <one of those>)` for keyword
+/// arguments.
 struct Parts {
     parts: Vec<(Option<String>, Part)>,
     // Keeps every buffer exported while the parts are hashed.
@@ -171,6 +185,19 @@ fn parse_part(
         "float" => Part::Float(field(1)?.extract()?),
         "bool" => Part::Bool(field(1)?.extract()?),
         "none" => Part::None,
+        "kind" => {
+            let name: String = field(1)?.extract()?;
+            match parse_part(&field(2)?, buffers, at)? {
+                (None, inner) if !matches!(inner, Part::Kind(..)) => {
+                    Part::Kind(name, Box::new(inner))
+                }
+                _ => {
+                    return Err(PyValueError::new_err(format!(
+                        "{at}: a kind holds a plain value (not named, not another kind)"
+                    )));
+                }
+            }
+        }
         other => {
             return Err(PyValueError::new_err(format!(
                 "{at}: unknown argument kind {other:?}"
@@ -198,9 +225,11 @@ fn builder(function: &str, version: &str, config: Option<&Fields>, parts: &Parts
         b = b.config(c);
     }
     for (name, part) in &parts.parts {
+        let mut slot = None;
+        let arg = part.arg(&mut slot);
         b = match name {
-            Some(n) => b.named(n, part.arg()),
-            None => b.arg(part.arg()),
+            Some(n) => b.named(n, arg),
+            None => b.arg(arg),
         };
     }
     b
@@ -229,8 +258,9 @@ pub(crate) fn output_key<'py>(
     Ok(PyBytes::new(py, &key.0))
 }
 
-/// The keys of each item of `batch` (a `("tensor", ...)` argument, split along its first
-/// dimension) after the other arguments: one 16-byte key per item.
+/// The keys of each item of `batch` (a `("tensor", ...)` argument, or a `("kind", name,
+/// ("tensor", ...))`, split along its first dimension) after the other arguments: one 16-byte
+/// key per item.
 #[pyfunction]
 #[pyo3(signature = (function, version, config, args, batch))]
 pub(crate) fn output_batch_keys<'py>(
@@ -245,16 +275,17 @@ pub(crate) fn output_batch_keys<'py>(
     let parts = parse_parts(args)?;
     let mut buffers = Vec::new();
     let (_, batch) = parse_part(batch, &mut buffers, "the batch")?;
-    let Part::Tensor { dtype, shape, view } = &batch else {
+    let (kind, tensor) = match &batch {
+        Part::Kind(kind, inner) => (Some(kind.as_str()), &**inner),
+        plain => (None, plain),
+    };
+    let Part::Tensor { dtype, shape, view } = tensor else {
         return Err(PyTypeError::new_err("the batch must be an array"));
     };
     let keys = py
         .detach(|| {
-            builder(function, version, config.as_ref(), &parts).batch_keys(TensorRef::new(
-                *dtype,
-                shape,
-                view.bytes(),
-            ))
+            builder(function, version, config.as_ref(), &parts)
+                .batch_keys_of(kind, TensorRef::new(*dtype, shape, view.bytes()))
         })
         .ok_or_else(|| PyValueError::new_err("the batch needs at least one dimension"))?;
     drop(buffers);

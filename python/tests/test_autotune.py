@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -224,7 +225,14 @@ def test_decorator_form(tmp_path):
 
 @pytest.mark.torch
 def test_cuda_event_timer_with_torch():
+    """Decides at run time, loudly, whether a CUDA device is there: without one, CPU tensors
+    are timed with the monotonic clock and the CUDA event timer is not exercised."""
     torch = pytest.importorskip("torch")
+    from tunecache._autotune import _uses_cuda
+
+    assert not _uses_cuda((torch.ones(3),), {})
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
+        print("no CUDA device here: cuda_event_timer not exercised", file=sys.stderr)
+        return
+    assert _uses_cuda((torch.ones(3, device="cuda"),), {})
     assert tunecache.cuda_event_timer(lambda: torch.ones(10, device="cuda").sum()) > 0

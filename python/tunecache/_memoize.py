@@ -14,6 +14,7 @@ processes; the others wait and read its value.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import pickle
 import sys
@@ -21,6 +22,8 @@ from typing import Any, Callable, Mapping
 
 from . import _tunecache as _ext
 from ._cache import _leftovers, emit_warnings
+
+log = logging.getLogger("tunecache")
 
 # numpy dtype names and tunecache's.
 _NUMPY_TO_TC = {
@@ -90,8 +93,58 @@ def _array_parts(a: Any) -> tuple[str, tuple[int, ...], memoryview]:
     return dt, tuple(int(d) for d in a.shape), memoryview(a.reshape(-1).view(np.uint8))
 
 
-def encode_arg(value: Any, where: str) -> tuple[Any, ...]:
-    """One argument in the form the key builder takes."""
+#: Deepest nesting of lists, tuples and dicts an argument may have.
+_MAX_DEPTH = 32
+
+
+def _container(kind: str, parts: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """A list, tuple or dict: its kind, then the key of its items' own parts (each item
+    tagged as an argument is), so it shares a key with nothing of another kind."""
+    return ("kind", kind, ("bytes", _ext.output_key("tunecache.memoize/" + kind, "1", None, parts)))
+
+
+def _type_name(t: type) -> str:
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def _numpy_arg(np: Any, value: Any, where: str) -> tuple[Any, ...]:
+    """A numpy array or scalar. A plain array is an array; a scalar, a matrix and a masked
+    array (its data, its mask and its fill value) are tagged as what they are; any other
+    subclass may carry what its bytes do not, so it is refused."""
+    if isinstance(value, np.generic):
+        return ("kind", "numpy.scalar", ("tensor", *_array_parts(np.asarray(value))))
+    if type(value) is np.ndarray:
+        return ("tensor", *_array_parts(value))
+    if type(value) is np.matrix:
+        return ("kind", "numpy.matrix", ("tensor", *_array_parts(np.asarray(value))))
+    if type(value) is np.ma.MaskedArray:
+        parts = [
+            ("tensor", *_array_parts(np.ma.getdata(value))),
+            ("tensor", *_array_parts(np.ma.getmaskarray(value))),
+            encode_arg(value.fill_value, f"{where}'s fill value"),
+        ]
+        return _container("numpy.ma.MaskedArray", parts)
+    raise TypeError(
+        f"{where} is a {_type_name(type(value))}, a numpy array subclass whose bytes may not be "
+        "all that sets it apart; pass key= to memoize to say what identifies it"
+    )
+
+
+def _torch_arg(torch: Any, value: Any, where: str) -> tuple[Any, ...]:
+    """A torch tensor (or parameter): tagged with its class and device, so it never shares a
+    key with a numpy array of the same bytes, or with the same tensor on another device."""
+    if type(value) not in (torch.Tensor, torch.nn.Parameter):
+        raise TypeError(
+            f"{where} is a {_type_name(type(value))}, a torch tensor subclass; pass key= to "
+            "memoize to say what identifies it"
+        )
+    dt, shape, data = torch_parts(value)
+    return ("kind", f"{_type_name(type(value))}:{value.device.type}", ("tensor", dt, shape, data))
+
+
+def encode_arg(value: Any, where: str, depth: int = 0) -> tuple[Any, ...]:
+    """One argument in the form the key builder takes: every kind of value has its own tag,
+    so two arguments share a key only if they are of one kind and equal."""
     if value is None:
         return ("none",)
     if isinstance(value, bool):
@@ -108,20 +161,23 @@ def encode_arg(value: Any, where: str) -> tuple[Any, ...]:
         return ("bytes", value.cast("B") if value.c_contiguous else value.tobytes())
     np = _numpy()
     if np is not None and isinstance(value, (np.ndarray, np.generic)):
-        dt, shape, data = _array_parts(np.asarray(value))
-        return ("tensor", dt, shape, data)
+        return _numpy_arg(np, value, where)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
-        dt, shape, data = torch_parts(value)
-        return ("tensor", dt, shape, data)
+        return _torch_arg(torch, value, where)
     if isinstance(value, (list, tuple, dict)):
-        try:
-            return ("bytes", _ext.canonical_key({"v": value}))
-        except (TypeError, ValueError, OverflowError) as e:
-            raise TypeError(f"{where}: {e}; pass key= to memoize to say what identifies it") from e
+        if depth >= _MAX_DEPTH:
+            raise TypeError(f"{where} nests deeper than {_MAX_DEPTH} levels; pass key= to memoize")
+        kind = type(value).__name__ if type(value) in (list, tuple, dict) else _type_name(type(value))
+        if isinstance(value, dict):
+            if not all(isinstance(k, str) for k in value):
+                raise TypeError(f"{where} is a dict with keys that are not str; pass key= to memoize")
+            items = [("named", k, encode_arg(value[k], f"{where}[{k!r}]", depth + 1)) for k in sorted(value)]
+            return _container(kind, items)
+        return _container(kind, [encode_arg(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)])
     raise TypeError(
         f"{where} is a {type(value).__name__}: memoize hashes arrays, bytes, str, int, float, "
-        "bool, None and lists/dicts of those; pass key= to say what identifies it"
+        "bool, None and lists/tuples/dicts of those; pass key= to say what identifies it"
     )
 
 
@@ -132,8 +188,19 @@ def _to_value(result: Any) -> tuple[str, tuple[int, ...], Any]:
         # A u8 array that could be taken for a pickle is pickled itself.
         if not (dt == "u8" and len(shape) == 2 and shape[0] == 1 and bytes(data[: len(_PICKLED)]) == _PICKLED):
             return dt, shape, data
-    blob = _PICKLED + pickle.dumps(result, protocol=5)
+    blob = _PICKLED + pickle.dumps(_own_bytes(result), protocol=5)
     return "u8", (1, len(blob)), blob
+
+
+def _own_bytes(result: Any) -> Any:
+    """A torch tensor that is a view of a larger storage (a row of a batch's output), as a copy
+    of its own elements: pickling a view saves its whole storage."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(result, torch.Tensor):
+        own = result.numel() * result.element_size()
+        if result.untyped_storage().nbytes() > own:
+            return result.clone(memory_format=torch.contiguous_format)
+    return result
 
 
 def _from_value(dtype: str, shape: list[int], data: bytearray) -> Any:
@@ -156,14 +223,19 @@ class _Outputs:
         self._cache: Any = None
 
     def get(self) -> Any:
+        """The cache; None if it cannot be opened here (said once per process): the calls
+        then compute, uncached."""
         if self._pid != os.getpid():
             if self._cache is not None:
                 _leftovers.append(self._cache)
+            self._cache = None
+            self._pid = os.getpid()
             try:
                 self._cache = _ext.OutputCache(self.dir, **self.options)
+            except _ext.CacheError as e:
+                log.warning("tunecache: memoize computes without a cache in this process: %s", e)
             finally:
                 emit_warnings()
-            self._pid = os.getpid()
         return self._cache
 
 
@@ -189,6 +261,7 @@ class Memoized:
         self.batch = batch
         self.key_fn = key
         self.outputs = _Outputs(dir, options)
+        self._said: set[str] = set()
         functools.update_wrapper(self, fn)
 
     def _parts(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -208,51 +281,72 @@ class Memoized:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.batch is not None:
             return self._call_batch(args, kwargs)
-        cache = self.outputs.get()
         key = self.key(*args, **kwargs)
+        cache = self.outputs.get()
+        if cache is None:
+            return self.fn(*args, **kwargs)
+        # The function's own exceptions are the caller's; the cache's never are: a value that
+        # cannot be stored or read back is computed (or returned) uncached, with a warning.
+        ran: list[Any] = []
+        inside = [False]
 
         def compute() -> tuple[str, tuple[int, ...], Any]:
-            return _to_value(self.fn(*args, **kwargs))
+            inside[0] = True
+            result = self.fn(*args, **kwargs)
+            inside[0] = False
+            ran.append(result)
+            return _to_value(result)
 
         try:
-            dtype, shape, data = cache.get_or_compute(key, compute)
-        finally:
-            emit_warnings()
-        return _from_value(dtype, shape, data)
+            try:
+                dtype, shape, data = cache.get_or_compute(key, compute)
+            finally:
+                emit_warnings()
+            return _from_value(dtype, shape, data)
+        except Exception as e:
+            if inside[0]:
+                raise
+            self._uncached(e)
+            return ran[0] if ran else self.fn(*args, **kwargs)
+
+    def _uncached(self, e: BaseException) -> None:
+        """Says (once per function and kind of failure) that a call went uncached."""
+        what = type(e).__name__
+        if what not in self._said:
+            self._said.add(what)
+            log.warning("tunecache: %s: a call went uncached (%s: %s)", self.name, what, e)
 
     def _call_batch(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         np = _numpy()
         if np is None:
             import numpy as np
-        args = list(args)
         if isinstance(self.batch, int):
             batch = args[self.batch]
-            rest_args = args[: self.batch] + [None] + args[self.batch + 1 :]
+            rest_args = list(args[: self.batch]) + [None] + list(args[self.batch + 1 :])
             rest_kwargs = dict(kwargs)
         else:
             batch = kwargs[self.batch]
-            rest_args = args
+            rest_args = list(args)
             rest_kwargs = {k: v for k, v in kwargs.items() if k != self.batch}
             rest_kwargs[self.batch] = None
         torch = sys.modules.get("torch")
         is_torch = torch is not None and isinstance(batch, torch.Tensor)
         if is_torch:
-            dt, shape, data = torch_parts(batch)
+            batch_part = _torch_arg(torch, batch, "the batch")
         else:
+            if isinstance(batch, np.ndarray) and type(batch) is not np.ndarray:
+                raise TypeError(
+                    f"the batch is a {_type_name(type(batch))}: batch mode takes a plain numpy "
+                    "array or a torch tensor"
+                )
             batch = np.asarray(batch)
-            dt, shape, data = _array_parts(batch)
-        cache = self.outputs.get()
+            batch_part = ("tensor", *_array_parts(batch))
         keys = _ext.output_batch_keys(
-            self.name, self.version, self.config, self._parts(tuple(rest_args), rest_kwargs), ("tensor", dt, shape, data)
+            self.name, self.version, self.config, self._parts(tuple(rest_args), rest_kwargs), batch_part
         )
-        found: list[Any] = [None] * len(keys)
-        missing = []
-        for i, k in enumerate(keys):
-            got = cache.get(k)
-            if got is None:
-                missing.append(i)
-            else:
-                found[i] = _from_value(*got)
+        cache = self.outputs.get()
+        found = self._found(cache, keys)
+        missing = [i for i, x in enumerate(found) if x is None]
         if missing:
             sub = batch[torch.as_tensor(missing)] if is_torch else batch[np.asarray(missing, dtype=np.int64)]
             call_args = list(args)
@@ -267,18 +361,43 @@ class Memoized:
                     f"{self.name}: a batch of {len(missing)} items gave {len(out)} outputs"
                 )
             for j, i in enumerate(missing):
-                item = out[j]
-                dtype, ishape, idata = _to_value(item)
-                cache.put(keys[i], dtype, list(ishape), idata)
-                found[i] = item
+                found[i] = out[j]
+                if cache is not None:
+                    self._store(cache, keys[i], out[j])
             emit_warnings()
         if is_torch:
             return torch.stack([x if isinstance(x, torch.Tensor) else torch.as_tensor(x) for x in found])
         return np.stack(found) if found else np.empty((0,))
 
+    def _found(self, cache: Any, keys: list[bytes]) -> list[Any]:
+        """The stored value of each key, or None; one the cache cannot give back is None."""
+        found: list[Any] = [None] * len(keys)
+        if cache is None:
+            return found
+        for i, k in enumerate(keys):
+            try:
+                got = cache.get(k)
+                if got is not None:
+                    found[i] = _from_value(*got)
+            except Exception as e:  # noqa: BLE001 - the cache's failure: computed instead
+                self._uncached(e)
+        return found
+
+    def _store(self, cache: Any, key: bytes, item: Any) -> None:
+        """Stores one item's output (its own bytes); a failure leaves it uncached."""
+        try:
+            dtype, shape, data = _to_value(item)
+            cache.put(key, dtype, list(shape), data)
+        except Exception as e:  # noqa: BLE001 - the cache's failure: the call goes on
+            self._uncached(e)
+
     def stats(self) -> dict[str, int]:
-        """This process's counters: memory_hits, disk_hits, misses, computed, waited, ..."""
-        return self.outputs.get().stats()
+        """This process's counters: memory_hits, disk_hits, misses, computed, waited, ...
+        (all zero while the cache cannot be opened)."""
+        cache = self.outputs.get()
+        if cache is None:
+            return {k: 0 for k in ("memory_hits", "disk_hits", "misses", "computed", "waited", "damaged", "not_stored")}
+        return cache.stats()
 
 
 def memoize(

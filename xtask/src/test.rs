@@ -3,7 +3,9 @@
 //!
 //! 1. A virtual environment at `target/test-venv` with the Python packages the tests use
 //!    (`msgpack` for the cross-language fingerprint check, `nvidia-cuda-nvrtc-cu12` for NVRTC
-//!    without a GPU, `mypy` for the stub check), installed with pip once and reused.
+//!    without a GPU, `mypy` for the stub check, `torch` for `@memoize` of tensors: about
+//!    5 GiB with its CUDA libraries, a minute or two to install), installed with pip once and
+//!    reused.
 //! 2. `redis-server` (Debian's package, installed with apt-get when missing) for the shared
 //!    tier's tests, which start their own servers on free loopback ports.
 //! 3. `cargo test --workspace --locked` with that environment's `bin` first on `PATH`, NVRTC's
@@ -11,8 +13,8 @@
 //!    skipped test writes why (test-support's `skip::missing`).
 //! 4. The Python package (`python/`): built into that environment with `maturin develop`,
 //!    then its tests run with pytest (`python/tests`; a skipped one is logged like a Rust
-//!    skip; no test collected, pytest's exit code 5, fails the run). Tests marked `torch` are
-//!    deselected, with a message, when torch is not installed (CI does not install it).
+//!    skip; no test collected, pytest's exit code 5, fails the run). Nothing is deselected:
+//!    the tests marked `torch` run like the others.
 //! 5. A skip fails the run (listing each), unless `--allow-skips` was given.
 //!
 //! Arguments after `--` go to `cargo test`.
@@ -23,7 +25,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// The Python packages the tests need.
-const PACKAGES: [&str; 6] = [
+const PACKAGES: [&str; 7] = [
     "msgpack",
     "nvidia-cuda-nvrtc-cu12",
     "maturin>=1.9,<2",
@@ -31,6 +33,8 @@ const PACKAGES: [&str; 6] = [
     "pytest",
     // `mypy.stubtest`: the extension's type stub checked against the built module.
     "mypy",
+    // `@memoize` of torch tensors (the tests marked `torch`).
+    "torch",
 ];
 
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
@@ -151,7 +155,7 @@ fn prepare_venv(venv: &Path) -> anyhow::Result<PathBuf> {
     let have = Command::new(&python)
         .args([
             "-c",
-            "import msgpack, nvidia.cuda_nvrtc, numpy, pytest, maturin, mypy.stubtest",
+            "import msgpack, nvidia.cuda_nvrtc, numpy, pytest, maturin, mypy.stubtest, torch",
         ])
         .output()
         .is_ok_and(|o| o.status.success())
@@ -187,10 +191,6 @@ fn python_tests(root: &Path, venv: &Path, skip_log: &Path) -> anyhow::Result<()>
         "build the Python package into the test environment (maturin develop)",
     )?;
     let python = bin.join("python3");
-    let has_torch = Command::new(&python)
-        .args(["-c", "import torch"])
-        .output()
-        .is_ok_and(|o| o.status.success());
     let mut pytest = Command::new(&python);
     pytest
         .current_dir(root.join("python"))
@@ -209,14 +209,6 @@ fn python_tests(root: &Path, venv: &Path, skip_log: &Path) -> anyhow::Result<()>
             "TUNECACHE_BIN",
             root.join("target").join("debug").join("tunecache"),
         );
-    if !has_torch {
-        println!(
-            "xtask test: torch is not installed: the Python tests marked `torch` are deselected \
-             (pip install torch into {} to run them)",
-            venv.display()
-        );
-        pytest.args(["-m", "not torch"]);
-    }
     let status = pytest.status().context("cannot run pytest")?;
     match status.code() {
         Some(0) => Ok(()),

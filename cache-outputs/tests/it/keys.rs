@@ -166,3 +166,53 @@ fn the_key_is_the_documented_stream() {
     s.extend_from_slice(&2u64.to_le_bytes());
     assert_eq!(built.0, xxh3_128(&s).to_be_bytes());
 }
+
+/// A value of a named kind (`0x0c str(kind)`, then the value) never shares a key with the
+/// value alone or with another kind's; batch items of a named kind neither (issue 24, case 16).
+#[test]
+fn a_kind_sets_a_value_apart_and_is_the_documented_stream() {
+    use xxhash_rust::xxh3::xxh3_128;
+    let k = |args: &[Arg<'_>]| {
+        args.iter()
+            .fold(KeyBuilder::new("f", "1"), |b, a| b.arg(*a))
+            .finish()
+    };
+    let bytes = Arg::Bytes(b"\x81\xa1v\x92\x01\x02");
+    let list = Arg::Kind {
+        kind: "list",
+        value: &bytes,
+    };
+    let tuple = Arg::Kind {
+        kind: "tuple",
+        value: &bytes,
+    };
+    assert_ne!(k(&[list]), k(&[bytes]));
+    assert_ne!(k(&[list]), k(&[tuple]));
+    assert_eq!(k(&[list]), k(&[list]));
+    let str_ = |s: &str, out: &mut Vec<u8>| {
+        out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        out.extend_from_slice(s.as_bytes());
+    };
+    let mut s = b"tunecache/output/1\0".to_vec();
+    str_("f", &mut s);
+    str_("1", &mut s);
+    s.push(0x0c);
+    str_("list", &mut s);
+    s.push(0x02);
+    let raw = b"\x81\xa1v\x92\x01\x02";
+    s.extend_from_slice(&(raw.len() as u64).to_le_bytes());
+    s.extend_from_slice(&xxh3_128(raw).to_le_bytes());
+    s.push(0xff);
+    s.extend_from_slice(&1u64.to_le_bytes());
+    assert_eq!(k(&[list]).0, xxh3_128(&s).to_be_bytes());
+
+    let data: Vec<u8> = (0..32u8).collect();
+    let batch = f32_tensor(&[2, 4], &data);
+    let base = KeyBuilder::new("f", "1");
+    let plain = base.batch_keys(batch).expect("keys");
+    let torch = base
+        .batch_keys_of(Some("torch.Tensor:cpu"), batch)
+        .expect("keys");
+    assert_eq!(plain, base.batch_keys_of(None, batch).expect("keys"));
+    assert!(plain.iter().all(|p| !torch.contains(p)));
+}
