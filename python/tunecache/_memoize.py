@@ -3,8 +3,9 @@
 The key of a call covers the function's name and ``version``, its ``config``, and every
 argument in order: arrays (numpy, torch, anything with the buffer protocol) by dtype, shape and
 a hash of all of their bytes; bytes whole; str, int, float, bool and None by value; lists,
-tuples and dicts of those by their canonical key encoding. Nothing is sampled, so two calls
-share a value only if their inputs are equal (or a 128-bit hash collides).
+tuples and dicts by their items, each tagged with its kind (``encode_arg``). Nothing is
+sampled, so two calls share a value only if their inputs are of one kind and equal (or a
+128-bit hash collides).
 
 Values: a numpy array is stored as an array (dtype, shape, bytes); anything else (torch
 tensors included, bf16 too) is pickled. One call computes a key at a time, across threads and
