@@ -1,0 +1,150 @@
+"""The Triton adapter, driving Triton's own Autotuner disk-cache path on the CPU: a stand-in
+driver names a CUDA target (Triton hashes it into the directory key), the bench function counts
+its calls, and the kernel launch after tuning is recorded instead of run (there is no GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+from conftest import run
+
+pytest.importorskip("triton")
+
+SCRIPT = r"""
+import json, os, sys
+import triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+
+class Driver:
+    def get_current_target(self): return GPUTarget("cuda", 90, 32)
+    def get_benchmarker(self): raise AssertionError("the test's bench function is used")
+    def __getattr__(self, n): raise AttributeError(n)
+
+driver.set_active(Driver())
+calls = []
+def bench(fn, quantiles):
+    calls.append(1)
+    return [float(len(calls)), 0.5 * len(calls), 1.5 * len(calls)]
+
+configs = [triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((32, 4), (64, 8), (128, 8))]
+
+@triton.autotune(configs=configs, key=["n"], cache_results=True, do_bench=bench)
+@triton.jit
+def scale(x, n, BLOCK: tl.constexpr):
+    pass
+
+launched = []
+scale.fn.run = lambda *a, **k: launched.append(k["BLOCK"])
+for n in (1024, 4096):
+    scale.run(None, n)
+print(json.dumps({"calls": len(calls), "launched": launched}))
+"""
+
+
+def tune(tmp_path, **env) -> dict:
+    e = {
+        "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+        "TUNECACHE_TRITON_PATH": str(tmp_path / "tc" / "triton.tcache"),
+        "TRITON_CACHE_MANAGER": "tunecache.integrations.triton:CacheManager",
+    }
+    e.update(env)
+    script = tmp_path / "tune_scale.py"  # Triton reads a @jit function's source from its file
+    script.write_text(SCRIPT)
+    full = {k: v for k, v in {**os.environ, **e}.items() if v is not None}
+    out = run(sys.executable, str(script), env=full, timeout=120)
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "stderr": out.stderr}
+
+
+def test_a_second_process_makes_no_benchmark_call_even_with_tritons_cache_wiped(tmp_path, cli):
+    first = tune(tmp_path)
+    assert first["calls"] == 6 and first["launched"] == [32, 32]
+    shutil.rmtree(tmp_path / "triton")
+    second = tune(tmp_path)
+    assert second["calls"] == 0, second
+    assert second["launched"] == first["launched"]
+    # No autotune file went to Triton's own directory.
+    assert not list((tmp_path / "triton").rglob("*.autotune.json"))
+    listed = run(cli, "--cache-file", str(tmp_path / "tc" / "triton.tcache"), "--json", "get",
+                 "--namespace", "triton/scale", "--key", "{}", check=False)
+    text = run(cli, "--cache-file", str(tmp_path / "tc" / "triton.tcache"), "list").stdout
+    assert "triton/scale" in text and '"tuning":{"n":1024}' in text and '"tuning":{"n":4096}' in text
+    assert "BLOCK=32,num_warps=4" in text and "1.000 ms" in text, text
+    del listed
+
+
+def test_the_entry_holds_every_config_with_tritons_timings(tmp_path):
+    tune(tmp_path)
+    import tunecache
+
+    from tunecache.integrations.triton import _scope
+
+    c = tunecache.Cache("triton", path=tmp_path / "tc" / "triton.tcache", read_only=True, scope=_scope())
+    entries = c.entries("triton/scale")
+    assert len(entries) == 2
+    for _, entry in entries:
+        cands = entry.candidates
+        assert [x.params["kwargs"]["BLOCK"] for x in cands] == [32, 64, 128]
+        first = cands[0]
+        assert first.median_ns == pytest.approx(1e6 * first.median_ns / 1e6)
+        assert first.min_ns <= first.median_ns and first.spread_ns >= 0
+        assert set(entry.key) == {"hash", "tuning"}
+
+
+def test_a_file_in_tritons_own_directory_is_taken_in(tmp_path):
+    plain = tune(tmp_path, TRITON_CACHE_MANAGER=None)
+    assert plain["calls"] == 6
+    assert list((tmp_path / "triton").rglob("*.autotune.json"))
+    adopted = tune(tmp_path)
+    assert adopted["calls"] == 0
+    shutil.rmtree(tmp_path / "triton")
+    again = tune(tmp_path)
+    assert again["calls"] == 0
+
+
+def test_kernel_files_go_to_tritons_own_manager(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    from tunecache.integrations.triton import CacheManager
+
+    m = CacheManager("K" * 52)
+    path = m.put(b"\x7fELF", "k.cubin")
+    assert path.startswith(str(tmp_path / "triton")) and m.get_file("k.cubin") == path
+    m.put_group("k.json", {"k.cubin": path})
+    assert m.get_group("k.json") == {"k.cubin": path}
+
+
+def test_a_damaged_entry_is_a_miss_with_one_warning_and_triton_tunes(tmp_path):
+    tune(tmp_path)
+    import tunecache
+
+    from tunecache.integrations.triton import _scope
+
+    c = tunecache.Cache("triton", path=tmp_path / "tc" / "triton.tcache", scope=_scope())
+    (_, entry), _ = c.entries("triton/scale")
+    c.put("triton/scale", entry.key, "broken", {"json": "{not json"}, median_ns=1.0)
+    c.close()
+    shutil.rmtree(tmp_path / "triton")
+    out = tune(tmp_path)
+    assert out["calls"] == 3, out  # that key tuned again; the other one hit
+    assert out["stderr"].count("cannot be read") == 1, out["stderr"]
+
+
+@pytest.mark.parametrize("where", ["/dev/null/x.tcache", "/proc/self/x.tcache"])
+def test_an_unusable_location_keeps_tritons_own_behaviour(tmp_path, where):
+    out = tune(tmp_path, TUNECACHE_TRITON_PATH=where)
+    assert out["calls"] == 6 and out["launched"] == [32, 32]
+    again = tune(tmp_path, TUNECACHE_TRITON_PATH=where)
+    assert again["calls"] == 0  # Triton's own files served it
+
+
+def test_a_changed_plug_point_is_a_clear_error():
+    from tunecache.integrations import PlugPointError
+    from tunecache.integrations._common import require
+
+    with pytest.raises(PlugPointError, match=r"triton 9\.9 has no get_file in x; .*tested with triton 3\.9\.0"):
+        require("triton", "9.9", "3.9.0", object(), ["get_file"], "x")

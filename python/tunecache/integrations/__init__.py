@@ -1,0 +1,20 @@
+"""Drop-in adapters: tunecache behind the plug points of the frameworks users already tune in.
+
+- :mod:`tunecache.integrations.triton`: ``TRITON_CACHE_MANAGER=tunecache.integrations.triton:CacheManager``
+  keeps ``@triton.autotune(cache_results=True)`` results in tunecache.
+- :mod:`tunecache.integrations.inductor`: ``install()`` (or the opt-in ``.pth`` hook) backs
+  Inductor's remote autotune cache with tunecache.
+- :mod:`tunecache.integrations.helion`:
+  ``HELION_REMOTE_CACHE_BACKEND=tunecache.integrations.helion.Backend``.
+- :mod:`tunecache.integrations.warpconvnet`: ``install()`` replaces WarpConvNet's benchmark
+  cache; ``import_file()`` takes its ``benchmark_cache_generic.msgpack`` files in.
+
+Each adapter checks the plug point it fills when it is imported or installed and raises
+:class:`PlugPointError` (naming the framework's version and the versions it was tested with)
+when the framework changed it. Once installed, an adapter never fails the framework's call: a
+cache that cannot be used, or an entry that cannot be read, is a miss with one warning.
+"""
+
+from ._common import PlugPointError
+
+__all__ = ["PlugPointError"]

@@ -1,0 +1,273 @@
+"""Triton: ``@triton.autotune(cache_results=True)`` results kept in tunecache.
+
+Switch it on with ``TRITON_CACHE_MANAGER=tunecache.integrations.triton:CacheManager`` (or
+``triton.knobs.cache.manager_class = CacheManager``) and ``TRITON_CACHE_AUTOTUNING=1`` (or
+``cache_results=True``). Tested with Triton 3.9.0.
+
+Triton's autotuner asks its cache manager for ``<fn>.autotune.json`` in a directory named by a
+hash of Triton's version, the target, the function's source, the environment, the tuning key and
+the pruned configs. This manager keeps that file as a tunecache entry instead:
+
+- namespace ``triton/<fn>``; key ``{"hash": <directory hash>, "tuning": {<key arg>: value, ...,
+  "dtype0": ...}}`` (the tuning key's fields named as the ``@autotune(key=[...])`` list names
+  them, then the argument dtypes Triton appends);
+- one candidate per config: the algorithm is the config written out (``B=64,num_warps=4,...``),
+  the params are the config's fields, the timing is Triton's ``[p50, p20, p80]`` in ms as median,
+  minimum (p20) and spread (p80 - p20) in ns; a config timed ``inf`` (out of resources) is failed;
+- the scope is :func:`tunecache.default_scope` (the GPU through torch) plus the Triton version.
+
+On ``get_file`` the file is written back from the entry into a private temporary directory and
+that path handed to Triton. A file that Triton's own cache directory already holds is taken into
+tunecache on first read. Every other file (kernels, groups) and the override and dump modes go
+to Triton's own ``FileCacheManager``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from typing import Any, Dict, Optional
+
+import triton
+from triton.runtime import cache as _triton_cache
+
+from ._common import Store, key_value, require, version_of, warn_once
+
+TESTED = "3.9.0"
+_SUFFIX = ".autotune.json"
+
+require(
+    "triton",
+    version_of(triton),
+    TESTED,
+    _triton_cache,
+    ["CacheManager", "FileCacheManager", "get_cache_manager"],
+    "triton.runtime.cache",
+)
+require(
+    "triton",
+    version_of(triton),
+    TESTED,
+    _triton_cache.CacheManager,
+    ["get_file", "put", "get_group", "put_group"],
+    "triton.runtime.cache.CacheManager",
+)
+
+
+def _scope() -> dict[str, Any]:
+    from .._cache import default_scope
+
+    return default_scope({"triton": version_of(triton)})
+
+
+store = Store("triton", _scope)
+
+_tmp_lock = threading.Lock()
+_tmp_dir: Optional[str] = None
+_counter = itertools.count()
+
+
+def _private_dir() -> str:
+    global _tmp_dir
+    with _tmp_lock:
+        if _tmp_dir is None or not os.path.isdir(_tmp_dir):
+            _tmp_dir = tempfile.mkdtemp(prefix="tunecache-triton-")
+            atexit.register(shutil.rmtree, _tmp_dir, True)
+        return _tmp_dir
+
+
+def _write_private(filename: str, text: str) -> str:
+    """Writes ``text`` to a fresh file of this process's private directory; returns its path."""
+    d = _private_dir()
+    path = os.path.join(d, f"{next(_counter)}-{os.getpid()}-{filename}")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+class CacheManager(_triton_cache.CacheManager):
+    """A Triton cache manager that keeps autotuning results in tunecache."""
+
+    def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
+        self.key = key
+        self._override = override
+        self._dump = dump
+        self._files: Optional[_triton_cache.FileCacheManager] = None
+
+    def _own(self) -> _triton_cache.FileCacheManager:
+        if self._files is None:
+            self._files = _triton_cache.FileCacheManager(self.key, self._override, self._dump)
+        return self._files
+
+    def _ours(self, filename: str) -> bool:
+        return filename.endswith(_SUFFIX) and not self._override and not self._dump
+
+    def get_file(self, filename: str) -> Optional[str]:
+        if self._ours(filename):
+            key = _key(self.key, _tuning_fields())
+            try:
+                text = _read(filename, key)
+            except Exception as e:  # noqa: BLE001 - a miss, never a failed autotune
+                warn_once(f"triton read {e}", f"tunecache: a Triton autotune entry cannot be read ({e}); tuning again")
+                text = None
+            if text is not None:
+                try:
+                    return _write_private(filename, text)
+                except OSError as e:
+                    warn_once("triton tmp", f"tunecache: cannot write a temporary file for Triton ({e})")
+            path = self._own().get_file(filename)
+            if path is not None:
+                _adopt(filename, key, path)
+            return path
+        return self._own().get_file(filename)
+
+    def put(self, data: Any, filename: str, binary: bool = True) -> str:
+        if self._ours(filename) and not store.durable():
+            warn_once("triton memory", "tunecache: the Triton cache is in memory only; autotune results stay in Triton's cache directory")
+        elif self._ours(filename):
+            try:
+                text = data.decode("utf-8") if isinstance(data, bytes) else str(data)
+                _record(filename, _key(self.key, _tuning_fields()), json.loads(text))
+                return _write_private(filename, text)
+            except Exception as e:  # noqa: BLE001 - Triton keeps its own file instead
+                warn_once(f"triton put {e}", f"tunecache: a Triton autotune result was not recorded ({e}); kept in Triton's cache directory")
+        return self._own().put(data, filename, binary)
+
+    def get_group(self, filename: str) -> Optional[Dict[str, str]]:
+        return self._own().get_group(filename)
+
+    def put_group(self, filename: str, group: Dict[str, str]) -> Any:
+        return self._own().put_group(filename, group)
+
+
+def _tuning_fields() -> dict[str, Any]:
+    """The tuning key with its fields named, read from the calling ``check_disk_cache`` (the
+    manager is given only the directory hash); empty when Triton's call is not that one."""
+    try:
+        frame = sys._getframe(2)
+        if frame.f_code.co_name != "check_disk_cache":
+            return {}
+        tuning_key = frame.f_locals.get("tuning_key")
+        keys = list(getattr(frame.f_locals.get("self"), "keys", None) or [])
+        if not isinstance(tuning_key, tuple):
+            return {}
+        # Autotuner.run: the key is the named arguments present, then every argument's dtype.
+        present = frame.f_back.f_locals.get("_args") if frame.f_back is not None else None
+        names = [k for k in keys if k in present] if isinstance(present, dict) else keys
+        fields: dict[str, Any] = {}
+        for i, value in enumerate(tuning_key):
+            name = names[i] if i < len(names) else f"dtype{i - len(names)}"
+            fields[str(name)] = key_value(value)
+        return fields
+    except Exception:  # noqa: BLE001 - only names for display
+        return {}
+
+
+def _key(directory: str, tuning: dict[str, Any]) -> dict[str, Any]:
+    key: dict[str, Any] = {"hash": directory}
+    if tuning:
+        key["tuning"] = tuning
+    return key
+
+
+def _namespace(filename: str) -> str:
+    return "triton/" + filename[: -len(_SUFFIX)]
+
+
+def _config_name(config: dict[str, Any]) -> str:
+    parts = [f"{k}={v}" for k, v in sorted((config.get("kwargs") or {}).items())]
+    for field in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
+        if config.get(field) is not None:
+            parts.append(f"{field}={config[field]}")
+    return ",".join(parts) or "default"
+
+
+def _params(config: dict[str, Any]) -> dict[str, Any]:
+    """A config's fields as params; a config holding a value the canonical encoding refuses
+    (a float) is kept whole as JSON text."""
+    plain = {k: v for k, v in config.items() if v is not None}
+
+    def canonical(v: Any) -> bool:
+        if isinstance(v, dict):
+            return all(isinstance(k, str) and canonical(x) for k, x in v.items())
+        if isinstance(v, list):
+            return all(x is not None and canonical(x) for x in v)
+        return isinstance(v, (bool, str)) or (isinstance(v, int) and -(2**63) <= v < 2**63)
+
+    return plain if canonical(plain) else {"json": json.dumps(config, sort_keys=True)}
+
+
+def _config_of(params: dict[str, Any]) -> dict[str, Any]:
+    if set(params) == {"json"}:
+        return json.loads(params["json"])
+    return dict(params)
+
+
+def _record(filename: str, key: dict[str, Any], doc: dict[str, Any]) -> None:
+    cache = store.cache()
+    if cache is None:
+        raise OSError("the tunecache file cannot be used")
+    rows = doc["configs_timings"]
+    named = [(_config_name(c), _params(c), t) for c, t in rows]
+    every = [(name, params) for name, params, _ in named]
+    ns = _namespace(filename)
+    for name, params, timing in named:
+        p50, p20, p80 = _quantiles(timing)
+        if not math.isfinite(p50) or p50 < 0:
+            cache.put(ns, key, name, params, failed=f"Triton timed it {p50!r} ms", candidates=every)
+            continue
+        lo = min(p20, p50) if math.isfinite(p20) and p20 >= 0 else p50
+        hi = p80 if math.isfinite(p80) and p80 >= lo else lo
+        cache.put(
+            ns, key, name, params,
+            median_ns=p50 * 1e6, min_ns=lo * 1e6, spread_ns=(hi - lo) * 1e6, candidates=every,
+        )
+
+
+def _quantiles(timing: Any) -> tuple[float, float, float]:
+    if isinstance(timing, (int, float)):
+        t = float(timing)
+        return t, t, t
+    values = [float(x) for x in timing]
+    if len(values) >= 3:
+        return values[0], values[1], values[2]
+    return values[0], values[0], values[0]
+
+
+def _read(filename: str, key: dict[str, Any]) -> Optional[str]:
+    """The ``<fn>.autotune.json`` text Triton wrote, rebuilt from the entry; None on a miss."""
+    cache = store.cache()
+    if cache is None:
+        return None
+    entry = cache.get(_namespace(filename), key)
+    if entry is None:
+        return None
+    rows = []
+    for cand in entry.candidates:
+        config = _config_of(cand.params)
+        if cand.failed is not None or cand.median_ns is None:
+            timing = [math.inf, math.inf, math.inf]
+        else:
+            lo = cand.min_ns if cand.min_ns is not None else cand.median_ns
+            timing = [cand.median_ns / 1e6, lo / 1e6, (lo + (cand.spread_ns or 0.0)) / 1e6]
+        rows.append([config, timing])
+    if not rows:
+        return None
+    tuning = list(entry.key.get("tuning", {}).values()) or None
+    return json.dumps({"key": tuning, "configs_timings": rows})
+
+
+def _adopt(filename: str, key: dict[str, Any], path: str) -> None:
+    """Takes a file from Triton's own cache directory into tunecache (its files stay)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            _record(filename, key, json.load(f))
+    except Exception as e:  # noqa: BLE001 - Triton still has its file
+        warn_once(f"triton adopt {path}", f"tunecache: {path} was not taken in ({e})")
