@@ -46,3 +46,17 @@ def python(code: str, *args: str, env: dict[str, str] | None = None, timeout: fl
     if env:
         e.update(env)
     return run(sys.executable, "-c", code, *args, env=e, timeout=timeout)
+
+
+WARPCONVNET_SRC = ROOT / "target" / "frameworks" / "warpconvnet-1.8.2"
+
+
+@pytest.fixture(scope="session")
+def warpconvnet_src() -> pathlib.Path:
+    """WarpConvNet's benchmark-cache module and its tests from its sdist (fetched from PyPI on
+    first use by tests/frameworks/fetch_warpconvnet.py); a failure to fetch fails the test."""
+    src = pathlib.Path(os.environ.get("TUNECACHE_WARPCONVNET_SRC") or WARPCONVNET_SRC)
+    if not (src / ".complete").exists():
+        fetch = pathlib.Path(__file__).parent / "frameworks" / "fetch_warpconvnet.py"
+        run(sys.executable, str(fetch), str(src), timeout=300)
+    return src

@@ -4,8 +4,10 @@
 //! 1. A virtual environment at `target/test-venv` with the Python packages the tests use
 //!    (`msgpack` for the cross-language fingerprint check, `nvidia-cuda-nvrtc-cu12` for NVRTC
 //!    without a GPU, `mypy` for the stub check, `torch` for `@memoize` of tensors: about
-//!    5 GiB with its CUDA libraries, a minute or two to install), installed with pip once and
-//!    reused.
+//!    5 GiB with its CUDA libraries, a minute or two to install), `triton` and `helion` for
+//!    the framework adapters' tests, installed with pip once and reused; and WarpConvNet's
+//!    benchmark-cache module from its sdist (`python/tests/frameworks/fetch_warpconvnet.py`,
+//!    pinned by hash, into `target/frameworks`).
 //! 2. `redis-server` (Debian's package, installed with apt-get when missing) for the shared
 //!    tier's tests, which start their own servers on free loopback ports.
 //! 3. `cargo test --workspace --locked` with that environment's `bin` first on `PATH`, NVRTC's
@@ -25,7 +27,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// The Python packages the tests need.
-const PACKAGES: [&str; 7] = [
+const PACKAGES: [&str; 9] = [
     "msgpack",
     "nvidia-cuda-nvrtc-cu12",
     "maturin>=1.9,<2",
@@ -33,8 +35,11 @@ const PACKAGES: [&str; 7] = [
     "pytest",
     // `mypy.stubtest`: the extension's type stub checked against the built module.
     "mypy",
-    // `@memoize` of torch tensors (the tests marked `torch`).
+    // `@memoize` of torch tensors (the tests marked `torch`), and the Inductor adapter.
     "torch",
+    // The framework adapters (python/tunecache/integrations), at the versions they were tested with.
+    "triton",
+    "helion==1.5.1",
 ];
 
 pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
@@ -155,7 +160,7 @@ fn prepare_venv(venv: &Path) -> anyhow::Result<PathBuf> {
     let have = Command::new(&python)
         .args([
             "-c",
-            "import msgpack, nvidia.cuda_nvrtc, numpy, pytest, maturin, mypy.stubtest, torch",
+            "import msgpack, nvidia.cuda_nvrtc, numpy, pytest, maturin, mypy.stubtest, torch, triton, helion",
         ])
         .output()
         .is_ok_and(|o| o.status.success())
@@ -174,6 +179,12 @@ fn prepare_venv(venv: &Path) -> anyhow::Result<PathBuf> {
             "install the Python packages the tests need",
         )?;
     }
+    run_checked(
+        Command::new(&python)
+            .arg(venv.join("../../python/tests/frameworks/fetch_warpconvnet.py"))
+            .arg(venv.join("../frameworks/warpconvnet-1.8.2")),
+        "fetch WarpConvNet's benchmark cache from its sdist (PyPI)",
+    )?;
     Ok(python)
 }
 

@@ -1,0 +1,121 @@
+"""Inductor: max-autotune's best configs kept in tunecache through Inductor's remote autotune
+cache.
+
+``install()`` (in the compiling process) sets ``backend_override_cls`` of
+``torch._inductor.remote_cache.RemoteAutotuneCache`` and ``RemoteBundledAutotuneCache`` to
+:class:`Backend`; with ``TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE=1`` (or ``config.autotune_remote_cache
+= True``) Inductor then reads and writes its best configs through tunecache, and no Redis is
+needed. Inductor's compile workers are separate processes: ``write_pth(site_packages)`` writes an
+opt-in ``tunecache-inductor.pth`` that installs the hook in every interpreter of that environment
+where ``TUNECACHE_INDUCTOR=1`` is set, when ``torch._inductor.remote_cache`` is first imported
+(nothing is imported before that). Tested with torch 2.15.0.
+
+Values stay opaque: each is the JSON text Inductor wrote, kept as a recorded value in namespace
+``inductor/autotune`` (or ``inductor/bundled-autotune``) under key ``{"key": <Inductor's key>}``;
+scope: this machine (:func:`tunecache.default_scope`) with the torch and Triton versions. A value
+that is not a JSON object is a miss with one warning (Inductor would raise on it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import torch
+from torch._inductor import remote_cache as _remote
+
+from ._common import Store, require, version_of, warn_once
+
+TESTED = "2.15.0"
+PTH_NAME = "tunecache-inductor.pth"
+
+require(
+    "torch",
+    version_of(torch),
+    TESTED,
+    _remote,
+    ["RemoteCacheBackend", "RemoteAutotuneCache", "RemoteBundledAutotuneCache"],
+    "torch._inductor.remote_cache",
+)
+require(
+    "torch",
+    version_of(torch),
+    TESTED,
+    _remote.RemoteAutotuneCache,
+    ["backend_override_cls"],
+    "torch._inductor.remote_cache.RemoteAutotuneCache",
+)
+
+
+def _scope() -> dict[str, Any]:
+    from .._cache import default_scope
+
+    extra = {"torch": version_of(torch)}
+    triton = sys.modules.get("triton")
+    if triton is not None:
+        extra["triton"] = version_of(triton)
+    return default_scope(extra)
+
+
+store = Store("inductor", _scope)
+
+
+def _usable(data: bytes) -> bool:
+    try:
+        return isinstance(json.loads(data), dict)
+    except ValueError:
+        return False
+
+
+class Backend(_remote.RemoteCacheBackend):
+    """Inductor's bytes backend on a tunecache file; one per remote cache object."""
+
+    namespace = "inductor/autotune"
+
+    def _get(self, key: str) -> bytes | None:
+        try:
+            text = store.get_value(self.namespace, {"key": str(key)})
+        except Exception as e:  # noqa: BLE001 - a miss, never a failed compile
+            warn_once(f"inductor get {e}", f"tunecache: an Inductor entry cannot be read ({e}); Inductor tunes again")
+            return None
+        if text is None:
+            return None
+        data = text.encode("utf-8")
+        if not _usable(data):
+            warn_once(f"inductor bad {key}", f"tunecache: the Inductor entry {key} is not a JSON object; Inductor tunes again")
+            return None
+        return data
+
+    def _put(self, key: str, data: bytes) -> None:
+        if not _usable(data):
+            warn_once(f"inductor put {key}", f"tunecache: Inductor's value for {key} is not a JSON object; not kept")
+            return
+        try:
+            store.put_value(self.namespace, {"key": str(key)}, bytes(data).decode("utf-8"))
+        except Exception as e:  # noqa: BLE001 - Inductor keeps its local cache
+            warn_once(f"inductor put {e}", f"tunecache: an Inductor result was not recorded ({e})")
+
+
+class BundledBackend(Backend):
+    namespace = "inductor/bundled-autotune"
+
+
+def install() -> None:
+    """Makes Inductor's remote autotune caches use tunecache in this process."""
+    _remote.RemoteAutotuneCache.backend_override_cls = Backend
+    _remote.RemoteBundledAutotuneCache.backend_override_cls = BundledBackend
+
+
+def installed() -> bool:
+    return _remote.RemoteAutotuneCache.backend_override_cls is Backend
+
+
+def write_pth(site_packages: str | os.PathLike[str]) -> str:
+    """Writes ``tunecache-inductor.pth`` into ``site_packages`` (opt-in, for compile workers);
+    returns its path. Remove the file to undo."""
+    path = os.path.join(os.fspath(site_packages), PTH_NAME)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("import tunecache.integrations._inductor_boot\n")
+    return path
