@@ -85,10 +85,14 @@ def _private_dir() -> str:
 
 def _write_private(filename: str, text: str) -> str:
     """Writes ``text`` to a fresh file of this process's private directory; returns its path."""
-    d = _private_dir()
-    path = os.path.join(d, f"{next(_counter)}-{os.getpid()}-{filename}")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    path = os.path.join(_private_dir(), f"{next(_counter)}-{os.getpid()}-{filename}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        data = text.encode("utf-8")
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
     return path
 
 
@@ -252,11 +256,13 @@ def _read(filename: str, key: dict[str, Any]) -> Optional[str]:
     rows = []
     for cand in entry.candidates:
         config = _config_of(cand.params)
-        if cand.failed is not None or cand.median_ns is None:
+        median, failed = cand.median_ns, cand.failed
+        if failed is not None or median is None:
             timing = [math.inf, math.inf, math.inf]
         else:
-            lo = cand.min_ns if cand.min_ns is not None else cand.median_ns
-            timing = [cand.median_ns / 1e6, lo / 1e6, (lo + (cand.spread_ns or 0.0)) / 1e6]
+            lo = cand.min_ns
+            lo = median if lo is None else lo
+            timing = [median / 1e6, lo / 1e6, (lo + (cand.spread_ns or 0.0)) / 1e6]
         rows.append([config, timing])
     if not rows:
         return None
