@@ -134,6 +134,22 @@ def test_a_damaged_entry_is_a_miss_with_one_warning_and_triton_tunes(tmp_path):
     assert out["stderr"].count("cannot be read") == 1, out["stderr"]
 
 
+def test_a_config_this_triton_cannot_build_is_a_miss_not_an_exception(tmp_path):
+    tune(tmp_path)
+    import tunecache
+    from tunecache.integrations.triton import _scope
+
+    c = tunecache.Cache("triton", path=tmp_path / "tc" / "triton.tcache", scope=_scope())
+    for _, entry in c.entries("triton/scale"):
+        c.put("triton/scale", entry.key, "from a newer Triton", {"kwargs": {"BLOCK": 16}, "num_warps": 2, "warp_spec": 1},
+              median_ns=10.0)
+    c.close()
+    shutil.rmtree(tmp_path / "triton")
+    out = tune(tmp_path)
+    assert out["calls"] == 6 and out["launched"] == [32, 32], out
+    assert out["stderr"].count("cannot be read") == 1, out["stderr"]
+
+
 @pytest.mark.parametrize("where", ["/dev/null/x.tcache", "/proc/self/x.tcache"])
 def test_an_unusable_location_keeps_tritons_own_behaviour(tmp_path, where):
     out = tune(tmp_path, TUNECACHE_TRITON_PATH=where)

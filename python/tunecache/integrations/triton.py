@@ -266,6 +266,9 @@ def _read(filename: str, key: dict[str, Any]) -> Optional[str]:
         rows.append([config, timing])
     if not rows:
         return None
+    for config, _ in rows:
+        triton.Config(**config)  # what Triton does with each row: a field it lacks is a miss here
+
     tuning = list(entry.key.get("tuning", {}).values()) or None
     return json.dumps({"key": tuning, "configs_timings": rows})
 
