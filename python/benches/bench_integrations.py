@@ -106,6 +106,40 @@ def warpconvnet_hit(tmp: str) -> None:
     theirs._save_on_exit()
 
 
+KILLED = r"""
+import os, signal, sys, time
+import warpconvnet.utils.benchmark_cache as bc
+if sys.argv[3] == "tunecache":
+    from tunecache.integrations import warpconvnet
+    warpconvnet.install(sys.argv[1])
+else:
+    bc._generic_benchmark_cache = bc.GenericBenchmarkCache(sys.argv[1])
+for batch in range(2):
+    for i in range(25):
+        bc.generic_benchmark_update_entry("ns", (int(sys.argv[2]), batch, i), [("mask_gemm", {}, 0.1)])
+    time.sleep(1.0)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def killed_ranks(tmp: str) -> None:
+    """8 processes record 2 batches of 25 results a second apart and are SIGKILLed: how many
+    of the 400 results survive, WarpConvNet's own cache against the drop-in."""
+    try:
+        import warpconvnet.utils.benchmark_cache as bc
+    except ImportError:
+        return
+    from tunecache.integrations import warpconvnet as adapter
+
+    for mode in ("warpconvnet", "tunecache"):
+        d = f"{tmp}/killed-{mode}"
+        procs = [subprocess.Popen([sys.executable, "-c", KILLED, d, str(p), mode], stderr=subprocess.DEVNULL) for p in range(8)]
+        for p in procs:
+            p.wait()
+        reader = adapter.BenchmarkCache(d) if mode == "tunecache" else bc.GenericBenchmarkCache(d)
+        print(f"killed ranks {mode:<12} {len(reader.get_namespace('ns'))} of 400 results kept")
+
+
 FIRST = r"""
 import json, os, sys, time
 t0 = time.perf_counter()
@@ -143,6 +177,7 @@ def main() -> None:
     inductor_hit(tmp)
     helion_hit(tmp)
     warpconvnet_hit(tmp)
+    killed_ranks(tmp)
     first_lookup(tmp)
 
 
