@@ -25,6 +25,7 @@ to Triton's own ``FileCacheManager``.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import itertools
 import json
 import math
@@ -84,15 +85,22 @@ def _private_dir() -> str:
 
 
 def _write_private(filename: str, text: str) -> str:
-    """Writes ``text`` to a fresh file of this process's private directory; returns its path."""
-    path = os.path.join(_private_dir(), f"{next(_counter)}-{os.getpid()}-{filename}")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    """A file of this process's private directory holding ``text``; returns its path. Named by
+    the text's hash, so a hit that was served before reuses its file (the directory does not
+    grow per hit); written to a temporary name and renamed, so a reader never sees part."""
+    data = text.encode("utf-8")
+    name = f"{hashlib.blake2b(data, digest_size=16).hexdigest()}-{filename}"
+    path = os.path.join(_private_dir(), name)
+    if os.path.exists(path):
+        return path
+    tmp = f"{path}.{os.getpid()}.{next(_counter)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        data = text.encode("utf-8")
         while data:
             data = data[os.write(fd, data):]
     finally:
         os.close(fd)
+    os.replace(tmp, path)
     return path
 
 
