@@ -168,6 +168,32 @@ def test_a_damaged_file_is_refused_whole_naming_it(tmp_path, wcn_env, damage, me
     assert len(c) == 0
 
 
+def test_special_and_hostile_files_are_refused_without_hanging(tmp_path, wcn_env):
+    import msgpack
+
+    from tunecache.integrations import _wcn_format as fmt, warpconvnet as adapter
+    import tunecache
+
+    c = tunecache.Cache("warpconvnet", schema=18, path=tmp_path / "x.tcache")
+    fifo = tmp_path / "fifo.msgpack"
+    os.mkfifo(fifo)
+    for path, message in [(fifo, "not a regular file"), ("/dev/zero", "not a regular file"),
+                          (tmp_path / "missing", "cannot be read"), (tmp_path, "not a regular file|cannot be read")]:
+        with pytest.raises(fmt.FormatError, match=message):
+            adapter.import_file(str(path), c)
+    deep: object = 1
+    for _ in range(5000):
+        deep = [deep]
+    nested = tmp_path / "deep.msgpack"
+    try:
+        nested.write_bytes(msgpack.packb({"namespaces": {"ns": [[deep, 1]]}, "version": 18.0}))
+    except ValueError:  # msgpack's own depth limit
+        nested.write_bytes(b"\x91" * 5000 + b"\x01")
+    with pytest.raises(fmt.FormatError, match=str(nested)):
+        adapter.import_file(str(nested), c)
+    assert len(c) == 0
+
+
 def test_the_command_line_importer(tmp_path, wcn_env):
     path = write_with_warpconvnet(tmp_path, wcn_env, 18.0)
     dest = tmp_path / "cli.tcache"

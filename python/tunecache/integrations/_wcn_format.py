@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from typing import Any, Callable, Iterator
 
 from ._common import VALUE
@@ -204,7 +206,12 @@ def read_file(path: str) -> tuple[int, dict[str, list]]:
     import msgpack
 
     try:
-        with open(path, "rb") as f:
+        # Opened without blocking and checked before reading: a FIFO or a device is refused,
+        # never waited on or read without end.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise FormatError(f"{path}: not a regular file")
             data = f.read()
     except OSError as e:
         raise FormatError(f"{path}: cannot be read: {e}") from e
@@ -237,3 +244,5 @@ def puts(path: str, namespaces: dict[str, list]) -> Iterator[tuple[str, dict, An
                 yield ns, key_of(k), v, candidates(v)
             except FormatError as e:
                 raise FormatError(f"{path}: namespace {ns!r} item {i}: {e}") from e
+            except RecursionError as e:
+                raise FormatError(f"{path}: namespace {ns!r} item {i}: nested too deep") from e
