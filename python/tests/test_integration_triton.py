@@ -164,3 +164,15 @@ def test_a_changed_plug_point_is_a_clear_error():
 
     with pytest.raises(PlugPointError, match=r"triton 9\.9 has no get_file in x; .*tested with triton 3\.9\.0"):
         require("triton", "9.9", "3.9.0", object(), ["get_file"], "x")
+
+
+from test_remote import redis, redis_server  # noqa: E402,F401 - the real redis-server fixtures
+
+
+def test_results_reach_another_machine_through_the_shared_tier(tmp_path, redis):
+    first = tune(tmp_path, TUNECACHE_REMOTE=redis)
+    assert first["calls"] == 6
+    other = tmp_path / "other-machine"
+    other.mkdir()
+    second = tune(other, TUNECACHE_REMOTE=redis)
+    assert second["calls"] == 0, second
