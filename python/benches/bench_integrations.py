@@ -1,8 +1,11 @@
 """The framework adapters' hits against each framework's own cache hit, measured in the same
 run (reported, not asserted), and the first lookup in a fresh process against 100k entries.
 
-    python python/benches/bench_integrations.py   # needs torch, triton, helion; WarpConvNet's
-                                                  # cache module on PYTHONPATH (see tests/frameworks)
+    maturin develop --release -m python/Cargo.toml   # a debug build is several times slower
+    PYTHONPATH=target/frameworks/warpconvnet-1.8.2 python python/benches/bench_integrations.py
+
+(needs torch, triton and helion, as the test environment has them; WarpConvNet's cache module
+is fetched by the test command into target/frameworks)
 
 - Triton: ``get_file`` + ``json.load`` of ``<fn>.autotune.json`` (what ``check_disk_cache``
   does on a hit): ``FileCacheManager`` against the tunecache manager (temporary file included).
