@@ -176,3 +176,48 @@ def test_results_reach_another_machine_through_the_shared_tier(tmp_path, redis):
     other.mkdir()
     second = tune(other, TUNECACHE_REMOTE=redis)
     assert second["calls"] == 0, second
+
+
+def test_a_child_forked_while_another_thread_holds_the_adapters_locks_never_hangs(tmp_path, monkeypatch):
+    import threading
+
+    from tunecache.integrations import _common, triton as adapter
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setenv("TUNECACHE_TRITON_PATH", str(tmp_path / "tc" / "triton.tcache"))
+    adapter.store.reset()
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with adapter.store._lock, adapter._tmp_lock, _common._warned_lock:
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: every lock the other thread held must be usable here
+        try:
+            adapter.store.cache()
+            adapter._private_dir()
+            _common.warn_once("fork", "tunecache: forked")
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    release.set()
+    t.join()
+    import time
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung on a lock another thread held at the fork")
+    assert os.waitstatus_to_exitcode(status) == 0
+    adapter.store.reset()

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Iterable, Mapping
+import weakref
+from typing import Any, Callable, Iterable, Mapping
 
 log = logging.getLogger("tunecache")
 
@@ -57,6 +58,26 @@ def require(
 
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
+_stores: "weakref.WeakSet[Store]" = weakref.WeakSet()
+_fork_hooks: list[Callable[[], None]] = []
+
+
+def after_fork_in_child(hook: Callable[[], None]) -> None:
+    """Runs ``hook`` in a forked child (the adapters renew their module locks there: a lock
+    another thread held at the fork would never be released in the child)."""
+    _fork_hooks.append(hook)
+
+
+def _renew_locks() -> None:
+    global _warned_lock
+    _warned_lock = threading.Lock()
+    for store in list(_stores):
+        store._lock = threading.Lock()
+    for hook in _fork_hooks:
+        hook()
+
+
+os.register_at_fork(after_in_child=_renew_locks)
 
 
 def warn_once(what: str, message: str) -> None:
@@ -80,6 +101,7 @@ class Store:
         self._cache: Any = None
         self._lock = threading.Lock()
         self._failed = False
+        _stores.add(self)
 
     def cache(self) -> Any:
         c = self._cache

@@ -39,7 +39,7 @@ from typing import Any, Dict, Optional
 import triton
 from triton.runtime import cache as _triton_cache
 
-from ._common import Store, key_value, require, version_of, warn_once
+from ._common import Store, after_fork_in_child, key_value, require, version_of, warn_once
 
 TESTED = "3.9.0"
 _SUFFIX = ".autotune.json"
@@ -73,6 +73,14 @@ store = Store("triton", _scope)
 _tmp_lock = threading.Lock()
 _tmp_dir: Optional[str] = None
 _counter = itertools.count()
+
+
+def _renew() -> None:
+    global _tmp_lock
+    _tmp_lock = threading.Lock()
+
+
+after_fork_in_child(_renew)
 
 
 def _private_dir() -> str:

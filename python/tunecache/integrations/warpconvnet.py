@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from . import _wcn_format as fmt
-from ._common import log, require, warn_once
+from ._common import after_fork_in_child, log, require, warn_once
 
 TESTED = "1.8.2"
 APP = "warpconvnet"
@@ -69,6 +69,14 @@ def _scope() -> dict[str, Any]:
 
 _open_lock = threading.Lock()
 _open: dict[tuple[str, int], Any] = {}
+
+
+def _renew() -> None:
+    global _open_lock
+    _open_lock = threading.Lock()
+
+
+after_fork_in_child(_renew)
 
 
 def _cache_at(path: Path, schema: int) -> Any:
