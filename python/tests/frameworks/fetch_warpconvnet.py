@@ -16,6 +16,7 @@ import re
 import shutil
 import sys
 import tarfile
+import urllib.parse
 import urllib.request
 
 VERSION = "1.8.2"
@@ -74,6 +75,4 @@ def main(dest: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-    import urllib.parse  # noqa: F401 - used by sdist_url
-
     main(pathlib.Path(sys.argv[1]))

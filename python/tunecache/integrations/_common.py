@@ -181,8 +181,10 @@ def key_value(value: Any) -> Any:
     """``value`` as a canonical key or params value: floats (refused by the canonical encoding)
     and other leaves become their ``repr``; tuples become arrays; ``None`` stays only as a map
     value (absent)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        return repr(value)
     if value is None or isinstance(value, (bool, int, str)):
-        return value if not (isinstance(value, int) and not -(2**63) <= value < 2**63) else repr(value)
+        return value
     if isinstance(value, (list, tuple)):
         return [key_value(v) if v is not None else "None" for v in value]
     if isinstance(value, dict):

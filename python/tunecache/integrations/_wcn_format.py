@@ -27,7 +27,7 @@ import re
 import stat
 from typing import Any, Callable, Iterator
 
-from ._common import VALUE
+from ._common import VALUE, newest_value
 
 FILE_NAME = "benchmark_cache_generic.msgpack"
 PARAMS = "@params"
@@ -128,11 +128,10 @@ def _timing(metric: Any) -> dict:
 
 def value_of(entry: Any) -> Any:
     """The tagged value an entry holds (the inverse of :func:`candidates`)."""
+    text = newest_value(entry)
+    if text is not None:
+        return uncanon(json.loads(text))
     cands = list(entry.candidates)
-    values = [c for c in cands if c.algorithm == VALUE]
-    if values:
-        newest = max(values, key=lambda c: c.measured_at)
-        return uncanon(json.loads(newest.params["json"]))
     out = []
     for c in cands:
         metric = math.inf if c.median_ns is None else c.median_ns / 1e6

@@ -76,11 +76,20 @@ _counter = itertools.count()
 
 
 def _renew() -> None:
-    global _tmp_lock
+    # A forked child makes its own private directory: the parent's stays the parent's.
+    global _tmp_lock, _tmp_dir
     _tmp_lock = threading.Lock()
+    _tmp_dir = None
 
 
 after_fork_in_child(_renew)
+
+
+def _remove_private(path: str, owner: int) -> None:
+    """At exit: removes the private directory, only in the process that made it (a forked
+    child inherits the exit handler, not the directory)."""
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _private_dir() -> str:
@@ -88,7 +97,7 @@ def _private_dir() -> str:
     with _tmp_lock:
         if _tmp_dir is None or not os.path.isdir(_tmp_dir):
             _tmp_dir = tempfile.mkdtemp(prefix="tunecache-triton-")
-            atexit.register(shutil.rmtree, _tmp_dir, True)
+            atexit.register(_remove_private, _tmp_dir, os.getpid())
         return _tmp_dir
 
 
