@@ -9,7 +9,7 @@ use serde_json::Value;
 
 /// The layers, lowest first. A crate may depend (normally, not for tests) only on crates in
 /// lower layers.
-pub(crate) const LAYERS: [&str; 8] = [
+pub(crate) const LAYERS: [&str; 9] = [
     "cache-format",
     "cache-migrate",
     "cache-core",
@@ -18,6 +18,7 @@ pub(crate) const LAYERS: [&str; 8] = [
     "gpu-tuner",
     "cache-cli",
     "tunecache-python",
+    "tunecache-capi",
 ];
 
 /// The only crate allowed to depend on cudarc; every crate below it must not reach cudarc.

@@ -9,6 +9,8 @@
 //! - `size`: no source file over 600 lines, no function over 100 lines outside tests.
 //! - `bench-report`: the command-line costs for caches of 1k to 1M entries, side by side with
 //!   Python msgpack on the same files.
+//! - `header`, `capi`: the C header (cbindgen; `--verify` in the test command) and an install
+//!   of the C library with its pkg-config file.
 //! - `test`: the README's test command: prepares a Python environment, runs every test,
 //!   fails on a skip.
 //!
@@ -16,6 +18,7 @@
 #![allow(clippy::print_stdout, reason = "a command-line tool reports on stdout")]
 
 mod bench_report;
+mod capi;
 mod docs;
 mod golden;
 mod layering;
@@ -47,6 +50,10 @@ tasks:
   bench-report [--sizes N,N,...]  time stats, list, verify, put, export, migrate and
              import of the release binary on caches of each size (default 1k,10k,100k,1M),
              beside Python's msgpack.unpackb of the same file
+  header     [--verify] write tunecache-capi/include/tunecache.h with cbindgen (or check
+             that the checked-in one is what it would write)
+  capi       [--release] [--prefix DIR] build the C library and install its headers,
+             libraries and pkg-config file under DIR (default target/capi)
   test       [--allow-skips] [-- ARGS] prepare what the tests need (Python packages, the
              NVRTC wheel) and run the whole test suite; a skipped test fails the run";
 
@@ -58,6 +65,8 @@ fn main() -> ExitCode {
         Some("release") => release::run(&project_root()),
         Some("docs") => docs::run(&project_root()),
         Some("size") => size::run(&project_root()),
+        Some("header") => capi::header(&project_root(), &args[1..]),
+        Some("capi") => capi::install(&project_root(), &args[1..]),
         Some("test") => test::run(&project_root(), &args[1..]),
         Some("bench-report") => bench_report::run(&project_root(), &args[1..]),
         Some("bench-gen") => bench_report::generate(&args[1..]),

@@ -1,0 +1,186 @@
+//! Claims: one tuner per key. A cache with a file claims the key across threads and processes
+//! (cache-core's claim files: an `flock` per key, which also excludes the threads of one
+//! process); one without (memory only, read-only, claims folder not writable) claims it across
+//! the threads of its handle.
+
+use std::collections::HashSet;
+use std::ffi::{c_int, c_void};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use cache_core::cache_format::Fingerprint;
+use cache_core::{Claim, ClaimGuard, Namespace};
+
+use crate::fields::tc_fields;
+use crate::handle::{ns_arg, tc_cache, tc_ns};
+use crate::key::{KeyArg, bytes_arg, fields_key_arg};
+use crate::status::{Failure, TC_BUSY, TC_E_HANDLE, TC_E_NULL, TC_OK, guard};
+
+/// The keys claimed through one handle that has no file to share claims through.
+#[derive(Debug, Default)]
+pub(crate) struct LocalClaims {
+    held: Mutex<HashSet<(Namespace, Fingerprint)>>,
+    freed: Condvar,
+}
+
+impl LocalClaims {
+    /// Takes `key`, waiting at most `wait` for its holder; false if it is still held.
+    fn take(&self, key: (Namespace, Fingerprint), wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        while held.contains(&key) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            held = self
+                .freed
+                .wait_timeout(held, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        held.insert(key)
+    }
+
+    fn release(&self, key: &(Namespace, Fingerprint)) {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+        self.freed.notify_all();
+    }
+}
+
+const CLAIM_MAGIC: u64 = u64::from_be_bytes(*b"tcclaim1");
+
+/// A held claim (`tc_claim_take`); released by `tc_claim_release`, or by the process's death.
+#[derive(Debug)]
+pub struct tc_claim {
+    magic: u64,
+    held: Held,
+}
+
+#[derive(Debug)]
+enum Held {
+    File(&'static tc_cache, ClaimGuard),
+    Local(&'static tc_cache, (Namespace, Fingerprint)),
+}
+
+fn claim(
+    ns: &tc_ns,
+    key: KeyArg<'_>,
+    wait_ms: u32,
+    out: *mut *mut tc_claim,
+) -> Result<c_int, Failure> {
+    if out.is_null() {
+        return Err(Failure::new(TC_E_NULL, "out is null"));
+    }
+    // SAFETY: checked non-null; the caller gives a writable pointer.
+    unsafe { *out = std::ptr::null_mut() };
+    let cache = ns.cache.open_cache()?;
+    let fp = key.fingerprint(ns);
+    let wait = Duration::from_millis(u64::from(wait_ms));
+    let held = match cache.claim(ns.ns, &fp, wait) {
+        Claim::Held(guard) => {
+            // Another process may have recorded the key while we waited: read what it saved.
+            if let Err(e) = cache.refresh() {
+                tracing::debug!("tunecache: no refresh after a claim: {e}");
+            }
+            Held::File(ns.cache, guard)
+        }
+        Claim::Busy => return Ok(TC_BUSY),
+        Claim::Unshared => {
+            if !ns.cache.claims.take((ns.ns, fp), wait) {
+                return Ok(TC_BUSY);
+            }
+            Held::Local(ns.cache, (ns.ns, fp))
+        }
+    };
+    let boxed = Box::new(tc_claim {
+        magic: CLAIM_MAGIC,
+        held,
+    });
+    // SAFETY: as above.
+    unsafe { *out = Box::into_raw(boxed) };
+    Ok(TC_OK)
+}
+
+/// Claims the byte key at `key` in `ns` so that this caller alone measures it: `TC_OK` with
+/// the claim in `*out`, or `TC_BUSY` (and null) when another thread or process held it for
+/// longer than `wait_ms` milliseconds. Taking a claim reads what other processes saved, and
+/// releasing it saves what this one recorded; so a caller that got the claim looks the key up
+/// again before measuring: the previous holder has usually recorded it.
+///
+/// # Safety
+/// As `tc_get`; `out` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tc_claim_take(
+    ns: *const tc_ns,
+    key: *const c_void,
+    key_len: usize,
+    wait_ms: u32,
+    out: *mut *mut tc_claim,
+) -> c_int {
+    guard(|| {
+        // SAFETY: as documented.
+        let ns = unsafe { ns_arg(ns) }?;
+        // SAFETY: as documented.
+        let key = unsafe { bytes_arg(ns, key, key_len) }?;
+        claim(ns, key, wait_ms, out)
+    })
+}
+
+/// `tc_claim_take` for a key of typed fields.
+///
+/// # Safety
+/// As `tc_claim_take`; `key` a live `tc_fields`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tc_claim_take_fields(
+    ns: *const tc_ns,
+    key: *const tc_fields,
+    wait_ms: u32,
+    out: *mut *mut tc_claim,
+) -> c_int {
+    guard(|| {
+        // SAFETY: as documented.
+        let ns = unsafe { ns_arg(ns) }?;
+        // SAFETY: as documented.
+        let key = unsafe { fields_key_arg(key) }?;
+        claim(ns, key, wait_ms, out)
+    })
+}
+
+/// Saves what was recorded (bounded by the cache's flush timeout), then releases the claim
+/// (null is ignored); waiters may then take it.
+///
+/// # Safety
+/// `claim` is null or a claim from `tc_claim_take` not released yet.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tc_claim_release(claim: *mut tc_claim) -> c_int {
+    guard(|| {
+        if claim.is_null() {
+            return Ok(TC_OK);
+        }
+        // SAFETY: a live claim, as documented.
+        if unsafe { (*claim).magic } != CLAIM_MAGIC {
+            return Err(Failure::new(TC_E_HANDLE, "not a live tc_claim"));
+        }
+        // SAFETY: made by Box::into_raw in `claim`, released once.
+        let mut boxed = unsafe { Box::from_raw(claim) };
+        boxed.magic = 0;
+        match boxed.held {
+            // What the holder recorded is saved before the claim is free, so the next holder
+            // (in another process) reads it instead of measuring again.
+            Held::File(shell, guard) => {
+                if let Ok(cache) = shell.open_cache()
+                    && let Err(e) = cache_core::Store::flush(&*cache)
+                {
+                    tracing::warn!("tunecache: a claimed key's results are not saved yet: {e}");
+                }
+                drop(guard);
+            }
+            Held::Local(cache, key) => cache.claims.release(&key),
+        }
+        Ok(TC_OK)
+    })
+}
