@@ -2,7 +2,8 @@
 //!
 //! Handles are never freed: `tc_close` drops the cache inside and leaves a small closed shell,
 //! so a call through a closed handle (from any thread, at any time) is answered `TC_E_CLOSED`
-//! instead of reading freed memory. Every shell stays reachable from a global list.
+//! instead of reading freed memory. Every shell stays reachable from a global list
+//! (`crate::fork`, which also pauses their savers around a `fork()`).
 
 use std::ffi::{c_char, c_int};
 use std::io::IsTerminal as _;
@@ -17,6 +18,7 @@ use cache_remote::RemoteBuilder as _;
 
 use crate::claim::LocalClaims;
 use crate::fields::fields_arg;
+use crate::fork;
 use crate::memo::ByteMemo;
 use crate::status::{
     Failure, TC_E_ARG, TC_E_CLOSED, TC_E_HANDLE, TC_E_NULL, TC_E_STORE, TC_E_TIMEOUT, TC_OK, guard,
@@ -50,6 +52,8 @@ pub struct tc_options {
 #[derive(Debug)]
 pub struct tc_cache {
     magic: u64,
+    /// The fork generation it was opened in (`crate::fork`).
+    generation: u64,
     inner: ArcSwapOption<Cache>,
     namespaces: Mutex<Vec<&'static tc_ns>>,
     pub(crate) claims: LocalClaims,
@@ -66,14 +70,27 @@ pub struct tc_ns {
     pub(crate) memo: ByteMemo,
 }
 
-static SHELLS: Mutex<Vec<&'static tc_cache>> = Mutex::new(Vec::new());
-
 impl tc_cache {
     /// The open cache, or `TC_E_CLOSED`.
     pub(crate) fn open_cache(&self) -> Result<Arc<Cache>, Failure> {
+        if self.generation != fork::generation() {
+            return Err(Failure::new(
+                TC_E_CLOSED,
+                "the cache handle was opened before fork(): a child process opens its own",
+            ));
+        }
         self.inner
             .load_full()
             .ok_or_else(|| Failure::new(TC_E_CLOSED, "the cache handle was closed"))
+    }
+
+    /// The open cache of this process, if any (for the fork hooks).
+    pub(crate) fn current(&self) -> Option<Arc<Cache>> {
+        if self.generation == fork::generation() {
+            self.inner.load_full()
+        } else {
+            None
+        }
     }
 }
 
@@ -244,14 +261,12 @@ pub unsafe extern "C" fn tc_open(
         let cache = unsafe { build(app, schema, scope, path, options) }?;
         let shell: &'static tc_cache = Box::leak(Box::new(tc_cache {
             magic: CACHE_MAGIC,
+            generation: fork::generation(),
             inner: ArcSwapOption::from_pointee(cache),
             namespaces: Mutex::new(Vec::new()),
             claims: LocalClaims::default(),
         }));
-        SHELLS
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(shell);
+        fork::register(shell);
         // SAFETY: checked non-null; the caller gives a writable pointer.
         unsafe { *out = std::ptr::from_ref(shell).cast_mut() };
         Ok(TC_OK)
@@ -272,6 +287,11 @@ pub unsafe extern "C" fn tc_close(cache: *mut tc_cache) -> c_int {
         let Some(cache) = shell.inner.swap(None) else {
             return Ok(TC_OK);
         };
+        if shell.generation != fork::generation() {
+            // Opened by an ancestor: its saver thread is not in this process.
+            std::mem::forget(cache);
+            return Ok(TC_OK);
+        }
         if cache.health().mode != Mode::Persistent {
             // Nothing to save: it never wrote a file (it said why when it opened).
             drop(cache);

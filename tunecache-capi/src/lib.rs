@@ -23,6 +23,7 @@
 
 mod claim;
 mod fields;
+mod fork;
 mod handle;
 mod key;
 mod lookup;

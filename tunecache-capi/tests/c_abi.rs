@@ -424,3 +424,11 @@ fn the_readme_example_builds_with_pkg_config_and_finds_its_result_the_second_tim
         "cached: implicit_gemm, 1250 ns\n"
     );
 }
+
+#[test]
+fn a_child_forked_from_a_threaded_process_opens_its_own_handle_and_nothing_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "tests/c/fork.c", false);
+    let out = run(dir.path(), &exe, &["fork.tcache"]);
+    assert!(out.contains("nothing missing"), "{out}");
+}
