@@ -61,6 +61,28 @@ int main(int argc, char** argv) {
   tc_cache* memory = NULL;
   EXPECT(tc_open("app", 1, NULL, "/proc/self/status/x.tcache", NULL, &memory), TC_OK);
   EXPECT(tc_mode(memory), TC_MODE_MEMORY);
+  {
+    /* Without a file, a claim still excludes the other threads of the handle. */
+    tc_ns* mem_ns = NULL;
+    tc_claim* first = NULL;
+    tc_claim* second = NULL;
+    EXPECT(tc_namespace(memory, "claims", 0, &mem_ns), TC_OK);
+    EXPECT(tc_claim_take(mem_ns, "k", 1, 0, &first), TC_OK);
+    EXPECT(tc_claim_take(mem_ns, "k", 1, 20, &second), TC_BUSY);
+    CHECK(first != NULL && second == NULL);
+    EXPECT(tc_claim_take(mem_ns, "j", 1, 0, &second), TC_OK); /* another key is free */
+    EXPECT(tc_claim_release(second), TC_OK);
+    EXPECT(tc_claim_release(first), TC_OK);
+    EXPECT(tc_claim_take(mem_ns, "k", 1, 0, &first), TC_OK);
+    EXPECT(tc_claim_release(first), TC_OK);
+    /* A byte key longer than TC_MAX_BYTE_KEY is refused, whatever the namespace. */
+    char* huge = calloc(TC_MAX_BYTE_KEY + 1, 1);
+    tc_result hr;
+    memset(&hr, 0, sizeof hr);
+    EXPECT(tc_get(mem_ns, huge, TC_MAX_BYTE_KEY + 1, &hr), TC_E_KEY_LEN);
+    EXPECT(tc_get(mem_ns, huge, TC_MAX_BYTE_KEY, &hr), TC_MISS);
+    free(huge);
+  }
   EXPECT(tc_close(memory), TC_OK);
 
   /* Fields. */
@@ -225,6 +247,27 @@ int main(int argc, char** argv) {
   EXPECT(tc_mode(cache), TC_E_CLOSED);
   EXPECT(tc_flush(NULL, 0), TC_E_NULL);
   EXPECT(tc_close(NULL), TC_E_NULL);
+
+  /* Scopes: another cuDNN version in the same file never sees these results; the same
+   * scope does. */
+  {
+    tc_fields* newer = tc_fields_new();
+    EXPECT(tc_fields_json(newer, "{\"device\": \"NVIDIA H100 80GB HBM3\", \"sm_count\": 132, "
+                                 "\"driver\": \"560.35.03\", \"cc\": [9, 0], \"cudnn\": 90200}"),
+           TC_OK);
+    tc_cache* other = NULL;
+    tc_ns* other_ns = NULL;
+    EXPECT(tc_open("app", 1, newer, path, NULL, &other), TC_OK);
+    EXPECT(tc_namespace(other, "matmul", sizeof key, &other_ns), TC_OK);
+    memset(&r, 0, sizeof r);
+    EXPECT(tc_get(other_ns, &key, sizeof key, &r), TC_MISS);
+    EXPECT(tc_close(other), TC_OK);
+    EXPECT(tc_open("app", 1, scope, path, NULL, &other), TC_OK);
+    EXPECT(tc_namespace(other, "matmul", sizeof key, &other_ns), TC_OK);
+    EXPECT(tc_get(other_ns, &key, sizeof key, &r), TC_OK);
+    EXPECT(tc_close(other), TC_OK);
+    tc_fields_free(newer);
+  }
 
   tc_fields_free(typed);
   tc_fields_free(params);
