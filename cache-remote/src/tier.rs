@@ -276,6 +276,24 @@ pub trait RemoteBuilder: Sized {
             None => self,
         })
     }
+
+    /// The shared tier at `address`, or else the one `TUNECACHE_REMOTE` names; an address
+    /// that is not usable leaves the cache without one, with a warning (what an embedding
+    /// that must open anyway, the Python package and the C ABI, does).
+    fn remote_or_warn(self, address: Option<&str>) -> Self {
+        let remote = match address {
+            Some(address) => crate::connect(address).map(Some),
+            None => crate::from_env(),
+        };
+        match remote {
+            Ok(Some(r)) => self.remote(r),
+            Ok(None) => self,
+            Err(e) => {
+                tracing::warn!("tunecache: no shared tier: {e}");
+                self
+            }
+        }
+    }
 }
 
 impl RemoteBuilder for CacheBuilder {

@@ -123,15 +123,7 @@ impl PyCache {
         if let Some(t) = lock_timeout {
             builder = builder.lock_timeout(secs(t, "lock_timeout")?);
         }
-        let remote = match remote {
-            Some(address) => cache_remote::connect(address).map(Some),
-            None => cache_remote::from_env(),
-        };
-        match remote {
-            Ok(Some(r)) => builder = builder.remote(r),
-            Ok(None) => {}
-            Err(e) => tracing::warn!("tunecache: no shared tier: {e}"),
-        }
+        let builder = builder.remote_or_warn(remote);
         let cache = py.detach(move || builder.open());
         Ok(PyCache {
             cache: ArcSwapOption::from_pointee(cache),

@@ -205,16 +205,7 @@ unsafe fn build(
         // SAFETY: as documented.
         remote = unsafe { opt_str_arg(o.remote, "options.remote") }?;
     }
-    let remote = match remote {
-        Some(address) => cache_remote::connect(address).map(Some),
-        None => cache_remote::from_env(),
-    };
-    match remote {
-        Ok(Some(r)) => builder = builder.remote(r),
-        Ok(None) => {}
-        Err(e) => tracing::warn!("tunecache: no shared tier: {e}"),
-    }
-    Ok(builder.open())
+    Ok(builder.remote_or_warn(remote).open())
 }
 
 fn registry(app: &str, schema: u32, text: &str) -> Result<Migrations, Failure> {

@@ -56,6 +56,15 @@ int main(int argc, char** argv) {
   EXPECT(tc_open("app", 1, NULL, path, &options, &cache), TC_E_ARG);
   options.migrations_json = NULL;
   EXPECT(tc_open("app", 1, NULL, "\xff\xfe", &options, &cache), TC_E_ARG); /* not UTF-8 */
+  {
+    /* A shared tier's address that is not usable: opened without one, with a warning. */
+    tc_cache* no_remote = NULL;
+    options.remote = "nonsense://nowhere";
+    EXPECT(tc_open("app", 1, NULL, path, &options, &no_remote), TC_OK);
+    EXPECT(tc_mode(no_remote), TC_MODE_PERSISTENT);
+    EXPECT(tc_close(no_remote), TC_OK);
+    options.remote = NULL;
+  }
 
   /* An unusable location degrades to memory, with a warning. */
   tc_cache* memory = NULL;
