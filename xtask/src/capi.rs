@@ -74,20 +74,7 @@ pub(crate) fn install(root: &Path, args: &[String]) -> anyhow::Result<()> {
             ),
         }
     }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let mut build = Command::new(cargo);
-    build
-        .current_dir(root)
-        .args(["build", "--locked", "-p", CRATE]);
-    if release {
-        build.arg("--release");
-    }
-    if !build.status().context("cannot run cargo build")?.success() {
-        bail!("cargo build -p {CRATE} failed");
-    }
-    let built = root
-        .join("target")
-        .join(if release { "release" } else { "debug" });
+    let libs = build_libraries(root, release)?;
     let (include, lib) = (prefix.join("include"), prefix.join("lib"));
     let pkgconfig = lib.join("pkgconfig");
     for dir in [&include, &pkgconfig] {
@@ -99,8 +86,11 @@ pub(crate) fn install(root: &Path, args: &[String]) -> anyhow::Result<()> {
             &include.join(name),
         )?;
     }
-    for name in ["libtunecache.a", "libtunecache.so"] {
-        copy(&built.join(name), &lib.join(name))?;
+    for built in &libs {
+        let name = built
+            .file_name()
+            .context("a library path has a file name")?;
+        copy(built, &lib.join(name))?;
     }
     let prefix = std::path::absolute(&prefix)?;
     let pc = format!(
@@ -118,6 +108,42 @@ pub(crate) fn install(root: &Path, args: &[String]) -> anyhow::Result<()> {
         pkgconfig.display()
     );
     Ok(())
+}
+
+/// Builds the crate's libraries; returns `libtunecache.a` and `libtunecache.so` wherever the
+/// target directory is (cargo says, in its JSON messages).
+fn build_libraries(root: &Path, release: bool) -> anyhow::Result<Vec<PathBuf>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut build = Command::new(cargo);
+    build.current_dir(root).args([
+        "build",
+        "--locked",
+        "-p",
+        CRATE,
+        "--message-format=json-render-diagnostics",
+    ]);
+    if release {
+        build.arg("--release");
+    }
+    let out = build
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("cannot run cargo build")?;
+    if !out.status.success() {
+        bail!("cargo build -p {CRATE} failed");
+    }
+    let libs: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "tunecache")
+        .flat_map(|m| m["filenames"].as_array().cloned().unwrap_or_default())
+        .filter_map(|f| f.as_str().map(PathBuf::from))
+        .filter(|f| f.extension().is_some_and(|e| e == "a" || e == "so"))
+        .collect();
+    if libs.len() != 2 {
+        bail!("cargo built {libs:?}, not libtunecache.a and libtunecache.so");
+    }
+    Ok(libs)
 }
 
 fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
