@@ -57,7 +57,7 @@ pub use record::{
     write_new_cache,
 };
 pub use store::Store;
-pub use tier::{Fill, Tier, TierContext, TierHealth, TierLink, TierSource};
+pub use tier::{Fill, FleetClaim, FleetLease, Tier, TierContext, TierHealth, TierLink, TierSource};
 
 /// The file primitives every part of tunecache writes and locks with (the output cache, the
 /// CLI's bundle writer, the artifact store): one atomic write, one lock.

@@ -52,6 +52,20 @@ pub trait Tier: Send + Sync + fmt::Debug {
         let _ = keys;
     }
 
+    /// Fleet coordination before this cache measures a key that neither it nor any tier has
+    /// (cache-remote's shared tier: a lease per key, see [`FleetClaim`]); `this` is this tier,
+    /// for a guard that outlives the call. `None`: this tier does not coordinate.
+    fn fleet_claim(
+        &self,
+        this: &Arc<dyn Tier>,
+        ns: Namespace,
+        fp: &Fingerprint,
+        wait: Duration,
+    ) -> Option<FleetClaim> {
+        let _ = (this, ns, fp, wait);
+        None
+    }
+
     /// Its counters and state.
     fn health(&self) -> TierHealth;
 
@@ -61,6 +75,34 @@ pub trait Tier: Send + Sync + fmt::Debug {
 
     /// For callers that know the concrete type (cache-remote's extension methods).
     fn as_any(&self) -> &dyn Any;
+}
+
+/// What [`crate::Cache::fleet_claim`] gives: whether this process measures a key for every
+/// process sharing a tier, or another did.
+#[derive(Debug)]
+pub enum FleetClaim {
+    /// This process measures the key for the fleet. What the tier already held for it is in
+    /// the cache now (look again before measuring). Finish the lease once the results are
+    /// recorded: it publishes them, then lets the others go on.
+    Lead(Box<dyn FleetLease>),
+    /// Another process published the key while this one waited: its entry is in the cache.
+    Published {
+        /// Who measured it.
+        by: String,
+    },
+    /// No coordination for this key: measure it here. Why (no tier coordinates, read-only,
+    /// the server unavailable, a lease tunecache did not write, the wait ran out).
+    Alone(String),
+}
+
+/// A key held for the fleet ([`FleetClaim::Lead`]); dropping it lets the others go on.
+pub trait FleetLease: Send + fmt::Debug {
+    /// Whether it was lost while held (expired, or taken by another): the fleet may measure
+    /// the key twice.
+    fn lost(&self) -> bool;
+
+    /// Publishes what the cache recorded (waiting at most `timeout`), then lets it go.
+    fn finish(self: Box<Self>, timeout: Duration) -> Result<(), String>;
 }
 
 /// What a [`crate::Cache`] does with an entry a tier returned.

@@ -37,6 +37,12 @@ pub struct RemoteHealth {
     pub conflicts: u64,
     /// Entries waiting to be published.
     pub pending: usize,
+    /// Fleet leases taken: keys this process measured for the fleet.
+    pub leases: u64,
+    /// Keys this process found leased by another and waited for.
+    pub lease_waits: u64,
+    /// Leases taken after waiting (the holder finished without the key, or died).
+    pub takeovers: u64,
     /// The breaker.
     pub breaker: BreakerState,
     /// Whether writes are paused because the server was full.
@@ -56,6 +62,9 @@ impl RemoteHealth {
             ("unchanged".to_owned(), self.unchanged),
             ("conflicts".to_owned(), self.conflicts),
             ("pending".to_owned(), self.pending as u64),
+            ("leases".to_owned(), self.leases),
+            ("lease waits".to_owned(), self.lease_waits),
+            ("takeovers".to_owned(), self.takeovers),
         ]);
         for (why, n) in &self.rejected {
             counters.insert(format!("rejected: {why}"), *n);
@@ -79,6 +88,9 @@ pub(crate) struct Counters {
     pub(crate) published: AtomicU64,
     pub(crate) unchanged: AtomicU64,
     pub(crate) conflicts: AtomicU64,
+    pub(crate) leases: AtomicU64,
+    pub(crate) lease_waits: AtomicU64,
+    pub(crate) takeovers: AtomicU64,
     pub(crate) rejected: Mutex<BTreeMap<&'static str, u64>>,
 }
 

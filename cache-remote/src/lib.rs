@@ -26,8 +26,10 @@
 #![deny(missing_docs)]
 
 mod breaker;
+mod fleet;
 mod health;
 mod layout;
+mod lease;
 #[cfg(feature = "testing")]
 mod memory;
 mod options;
@@ -41,8 +43,10 @@ mod tier;
 mod value;
 
 pub use breaker::BreakerState;
+pub use fleet::LeaseGuard;
 pub use health::RemoteHealth;
 pub use layout::{KEY_SALT, remote_key};
+pub use lease::{LeaseOp, LeaseReply, lease_key};
 #[cfg(feature = "testing")]
 pub use memory::MemoryRemote;
 pub use options::{ENV_REMOTE_MODE, ENV_REMOTE_TIMEOUT_MS, RemoteMode, RemoteOptions};

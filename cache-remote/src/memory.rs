@@ -153,6 +153,52 @@ impl Remote for MemoryRemote {
         Ok(())
     }
 
+    fn lease(
+        &self,
+        key: &str,
+        op: crate::LeaseOp<'_>,
+        _deadline: Instant,
+    ) -> Result<crate::LeaseReply, RemoteError> {
+        use crate::{LeaseOp, LeaseReply};
+        self.check()?;
+        self.commands.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let mut map = self.map_lock(&self.map);
+        let current = map
+            .get(key)
+            .filter(|(_, exp)| exp.is_none_or(|e| e > now))
+            .cloned();
+        let (op_value, ttl) = match op {
+            LeaseOp::Acquire { value, ttl } | LeaseOp::Renew { value, ttl } => (value, Some(ttl)),
+            LeaseOp::Release { value } => (value, None),
+            LeaseOp::Peek => (&[][..], None),
+        };
+        Ok(match current {
+            None if matches!(op, LeaseOp::Acquire { .. }) => {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+                map.insert(key.to_owned(), (op_value.to_vec(), ttl.map(|t| now + t)));
+                LeaseReply::Done
+            }
+            None => LeaseReply::Absent,
+            Some((value, _)) if value == op_value && !matches!(op, LeaseOp::Peek) => {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+                match ttl {
+                    Some(t) => {
+                        map.insert(key.to_owned(), (value, Some(now + t)));
+                    }
+                    None => {
+                        map.remove(key);
+                    }
+                }
+                LeaseReply::Done
+            }
+            Some((value, exp)) => LeaseReply::Held {
+                value,
+                ttl: exp.map(|e| e.saturating_duration_since(now)),
+            },
+        })
+    }
+
     fn scan(&self, pattern: &str, _deadline: Instant) -> Result<Vec<String>, RemoteError> {
         self.check()?;
         self.commands.fetch_add(1, Ordering::Relaxed);

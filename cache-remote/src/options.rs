@@ -65,6 +65,10 @@ pub struct RemoteOptions {
     pub negative_ttl: Duration,
     /// How long a full server is left alone for writes (default 60 s).
     pub full_cooldown: Duration,
+    /// A fleet lease's time to live, renewed every third of it while its holder measures: how
+    /// long the fleet waits for a holder that died (default 10 s; `None`: no leases, every
+    /// process measures its own misses).
+    pub lease_ttl: Option<Duration>,
 }
 
 impl Default for RemoteOptions {
@@ -78,6 +82,7 @@ impl Default for RemoteOptions {
             min_samples: 1,
             negative_ttl: Duration::from_secs(30),
             full_cooldown: Duration::from_secs(60),
+            lease_ttl: Some(Duration::from_secs(10)),
         }
     }
 }

@@ -208,6 +208,9 @@ impl Policy {
             unchanged: Counters::get(&c.unchanged),
             conflicts: Counters::get(&c.conflicts),
             pending,
+            leases: Counters::get(&c.leases),
+            lease_waits: Counters::get(&c.lease_waits),
+            takeovers: Counters::get(&c.takeovers),
             breaker,
             full: self.full(),
         }

@@ -33,6 +33,20 @@ pub trait Remote: Send + Sync + fmt::Debug {
     /// One round trip that changes nothing, to check the connection.
     fn ping(&self, deadline: Instant) -> Result<(), RemoteError>;
 
+    /// One lease operation on the lease key `key` (see [`crate::LeaseOp`]), atomic on the
+    /// server, in one round trip. A backend without leases refuses.
+    fn lease(
+        &self,
+        key: &str,
+        op: crate::LeaseOp<'_>,
+        deadline: Instant,
+    ) -> Result<crate::LeaseReply, RemoteError> {
+        let _ = (key, op, deadline);
+        Err(RemoteError::Refused(
+            "this shared store has no leases".to_owned(),
+        ))
+    }
+
     /// The keys matching `pattern` (a glob where only `*` is special), for tools that pull or
     /// count (`tunecache remote`); never on a cache's path. A backend that cannot list keys
     /// refuses.

@@ -49,6 +49,10 @@ impl CacheTier {
         &self.link
     }
 
+    pub(crate) fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
     /// Publishes entries of the cache's scope within the publish budget.
     pub(crate) fn publish(&self, entries: Vec<(Namespace, Entry)>, force: bool) -> PublishOutcome {
         let deadline = Instant::now() + self.policy.options.publish_budget;
@@ -175,6 +179,16 @@ impl Tier for CacheTier {
         if self.policy.writes() {
             self.publisher.queue(keys);
         }
+    }
+
+    fn fleet_claim(
+        &self,
+        this: &Arc<dyn Tier>,
+        ns: Namespace,
+        fp: &Fingerprint,
+        wait: Duration,
+    ) -> Option<cache_core::FleetClaim> {
+        Some(CacheTier::fleet_claim(self, Arc::clone(this), ns, fp, wait))
     }
 
     fn health(&self) -> TierHealth {

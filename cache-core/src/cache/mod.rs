@@ -374,6 +374,22 @@ impl Cache {
         imported
     }
 
+    /// Before measuring a key of `ns` that neither this cache nor any tier has: the first
+    /// tier that coordinates a fleet (cache-remote's shared tier) takes the key's lease or
+    /// waits at most `wait` for the process that holds it (see [`crate::FleetClaim`]).
+    /// Without such a tier: `Alone`.
+    pub fn fleet_claim(
+        &self,
+        ns: Namespace,
+        fp: &Fingerprint,
+        wait: Duration,
+    ) -> crate::FleetClaim {
+        self.tiers()
+            .iter()
+            .find_map(|t| t.fleet_claim(t, ns, fp, wait))
+            .unwrap_or_else(|| crate::FleetClaim::Alone("no tier coordinates a fleet".to_owned()))
+    }
+
     /// Flushes, then stops the saver. Equivalent to dropping, but reports the outcome.
     pub fn close(mut self) -> Result<(), StoreError> {
         let result = self.flush_inner(self.shared.timings.flush_timeout);

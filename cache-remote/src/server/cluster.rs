@@ -121,6 +121,17 @@ impl Remote for RedisClusterRemote {
         reply::swapped(groups, swaps.len())
     }
 
+    fn lease(
+        &self,
+        key: &str,
+        op: crate::LeaseOp<'_>,
+        deadline: Instant,
+    ) -> Result<crate::LeaseReply, RemoteError> {
+        let cmd = crate::lease::command(key, &op);
+        let reply: redis::Value = self.run(deadline, 1, |c| cmd.query(c))?;
+        crate::lease::reply_of(Some(&reply))
+    }
+
     fn ping(&self, deadline: Instant) -> Result<(), RemoteError> {
         reply::pong(self.run(deadline, 1, |c| redis::cmd("PING").query(c))?)
     }

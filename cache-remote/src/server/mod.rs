@@ -22,6 +22,11 @@ mod single;
 pub use cluster::RedisClusterRemote;
 pub use single::RedisRemote;
 
+/// A server's error reply (`Value::ServerError`) as a [`crate::RemoteError`].
+pub(crate) fn classify_server_error(e: &redis::ServerError) -> crate::RemoteError {
+    reply::classify(&redis::RedisError::from(e.clone()))
+}
+
 use crate::store::Remote;
 
 /// The environment variable that names the server: `redis://[user:password@]host:port/db`,

@@ -164,6 +164,19 @@ impl Remote for RedisRemote {
         })
     }
 
+    fn lease(
+        &self,
+        key: &str,
+        op: crate::LeaseOp<'_>,
+        deadline: Instant,
+    ) -> Result<crate::LeaseReply, RemoteError> {
+        let cmd = crate::lease::command(key, &op);
+        let replies = self.run(deadline, |c| {
+            bounded(c, std::slice::from_ref(&cmd), deadline)
+        })?;
+        crate::lease::reply_of(replies.first())
+    }
+
     fn ping(&self, deadline: Instant) -> Result<(), RemoteError> {
         reply::pong(self.run(deadline, |c| redis::cmd("PING").query(c))?)
     }

@@ -7,6 +7,7 @@
 //! a read-only cache send, crafted values, and real faults).
 
 mod faults;
+mod leases;
 mod policy;
 mod sharing;
 

@@ -1,0 +1,282 @@
+//! Fleet-wide single flight: before a process measures a key the shared tier lacks, it takes
+//! the key's lease (`crate::lease`); the others wait (bounded) for the entry it publishes and
+//! take it as a hit. A leader that dies lets its lease expire and another takes over; a server
+//! that is frozen or unreachable costs each call at most the tier's budget, then the breaker
+//! keeps it off the path and every process tunes locally, as without a shared tier.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cache_core::{FleetClaim, FleetLease, Namespace, Tier};
+use cache_format::{Fingerprint, Origin};
+
+use crate::health::Counters;
+use crate::lease::{self, LeaseOp, LeaseReply};
+use crate::store::Remote;
+use crate::tier::CacheTier;
+use crate::value::Expect;
+
+/// The longest pause between two looks at a key another process is measuring.
+const MAX_POLL: Duration = Duration::from_millis(200);
+
+/// Set to stop a renewer thread, which waits on it between renewals.
+type StopSignal = (Mutex<bool>, Condvar);
+
+/// A held lease: renewed by a thread of its own until finished or dropped.
+pub struct LeaseGuard {
+    remote: Arc<dyn Remote>,
+    tier: Arc<dyn Tier>,
+    key: String,
+    value: Vec<u8>,
+    budget: Duration,
+    lost: Arc<AtomicBool>,
+    renewer: Option<(Arc<StopSignal>, JoinHandle<()>)>,
+}
+
+impl std::fmt::Debug for LeaseGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseGuard")
+            .field("key", &self.key)
+            .field("lost", &self.lost.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl FleetLease for LeaseGuard {
+    fn lost(&self) -> bool {
+        self.lost.load(Ordering::Relaxed)
+    }
+
+    /// Publishes what this cache recorded (waiting at most `timeout`), then releases the
+    /// lease (on drop), so the processes waiting find the entry the moment they may take the
+    /// key.
+    fn finish(self: Box<Self>, timeout: Duration) -> Result<(), String> {
+        match self.tier.as_any().downcast_ref::<CacheTier>() {
+            Some(tier) => tier
+                .publisher()
+                .publish_within(timeout)
+                .map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl LeaseGuard {
+    fn stop_renewing(&mut self) {
+        if let Some((stop, thread)) = self.renewer.take() {
+            *crate::lock(&stop.0) = true;
+            stop.1.notify_all();
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        self.stop_renewing();
+        let deadline = Instant::now() + self.budget;
+        // Compared on the server: a lease that expired and was taken by another is left alone.
+        let _ = self
+            .remote
+            .lease(&self.key, LeaseOp::Release { value: &self.value }, deadline);
+    }
+}
+
+/// Renews the lease every third of its time to live until told to stop; marks it lost when a
+/// renewal finds it gone or held by another.
+fn renew(
+    remote: Arc<dyn Remote>,
+    key: String,
+    value: Vec<u8>,
+    ttl: Duration,
+    budget: Duration,
+    lost: Arc<AtomicBool>,
+    stop: Arc<StopSignal>,
+) {
+    let every = ttl / 3;
+    let mut stopped = crate::lock(&stop.0);
+    loop {
+        stopped = stop
+            .1
+            .wait_timeout(stopped, every)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0;
+        if *stopped {
+            return;
+        }
+        let deadline = Instant::now() + budget;
+        match remote.lease(&key, LeaseOp::Renew { value: &value, ttl }, deadline) {
+            Ok(LeaseReply::Done) => {}
+            Ok(_) => {
+                lost.store(true, Ordering::Relaxed);
+                tracing::warn!(
+                    "tunecache: the lease on {key} was lost while measuring (it expired or \
+                     another process holds it): the fleet may measure this key twice"
+                );
+                return;
+            }
+            // A failed renewal is tried again; the lease may expire meanwhile.
+            Err(_) => {}
+        }
+    }
+}
+
+impl CacheTier {
+    /// See [`Tier::fleet_claim`].
+    pub(crate) fn fleet_claim(
+        &self,
+        tier: Arc<dyn Tier>,
+        ns: Namespace,
+        fp: &Fingerprint,
+        wait: Duration,
+    ) -> FleetClaim {
+        let policy = self.policy();
+        let options = &policy.options;
+        let Some(ttl) = options.lease_ttl else {
+            return FleetClaim::Alone("fleet leases are off".to_owned());
+        };
+        if !policy.writes() {
+            return FleetClaim::Alone("the shared tier is read-only here".to_owned());
+        }
+        let entry_key = policy.layout.key(self.scope(), ns.name(), fp);
+        let key = lease::lease_key(&entry_key);
+        let value = lease::new_value();
+        let give_up = Instant::now() + wait;
+        // The entry as the server held it when this process started waiting: a change is the
+        // holder's publication.
+        let mut before: Option<Option<Vec<u8>>> = None;
+        let mut pause = Duration::from_millis(10);
+        let mut waited = false;
+        let mut seen_holder = String::new();
+        loop {
+            if let (Some(seen), Some(now)) = (
+                &before,
+                waited.then(|| self.read_entry(&entry_key)).flatten(),
+            ) && *seen != now
+            {
+                if let Some(bytes) = &now
+                    && self.absorb(ns, fp, bytes)
+                {
+                    return FleetClaim::Published { by: seen_holder };
+                }
+                before = Some(now);
+            }
+            if !policy.allow(options.budget) {
+                return FleetClaim::Alone("the shared tier is unavailable".to_owned());
+            }
+            let deadline = Instant::now() + options.budget;
+            let reply =
+                policy
+                    .remote
+                    .lease(&key, LeaseOp::Acquire { value: &value, ttl }, deadline);
+            policy.outcome(&reply);
+            let holder = match reply {
+                Err(e) => return FleetClaim::Alone(format!("no lease: {e}")),
+                Ok(LeaseReply::Done) => {
+                    Counters::bump(&policy.counters.leases, 1);
+                    if waited {
+                        Counters::bump(&policy.counters.takeovers, 1);
+                    }
+                    // What the server holds now (a leader may have finished just before).
+                    if let Some(Some(bytes)) = self.read_entry(&entry_key) {
+                        self.absorb(ns, fp, &bytes);
+                    }
+                    let guard = self.guard(tier, key, value, ttl);
+                    return FleetClaim::Lead(Box::new(guard));
+                }
+                Ok(LeaseReply::Foreign(kind)) => {
+                    policy.reject("lease: foreign");
+                    return FleetClaim::Alone(format!(
+                        "{key} holds a {kind}, not a tunecache lease: left alone"
+                    ));
+                }
+                Ok(LeaseReply::Absent) => continue,
+                Ok(LeaseReply::Held {
+                    value: held,
+                    ttl: left,
+                }) => {
+                    let never_ends = left.is_none_or(|l| l > ttl.max(Duration::from_secs(600)));
+                    if !lease::is_ours(&held) || never_ends {
+                        policy.reject("lease: foreign");
+                        return FleetClaim::Alone(format!(
+                            "{key} holds a value tunecache did not write (or one that never \
+                             expires): not trusted, left alone"
+                        ));
+                    }
+                    lease::holder(&held)
+                }
+            };
+            if !waited {
+                waited = true;
+                Counters::bump(&policy.counters.lease_waits, 1);
+            }
+            seen_holder.clone_from(&holder);
+            if before.is_none() {
+                before = self.read_entry(&entry_key);
+            }
+            let left = give_up.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return FleetClaim::Alone(format!(
+                    "waited {wait:?} for {holder}, which is still measuring this key"
+                ));
+            }
+            std::thread::sleep(pause.min(left));
+            pause = (pause * 2).min(MAX_POLL);
+        }
+    }
+
+    /// The entry key's value as the server holds it now (`Some(None)`: absent; `None`: the
+    /// read failed).
+    fn read_entry(&self, entry_key: &str) -> Option<Option<Vec<u8>>> {
+        let policy = self.policy();
+        let deadline = Instant::now() + policy.options.budget;
+        let read = policy
+            .remote
+            .get_many(&[entry_key.to_owned()], policy.read(None), deadline);
+        policy.outcome(&read);
+        read.ok()?.into_iter().next()
+    }
+
+    /// Checks a value read for `(ns, fp)` and keeps it in the cache; whether it was usable.
+    fn absorb(&self, ns: Namespace, fp: &Fingerprint, bytes: &[u8]) -> bool {
+        let policy = self.policy();
+        let scope_fp = self.scope().fingerprint();
+        let expect = Expect {
+            scope: &scope_fp,
+            ns: ns.name(),
+            fp,
+        };
+        let Some((_, mut entry)) = policy.check(bytes, expect) else {
+            return false;
+        };
+        entry.set_origin(Origin::Remote(policy.describe.clone()));
+        self.link().absorb(vec![(ns, entry)]);
+        true
+    }
+
+    fn guard(&self, tier: Arc<dyn Tier>, key: String, value: Vec<u8>, ttl: Duration) -> LeaseGuard {
+        let policy = self.policy();
+        let lost = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let renewer = {
+            let (remote, key, value) = (Arc::clone(&policy.remote), key.clone(), value.clone());
+            let (budget, lost, stop) =
+                (policy.options.budget, Arc::clone(&lost), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name("tunecache-lease".to_owned())
+                .spawn(move || renew(remote, key, value, ttl, budget, lost, stop))
+                .ok()
+        };
+        LeaseGuard {
+            remote: Arc::clone(&policy.remote),
+            tier,
+            key,
+            value,
+            budget: policy.options.budget,
+            lost,
+            renewer: renewer.map(|thread| (stop, thread)),
+        }
+    }
+}
