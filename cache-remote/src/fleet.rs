@@ -175,16 +175,7 @@ impl CacheTier {
             let holder = match reply {
                 Err(e) => return FleetClaim::Alone(format!("no lease: {e}")),
                 Ok(LeaseReply::Done) => {
-                    Counters::bump(&policy.counters.leases, 1);
-                    if waited {
-                        Counters::bump(&policy.counters.takeovers, 1);
-                    }
-                    // What the server holds now (a leader may have finished just before).
-                    if let Some(Some(bytes)) = self.read_entry(&entry_key) {
-                        self.absorb(ns, fp, &bytes);
-                    }
-                    let guard = self.guard(tier, key, value, ttl);
-                    return FleetClaim::Lead(Box::new(guard));
+                    return self.lead(tier, (ns, fp, &entry_key), key, value, ttl, waited);
                 }
                 Ok(LeaseReply::Foreign(kind)) => {
                     policy.reject("lease: foreign");
@@ -196,17 +187,10 @@ impl CacheTier {
                 Ok(LeaseReply::Held {
                     value: held,
                     ttl: left,
-                }) => {
-                    let never_ends = left.is_none_or(|l| l > ttl.max(Duration::from_secs(600)));
-                    if !lease::is_ours(&held) || never_ends {
-                        policy.reject("lease: foreign");
-                        return FleetClaim::Alone(format!(
-                            "{key} holds a value tunecache did not write (or one that never \
-                             expires): not trusted, left alone"
-                        ));
-                    }
-                    lease::holder(&held)
-                }
+                }) => match self.trusted_holder(&key, &held, left, ttl) {
+                    Ok(holder) => holder,
+                    Err(alone) => return alone,
+                },
             };
             if !waited {
                 waited = true;
@@ -225,6 +209,48 @@ impl CacheTier {
             std::thread::sleep(pause.min(left));
             pause = (pause * 2).min(MAX_POLL);
         }
+    }
+
+    /// The lease is this process's: what the server holds for the key now is kept in the
+    /// cache (a leader may have finished just before), and a guard starts renewing it.
+    fn lead(
+        &self,
+        tier: Arc<dyn Tier>,
+        (ns, fp, entry_key): (Namespace, &Fingerprint, &str),
+        key: String,
+        value: Vec<u8>,
+        ttl: Duration,
+        waited: bool,
+    ) -> FleetClaim {
+        let counters = &self.policy().counters;
+        Counters::bump(&counters.leases, 1);
+        if waited {
+            Counters::bump(&counters.takeovers, 1);
+        }
+        if let Some(Some(bytes)) = self.read_entry(entry_key) {
+            self.absorb(ns, fp, &bytes);
+        }
+        FleetClaim::Lead(Box::new(self.guard(tier, key, value, ttl)))
+    }
+
+    /// Who holds the lease, if it is one tunecache wrote that expires: a value of another form,
+    /// or one that never ends (no time to live, or more than ten minutes), is not trusted.
+    fn trusted_holder(
+        &self,
+        key: &str,
+        held: &[u8],
+        left: Option<Duration>,
+        ttl: Duration,
+    ) -> Result<String, FleetClaim> {
+        let never_ends = left.is_none_or(|l| l > ttl.max(Duration::from_secs(600)));
+        if !lease::is_ours(held) || never_ends {
+            self.policy().reject("lease: foreign");
+            return Err(FleetClaim::Alone(format!(
+                "{key} holds a value tunecache did not write (or one that never expires): not \
+                 trusted, left alone"
+            )));
+        }
+        Ok(lease::holder(held))
     }
 
     /// The entry key's value as the server holds it now (`Some(None)`: absent; `None`: the
