@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use cache_core::cache_format::{
     Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, now_millis,
 };
-use cache_core::{Claim, Store};
+use cache_core::{Claim, FleetClaim, FleetLease, Store};
 
 use super::plan::{self, Known, Plan, ranked_current};
 use super::{Choice, MissPolicy, Progress, TuneError, TunedInner, lock};
@@ -108,6 +108,9 @@ impl<O: Operation> TunedInner<O> {
         {
             return self.fallback(key, "another process is still tuning this key");
         }
+        // A key that is measured now is leased across the processes sharing a tier: one of
+        // them measures it, the others take its entry.
+        let (plan, lease) = self.fleet(&ckey, &current, set, plan, policy);
         let choice = match plan {
             Plan::Use(entry) => self.reuse(key, &ckey, &current, set, entry),
             Plan::Measure { entry, list } => self.tune(key, &ckey, &current, set, entry, list),
@@ -121,8 +124,65 @@ impl<O: Operation> TunedInner<O> {
                 }
             },
         };
+        if let Some(lease) = lease {
+            // Published before the lease goes, so the processes waiting find the entry.
+            if let Err(e) = lease.finish(self.config.wait) {
+                tracing::debug!("tunecache: {}: not published yet: {e}", self.namespace());
+            }
+        }
         drop(claim);
         choice
+    }
+
+    /// Takes the key's fleet lease before measuring it, or waits (at most the operation's
+    /// `wait`) for the process that holds it and uses what it published. Returns the plan to
+    /// follow and the lease to finish once the key is recorded, if this process measures it
+    /// for the fleet. Without a tier that coordinates, the plan as it was.
+    fn fleet(
+        &self,
+        ckey: &Key,
+        current: &[CandidateId],
+        set: Fingerprint,
+        plan: Plan,
+        policy: &MissPolicy,
+    ) -> (Plan, Option<Box<dyn FleetLease>>) {
+        let measures_now = match &plan {
+            Plan::Use(_) => false,
+            Plan::Measure { .. } => true,
+            Plan::Miss => matches!(policy, MissPolicy::TuneNow),
+        };
+        if !measures_now {
+            return (plan, None);
+        }
+        let fp = ckey.fingerprint();
+        let give_up = Instant::now() + self.config.wait;
+        let mut plan = plan;
+        loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            match self.cache().fleet_claim(self.ns, &fp, left) {
+                FleetClaim::Lead(lease) => {
+                    // What the server held is in the cache now: it may be enough.
+                    let plan = self.plan(ckey, current, set);
+                    let lease = (!matches!(plan, Plan::Use(_))).then_some(lease);
+                    return (plan, lease);
+                }
+                FleetClaim::Published { by } => {
+                    plan = self.plan(ckey, current, set);
+                    if matches!(plan, Plan::Use(_)) || left.is_zero() {
+                        return (plan, None);
+                    }
+                    tracing::debug!(
+                        "tunecache: {}: {by} published this key without what this process \
+                         needs; asking again",
+                        self.namespace()
+                    );
+                }
+                FleetClaim::Alone(why) => {
+                    tracing::debug!("tunecache: {}: measuring here: {why}", self.namespace());
+                    return (plan, None);
+                }
+            }
+        }
     }
 
     /// A complete entry from the cache: chosen from, after the remote policy for an entry

@@ -28,6 +28,7 @@ fn child_process_entry() {
         "tune-one" => tune_one(path, args[0].parse().expect("micros")),
         "tune-slow" => tune_slow(path),
         "cpu-workload" => cpu_workload(path),
+        "fleet" => crate::fleet::child(path, args),
         other => panic!("unknown child role {other}"),
     }
 }

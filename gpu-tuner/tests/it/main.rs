@@ -5,6 +5,7 @@
 mod children;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod fleet;
 mod processes;
 mod shared;
 mod support;
