@@ -49,7 +49,9 @@ pub use layout::{KEY_SALT, remote_key};
 pub use lease::{LeaseOp, LeaseReply, lease_key};
 #[cfg(feature = "testing")]
 pub use memory::MemoryRemote;
-pub use options::{ENV_REMOTE_MODE, ENV_REMOTE_TIMEOUT_MS, RemoteMode, RemoteOptions};
+pub use options::{
+    ENV_REMOTE_LEASE_MS, ENV_REMOTE_MODE, ENV_REMOTE_TIMEOUT_MS, RemoteMode, RemoteOptions,
+};
 #[cfg(feature = "cluster")]
 pub use server::RedisClusterRemote;
 pub use server::{ConfigError, ENV_REMOTE, ENV_REMOTE_CA, RedisRemote, connect, from_env, redact};

@@ -9,6 +9,9 @@ pub const ENV_REMOTE_MODE: &str = "TUNECACHE_REMOTE_MODE";
 /// The shared tier's read budget in milliseconds.
 pub const ENV_REMOTE_TIMEOUT_MS: &str = "TUNECACHE_REMOTE_TIMEOUT_MS";
 
+/// The fleet lease's time to live in milliseconds (100 to 600000), or 0 for no leases.
+pub const ENV_REMOTE_LEASE_MS: &str = "TUNECACHE_REMOTE_LEASE_MS";
+
 /// What a cache does with its remote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RemoteMode {
@@ -88,7 +91,8 @@ impl Default for RemoteOptions {
 }
 
 impl RemoteOptions {
-    /// These options with `TUNECACHE_REMOTE_MODE` and `TUNECACHE_REMOTE_TIMEOUT_MS` applied,
+    /// These options with `TUNECACHE_REMOTE_MODE`, `TUNECACHE_REMOTE_TIMEOUT_MS` and
+    /// `TUNECACHE_REMOTE_LEASE_MS` applied,
     /// as `env` reads them; the strings are warnings about values that were ignored.
     pub fn with_env(mut self, env: impl Fn(&str) -> Option<String>) -> (Self, Vec<String>) {
         let mut warnings = Vec::new();
@@ -105,6 +109,18 @@ impl RemoteOptions {
                 }
                 _ => warnings.push(format!(
                     "ignoring {ENV_REMOTE_TIMEOUT_MS}={v:?}: expected milliseconds from 1 to 60000"
+                )),
+            }
+        }
+        if let Some(v) = env(ENV_REMOTE_LEASE_MS).filter(|v| !v.trim().is_empty()) {
+            match v.trim().parse::<u64>() {
+                Ok(0) => self.lease_ttl = None,
+                Ok(ms) if (100..=600_000).contains(&ms) => {
+                    self.lease_ttl = Some(Duration::from_millis(ms));
+                }
+                _ => warnings.push(format!(
+                    "ignoring {ENV_REMOTE_LEASE_MS}={v:?}: expected 0 (no leases) or milliseconds \
+                     from 100 to 600000"
                 )),
             }
         }
@@ -161,5 +177,23 @@ mod tests {
             (RemoteMode::ReadWrite, Duration::from_millis(50))
         );
         assert_eq!(w.len(), 2, "{w:?}");
+    }
+
+    #[test]
+    fn the_environment_sets_or_turns_off_fleet_leases() {
+        let with = |v: &'static str| {
+            RemoteOptions::default()
+                .with_env(move |n| (n == ENV_REMOTE_LEASE_MS).then(|| v.to_owned()))
+        };
+        assert_eq!(with("0").0.lease_ttl, None);
+        assert_eq!(with("2500").0.lease_ttl, Some(Duration::from_millis(2500)));
+        for bad in ["50", "forever", "-1", "600001"] {
+            let (o, w) = with(bad);
+            assert_eq!(
+                (o.lease_ttl, w.len()),
+                (Some(Duration::from_secs(10)), 1),
+                "{bad}"
+            );
+        }
     }
 }

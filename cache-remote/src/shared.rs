@@ -118,6 +118,27 @@ impl SharedTier {
         self.all_keys(Instant::now() + timeout).map(|k| k.len())
     }
 
+    /// The fleet leases of this application and schema held now, as (lease key, holder);
+    /// lease keys holding something tunecache did not write are left out.
+    pub fn leases(&self, timeout: Duration) -> Result<Vec<(String, String)>, RemoteError> {
+        let deadline = Instant::now() + timeout;
+        let pattern = format!("{{{}*}}:lease", self.policy.layout.prefix());
+        let mut held = Vec::new();
+        for key in self.policy.scan(&pattern, deadline)? {
+            let peek = self
+                .policy
+                .remote
+                .lease(&key, crate::LeaseOp::Peek, deadline);
+            self.policy.outcome(&peek);
+            if let crate::LeaseReply::Held { value, .. } = peek?
+                && crate::lease::is_ours(&value)
+            {
+                held.push((key, crate::lease::holder(&value)));
+            }
+        }
+        Ok(held)
+    }
+
     fn all_keys(&self, deadline: Instant) -> Result<Vec<String>, RemoteError> {
         let pattern = format!("{}*", self.policy.layout.prefix());
         self.policy.scan(&pattern, deadline)

@@ -37,6 +37,12 @@ enum Action {
 }
 
 #[derive(Debug, Serialize)]
+struct LeaseHeld {
+    key: String,
+    holder: String,
+}
+
+#[derive(Debug, Serialize)]
 struct RemoteReport {
     server: String,
     app: String,
@@ -45,6 +51,9 @@ struct RemoteReport {
     round_trip_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     entries_on_server: Option<usize>,
+    /// Fleet leases held now: a key being measured, and by whom.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leases_held: Option<Vec<LeaseHeld>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     published: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -82,6 +91,7 @@ impl RemoteArgs {
             schema,
             round_trip_ms: None,
             entries_on_server: None,
+            leases_held: None,
             published: None,
             already_there: None,
             not_published: None,
@@ -103,6 +113,13 @@ impl RemoteArgs {
                     .with_context(|| format!("{} does not answer", tier.describe()))?;
                 report.round_trip_ms = Some(rtt.as_secs_f64() * 1e3);
                 report.entries_on_server = Some(tier.count(Duration::from_secs(30))?);
+                let leases = tier.leases(Duration::from_secs(30))?;
+                report.leases_held = Some(
+                    leases
+                        .into_iter()
+                        .map(|(key, holder)| LeaseHeld { key, holder })
+                        .collect(),
+                );
                 exit::OK
             }
             Action::Push(wait) => push(ctx, &tier, &path, wait.wait, &mut report)?,
@@ -185,6 +202,15 @@ impl Report for RemoteReport {
         }
         if let Some(n) = self.entries_on_server {
             out.line(format!("  {n} entries on the server"))?;
+        }
+        if let Some(leases) = &self.leases_held {
+            out.line(format!(
+                "  {} keys being measured now (fleet leases)",
+                leases.len()
+            ))?;
+            for l in leases {
+                out.line(format!("    {} by {}", l.key, l.holder))?;
+            }
         }
         if let (Some(w), Some(u)) = (self.published, self.already_there) {
             out.line(format!(

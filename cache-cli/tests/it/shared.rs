@@ -309,3 +309,94 @@ fn a_redis_cluster_serves_as_the_shared_tier_without_crossslot() {
     let total: u64 = spread.iter().sum();
     assert_eq!(r["pulled"].as_u64(), Some(total), "{r:#}");
 }
+
+/// Two machines (files) tuning the built-in workload at once through one server: the fleet
+/// leases make each key measured once between them.
+#[test]
+fn two_machines_tuning_at_once_measure_each_key_once_between_them() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let args = [
+        "--json",
+        "tune",
+        "--backend",
+        "cpu",
+        "--steps",
+        "1",
+        "--no-progress",
+    ];
+    let spawn = |name: &str| {
+        command(EXE, &dir.path().join(name), &args)
+            .env("TUNECACHE_REMOTE", server.url())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run tunecache")
+    };
+    let (a, b) = (spawn("a.tcache"), spawn("b.tcache"));
+    let (a, b) = (
+        a.wait_with_output().expect("a"),
+        b.wait_with_output().expect("b"),
+    );
+    assert_eq!(a.status.code(), Some(0), "{}", text(&a));
+    assert_eq!(b.status.code(), Some(0), "{}", text(&b));
+    let (ra, rb): (serde_json::Value, serde_json::Value) = (
+        serde_json::from_slice(&a.stdout).expect("JSON"),
+        serde_json::from_slice(&b.stdout).expect("JSON"),
+    );
+    for ns in ["matmul", "reduce"] {
+        let n = |r: &serde_json::Value, f: &str| r["namespaces"][ns][f].as_u64().unwrap_or(0);
+        let keys = n(&ra, "keys_tuned") + n(&ra, "keys_reused");
+        assert!(keys > 0, "{ra:#}");
+        // A winner distrusted on verification is tuned again on purpose: not a double.
+        let tuned = n(&ra, "keys_tuned") + n(&rb, "keys_tuned")
+            - n(&ra, "remote_distrusted")
+            - n(&rb, "remote_distrusted");
+        assert_eq!(
+            tuned, keys,
+            "{ns}: each key tuned once between them: {ra:#} {rb:#}"
+        );
+    }
+}
+
+/// `remote stats` lists the fleet leases held now, and not a lease key tunecache did not write.
+#[test]
+fn remote_stats_lists_the_leases_held() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("a.tcache");
+    let stats = |file: &Path| {
+        let o = with_remote(&server.url(), file, &["--json", "remote", "stats"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("JSON")
+    };
+    let before = stats(&file);
+    assert_eq!(before["leases_held"], serde_json::json!([]), "{before:#}");
+    let prefix = format!(
+        "tc1:{}:{}:",
+        before["app"].as_str().expect("app"),
+        before["schema"]
+    );
+    let ours = format!("{{{prefix}s:matmul:f1}}:lease");
+    let theirs = format!("{{{prefix}s:matmul:f2}}:lease");
+    server.cmd(&[
+        "SET",
+        &ours,
+        &format!("tclease1 {:032x} pid=77 host=node-3", 5),
+        "PX",
+        "60000",
+    ]);
+    server.cmd(&["SET", &theirs, "not ours", "PX", "60000"]);
+    let after = stats(&file);
+    assert_eq!(
+        after["leases_held"],
+        serde_json::json!([{"key": ours, "holder": "pid=77 host=node-3"}]),
+        "{after:#}"
+    );
+    assert_eq!(server.get_raw(&theirs), Some(b"not ours".to_vec()));
+}
