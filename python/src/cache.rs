@@ -16,7 +16,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::entry::{PyClaim, PyEntry, candidate_set};
+use crate::entry::{PyClaim, PyEntry, PyFleetClaim, candidate_set};
 use crate::keys::{fields_to_py, to_fields};
 use crate::{CacheError, errors};
 
@@ -367,6 +367,25 @@ impl PyCache {
                 state: "unshared",
             },
         })
+    }
+
+    /// Before measuring `key` (missing here and on the shared tier): takes its fleet lease, or
+    /// waits at most `wait` seconds for the process that holds it to publish it (see
+    /// `FleetClaim`). Without a shared tier, `"alone"` at once.
+    fn fleet_claim(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        key: &Bound<'_, PyAny>,
+        wait: f64,
+    ) -> PyResult<PyFleetClaim> {
+        let fp = Fingerprint::of_key(&to_fields(key, "key")?);
+        let ns = self::namespace(namespace)?;
+        let wait = secs(wait, "wait")?;
+        let cache = self.get_cache()?;
+        let claim = py.detach(|| cache.fleet_claim(ns, &fp, wait));
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        Ok(PyFleetClaim::new(claim))
     }
 
     /// Reads what other processes saved since the last read.

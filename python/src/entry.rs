@@ -248,3 +248,84 @@ impl PyClaim {
         false
     }
 }
+
+/// A key's fleet claim (`Cache.fleet_claim`): `"lead"` (this process measures it for every
+/// process sharing the server; `finish` publishes, then lets the others go on), `"published"`
+/// (another process published it while this one waited: it is in the cache now) or `"alone"`
+/// (no coordination: measure it here; `detail` says why).
+#[pyclass(frozen, module = "tunecache._tunecache", name = "FleetClaim")]
+pub(crate) struct PyFleetClaim {
+    pub(crate) lease: std::sync::Mutex<Option<Box<dyn cache_core::FleetLease>>>,
+    pub(crate) state: &'static str,
+    pub(crate) detail: String,
+}
+
+impl PyFleetClaim {
+    pub(crate) fn new(claim: cache_core::FleetClaim) -> Self {
+        let (state, detail, lease) = match claim {
+            cache_core::FleetClaim::Lead(lease) => ("lead", String::new(), Some(lease)),
+            cache_core::FleetClaim::Published { by } => ("published", by, None),
+            cache_core::FleetClaim::Alone(why) => ("alone", why, None),
+        };
+        PyFleetClaim {
+            lease: std::sync::Mutex::new(lease),
+            state,
+            detail,
+        }
+    }
+
+    fn take(&self) -> Option<Box<dyn cache_core::FleetLease>> {
+        self.lease.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+#[pymethods]
+impl PyFleetClaim {
+    /// `"lead"`, `"published"` or `"alone"`.
+    #[getter]
+    fn state(&self) -> &'static str {
+        self.state
+    }
+
+    /// Who published the key (`"published"`), or why there is no coordination (`"alone"`).
+    #[getter]
+    fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    /// Publishes what the cache recorded (waiting at most `timeout` seconds), then lets the
+    /// key go. Raises `CacheError` if it was not published (the lease is let go anyway).
+    /// Nothing to do unless `state` is `"lead"`.
+    #[pyo3(signature = (timeout=2.0))]
+    fn finish(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let timeout = std::time::Duration::try_from_secs_f64(timeout)
+            .map_err(|_| pyo3::exceptions::PyValueError::new_err("timeout must be ≥ 0"))?;
+        match self.take() {
+            Some(lease) => py
+                .detach(move || lease.finish(timeout))
+                .map_err(crate::CacheError::new_err),
+            None => Ok(()),
+        }
+    }
+
+    /// Lets the key go without publishing.
+    fn release(&self, py: Python<'_>) {
+        let taken = self.take();
+        py.detach(move || drop(taken));
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _ty: &Bound<'_, PyAny>,
+        _value: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> bool {
+        self.release(py);
+        false
+    }
+}

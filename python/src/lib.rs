@@ -40,6 +40,7 @@ fn _tunecache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<entry::PyEntry>()?;
     m.add_class::<entry::PyCandidate>()?;
     m.add_class::<entry::PyClaim>()?;
+    m.add_class::<entry::PyFleetClaim>()?;
     m.add_class::<outputs::PyOutputCache>()?;
     m.add_function(wrap_pyfunction!(entry::fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(entry::canonical_key, m)?)?;

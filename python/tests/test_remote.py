@@ -106,3 +106,48 @@ def test_other_threads_run_while_a_get_waits_on_a_frozen_server(tmp_path, redis_
     inside = [t for t in ticks if started + 0.25 < t < ended - 0.25]
     assert len(inside) > 50, f"{len(inside)} ticks of {len(ticks)} while get waited"
     c.close()
+
+
+def test_autotune_measures_each_key_once_for_every_cache_sharing_the_server(tmp_path, redis):
+    """Two caches (two machines' files) tune the same keys at once through one server: the
+    fleet lease makes one of them measure each key and the other take its entry."""
+    measured = {"a": set(), "b": set()}
+
+    def tuned(name):
+        cache = tunecache.Cache("fleet", path=tmp_path / f"{name}.tcache", scope={"device": "test"}, remote=redis)
+
+        def candidate(delay):
+            def run(n):
+                measured[name].add(n)
+                time.sleep(delay)
+                return n
+
+            return run
+
+        fn = tunecache.autotune(
+            cache,
+            namespace="f",
+            candidates={"fast": candidate(0.002), "slow": candidate(0.004)},
+            key=lambda n: {"n": n},
+        )(candidate(0.003))
+        return cache, fn
+
+    (ca, fa), (cb, fb) = tuned("a"), tuned("b")
+    keys = list(range(1, 9))
+    threads = [threading.Thread(target=lambda f=f: [f(n) for n in keys]) for f in (fa, fb)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    origins = {}
+    for cache in (ca, cb):
+        for _, entry in cache.entries("f"):
+            origins.setdefault(entry.key["n"], []).append(entry.origin)
+    assert sorted(origins) == keys
+    for n, kinds in origins.items():
+        assert sorted(kinds) == ["measured", "remote"], f"key {n}: measured by one, taken by the other: {kinds}"
+    # A key measured by one cache's candidates ran there for its measurement; the other ran only
+    # its winner (once per call), so no key was measured by both.
+    winners_a = {entry.key["n"]: entry.best.algorithm for _, entry in ca.entries("f")}
+    winners_b = {entry.key["n"]: entry.best.algorithm for _, entry in cb.entries("f")}
+    assert winners_a == winners_b

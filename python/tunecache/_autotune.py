@@ -264,12 +264,7 @@ class Autotuned:
                         self.cache.refresh()
                         best, missing = self._recorded(key)
                     if missing:
-                        unmeasured = self._measure(key, missing, args, kwargs)
-                        try:
-                            self.cache.flush(self.flush_timeout)
-                        except Exception:  # noqa: BLE001 - kept in memory; saved later
-                            pass
-                        best, _ = self._recorded(key)
+                        best, missing, unmeasured = self._tune_for_fleet(key, best, missing, args, kwargs)
                 finally:
                     claim.release()
             if best is None and unmeasured is not None:
@@ -283,6 +278,34 @@ class Autotuned:
                 )
             self._memo[memo_key] = best
             return best
+
+    def _tune_for_fleet(
+        self, key: Mapping[str, Any], best: Candidate | None, missing: list[Candidate], args: Any, kwargs: Any
+    ) -> tuple[Candidate | None, list[Candidate], Candidate | None]:
+        """Measures what is missing for ``key``, once for every process sharing the cache's
+        server: takes the key's fleet lease (and publishes before letting it go), or waits
+        for the process that holds it and uses what it published."""
+        unmeasured: Candidate | None = None
+        fleet = self.cache.fleet_claim(self.namespace, key, self.wait)
+        try:
+            if fleet.state != "alone":
+                # The entry the server holds (or another process just published) is here now.
+                best, missing = self._recorded(key)
+            if missing:
+                unmeasured = self._measure(key, missing, args, kwargs)
+                try:
+                    self.cache.flush(self.flush_timeout)
+                except Exception:  # noqa: BLE001 - kept in memory; saved later
+                    pass
+                best, missing = self._recorded(key)
+                if fleet.state == "lead":
+                    try:
+                        fleet.finish(self.flush_timeout)
+                    except Exception:  # noqa: BLE001 - published later by the background thread
+                        pass
+        finally:
+            fleet.release()
+        return best, missing, unmeasured
 
     def _lock_for(self, memo_key: Any) -> threading.Lock:
         with self._locks_guard:

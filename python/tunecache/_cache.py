@@ -204,6 +204,14 @@ class Cache:
         """Claims ``key`` across processes (see ``Claim``); waits at most ``wait`` seconds."""
         return self._rust.claim(namespace, key, wait)
 
+    def fleet_claim(self, namespace: str, key: Mapping[str, Any], wait: float = 60.0) -> _ext.FleetClaim:
+        """Before measuring ``key`` (missing here and on the shared tier): takes its fleet
+        lease (``state == "lead"``: measure, record, then ``finish()`` publishes and lets the
+        others go on), or waits at most ``wait`` seconds for the process that holds it
+        (``"published"``: its entry is in this cache now). ``"alone"``: no coordination
+        (no shared tier, server unavailable, the wait ran out): measure here."""
+        return self._rust.fleet_claim(namespace, key, wait)
+
     def refresh(self) -> None:
         """Reads what other processes saved since the last read."""
         try:
