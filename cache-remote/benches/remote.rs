@@ -1,5 +1,6 @@
 //! Benchmarks of the shared tier against a real `redis-server` on loopback (started here):
-//! a remote miss that becomes a hit, a batch of 1,000 keys in one round trip, and a miss while
+//! a remote miss that becomes a hit, a miss the server cannot answer with and without the
+//! fleet lease a tuner takes next, a batch of 1,000 keys in one round trip, and a miss while
 //! the server is unreachable, each beside the local hit and local miss measured in the same
 //! run (this machine is shared and noisy: compare ratios).
 //!
@@ -133,6 +134,29 @@ fn shared_tier(c: &mut Criterion) {
                 assert!(reader.get(ns, fp).is_some());
             }
             started.elapsed()
+        })
+    });
+
+    // A key the server lacks: one round trip that finds nothing; then the same miss followed
+    // by what a tuner does before measuring it (the fleet lease: taken, then given back).
+    let absent = cache(&server.url());
+    let mut fresh = STORED + 1_000;
+    group.bench_function("remote_miss_absent", |b| {
+        b.iter(|| {
+            fresh += 1;
+            assert!(absent.get(ns, &key(fresh).fingerprint()).is_none());
+        })
+    });
+    group.bench_function("remote_miss_absent_then_lease", |b| {
+        b.iter(|| {
+            fresh += 1;
+            let fp = key(fresh).fingerprint();
+            assert!(absent.get(ns, &fp).is_none());
+            let claim = absent.fleet_claim(ns, &fp, Duration::from_secs(1));
+            assert!(
+                matches!(claim, cache_core::FleetClaim::Lead(_)),
+                "{claim:?}"
+            );
         })
     });
 

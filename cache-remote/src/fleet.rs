@@ -96,16 +96,18 @@ fn renew(
     stop: Arc<StopSignal>,
 ) {
     let every = ttl / 3;
-    let mut stopped = crate::lock(&stop.0);
     loop {
-        stopped = stop
+        // The stop flag is checked before waiting: a guard dropped before this thread first
+        // waits must not cost its holder a third of the lease's life.
+        let stopped = crate::lock(&stop.0);
+        let (stopped, _) = stop
             .1
-            .wait_timeout(stopped, every)
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .0;
+            .wait_timeout_while(stopped, every, |stopped| !*stopped)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if *stopped {
             return;
         }
+        drop(stopped);
         let deadline = Instant::now() + budget;
         match remote.lease(&key, LeaseOp::Renew { value: &value, ttl }, deadline) {
             Ok(LeaseReply::Done) => {}
