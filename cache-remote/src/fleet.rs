@@ -150,58 +150,62 @@ impl CacheTier {
         // holder's publication.
         let mut before: Option<Option<Vec<u8>>> = None;
         let mut pause = Duration::from_millis(10);
-        let mut waited = false;
-        let mut seen_holder = String::new();
+        let mut last_holder = String::new();
         loop {
-            if let (Some(seen), Some(now)) = (
-                &before,
-                waited.then(|| self.read_entry(&entry_key)).flatten(),
-            ) && *seen != now
-            {
-                if let Some(bytes) = &now
-                    && self.absorb(ns, fp, bytes)
-                {
-                    return FleetClaim::Published { by: seen_holder };
-                }
-                before = Some(now);
-            }
             if !policy.allow(options.budget) {
                 return FleetClaim::Alone("the shared tier is unavailable".to_owned());
             }
+            // The lease and the entry in one round trip.
             let deadline = Instant::now() + options.budget;
-            let reply =
-                policy
-                    .remote
-                    .lease(&key, LeaseOp::Acquire { value: &value, ttl }, deadline);
-            policy.outcome(&reply);
-            let holder = match reply {
+            let acquire = LeaseOp::Acquire { value: &value, ttl };
+            let result = policy.remote.lease_and_read(
+                &key,
+                acquire,
+                &entry_key,
+                policy.read(None),
+                deadline,
+            );
+            policy.outcome(&result);
+            let (reply, entry) = match result {
                 Err(e) => return FleetClaim::Alone(format!("no lease: {e}")),
-                Ok(LeaseReply::Done) => {
-                    return self.lead(tier, (ns, fp, &entry_key), key, value, ttl, waited);
+                Ok(got) => got,
+            };
+            let holder = match reply {
+                LeaseReply::Done => {
+                    if self.published_since(before.as_ref(), entry.as_deref(), ns, fp) {
+                        // Its holder published, then let go, since the last look: the entry is
+                        // what was waited for, and the lease goes straight back.
+                        let release = LeaseOp::Release { value: &value };
+                        let _ = policy
+                            .remote
+                            .lease(&key, release, deadline + options.budget);
+                        return FleetClaim::Published { by: last_holder };
+                    }
+                    let waited = before.is_some();
+                    return self.lead(tier, (ns, fp, entry), key, value, ttl, waited);
                 }
-                Ok(LeaseReply::Foreign(kind)) => {
+                LeaseReply::Foreign(kind) => {
                     policy.reject("lease: foreign");
                     return FleetClaim::Alone(format!(
                         "{key} holds a {kind}, not a tunecache lease: left alone"
                     ));
                 }
-                Ok(LeaseReply::Absent) => continue,
-                Ok(LeaseReply::Held {
+                LeaseReply::Absent => continue,
+                LeaseReply::Held {
                     value: held,
                     ttl: left,
-                }) => match self.trusted_holder(&key, &held, left, ttl) {
+                } => match self.trusted_holder(&key, &held, left, ttl) {
                     Ok(holder) => holder,
                     Err(alone) => return alone,
                 },
             };
-            if !waited {
-                waited = true;
-                Counters::bump(&policy.counters.lease_waits, 1);
-            }
-            seen_holder.clone_from(&holder);
+            last_holder.clone_from(&holder);
             if before.is_none() {
-                before = self.read_entry(&entry_key);
+                Counters::bump(&policy.counters.lease_waits, 1);
+            } else if self.published_since(before.as_ref(), entry.as_deref(), ns, fp) {
+                return FleetClaim::Published { by: holder };
             }
+            before = Some(entry);
             let left = give_up.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return FleetClaim::Alone(format!(
@@ -218,7 +222,7 @@ impl CacheTier {
     fn lead(
         &self,
         tier: Arc<dyn Tier>,
-        (ns, fp, entry_key): (Namespace, &Fingerprint, &str),
+        (ns, fp, entry): (Namespace, &Fingerprint, Option<Vec<u8>>),
         key: String,
         value: Vec<u8>,
         ttl: Duration,
@@ -229,7 +233,7 @@ impl CacheTier {
         if waited {
             Counters::bump(&counters.takeovers, 1);
         }
-        if let Some(Some(bytes)) = self.read_entry(entry_key) {
+        if let Some(bytes) = entry {
             self.absorb(ns, fp, &bytes);
         }
         FleetClaim::Lead(Box::new(self.guard(tier, key, value, ttl)))
@@ -255,16 +259,17 @@ impl CacheTier {
         Ok(lease::holder(held))
     }
 
-    /// The entry key's value as the server holds it now (`Some(None)`: absent; `None`: the
-    /// read failed).
-    fn read_entry(&self, entry_key: &str) -> Option<Option<Vec<u8>>> {
-        let policy = self.policy();
-        let deadline = Instant::now() + policy.options.budget;
-        let read = policy
-            .remote
-            .get_many(&[entry_key.to_owned()], policy.read(None), deadline);
-        policy.outcome(&read);
-        read.ok()?.into_iter().next()
+    /// Whether the entry changed since `before` (the first look while waiting) into one that
+    /// passes the checks; it is then kept in the cache.
+    fn published_since(
+        &self,
+        before: Option<&Option<Vec<u8>>>,
+        entry: Option<&[u8]>,
+        ns: Namespace,
+        fp: &Fingerprint,
+    ) -> bool {
+        before.is_some_and(|seen| seen.as_deref() != entry)
+            && entry.is_some_and(|bytes| self.absorb(ns, fp, bytes))
     }
 
     /// Checks a value read for `(ns, fp)` and keeps it in the cache; whether it was usable.

@@ -47,6 +47,22 @@ pub trait Remote: Send + Sync + fmt::Debug {
         ))
     }
 
+    /// A lease operation and a read of the entry key `entry` (see [`Remote::get_many`]), on
+    /// one cluster slot: in one round trip where the backend can pipeline them (the default
+    /// takes two). The entry is `None` when absent.
+    fn lease_and_read(
+        &self,
+        key: &str,
+        op: crate::LeaseOp<'_>,
+        entry: &str,
+        read: Read,
+        deadline: Instant,
+    ) -> Result<(crate::LeaseReply, Option<Vec<u8>>), RemoteError> {
+        let lease = self.lease(key, op, deadline)?;
+        let value = self.get_many(&[entry.to_owned()], read, deadline)?;
+        Ok((lease, value.into_iter().next().flatten()))
+    }
+
     /// The keys matching `pattern` (a glob where only `*` is special), for tools that pull or
     /// count (`tunecache remote`); never on a cache's path. A backend that cannot list keys
     /// refuses.

@@ -177,6 +177,33 @@ impl Remote for RedisRemote {
         crate::lease::reply_of(replies.first())
     }
 
+    /// One pipeline: the lease script, then the entry's read.
+    fn lease_and_read(
+        &self,
+        key: &str,
+        op: crate::LeaseOp<'_>,
+        entry: &str,
+        read: Read,
+        deadline: Instant,
+    ) -> Result<(crate::LeaseReply, Option<Vec<u8>>), RemoteError> {
+        let mut cmds = vec![crate::lease::command(key, &op)];
+        cmds.extend(reply::read_commands(entry, read));
+        let replies = self.run(deadline, |c| bounded(c, &cmds, deadline))?;
+        let lease = crate::lease::reply_of(replies.first())?;
+        let group: reply::Group = match replies.get(1..) {
+            Some(rest) => match rest.iter().find_map(|v| match v {
+                redis::Value::ServerError(e) => Some(e.clone()),
+                _ => None,
+            }) {
+                Some(e) => Err(redis::RedisError::from(e)),
+                None => Ok(rest.to_vec()),
+            },
+            None => Ok(Vec::new()),
+        };
+        let value = reply::values(vec![reply::read_value(group)], 1)?;
+        Ok((lease, value.into_iter().next().flatten()))
+    }
+
     fn ping(&self, deadline: Instant) -> Result<(), RemoteError> {
         reply::pong(self.run(deadline, |c| redis::cmd("PING").query(c))?)
     }
