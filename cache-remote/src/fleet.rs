@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cache_core::{FleetClaim, FleetLease, Namespace, Tier};
-use cache_format::{Fingerprint, Origin};
+use cache_format::Fingerprint;
 
 use crate::health::Counters;
 use crate::lease::{self, LeaseOp, LeaseReply};
@@ -284,7 +284,7 @@ impl CacheTier {
         let Some((_, mut entry)) = policy.check(bytes, expect) else {
             return false;
         };
-        entry.set_origin(Origin::Remote(policy.describe.clone()));
+        entry.set_origin(policy.remote_origin(entry.origin()));
         self.link().absorb(vec![(ns, entry)]);
         true
     }

@@ -173,7 +173,7 @@ impl Policy {
                 };
                 if let Some((scope, mut entry)) = self.check(&bytes, expect) {
                     Counters::bump(&self.counters.hits, 1);
-                    entry.set_origin(Origin::Remote(self.describe.clone()));
+                    entry.set_origin(self.remote_origin(entry.origin()));
                     out.push((scope, ns, entry));
                 }
             }
@@ -190,6 +190,16 @@ impl Policy {
         let keys = self.remote.scan(pattern, deadline);
         self.outcome(&keys);
         keys
+    }
+
+    /// The origin of an entry read from the server: the server, and who recorded it there
+    /// (so `explain` says whose result a process is using).
+    pub(crate) fn remote_origin(&self, recorded: &Origin) -> Origin {
+        Origin::Remote(match recorded {
+            Origin::Measured(by) => format!("{}, measured on {by}", self.describe),
+            Origin::Imported(from) => format!("{}, imported from {from}", self.describe),
+            Origin::Remote(_) => self.describe.clone(),
+        })
     }
 
     pub(crate) fn health(&self, pending: usize) -> RemoteHealth {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use cache_core::{
     Cache, CacheBuilder, Fill, Namespace, Tier, TierContext, TierHealth, TierLink, TierSource,
 };
-use cache_format::{Entry, Fingerprint, Origin, Scope};
+use cache_format::{Entry, Fingerprint, Scope};
 
 use crate::health::{Counters, RemoteHealth};
 use crate::options::{RemoteMode, RemoteOptions};
@@ -93,7 +93,7 @@ impl CacheTier {
             match value.and_then(|bytes| self.policy.check(&bytes, expect)) {
                 Some((_, mut entry)) => {
                     Counters::bump(&self.policy.counters.hits, 1);
-                    entry.set_origin(Origin::Remote(self.policy.describe.clone()));
+                    entry.set_origin(self.policy.remote_origin(entry.origin()));
                     found.push(entry);
                 }
                 None => {

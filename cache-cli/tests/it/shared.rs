@@ -58,6 +58,12 @@ fn a_second_machine_reuses_what_the_first_tuned() {
         "{}",
         text(&export)
     );
+    // Whose result it is: the server, and the process that measured it there.
+    assert!(
+        lines.lines().all(|l| l.contains(", measured on ")),
+        "{}",
+        text(&export)
+    );
 }
 
 #[test]

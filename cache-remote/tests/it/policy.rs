@@ -66,7 +66,13 @@ fn a_result_recorded_on_one_machine_is_a_hit_on_the_other_after_one_miss() {
     let hit = b
         .lookup(ns(), &key(1, 7))
         .expect("read through on the miss");
-    assert!(matches!(hit.origin(), Origin::Remote(d) if d == "memory:share"));
+    // It names the server and who measured it there.
+    let recorded = entry(1, 7).origin().detail().to_owned();
+    assert!(
+        matches!(hit.origin(), Origin::Remote(d) if *d == format!("memory:share, measured on {recorded}")),
+        "{:?}",
+        hit.origin()
+    );
     assert_eq!(
         hit.best().and_then(|c| c.stats()),
         entry(1, 7).best().and_then(|c| c.stats())
