@@ -34,6 +34,15 @@ pub struct ClaimGuard {
     _lock: FileLock,
 }
 
+/// The descriptor the claim's lock is on. A process that forks while holding claims has its
+/// child close its copies (and never unlock them: the lock is shared with the parent), so a
+/// child outliving a killed parent does not keep the key claimed (the C ABI does).
+impl std::os::fd::AsRawFd for ClaimGuard {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self._lock.as_raw_fd()
+    }
+}
+
 /// The folder of claim files of the cache file `path`: `<path>.claims`.
 pub(crate) fn claims_dir(path: &Path) -> PathBuf {
     fsio::aside(path, ".claims")

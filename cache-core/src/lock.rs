@@ -174,6 +174,12 @@ impl Drop for FolderLock {
     }
 }
 
+impl std::os::fd::AsRawFd for FileLock {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
 impl Drop for FileLock {
     fn drop(&mut self) {
         // Closing the descriptor releases the lock too; unlocking first makes it prompt.

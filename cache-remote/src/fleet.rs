@@ -190,7 +190,11 @@ impl CacheTier {
                         "{key} holds a {kind}, not a tunecache lease: left alone"
                     ));
                 }
-                LeaseReply::Absent => continue,
+                // An acquire creates an absent lease: a backend answering otherwise is not
+                // followed round a loop with no pause.
+                LeaseReply::Absent => {
+                    return FleetClaim::Alone("the lease could not be taken".to_owned());
+                }
                 LeaseReply::Held {
                     value: held,
                     ttl: left,

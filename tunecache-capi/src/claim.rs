@@ -57,6 +57,8 @@ const CLAIM_MAGIC: u64 = u64::from_be_bytes(*b"tcclaim1");
 #[derive(Debug)]
 pub struct tc_claim {
     magic: u64,
+    /// The fork generation it was taken in (`crate::fork`).
+    generation: u64,
     held: Held,
 }
 
@@ -86,6 +88,7 @@ fn claim(
             if let Err(e) = cache.refresh() {
                 tracing::debug!("tunecache: no refresh after a claim: {e}");
             }
+            crate::fork::claim_held(std::os::fd::AsRawFd::as_raw_fd(&guard));
             Held::File(ns.cache, guard)
         }
         Claim::Busy => return Ok(TC_BUSY),
@@ -98,6 +101,7 @@ fn claim(
     };
     let boxed = Box::new(tc_claim {
         magic: CLAIM_MAGIC,
+        generation: crate::fork::generation(),
         held,
     });
     // SAFETY: as above.
@@ -168,6 +172,13 @@ pub unsafe extern "C" fn tc_claim_release(claim: *mut tc_claim) -> c_int {
         // SAFETY: made by Box::into_raw in `claim`, released once.
         let mut boxed = unsafe { Box::from_raw(claim) };
         boxed.magic = 0;
+        if boxed.generation != crate::fork::generation() {
+            // Taken by an ancestor before a fork: its lock is the ancestor's (unlocking it here
+            // would let another process measure the key the ancestor is measuring) and this
+            // process closed its copy of the descriptor at the fork.
+            std::mem::forget(boxed);
+            return Ok(TC_OK);
+        }
         match boxed.held {
             // What the holder recorded is saved before the claim is free, so the next holder
             // (in another process) reads it instead of measuring again.
@@ -177,6 +188,7 @@ pub unsafe extern "C" fn tc_claim_release(claim: *mut tc_claim) -> c_int {
                 {
                     tracing::warn!("tunecache: a claimed key's results are not saved yet: {e}");
                 }
+                crate::fork::claim_released(std::os::fd::AsRawFd::as_raw_fd(&guard));
                 drop(guard);
             }
             Held::Local(cache, key) => cache.claims.release(&key),

@@ -3,8 +3,13 @@
 //! `TC_E_CLOSED`. Around the fork, every open cache's saver is paused, so no file lock taken
 //! by a save is inherited (a child holding a copy would keep every other process waiting
 //! until it exits), and the list of handles is locked, so the child never inherits it held.
+//! The child closes its copies of the descriptors of the claims held at the fork (without
+//! unlocking: the lock is the parent's too), so it never keeps a key claimed after its parent
+//! let go or died; a claim inherited that way is dropped without unlocking when released.
 
 use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -19,7 +24,14 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// Every cache handle ever opened (closed ones too: they are never freed).
 static SHELLS: Mutex<Vec<&'static tc_cache>> = Mutex::new(Vec::new());
 
-type Held = (MutexGuard<'static, Vec<&'static tc_cache>>, Vec<Arc<Cache>>);
+/// The descriptors of the file claims held now (`crate::claim`).
+static CLAIM_FDS: Mutex<BTreeSet<RawFd>> = Mutex::new(BTreeSet::new());
+
+type Held = (
+    MutexGuard<'static, Vec<&'static tc_cache>>,
+    MutexGuard<'static, BTreeSet<RawFd>>,
+    Vec<Arc<Cache>>,
+);
 
 thread_local! {
     /// What `prepare` took, until `parent` or `child` lets it go.
@@ -29,6 +41,22 @@ thread_local! {
 /// The fork generation of this process.
 pub(crate) fn generation() -> u64 {
     GENERATION.load(Ordering::Relaxed)
+}
+
+/// A file claim is held on `fd` (until [`claim_released`]).
+pub(crate) fn claim_held(fd: RawFd) {
+    CLAIM_FDS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(fd);
+}
+
+/// The file claim on `fd` is let go.
+pub(crate) fn claim_released(fd: RawFd) {
+    CLAIM_FDS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(&fd);
 }
 
 /// Keeps `shell` reachable for the life of the process, and the hooks registered.
@@ -67,23 +95,29 @@ extern "C" fn prepare() {
     for cache in &caches {
         cache.pause_saves();
     }
-    let _ = HELD.try_with(|h| *h.borrow_mut() = Some((shells, caches)));
+    let fds = CLAIM_FDS.lock().unwrap_or_else(PoisonError::into_inner);
+    let _ = HELD.try_with(|h| *h.borrow_mut() = Some((shells, fds, caches)));
 }
 
 extern "C" fn parent() {
-    if let Ok(Some((shells, caches))) = HELD.try_with(|h| h.borrow_mut().take()) {
+    if let Ok(Some((shells, fds, caches))) = HELD.try_with(|h| h.borrow_mut().take()) {
         for cache in &caches {
             cache.resume_saves();
         }
-        drop(shells);
+        drop((fds, shells));
     }
 }
 
 extern "C" fn child() {
     GENERATION.fetch_add(1, Ordering::Relaxed);
-    if let Ok(Some((shells, caches))) = HELD.try_with(|h| h.borrow_mut().take()) {
+    if let Ok(Some((shells, mut fds, caches))) = HELD.try_with(|h| h.borrow_mut().take()) {
         // Their saver threads do not exist here: dropping one would wait for them.
         std::mem::forget(caches);
-        drop(shells);
+        for fd in std::mem::take(&mut *fds) {
+            // SAFETY: a descriptor of a claim this process inherited; its guard is never
+            // dropped here (a release in this generation forgets it), so nothing else closes it.
+            unsafe { libc::close(fd) };
+        }
+        drop((fds, shells));
     }
 }
