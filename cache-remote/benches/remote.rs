@@ -20,7 +20,9 @@ use cache_core::cache_format::{
 use cache_core::cache_migrate::Migrations;
 use cache_core::{Cache, Namespace, Store};
 use cache_remote::RedisRemote;
-use cache_remote::{Remote, RemoteBuilder as _, RemoteOptions, encode_value, remote_key};
+use cache_remote::{
+    Remote, RemoteBuilder as _, RemoteCache as _, RemoteOptions, encode_value, remote_key,
+};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use test_support::redis_server::Server;
 
@@ -147,18 +149,7 @@ fn shared_tier(c: &mut Criterion) {
             assert!(absent.get(ns, &key(fresh).fingerprint()).is_none());
         })
     });
-    group.bench_function("remote_miss_absent_then_lease", |b| {
-        b.iter(|| {
-            fresh += 1;
-            let fp = key(fresh).fingerprint();
-            assert!(absent.get(ns, &fp).is_none());
-            let claim = absent.fleet_claim(ns, &fp, Duration::from_secs(1));
-            assert!(
-                matches!(claim, cache_core::FleetClaim::Lead(_)),
-                "{claim:?}"
-            );
-        })
-    });
+    lease_benches(&mut group, &absent, ns, &mut fresh);
 
     // 1,000 keys in one round trip, into a fresh cache each time.
     let mut start = 0usize;
@@ -204,3 +195,53 @@ fn shared_tier(c: &mut Criterion) {
 
 criterion_group!(benches, shared_tier);
 criterion_main!(benches);
+
+/// A miss followed by the fleet lease a tuner takes next, and a tuner's miss in full (read,
+/// record, publish) without and with the lease.
+fn lease_benches(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    absent: &Cache,
+    ns: Namespace,
+    fresh: &mut u64,
+) {
+    group.bench_function("remote_miss_absent_then_lease", |b| {
+        b.iter(|| {
+            *fresh += 1;
+            let fp = key(*fresh).fingerprint();
+            assert!(absent.get(ns, &fp).is_none());
+            let claim = absent.fleet_claim(ns, &fp, Duration::from_secs(1));
+            assert!(
+                matches!(claim, cache_core::FleetClaim::Lead(_)),
+                "{claim:?}"
+            );
+        })
+    });
+    // What a tuner's miss costs the shared tier in full: the miss, the result recorded and
+    // published; then the same with the fleet lease taken before measuring and finished with
+    // the publication (which releases it in the same step).
+    group.bench_function("miss_then_publish", |b| {
+        b.iter(|| {
+            *fresh += 1;
+            let k = key(*fresh);
+            assert!(absent.get(ns, &k.fingerprint()).is_none());
+            absent.put(ns, entry(*fresh));
+            absent
+                .publish_within(Duration::from_secs(2))
+                .expect("published");
+        })
+    });
+    group.bench_function("miss_lease_then_publish", |b| {
+        b.iter(|| {
+            *fresh += 1;
+            let k = key(*fresh);
+            assert!(absent.get(ns, &k.fingerprint()).is_none());
+            let cache_core::FleetClaim::Lead(lease) =
+                absent.fleet_claim(ns, &k.fingerprint(), Duration::from_secs(1))
+            else {
+                panic!("leads");
+            };
+            absent.put(ns, entry(*fresh));
+            lease.finish(Duration::from_secs(2)).expect("published");
+        })
+    });
+}

@@ -4,16 +4,16 @@
 //! that is frozen or unreachable costs each call at most the tier's budget, then the breaker
 //! keeps it off the path and every process tunes locally, as without a shared tier.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cache_core::{FleetClaim, FleetLease, Namespace, Tier};
 use cache_format::Fingerprint;
 
 use crate::health::Counters;
-use crate::lease::{self, LeaseOp, LeaseReply};
+use crate::lease::{self, HeldLease, LeaseOp, LeaseReply};
+use crate::renewer::Renewal;
 use crate::store::Remote;
 use crate::tier::CacheTier;
 use crate::value::Expect;
@@ -21,107 +21,73 @@ use crate::value::Expect;
 /// The longest pause between two looks at a key another process is measuring.
 const MAX_POLL: Duration = Duration::from_millis(200);
 
-/// Set to stop a renewer thread, which waits on it between renewals.
-type StopSignal = (Mutex<bool>, Condvar);
-
-/// A held lease: renewed by a thread of its own until finished or dropped.
+/// A held lease: renewed by the tier's renewer until finished or dropped; the publications of
+/// its key are fenced by it.
 pub struct LeaseGuard {
     remote: Arc<dyn Remote>,
     tier: Arc<dyn Tier>,
-    key: String,
-    value: Vec<u8>,
+    key: (Namespace, Fingerprint),
     budget: Duration,
-    lost: Arc<AtomicBool>,
-    renewer: Option<(Arc<StopSignal>, JoinHandle<()>)>,
+    renewal: Arc<Renewal>,
 }
 
 impl std::fmt::Debug for LeaseGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeaseGuard")
-            .field("key", &self.key)
-            .field("lost", &self.lost.load(Ordering::Relaxed))
+            .field("key", &self.renewal.held.key)
+            .field("lost", &self.lost())
             .finish()
     }
 }
 
 impl FleetLease for LeaseGuard {
     fn lost(&self) -> bool {
-        self.lost.load(Ordering::Relaxed)
+        self.renewal.lost.load(Ordering::Relaxed)
+            || self.renewal.held.fenced.load(Ordering::Relaxed)
     }
 
-    /// Publishes what this cache recorded (waiting at most `timeout`), then releases the
-    /// lease (on drop), so the processes waiting find the entry the moment they may take the
-    /// key.
+    /// Publishes what this cache recorded (waiting at most `timeout`), releasing the lease in
+    /// the same step as the key's write; a lease lost meanwhile makes that write refused
+    /// (fenced), and the measurements stay in this cache only.
     fn finish(self: Box<Self>, timeout: Duration) -> Result<(), String> {
-        match self.tier.as_any().downcast_ref::<CacheTier>() {
-            Some(tier) => tier
-                .publisher()
+        let held = &self.renewal.held;
+        held.finishing.store(true, Ordering::Relaxed);
+        if let Some(tier) = self.cache_tier() {
+            tier.publisher()
                 .publish_within(timeout)
-                .map_err(|e| e.to_string()),
-            None => Ok(()),
+                .map_err(|e| e.to_string())?;
         }
+        if held.fenced.load(Ordering::Relaxed) {
+            return Err(format!(
+                "the lease on {} was lost and another process took the key over: these \
+                 measurements were kept here, not published",
+                held.key
+            ));
+        }
+        Ok(())
     }
 }
 
 impl LeaseGuard {
-    fn stop_renewing(&mut self) {
-        if let Some((stop, thread)) = self.renewer.take() {
-            *crate::lock(&stop.0) = true;
-            stop.1.notify_all();
-            let _ = thread.join();
-        }
+    fn cache_tier(&self) -> Option<&CacheTier> {
+        self.tier.as_any().downcast_ref::<CacheTier>()
     }
 }
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        self.stop_renewing();
-        let deadline = Instant::now() + self.budget;
-        // Compared on the server: a lease that expired and was taken by another is left alone.
-        let _ = self
-            .remote
-            .lease(&self.key, LeaseOp::Release { value: &self.value }, deadline);
-    }
-}
-
-/// Renews the lease every third of its time to live until told to stop; marks it lost when a
-/// renewal finds it gone or held by another.
-fn renew(
-    remote: Arc<dyn Remote>,
-    key: String,
-    value: Vec<u8>,
-    ttl: Duration,
-    budget: Duration,
-    lost: Arc<AtomicBool>,
-    stop: Arc<StopSignal>,
-) {
-    let every = ttl / 3;
-    loop {
-        // The stop flag is checked before waiting: a guard dropped before this thread first
-        // waits must not cost its holder a third of the lease's life.
-        let stopped = crate::lock(&stop.0);
-        let (stopped, _) = stop
-            .1
-            .wait_timeout_while(stopped, every, |stopped| !*stopped)
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if *stopped {
+        let held = Arc::clone(&self.renewal.held);
+        if let Some(tier) = self.cache_tier() {
+            tier.renewer().remove(&self.renewal);
+            tier.publisher().unfence(self.key.0, self.key.1, &held);
+        }
+        if held.released.load(Ordering::Relaxed) {
             return;
         }
-        drop(stopped);
-        let deadline = Instant::now() + budget;
-        match remote.lease(&key, LeaseOp::Renew { value: &value, ttl }, deadline) {
-            Ok(LeaseReply::Done) => {}
-            Ok(_) => {
-                lost.store(true, Ordering::Relaxed);
-                tracing::warn!(
-                    "tunecache: the lease on {key} was lost while measuring (it expired or \
-                     another process holds it): the fleet may measure this key twice"
-                );
-                return;
-            }
-            // A failed renewal is tried again; the lease may expire meanwhile.
-            Err(_) => {}
-        }
+        // Compared on the server: a lease that expired and was taken by another is left alone.
+        let deadline = Instant::now() + self.budget;
+        let release = LeaseOp::Release { value: &held.value };
+        let _ = self.remote.lease(&held.key, release, deadline);
     }
 }
 
@@ -237,10 +203,18 @@ impl CacheTier {
         if waited {
             Counters::bump(&counters.takeovers, 1);
         }
-        if let Some(bytes) = entry {
-            self.absorb(ns, fp, &bytes);
+        if let Some(bytes) = &entry {
+            self.absorb(ns, fp, bytes);
         }
-        FleetClaim::Lead(Box::new(self.guard(tier, key, value, ttl)))
+        let held = HeldLease {
+            key,
+            value,
+            seen: entry,
+            finishing: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+            fenced: AtomicBool::new(false),
+        };
+        FleetClaim::Lead(Box::new(self.guard(tier, (ns, *fp), held, ttl)))
     }
 
     /// Who holds the lease, if it is one tunecache wrote that expires: a value of another form,
@@ -293,27 +267,26 @@ impl CacheTier {
         true
     }
 
-    fn guard(&self, tier: Arc<dyn Tier>, key: String, value: Vec<u8>, ttl: Duration) -> LeaseGuard {
+    /// Fences the key's publications by the lease and starts renewing it.
+    fn guard(
+        &self,
+        tier: Arc<dyn Tier>,
+        key: (Namespace, Fingerprint),
+        held: HeldLease,
+        ttl: Duration,
+    ) -> LeaseGuard {
         let policy = self.policy();
-        let lost = Arc::new(AtomicBool::new(false));
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let renewer = {
-            let (remote, key, value) = (Arc::clone(&policy.remote), key.clone(), value.clone());
-            let (budget, lost, stop) =
-                (policy.options.budget, Arc::clone(&lost), Arc::clone(&stop));
-            std::thread::Builder::new()
-                .name("tunecache-lease".to_owned())
-                .spawn(move || renew(remote, key, value, ttl, budget, lost, stop))
-                .ok()
-        };
+        let held = Arc::new(held);
+        self.publisher().fence(key.0, key.1, Arc::clone(&held));
+        let renewal = self
+            .renewer()
+            .add(&policy.remote, held, ttl, policy.options.budget);
         LeaseGuard {
             remote: Arc::clone(&policy.remote),
             tier,
             key,
-            value,
             budget: policy.options.budget,
-            lost,
-            renewer: renewer.map(|thread| (stop, thread)),
+            renewal,
         }
     }
 }

@@ -5,9 +5,14 @@
 //! foreign holder changes nothing. A key of another type, or a value not in this form, is
 //! someone else's: never written, never deleted.
 
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
+
+use cache_core::Namespace;
+use cache_format::Fingerprint;
 
 use crate::store::RemoteError;
 
@@ -54,6 +59,29 @@ pub enum LeaseReply {
     /// The key holds something that is not a string (its type): someone else's.
     Foreign(String),
 }
+
+/// A key whose lease this process holds ([`crate::LeaseGuard`]): what its publications are
+/// fenced by (see [`crate::Fence`]), and what they found.
+#[derive(Debug)]
+pub(crate) struct HeldLease {
+    /// The lease key.
+    pub(crate) key: String,
+    /// This holder's value.
+    pub(crate) value: Vec<u8>,
+    /// The entry as the server held it when the lease was taken (as read: at most the value
+    /// cap and one byte).
+    pub(crate) seen: Option<Vec<u8>>,
+    /// The holder has finished measuring: the publication that writes the key releases the
+    /// lease in the same step.
+    pub(crate) finishing: AtomicBool,
+    /// A publication released it.
+    pub(crate) released: AtomicBool,
+    /// A publication was refused: the lease had been lost (another took the key over).
+    pub(crate) fenced: AtomicBool,
+}
+
+/// The keys whose lease this process holds, by namespace and key fingerprint.
+pub(crate) type Fences = HashMap<(Namespace, Fingerprint), Arc<HeldLease>>;
 
 /// The lease operations as one script, atomic on the server: the key's type is checked
 /// first, a string is compared whole, and only `acquire` creates.
@@ -152,16 +180,20 @@ pub(crate) fn new_value() -> Vec<u8> {
     .into_bytes()
 }
 
-fn host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| {
-            h.trim()
-                .chars()
-                .filter(|c| c.is_ascii_graphic())
-                .take(64)
-                .collect()
-        })
-        .unwrap_or_else(|_| "?".to_owned())
+/// This machine's name, read once (a process keeps its host across a fork).
+fn host() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| {
+                h.trim()
+                    .chars()
+                    .filter(|c| c.is_ascii_graphic())
+                    .take(64)
+                    .collect()
+            })
+            .unwrap_or_else(|_| "?".to_owned())
+    })
 }
 
 /// Whether `value` is a lease value tunecache writes (else someone else's).

@@ -36,6 +36,7 @@ mod options;
 mod policy;
 mod publish;
 mod publisher;
+mod renewer;
 mod server;
 mod shared;
 mod store;
@@ -56,7 +57,7 @@ pub use options::{
 pub use server::RedisClusterRemote;
 pub use server::{ConfigError, ENV_REMOTE, ENV_REMOTE_CA, RedisRemote, connect, from_env, redact};
 pub use shared::{Published, Pulled, SharedTier};
-pub use store::{Read, Remote, RemoteError, Swap};
+pub use store::{Fence, Read, Remote, RemoteError, Swap, Swapped};
 pub use tier::{RemoteBuilder, RemoteCache, RemoteSource};
 pub use value::encode_value;
 

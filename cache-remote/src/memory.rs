@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::store::{Read, Remote, RemoteError, Swap};
+use crate::store::{Read, Remote, RemoteError, Swap, Swapped};
 
 /// A value and when it expires.
 type Stored = (Vec<u8>, Option<Instant>);
@@ -124,25 +124,40 @@ impl Remote for MemoryRemote {
         swaps: &[Swap<'_>],
         ttl: Option<Duration>,
         _deadline: Instant,
-    ) -> Result<Vec<bool>, RemoteError> {
+    ) -> Result<Vec<Swapped>, RemoteError> {
         self.check()?;
         self.commands
             .fetch_add(swaps.len() as u64, Ordering::Relaxed);
         self.writes.fetch_add(swaps.len() as u64, Ordering::Relaxed);
         let now = Instant::now();
         let mut map = self.map_lock(&self.map);
+        let live = |map: &HashMap<String, Stored>, key: &str| {
+            map.get(key)
+                .filter(|(_, exp)| exp.is_none_or(|e| e > now))
+                .map(|(v, _)| v.clone())
+        };
         Ok(swaps
             .iter()
             .map(|s| {
-                let current = map
-                    .get(s.key)
-                    .filter(|(_, exp)| exp.is_none_or(|e| e > now))
-                    .map(|(v, _)| v.as_slice());
-                if current != s.expected {
-                    return false;
+                if let Some(fence) = &s.fence {
+                    let allowed = match live(&map, fence.lease) {
+                        None => fence.unchanged,
+                        Some(held) => held == fence.value,
+                    };
+                    if !allowed {
+                        return Swapped::Fenced;
+                    }
+                }
+                if live(&map, s.key).as_deref() != s.expected {
+                    return Swapped::Changed;
                 }
                 map.insert(s.key.to_owned(), (s.value.to_vec(), ttl.map(|t| now + t)));
-                true
+                if let Some(fence) = s.fence.filter(|f| f.release)
+                    && live(&map, fence.lease).as_deref() == Some(fence.value)
+                {
+                    map.remove(fence.lease);
+                }
+                Swapped::Set
             })
             .collect())
     }

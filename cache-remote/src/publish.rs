@@ -4,14 +4,17 @@
 //! four rounds). What to do with each key in a round is decided by a pure function,
 //! [`plan_key`].
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use cache_core::Namespace;
 use cache_format::{Entry, Fingerprint, Origin, Scope};
 
 use crate::health::Counters;
+use crate::lease::{Fences, HeldLease};
 use crate::policy::Policy;
-use crate::store::{RemoteError, Swap};
+use crate::store::{Fence, RemoteError, Swap, Swapped};
 use crate::value::{Expect, encode_value};
 
 /// Rounds of one publication before the keys that keep losing races are left for later.
@@ -93,6 +96,7 @@ impl Policy {
         entries: Vec<(Namespace, Entry)>,
         deadline: Instant,
         force: bool,
+        fences: &Fences,
     ) -> PublishOutcome {
         let keys = |entries: &[(Namespace, Entry)]| {
             entries
@@ -129,7 +133,7 @@ impl Policy {
             .collect();
         let mut outcome = PublishOutcome::default();
         for _round in 0..ROUNDS {
-            match self.round(scope, &todo, deadline, &mut outcome.folded) {
+            match self.round(scope, &todo, (deadline, fences), &mut outcome.folded) {
                 Ok(lost) if lost.is_empty() => return outcome,
                 Ok(lost) => {
                     todo = todo
@@ -152,12 +156,13 @@ impl Policy {
         outcome
     }
 
-    /// One round: read, plan, compare-and-set. Returns the indices that lost a race.
+    /// One round: read, plan, compare-and-set (fenced where this process holds the key's
+    /// lease). Returns the indices that lost a race.
     fn round(
         &self,
         scope: &Scope,
         todo: &[Item],
-        deadline: Instant,
+        (deadline, fences): (Instant, &Fences),
         folded: &mut Vec<(Namespace, Entry)>,
     ) -> Result<Vec<usize>, RemoteError> {
         let keys: Vec<String> = todo.iter().map(|i| i.key.clone()).collect();
@@ -205,12 +210,27 @@ impl Policy {
         if writes.is_empty() {
             return Ok(Vec::new());
         }
+        let held: Vec<Option<(&Arc<HeldLease>, bool)>> = writes
+            .iter()
+            .map(|w| {
+                let item = &todo[w.index];
+                let held = fences.get(&(item.ns, item.mine.fingerprint()));
+                held.map(|h| (h, h.finishing.load(Ordering::Relaxed)))
+            })
+            .collect();
         let swaps: Vec<Swap<'_>> = writes
             .iter()
-            .map(|w| Swap {
+            .zip(&held)
+            .map(|(w, held)| Swap {
                 key: &todo[w.index].key,
                 expected: w.expected.as_deref(),
                 value: &w.bytes,
+                fence: held.map(|(h, release)| Fence {
+                    lease: &h.key,
+                    value: &h.value,
+                    unchanged: h.seen == w.expected,
+                    release,
+                }),
             })
             .collect();
         let done = self
@@ -226,16 +246,48 @@ impl Policy {
             )));
         }
         let mut lost = Vec::new();
-        for (w, ok) in writes.into_iter().zip(done) {
-            if ok {
-                Counters::bump(&self.counters.published, 1);
-                folded.extend(w.more.map(|e| (todo[w.index].ns, e)));
-            } else {
-                Counters::bump(&self.counters.conflicts, 1);
+        for ((w, result), held) in writes.into_iter().zip(done).zip(held) {
+            if !self.settle(&todo[w.index], result, held, w.more, folded) {
                 lost.push(w.index);
             }
         }
         Ok(lost)
+    }
+
+    /// Takes in what one write did; `false` if it lost a race (the key is tried again).
+    fn settle(
+        &self,
+        item: &Item,
+        result: Swapped,
+        held: Option<(&Arc<HeldLease>, bool)>,
+        more: Option<Entry>,
+        folded: &mut Vec<(Namespace, Entry)>,
+    ) -> bool {
+        match result {
+            Swapped::Set => {
+                Counters::bump(&self.counters.published, 1);
+                if let Some((h, true)) = held {
+                    h.released.store(true, Ordering::Relaxed);
+                }
+                folded.extend(more.map(|e| (item.ns, e)));
+            }
+            Swapped::Fenced => {
+                self.reject("fenced");
+                if let Some((h, _)) = held {
+                    h.fenced.store(true, Ordering::Relaxed);
+                }
+                tracing::warn!(
+                    "tunecache: the measurements of {} were not published: their lease was \
+                     lost and another process took the key over",
+                    item.key
+                );
+            }
+            Swapped::Changed => {
+                Counters::bump(&self.counters.conflicts, 1);
+                return false;
+            }
+        }
+        true
     }
 }
 

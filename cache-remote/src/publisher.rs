@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use cache_core::Namespace;
 use cache_format::{Entry, Fingerprint};
 
+use crate::lease::{Fences, HeldLease};
 use crate::store::RemoteError;
 use crate::tier::CacheTier;
 
@@ -74,6 +75,8 @@ pub(crate) fn next(q: &Queue, now: Instant, delay: Duration, retry_at: Option<In
 pub(crate) struct Publisher {
     queue: Mutex<Queue>,
     cv: Condvar,
+    /// The keys whose lease this process holds: their publications are fenced by it.
+    fences: Mutex<Fences>,
 }
 
 impl Publisher {
@@ -109,6 +112,25 @@ impl Publisher {
             q.since = Some(Instant::now());
             self.cv.notify_all();
         }
+    }
+
+    /// Fences the publications of `(ns, fp)` by a lease this process holds, until
+    /// [`Publisher::unfence`].
+    pub(crate) fn fence(&self, ns: Namespace, fp: Fingerprint, held: Arc<HeldLease>) {
+        crate::lock(&self.fences).insert((ns, fp), held);
+    }
+
+    /// Ends the fence of `(ns, fp)` if it is still `held`'s.
+    pub(crate) fn unfence(&self, ns: Namespace, fp: Fingerprint, held: &Arc<HeldLease>) {
+        let mut fences = crate::lock(&self.fences);
+        if fences.get(&(ns, fp)).is_some_and(|h| Arc::ptr_eq(h, held)) {
+            fences.remove(&(ns, fp));
+        }
+    }
+
+    /// The fences now.
+    pub(crate) fn fences(&self) -> Fences {
+        crate::lock(&self.fences).clone()
     }
 
     /// Keys waiting.

@@ -10,6 +10,7 @@ use cache_format::{CacheData, Entry, Fingerprint, Limits, Scope};
 use cache_migrate::Migrations;
 
 use crate::health::{Counters, RemoteHealth};
+use crate::lease::Fences;
 use crate::options::RemoteOptions;
 use crate::policy::Policy;
 use crate::store::{Remote, RemoteError};
@@ -167,7 +168,9 @@ impl SharedTier {
                 // push writes nothing where the server holds it all: the merge says so).
                 entries.extend(by_fp.values().map(|e| (ns, e.clone())));
             }
-            let outcome = self.policy.publish(scope, entries, deadline, true);
+            let outcome = self
+                .policy
+                .publish(scope, entries, deadline, true, &Fences::new());
             report.left += outcome.left.len();
             if let Some(e) = outcome.error {
                 error = Some(e);

@@ -21,14 +21,14 @@ pub trait Remote: Send + Sync + fmt::Debug {
     ) -> Result<Vec<Option<Vec<u8>>>, RemoteError>;
 
     /// For each swap, in one round trip: sets `value` (with `ttl`, if any) if the key still
-    /// holds `expected` (`None`: the key is absent), atomically per key. Returns, per swap,
-    /// whether it was set.
+    /// holds `expected` (`None`: the key is absent) and its [`Fence`], if any, lets it,
+    /// atomically per key. Returns what each swap did.
     fn compare_and_set_many(
         &self,
         swaps: &[Swap<'_>],
         ttl: Option<Duration>,
         deadline: Instant,
-    ) -> Result<Vec<bool>, RemoteError>;
+    ) -> Result<Vec<Swapped>, RemoteError>;
 
     /// One round trip that changes nothing, to check the connection.
     fn ping(&self, deadline: Instant) -> Result<(), RemoteError>;
@@ -94,6 +94,36 @@ pub struct Swap<'a> {
     pub expected: Option<&'a [u8]>,
     /// The new value.
     pub value: &'a [u8],
+    /// The lease this write is made under, if any.
+    pub fence: Option<Fence<'a>>,
+}
+
+/// The lease a [`Swap`] is made under (FORMAT.md, "Leases"): the write happens only while the
+/// lease key still holds the holder's value, or is absent (it expired) and the entry is still
+/// what it was when the lease was taken (`unchanged`: nobody took the key over and published).
+/// Otherwise the swap is [`Swapped::Fenced`]: a holder that lost its lease writes nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Fence<'a> {
+    /// The lease key (on the entry's cluster slot).
+    pub lease: &'a str,
+    /// The holder's lease value.
+    pub value: &'a [u8],
+    /// Whether the swap's `expected` is the entry as it was when the lease was taken.
+    pub unchanged: bool,
+    /// Deletes the lease (if it still holds `value`) in the same step as the write: the
+    /// holder's publication and its release in one round trip.
+    pub release: bool,
+}
+
+/// What one [`Swap`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swapped {
+    /// The value was set.
+    Set,
+    /// The key no longer held `expected` (a lost race), or could not be written: nothing set.
+    Changed,
+    /// Its fence refused it (the lease was lost): nothing set, and not worth retrying.
+    Fenced,
 }
 
 /// Why a call to the shared store failed.

@@ -18,6 +18,7 @@ use crate::options::{RemoteMode, RemoteOptions};
 use crate::policy::Policy;
 use crate::publish::PublishOutcome;
 use crate::publisher::{self, Publisher};
+use crate::renewer::Renewer;
 use crate::store::{Remote, RemoteError};
 use crate::value::Expect;
 
@@ -33,6 +34,7 @@ pub(crate) struct CacheTier {
     /// Keys the remote lacked, and when it was last asked.
     negative: Mutex<HashMap<(Namespace, Fingerprint), Instant>>,
     publisher: Publisher,
+    renewer: Arc<Renewer>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -43,6 +45,10 @@ impl CacheTier {
 
     pub(crate) fn publisher(&self) -> &Publisher {
         &self.publisher
+    }
+
+    pub(crate) fn renewer(&self) -> &Arc<Renewer> {
+        &self.renewer
     }
 
     pub(crate) fn link(&self) -> &TierLink {
@@ -56,7 +62,9 @@ impl CacheTier {
     /// Publishes entries of the cache's scope within the publish budget.
     pub(crate) fn publish(&self, entries: Vec<(Namespace, Entry)>, force: bool) -> PublishOutcome {
         let deadline = Instant::now() + self.policy.options.publish_budget;
-        self.policy.publish(&self.scope, entries, deadline, force)
+        let fences = self.publisher.fences();
+        self.policy
+            .publish(&self.scope, entries, deadline, force, &fences)
     }
 
     /// Reads the entries of `fps` (local misses) in one round trip within the budget;
@@ -196,6 +204,7 @@ impl Tier for CacheTier {
     }
 
     fn close(&self) {
+        self.renewer.shutdown();
         let Some(handle) = crate::lock(&self.thread).take() else {
             return;
         };
@@ -247,6 +256,7 @@ impl TierSource for RemoteSource {
             link: ctx.link.clone(),
             negative: Mutex::new(HashMap::new()),
             publisher: Publisher::default(),
+            renewer: Arc::default(),
             thread: Mutex::new(None),
         });
         if writes {

@@ -11,7 +11,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use super::pool::Pool;
 use super::reply;
 use super::{ConfigError, redact};
-use crate::store::{Read, Remote, RemoteError, Swap};
+use crate::store::{Read, Remote, RemoteError, Swap, Swapped};
 
 /// How long connecting to one node may take (the cluster client's connections are made with
 /// this fixed timeout, not the call's deadline).
@@ -104,7 +104,7 @@ impl Remote for RedisClusterRemote {
         swaps: &[Swap<'_>],
         ttl: Option<Duration>,
         deadline: Instant,
-    ) -> Result<Vec<bool>, RemoteError> {
+    ) -> Result<Vec<Swapped>, RemoteError> {
         if swaps.is_empty() {
             return Ok(Vec::new());
         }

@@ -7,8 +7,24 @@ use std::time::{Duration, Instant};
 use crate::store::{Read, RemoteError};
 
 /// Compare-and-set of one key: ARGV = has-expected (`1`/`0`), expected, new value, time to
-/// live in ms (`0`: none). Returns 1 if it set the value. Lua strings are binary-safe.
+/// live in ms (`0`: none). Returns 1 if it set the value, 0 if the key held something else.
+/// With a second key (a [`crate::Fence`]'s lease, on the same cluster slot), ARGV 5 to 7 are
+/// the holder's lease value, `unchanged` and `release` (`1`/`0`): the write happens only if
+/// the lease holds that value, or is absent with `unchanged`; otherwise it returns 2
+/// (fenced). With `release`, the lease is deleted in the same step. A lease key of another
+/// type is someone else's: fenced, never touched. Lua strings are binary-safe.
 pub(crate) const CAS_SCRIPT: &str = r"
+local fenced = #KEYS == 2
+if fenced then
+  local t = redis.call('TYPE', KEYS[2])['ok']
+  if t ~= 'none' and t ~= 'string' then return 2 end
+  local l = redis.call('GET', KEYS[2])
+  if l == false then
+    if ARGV[6] ~= '1' then return 2 end
+  elseif l ~= ARGV[5] then
+    return 2
+  end
+end
 local cur = redis.call('GET', KEYS[1])
 if ARGV[1] == '1' then
   if cur ~= ARGV[2] then return 0 end
@@ -19,6 +35,9 @@ if ARGV[4] == '0' then
   redis.call('SET', KEYS[1], ARGV[3])
 else
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+end
+if fenced and ARGV[7] == '1' and redis.call('GET', KEYS[2]) == ARGV[5] then
+  redis.call('DEL', KEYS[2])
 end
 return 1
 ";
@@ -47,14 +66,22 @@ pub(crate) fn read_commands(key: &str, read: Read) -> [redis::Cmd; 2] {
 
 /// The compare-and-set of one swap (see [`CAS_SCRIPT`]); `ttl` in ms, 0 for none.
 pub(crate) fn swap_command(swap: &crate::Swap<'_>, ttl: u64) -> redis::Cmd {
+    let flag = |b: bool| if b { "1" } else { "0" };
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg(CAS_SCRIPT)
-        .arg(1)
-        .arg(swap.key)
-        .arg(if swap.expected.is_some() { "1" } else { "0" })
+    cmd.arg(CAS_SCRIPT);
+    match &swap.fence {
+        Some(fence) => cmd.arg(2).arg(swap.key).arg(fence.lease),
+        None => cmd.arg(1).arg(swap.key),
+    };
+    cmd.arg(flag(swap.expected.is_some()))
         .arg(swap.expected.unwrap_or_default())
         .arg(swap.value)
         .arg(ttl);
+    if let Some(fence) = &swap.fence {
+        cmd.arg(fence.value)
+            .arg(flag(fence.unchanged))
+            .arg(flag(fence.release));
+    }
     cmd
 }
 
@@ -166,7 +193,10 @@ pub(crate) fn values(
 
 /// Whether each swap was made, from each group's answer: a swap its server refused (a value
 /// of another type at the key) was not made; a full server fails the batch.
-pub(crate) fn swapped(groups: Vec<Group>, asked: usize) -> Result<Vec<bool>, RemoteError> {
+pub(crate) fn swapped(
+    groups: Vec<Group>,
+    asked: usize,
+) -> Result<Vec<crate::Swapped>, RemoteError> {
     if groups.len() != asked {
         return Err(RemoteError::Protocol(format!(
             "{} replies to {asked} writes",
@@ -180,10 +210,12 @@ pub(crate) fn swapped(groups: Vec<Group>, asked: usize) -> Result<Vec<bool>, Rem
                 .map_err(redis::RedisError::from)
         });
         match done {
-            Ok(d) => out.push(d == 1),
+            Ok(1) => out.push(crate::Swapped::Set),
+            Ok(2) => out.push(crate::Swapped::Fenced),
+            Ok(_) => out.push(crate::Swapped::Changed),
             Err(e) => match classify(&e) {
                 full @ RemoteError::Full(_) => return Err(full),
-                _ => out.push(false),
+                _ => out.push(crate::Swapped::Changed),
             },
         }
     }
@@ -254,6 +286,7 @@ pub(crate) fn classify(e: &redis::RedisError) -> RemoteError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Swapped;
 
     /// A server's error reply, as the client parses it off the wire.
     fn server_error(text: &str) -> redis::RedisError {
@@ -315,8 +348,13 @@ mod tests {
             "WRONGTYPE Operation against a key holding the wrong kind of value",
         ));
         assert_eq!(
-            swapped(vec![done(1), done(0), refused], 3),
-            Ok(vec![true, false, false])
+            swapped(vec![done(1), done(0), done(2), refused], 4),
+            Ok(vec![
+                Swapped::Set,
+                Swapped::Changed,
+                Swapped::Fenced,
+                Swapped::Changed
+            ])
         );
     }
 }

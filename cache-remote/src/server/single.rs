@@ -7,7 +7,7 @@ use redis::IntoConnectionInfo;
 use super::pool::Pool;
 use super::reply;
 use super::{ConfigError, ENV_REMOTE_CA, redact};
-use crate::store::{Read, Remote, RemoteError, Swap};
+use crate::store::{Read, Remote, RemoteError, Swap, Swapped};
 
 /// A Redis server as a [`Remote`].
 pub struct RedisRemote {
@@ -123,7 +123,7 @@ impl Remote for RedisRemote {
         swaps: &[Swap<'_>],
         ttl: Option<Duration>,
         deadline: Instant,
-    ) -> Result<Vec<bool>, RemoteError> {
+    ) -> Result<Vec<Swapped>, RemoteError> {
         if swaps.is_empty() {
             return Ok(Vec::new());
         }

@@ -2,6 +2,7 @@
 //! keys left alone, a dead holder's lease taken over after it expires, a follower taking the
 //! leader's published entry, a frozen server, and a cluster (lease and entry on one slot).
 
+#[cfg(feature = "cluster")]
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -262,9 +263,31 @@ fn on_a_cluster_the_lease_and_its_entry_share_a_slot() {
         ),
         Ok(LeaseReply::Held { .. })
     ));
+    // A write fenced by the lease runs on the entry's node: the holder's is set and releases
+    // the lease; another token's is refused.
+    let fenced = |value: &[u8], lease_value: &[u8], expected: Option<&[u8]>| {
+        let swap = cache_remote::Swap {
+            key: &entry_key,
+            expected,
+            value,
+            fence: Some(cache_remote::Fence {
+                lease: &k,
+                value: lease_value,
+                unchanged: false,
+                release: true,
+            }),
+        };
+        remote.compare_and_set_many(&[swap], None, soon())
+    };
     assert_eq!(
-        remote.lease(&k, LeaseOp::Release { value: &v }, soon()),
-        Ok(LeaseReply::Done)
+        fenced(b"x", &other_holder(5), None),
+        Ok(vec![cache_remote::Swapped::Fenced])
+    );
+    assert_eq!(fenced(b"y", &v, None), Ok(vec![cache_remote::Swapped::Set]));
+    assert_eq!(
+        remote.lease(&k, LeaseOp::Peek, soon()),
+        Ok(LeaseReply::Absent),
+        "released by the write"
     );
 }
 
@@ -292,4 +315,117 @@ fn a_lease_given_back_at_once_is_released_at_once() {
         );
         assert_eq!(server.get_raw(&lease_key(&remote_key(id))), None);
     }
+}
+
+/// Takes the lease of key `id` in `c`, which must lead.
+fn lead(c: &cache_core::Cache, id: u64) -> Box<dyn cache_core::FleetLease> {
+    match c.fleet_claim(ns(), &key(id).fingerprint(), Duration::from_secs(1)) {
+        FleetClaim::Lead(lease) => lease,
+        other => panic!("key {id}: {other:?}"),
+    }
+}
+
+/// The algorithms of the entry the server holds for key `id`, as `reader` reads it.
+fn on_server(reader: &cache_core::Cache, id: u64) -> Vec<String> {
+    reader
+        .get(ns(), &key(id).fingerprint())
+        .map(|e| {
+            e.candidates()
+                .iter()
+                .map(|c| c.id.algorithm.clone())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A holder frozen past its lease (simulated: the lease deleted, as expiry does) measures a
+/// faster candidate than the process that took the key over: its publication is refused, so
+/// the fleet keeps the result measured under the lease, and the late one stays local.
+#[test]
+fn a_holder_that_lost_its_lease_cannot_publish_over_the_key() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let open = |name: &str| cache(&dir.path().join(name), &server.url(), options(10_000));
+    let (late, taker) = (open("late.tcache"), open("taker.tcache"));
+    let expire = |id: u64| server.cmd(&["DEL", &lease_key(&remote_key(id))]);
+
+    // Taken over and published by the new holder before the late one finishes.
+    let late_lease = lead(&late, 90);
+    expire(90);
+    let taker_lease = lead(&taker, 90);
+    taker.put(ns(), entry(90, "taker", 50.0));
+    taker_lease
+        .finish(Duration::from_secs(2))
+        .expect("published");
+    late.put(ns(), entry(90, "late", 10.0));
+    let refused = late_lease.finish(Duration::from_secs(2));
+    assert!(refused.is_err_and(|e| e.contains("lost")));
+    let reader = open("reader.tcache");
+    assert_eq!(on_server(&reader, 90), ["taker"]);
+    let kept = late.get(ns(), &key(90).fingerprint()).expect("kept here");
+    assert!(kept.candidates().iter().any(|c| c.id.algorithm == "late"));
+    let h = late.remote_health().expect("remote");
+    assert_eq!(h.rejected.get("fenced"), Some(&1), "{h:?}");
+
+    // Taken over and still being measured: the late holder writes nothing, and the new
+    // holder's lease is left as it is.
+    let late_lease = lead(&late, 91);
+    expire(91);
+    let taker_lease = lead(&taker, 91);
+    let held = server.get_raw(&lease_key(&remote_key(91)));
+    late.put(ns(), entry(91, "late", 10.0));
+    assert!(late_lease.finish(Duration::from_secs(2)).is_err());
+    assert_eq!(server.get_raw(&remote_key(91)), None);
+    assert_eq!(server.get_raw(&lease_key(&remote_key(91))), held);
+    drop(taker_lease);
+
+    // Expired, but nobody took the key: nothing was measured meanwhile, so it is published.
+    let late_lease = lead(&late, 92);
+    expire(92);
+    late.put(ns(), entry(92, "late", 10.0));
+    late_lease
+        .finish(Duration::from_secs(2))
+        .expect("published");
+    assert_eq!(on_server(&reader, 92), ["late"]);
+}
+
+/// Scripts the server has run (`EVAL`: compare-and-set and lease operations alike).
+fn evals(server: &Server) -> u64 {
+    let info: String =
+        redis::from_redis_value(server.cmd(&["INFO", "commandstats"])).expect("text");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_eval:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The holder's publication deletes its lease in the same step: finishing a measured key
+/// runs one script (the fenced write), not a write and then a release.
+#[test]
+fn the_publication_that_writes_a_leased_key_releases_its_lease() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = cache(&dir.path().join("a.tcache"), &server.url(), options(10_000));
+    let lk = lease_key(&remote_key(95));
+    let lease = lead(&c, 95);
+    c.put(ns(), entry(95, "tiled", 20.0));
+    assert!(server.get_raw(&lk).is_some());
+    let before = evals(&server);
+    lease.finish(Duration::from_secs(2)).expect("published");
+    assert_eq!(
+        evals(&server) - before,
+        1,
+        "one script: the write that releases"
+    );
+    assert_eq!(server.get_raw(&lk), None);
+    assert!(server.get_raw(&remote_key(95)).is_some());
+    // A lease given back with nothing to publish is released by its own call.
+    let lease = lead(&c, 96);
+    drop(lease);
+    assert_eq!(server.get_raw(&lease_key(&remote_key(96))), None);
 }

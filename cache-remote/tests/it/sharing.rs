@@ -243,10 +243,11 @@ fn a_foreign_value_spoils_only_its_own_key(
         key: &good,
         expected: None,
         value: &value,
+        fence: None,
     };
     assert_eq!(
         remote.compare_and_set_many(&[swap], None, deadline),
-        Ok(vec![true])
+        Ok(vec![cache_remote::Swapped::Set])
     );
     put_list(&list);
     let keys = [list.clone(), good.clone(), remote_key(23)];

@@ -1,0 +1,185 @@
+//! The renewer: one thread per shared tier that keeps every lease this process holds alive,
+//! renewing each every third of its time to live, and marks a lease lost when a renewal finds
+//! it gone or held by another. One thread for all of them, started at the first lease and
+//! stopping after a while without any, so taking a lease costs no thread of its own.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::lease::{HeldLease, LeaseOp, LeaseReply};
+use crate::store::Remote;
+
+/// How long the thread stays once no lease is held.
+const LINGER: Duration = Duration::from_secs(10);
+
+/// One lease being renewed.
+#[derive(Debug)]
+pub(crate) struct Renewal {
+    pub(crate) held: Arc<HeldLease>,
+    ttl: Duration,
+    /// A renewal found the lease gone or held by another.
+    pub(crate) lost: AtomicBool,
+    /// Its guard let it go: no more renewals, and a failed one in flight means nothing.
+    pub(crate) stopped: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The leases held, with when each is next renewed.
+    held: Vec<(Arc<Renewal>, Instant)>,
+    /// The process whose thread is running (none after a fork: the child starts its own).
+    running: Option<u32>,
+    /// When the thread next wakes by itself: a lease due later needs no wake-up call.
+    wakes_at: Option<Instant>,
+    /// The shortest renewal period seen: how long the thread waits while no lease is held,
+    /// so a lease taken meanwhile is renewed in time without waking it.
+    tick: Option<Duration>,
+    shutdown: bool,
+}
+
+/// The leases of one shared tier and the thread that renews them.
+#[derive(Debug, Default)]
+pub(crate) struct Renewer {
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+impl Renewer {
+    /// Starts renewing `held` (time to live `ttl`) through `remote`, each call within
+    /// `budget`; the renewal's flags say how it went.
+    pub(crate) fn add(
+        self: &Arc<Self>,
+        remote: &Arc<dyn Remote>,
+        held: Arc<HeldLease>,
+        ttl: Duration,
+        budget: Duration,
+    ) -> Arc<Renewal> {
+        let renewal = Arc::new(Renewal {
+            held,
+            ttl,
+            lost: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+        });
+        let due = Instant::now() + ttl / 3;
+        let mut st = crate::lock(&self.state);
+        st.held.push((Arc::clone(&renewal), due));
+        st.tick = Some(st.tick.map_or(ttl / 3, |t| t.min(ttl / 3)));
+        let pid = std::process::id();
+        if st.running != Some(pid) && !st.shutdown {
+            let (this, remote) = (Arc::clone(self), Arc::clone(remote));
+            let started = std::thread::Builder::new()
+                .name("tunecache-lease".to_owned())
+                .spawn(move || this.run(&remote, budget));
+            if started.is_ok() {
+                st.running = Some(pid);
+                st.wakes_at = None;
+            }
+        } else if st.wakes_at.is_none_or(|at| due < at) {
+            self.cv.notify_all();
+        }
+        renewal
+    }
+
+    /// Stops renewing `renewal` (its guard is done with it).
+    pub(crate) fn remove(&self, renewal: &Arc<Renewal>) {
+        renewal.stopped.store(true, Ordering::Relaxed);
+        crate::lock(&self.state)
+            .held
+            .retain(|(r, _)| !Arc::ptr_eq(r, renewal));
+    }
+
+    /// Stops the thread (the tier closes); leases still held are left to expire.
+    pub(crate) fn shutdown(&self) {
+        crate::lock(&self.state).shutdown = true;
+        self.cv.notify_all();
+    }
+
+    /// The thread: waits for the next renewal due, makes it, and leaves after [`LINGER`]
+    /// without a lease.
+    fn run(&self, remote: &Arc<dyn Remote>, budget: Duration) {
+        let mut idle_since = Instant::now();
+        let mut st = crate::lock(&self.state);
+        loop {
+            if st.shutdown {
+                st.running = None;
+                return;
+            }
+            let now = Instant::now();
+            if st.held.is_empty() {
+                if now.duration_since(idle_since) >= LINGER {
+                    st.running = None;
+                    return;
+                }
+                let tick = st.tick.unwrap_or(LINGER).min(LINGER);
+                st = self.wait(st, now + tick);
+                continue;
+            }
+            idle_since = now;
+            let next = st.held.iter().map(|(_, due)| *due).min().unwrap_or(now);
+            if next > now {
+                st = self.wait(st, next);
+                continue;
+            }
+            let due: Vec<Arc<Renewal>> = st
+                .held
+                .iter_mut()
+                .filter(|(_, at)| *at <= now)
+                .map(|(r, at)| {
+                    *at = now + r.ttl / 3;
+                    Arc::clone(r)
+                })
+                .collect();
+            drop(st);
+            for renewal in due {
+                renew(remote.as_ref(), &renewal, budget);
+            }
+            st = crate::lock(&self.state);
+            st.held.retain(|(r, _)| !r.lost.load(Ordering::Relaxed));
+        }
+    }
+
+    /// Waits until `until` or a wake-up call, saying when it will wake by itself.
+    fn wait<'a>(
+        &self,
+        mut st: std::sync::MutexGuard<'a, State>,
+        until: Instant,
+    ) -> std::sync::MutexGuard<'a, State> {
+        st.wakes_at = Some(until);
+        let left = until.saturating_duration_since(Instant::now());
+        let mut st = self
+            .cv
+            .wait_timeout(st, left)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0;
+        st.wakes_at = None;
+        st
+    }
+}
+
+/// One renewal. A failed call is tried again at the next turn (the lease may expire
+/// meanwhile); a lease found gone or held by another is lost, unless its guard let it go
+/// while the call was out.
+fn renew(remote: &dyn Remote, renewal: &Renewal, budget: Duration) {
+    if renewal.stopped.load(Ordering::Relaxed) {
+        return;
+    }
+    let held = &renewal.held;
+    let op = LeaseOp::Renew {
+        value: &held.value,
+        ttl: renewal.ttl,
+    };
+    match remote.lease(&held.key, op, Instant::now() + budget) {
+        Ok(LeaseReply::Done) | Err(_) => {}
+        Ok(_) if renewal.stopped.load(Ordering::Relaxed) => {}
+        Ok(_) => {
+            if !renewal.lost.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "tunecache: the lease on {} was lost while measuring (it expired or another \
+                     process holds it): the fleet may measure this key twice",
+                    held.key
+                );
+            }
+        }
+    }
+}
