@@ -66,6 +66,21 @@ pub trait Tier: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The fleet's entries for the keys `fps` of `ns`: what this tier holds for them now,
+    /// after publishing what this cache recorded (waiting at most `timeout`), so the answer
+    /// includes this process's own measurements; one per key, aligned with `fps`, `None` where
+    /// the tier lacks the key. `None`: this tier holds no fleet view (it is not shared);
+    /// `Some(Err)`: it could not be read (unavailable, frozen), within its budget.
+    fn fleet_view(
+        &self,
+        ns: Namespace,
+        fps: &[Fingerprint],
+        timeout: Duration,
+    ) -> Option<Result<Vec<Option<Entry>>, String>> {
+        let _ = (ns, fps, timeout);
+        None
+    }
+
     /// Its counters and state.
     fn health(&self) -> TierHealth;
 

@@ -89,25 +89,12 @@ impl CacheTier {
         let Some(values) = self.read(ns, &wanted, now + options.budget) else {
             return Vec::new();
         };
-        let scope_fp = self.scope.fingerprint();
         let mut found = Vec::new();
         let mut missed = Vec::new();
-        for (fp, value) in wanted.iter().zip(values) {
-            let expect = Expect {
-                scope: &scope_fp,
-                ns: ns.name(),
-                fp,
-            };
-            match value.and_then(|bytes| self.policy.check(&bytes, expect)) {
-                Some((_, mut entry)) => {
-                    Counters::bump(&self.policy.counters.hits, 1);
-                    entry.set_origin(self.policy.remote_origin(entry.origin()));
-                    found.push(entry);
-                }
-                None => {
-                    Counters::bump(&self.policy.counters.misses, 1);
-                    missed.push(*fp);
-                }
+        for (fp, entry) in wanted.iter().zip(self.checked(ns, &wanted, values)) {
+            match entry {
+                Some(entry) => found.push(entry),
+                None => missed.push(*fp),
             }
         }
         if !missed.is_empty() {
@@ -118,6 +105,67 @@ impl CacheTier {
             negative.extend(missed.into_iter().map(|fp| ((ns, fp), now)));
         }
         found
+    }
+
+    /// The values read for `fps`, each checked (a refused one is a miss) and given origin
+    /// `remote`; counted as hits and misses.
+    fn checked(
+        &self,
+        ns: Namespace,
+        fps: &[Fingerprint],
+        values: Vec<Option<Vec<u8>>>,
+    ) -> Vec<Option<Entry>> {
+        let scope_fp = self.scope.fingerprint();
+        fps.iter()
+            .zip(values)
+            .map(|(fp, value)| {
+                let expect = Expect {
+                    scope: &scope_fp,
+                    ns: ns.name(),
+                    fp,
+                };
+                let checked = value.and_then(|bytes| self.policy.check(&bytes, expect));
+                let counter = match checked {
+                    Some(_) => &self.policy.counters.hits,
+                    None => &self.policy.counters.misses,
+                };
+                Counters::bump(counter, 1);
+                checked.map(|(_, mut entry)| {
+                    entry.set_origin(self.policy.remote_origin(entry.origin()));
+                    entry
+                })
+            })
+            .collect()
+    }
+
+    /// See [`Tier::fleet_view`]: what this cache recorded is published first (within
+    /// `timeout`; a failure is no reason not to read), then the keys are read in one round
+    /// trip within the budget, the negative cache skipped.
+    fn view(
+        &self,
+        ns: Namespace,
+        fps: &[Fingerprint],
+        timeout: Duration,
+    ) -> Result<Vec<Option<Entry>>, String> {
+        if let Err(e) = self.publisher.publish_within(timeout) {
+            tracing::debug!("tunecache: the fleet's view is read before this cache published: {e}");
+        }
+        let budget = self.policy.options.budget;
+        if !self.policy.allow(budget) {
+            return Err(format!("{} is unavailable", self.policy.describe));
+        }
+        let values = self
+            .read(ns, fps, Instant::now() + budget)
+            .ok_or_else(|| format!("{} could not be read", self.policy.describe))?;
+        if values.len() != fps.len() {
+            return Err(format!(
+                "{} answered {} of {} keys",
+                self.policy.describe,
+                values.len(),
+                fps.len()
+            ));
+        }
+        Ok(self.checked(ns, fps, values))
     }
 
     /// One read of the keys of `fps`, refreshing their time to live where this cache writes
@@ -197,6 +245,15 @@ impl Tier for CacheTier {
         wait: Duration,
     ) -> Option<cache_core::FleetClaim> {
         Some(CacheTier::fleet_claim(self, Arc::clone(this), ns, fp, wait))
+    }
+
+    fn fleet_view(
+        &self,
+        ns: Namespace,
+        fps: &[Fingerprint],
+        timeout: Duration,
+    ) -> Option<Result<Vec<Option<Entry>>, String>> {
+        Some(self.view(ns, fps, timeout))
     }
 
     fn health(&self) -> TierHealth {

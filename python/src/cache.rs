@@ -388,6 +388,40 @@ impl PyCache {
         Ok(PyFleetClaim::new(claim))
     }
 
+    /// The fleet's entries for `keys` of `namespace` (this cache's own published first, then
+    /// read from the shared tier in one round trip, whatever this cache holds), one per key
+    /// (`None` where the fleet lacks it); `None` when there is no shared tier or it could not
+    /// be read within its budget.
+    #[pyo3(signature = (namespace, keys, timeout=10.0))]
+    fn fleet_view(
+        &self,
+        py: Python<'_>,
+        namespace: &str,
+        keys: Vec<Bound<'_, PyAny>>,
+        timeout: f64,
+    ) -> PyResult<Option<Vec<Option<PyEntry>>>> {
+        let fps = keys
+            .iter()
+            .map(|k| Ok(Fingerprint::of_key(&to_fields(k, "key")?)))
+            .collect::<PyResult<Vec<_>>>()?;
+        let ns = self::namespace(namespace)?;
+        let timeout = secs(timeout, "timeout")?;
+        let cache = self.get_cache()?;
+        let view = py.detach(|| cache.fleet_view(ns, &fps, timeout));
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        Ok(match view {
+            Ok(view) => Some(
+                view.into_iter()
+                    .map(|e| e.map(|entry| PyEntry { entry }))
+                    .collect(),
+            ),
+            Err(why) => {
+                tracing::debug!("tunecache: no fleet view: {why}");
+                None
+            }
+        })
+    }
+
     /// Reads what other processes saved since the last read.
     fn refresh(&self, py: Python<'_>) -> PyResult<()> {
         let cache = self.get_cache()?;

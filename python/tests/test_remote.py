@@ -151,3 +151,52 @@ def test_autotune_measures_each_key_once_for_every_cache_sharing_the_server(tmp_
     winners_a = {entry.key["n"]: entry.best.algorithm for _, entry in ca.entries("f")}
     winners_b = {entry.key["n"]: entry.best.algorithm for _, entry in cb.entries("f")}
     assert winners_a == winners_b
+
+
+def test_fleet_consistency_runs_the_fleets_winner_and_changes_only_at_sync(tmp_path, redis):
+    """``consistency="fleet"``: a process runs the winner of the fleet's entry even for a key it
+    measured itself, and a newer fleet winner reaches running processes only at ``sync()``."""
+    scope = {"device": "test"}
+
+    def tuned(name, times, remote, consistency="fleet"):
+        cache = tunecache.Cache(
+            "consistent", path=tmp_path / f"{name}.tcache", scope=scope, remote=remote, consistency=consistency
+        )
+        fn = tunecache.autotune(
+            cache,
+            namespace="c",
+            candidates={"x": lambda n: "x", "y": lambda n: "y"},
+            key=lambda n: {"n": n},
+            timer=lambda run: times[run()],
+        )(lambda n: "default")
+        return cache, fn
+
+    # B measured the key alone earlier (y faster there); A measures it now (x faster).
+    offline, f = tuned("b", {"x": 300.0, "y": 50.0}, None, "local")
+    assert f(1) == "y"
+    offline.close()
+    time.sleep(0.02)
+    ca, fa = tuned("a", {"x": 100.0, "y": 200.0}, redis)
+    assert fa(1) == "x"
+    # B's own figures join the fleet's entry, whose winner (A's later figures) B runs.
+    cb, fb = tuned("b", {"x": 300.0, "y": 50.0}, redis)
+    assert fb(1) == "x"
+    # A third machine publishes newer figures in which y wins.
+    time.sleep(0.02)
+    offline, f = tuned("c", {"x": 300.0, "y": 40.0}, None, "local")
+    assert f(1) == "y"
+    offline.close()
+    cc = tunecache.Cache("consistent", path=tmp_path / "c.tcache", scope=scope, remote=redis)
+    view = cc.fleet_view("c", [{"n": 1}])
+    assert view is not None and view[0] is not None and view[0].best.algorithm == "y"
+    # Recording meanwhile does not move a running process's choice; the sync does, for both.
+    ca.put("c", {"n": 2}, "x", median_ns=1.0)
+    assert (fa(1), fb(1)) == ("x", "x")
+    for cache in (ca, cb):
+        assert cache.sync() == {"keys": 1, "changed": 1, "error": None}
+    assert (fa(1), fb(1)) == ("y", "y")
+    assert ca.sync() == {"keys": 1, "changed": 0, "error": None}
+    with pytest.raises(ValueError, match="consistency"):
+        tunecache.Cache("consistent", path=tmp_path / "d.tcache", consistency="strong")
+    for cache in (ca, cb, cc):
+        cache.close()

@@ -178,6 +178,8 @@ class Autotuned:
                 raise ValueError(f"default {default!r} is not one of the candidates")
             self.default = named[0]
         self._memo: dict[Any, Candidate] = {}
+        #: Under ``consistency="fleet"``: the key of each memoized choice, for ``Cache.sync``.
+        self._keys: dict[Any, Mapping[str, Any]] = {}
         self._locks: dict[Any, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         #: How many candidate measurements this object made (for tests and reports).
@@ -207,7 +209,49 @@ class Autotuned:
         return call
 
     def _invalidate(self) -> None:
-        self._memo = {}
+        # Under fleet consistency a choice changes only at Cache.sync (the epoch), never
+        # because something was recorded or read meanwhile.
+        if self.cache.consistency != "fleet":
+            self._memo = {}
+
+    def _sync(self, timeout: float, report: dict[str, Any]) -> None:
+        """``Cache.sync``: the memoized choices checked against the fleet's entries in one
+        round trip; the changed ones replace the memo at once."""
+        memo = self._memo
+        keys = [(mk, self._keys[mk]) for mk in memo if mk in self._keys]
+        if not keys:
+            return
+        view = self.cache.fleet_view(self.namespace, [k for _, k in keys], timeout)
+        if view is None:
+            report["error"] = report["error"] or "the fleet's entries could not be read"
+            return
+        report["keys"] += len(keys)
+        fresh = dict(memo)
+        for (mk, _), entry in zip(keys, view):
+            best = self._best_of(entry) if entry is not None else None
+            if best is not None and best is not memo[mk]:
+                fresh[mk] = best
+                report["changed"] += 1
+        self._memo = fresh
+
+    def _fleet_winner(self, key: Mapping[str, Any], memo_key: Any, best: Candidate) -> Candidate:
+        """Under ``consistency="fleet"``, the winner of the fleet's entry for ``key`` (this
+        process's results published there first); ``best`` without a fleet to read."""
+        if self.cache.consistency != "fleet":
+            return best
+        self._keys[memo_key] = dict(key)
+        view = self.cache.fleet_view(self.namespace, [key], self.flush_timeout)
+        fleet = self._best_of(view[0]) if view and view[0] is not None else None
+        return fleet if fleet is not None else best
+
+    def _best_of(self, entry: Any) -> Candidate | None:
+        """The best current candidate of an entry (stored best first) that did not fail."""
+        for c in entry.candidates:
+            if c.failed is None:
+                found = self._by_identity.get((c.algorithm, _freeze(c.params)))
+                if found is not None:
+                    return found
+        return None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.call(*args, **kwargs)
@@ -241,6 +285,7 @@ class Autotuned:
     def _resolve(self, key: Mapping[str, Any], memo_key: Any, args: Any, kwargs: Any) -> Candidate:
         best, missing = self._recorded(key)
         if best is not None and not missing:
+            best = self._fleet_winner(key, memo_key, best)
             self._memo[memo_key] = best
             return best
         why = measuring_forbidden()
@@ -276,6 +321,7 @@ class Autotuned:
                     f"{self.namespace}: every candidate failed for {dict(key)}; see "
                     "cache.get(...).candidates for why"
                 )
+            best = self._fleet_winner(key, memo_key, best)
             self._memo[memo_key] = best
             return best
 

@@ -19,7 +19,7 @@ import os
 import signal
 import threading
 import weakref
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import _tunecache as _ext
 
@@ -67,7 +67,10 @@ class Cache:
     older files to ``schema``: a list of step dicts (``{"from": 1, "to": 2, "ops": [...]}``), a
     whole migration file as a dict, or the path of one (the CLI's format). ``scope`` is a dict
     describing what the results are valid for (device, driver, library version); see
-    :func:`tunecache.default_scope`.
+    :func:`tunecache.default_scope`. ``consistency="fleet"`` (with a shared tier, ``remote=``)
+    makes every process run the fleet's winner for a key: the one of the entry the shared tier
+    holds (this process's results merged there first), taken on a key's first call and again
+    at :meth:`sync`, the epoch; between two syncs a key's choice never changes.
     """
 
     def __init__(
@@ -82,7 +85,10 @@ class Cache:
         remote: str | None = None,
         save_delay: float | None = None,
         lock_timeout: float | None = None,
+        consistency: str = "local",
     ) -> None:
+        if consistency not in ("local", "fleet"):
+            raise ValueError(f"consistency must be 'local' or 'fleet', not {consistency!r}")
         self._config = {
             "app": app,
             "schema": schema,
@@ -93,8 +99,14 @@ class Cache:
             "remote": remote,
             "save_delay": save_delay,
             "lock_timeout": lock_timeout,
+            "consistency": consistency,
         }
         self._start()
+
+    @property
+    def consistency(self) -> str:
+        """``"local"`` or ``"fleet"`` (see the class documentation)."""
+        return str(self._config.get("consistency", "local"))
 
     def _start(self) -> None:
         """Opens the Rust cache from `_config` (construction and unpickling alike)."""
@@ -211,6 +223,31 @@ class Cache:
         (``"published"``: its entry is in this cache now). ``"alone"``: no coordination
         (no shared tier, server unavailable, the wait ran out): measure here."""
         return self._rust.fleet_claim(namespace, key, wait)
+
+    def fleet_view(
+        self, namespace: str, keys: Sequence[Mapping[str, Any]], timeout: float = 10.0
+    ) -> list[_ext.Entry | None] | None:
+        """The fleet's entries for ``keys``: this cache's own are published first (waiting at
+        most ``timeout`` seconds), then the shared tier is read in one round trip; one per key
+        (None where the fleet lacks it). None when there is no shared tier or it cannot be
+        read within its budget."""
+        try:
+            return self._rust.fleet_view(namespace, list(keys), timeout)
+        finally:
+            emit_warnings()
+
+    def sync(self, timeout: float = 10.0) -> dict[str, Any]:
+        """The epoch of ``consistency="fleet"``: every ``@autotune`` on this cache checks the
+        keys it has chosen against the fleet's entries (one round trip each) and takes each
+        changed winner. Call it where every process of a job is at the same point (after a
+        step's barrier). Returns ``{"keys": n, "changed": n, "error": str | None}``; on an
+        error the choices are kept."""
+        report: dict[str, Any] = {"keys": 0, "changed": 0, "error": None}
+        for listener in list(self._listeners):
+            sync = getattr(listener, "_sync", None)
+            if sync is not None:
+                sync(timeout, report)
+        return report
 
     def refresh(self) -> None:
         """Reads what other processes saved since the last read."""

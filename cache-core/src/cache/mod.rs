@@ -390,6 +390,38 @@ impl Cache {
             .unwrap_or_else(|| crate::FleetClaim::Alone("no tier coordinates a fleet".to_owned()))
     }
 
+    /// The fleet's entries for the keys `fps` of `ns` (see [`Tier::fleet_view`]), from the
+    /// first tier that holds a fleet view: this cache's entries for them are published first
+    /// (by the merge rule: only what the tier lacks is written), then
+    /// the keys are read in one round trip, whatever memory holds. What is read is also merged
+    /// into memory and the file. One result per key, aligned with `fps` (`None`: the fleet
+    /// lacks it). An error when no tier holds a fleet view, or it could not be read: then
+    /// only this cache's own entries are known.
+    pub fn fleet_view(
+        &self,
+        ns: Namespace,
+        fps: &[Fingerprint],
+        timeout: Duration,
+    ) -> Result<Vec<Option<Arc<Entry>>>, String> {
+        // What this cache holds for the keys joins the fleet's entries first, even entries of
+        // an earlier run that never reached the tier.
+        let held: Vec<(Namespace, Fingerprint)> = fps
+            .iter()
+            .filter(|fp| self.shared.memory.get(ns, fp).is_some())
+            .map(|fp| (ns, *fp))
+            .collect();
+        self.shared.offer(&held);
+        let view = self
+            .tiers()
+            .iter()
+            .find_map(|t| t.fleet_view(ns, fps, timeout))
+            .unwrap_or_else(|| Err("no tier is shared with a fleet".to_owned()))?;
+        let found: Vec<(Namespace, Entry)> =
+            view.iter().flatten().map(|e| (ns, e.clone())).collect();
+        self.shared.absorb_from_tier(found);
+        Ok(view.into_iter().map(|e| e.map(Arc::new)).collect())
+    }
+
     /// Flushes, then stops the saver. Equivalent to dropping, but reports the outcome.
     pub fn close(mut self) -> Result<(), StoreError> {
         let result = self.flush_inner(self.shared.timings.flush_timeout);

@@ -201,4 +201,6 @@ pub struct TuneStats {
     /// Tuning time recorded for the cache keys reused (each counted once, none that this
     /// process tuned itself): what this process did not spend.
     pub saved_time: Duration,
+    /// Choices changed to the fleet's winner (see [`super::Consistency::Fleet`]).
+    pub fleet_adopted: u64,
 }

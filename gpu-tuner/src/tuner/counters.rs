@@ -46,6 +46,7 @@ pub(super) struct Counters {
     pub(super) distrust_said: AtomicBool,
     pub(super) tuning_ns: AtomicU64,
     pub(super) saved_ns: AtomicU64,
+    pub(super) fleet_adopted: AtomicU64,
 }
 
 impl Counters {
@@ -64,6 +65,7 @@ impl Counters {
             remote_distrusted: get(&self.remote_distrusted),
             tuning_time: Duration::from_nanos(get(&self.tuning_ns)),
             saved_time: Duration::from_nanos(get(&self.saved_ns)),
+            fleet_adopted: get(&self.fleet_adopted),
         }
     }
 }

@@ -48,7 +48,9 @@ impl<O: Operation> TunedInner<O> {
                 };
             }
         };
-        let result = self.resolve(key, &self.config.policy);
+        let result = self
+            .resolve(key, &self.config.policy)
+            .map(|choice| self.reconcile(key, choice));
         if let Ok(choice) = &result {
             self.publish(key, choice);
         }
@@ -360,6 +362,7 @@ impl<O: Operation> TunedInner<O> {
             };
             let started = Instant::now();
             if let Ok(choice) = self.resolve(&key, &MissPolicy::TuneNow) {
+                let choice = self.reconcile(&key, choice);
                 self.publish(&key, &choice);
             }
             lock(&self.background).spend(started.elapsed());

@@ -12,12 +12,13 @@
 mod background;
 mod choose;
 mod config;
+mod consistency;
 mod counters;
 mod miss;
 mod plan;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -28,6 +29,8 @@ use rustc_hash::FxBuildHasher;
 use background::Background;
 use config::ProgressFn;
 pub use config::{MissPolicy, OpConfig, Progress, RemotePolicy, TuneError, TuneStats};
+use consistency::Synced;
+pub use consistency::{Consistency, SyncReport};
 use counters::Counters;
 
 use crate::operation::Operation;
@@ -72,6 +75,33 @@ struct TunerShared {
     cache: Arc<Cache>,
     volatile: Vec<String>,
     progress: RwLock<Option<ProgressFn>>,
+    consistency: Consistency,
+    /// The operations registered, for [`Tuner::sync`].
+    ops: Mutex<Vec<Weak<dyn Synced>>>,
+}
+
+impl TunerShared {
+    fn new(cache: Arc<Cache>, volatile: Vec<String>, consistency: Consistency) -> Self {
+        TunerShared {
+            cache,
+            volatile,
+            progress: RwLock::new(None),
+            consistency,
+            ops: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A copy with other settings, the progress callback kept (operations registered on the
+    /// original stay with it).
+    fn with(&self, volatile: Vec<String>, consistency: Consistency) -> Self {
+        let shared = TunerShared::new(Arc::clone(&self.cache), volatile, consistency);
+        *shared.progress.write().unwrap_or_else(|p| p.into_inner()) = self
+            .progress
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        shared
+    }
 }
 
 /// Tunes operations on a cache. Cheap to clone.
@@ -97,33 +127,48 @@ impl Tuner {
     /// A tuner over `cache` (whose scope should describe the device, see `cpu::scope` and
     /// `cuda::scope`).
     pub fn new(cache: Arc<Cache>) -> Self {
+        let volatile = DEFAULT_VOLATILE_SCOPE_FIELDS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
         Tuner {
-            shared: Arc::new(TunerShared {
-                cache,
-                volatile: DEFAULT_VOLATILE_SCOPE_FIELDS
-                    .iter()
-                    .map(|s| (*s).to_owned())
-                    .collect(),
-                progress: RwLock::new(None),
-            }),
+            shared: Arc::new(TunerShared::new(cache, volatile, Consistency::Local)),
         }
     }
 
     /// Replaces the scope fields treated as volatile (see [`DEFAULT_VOLATILE_SCOPE_FIELDS`]).
     pub fn with_volatile_scope_fields(self, fields: &[&str]) -> Self {
+        let volatile = fields.iter().map(|s| (*s).to_owned()).collect();
         Tuner {
-            shared: Arc::new(TunerShared {
-                cache: Arc::clone(&self.shared.cache),
-                volatile: fields.iter().map(|s| (*s).to_owned()).collect(),
-                progress: RwLock::new(
-                    self.shared
-                        .progress
-                        .read()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .clone(),
-                ),
-            }),
+            shared: Arc::new(self.shared.with(volatile, self.shared.consistency)),
         }
+    }
+
+    /// Whose winner this tuner's operations use for a key (see [`Consistency`]; the default
+    /// is [`Consistency::Local`]).
+    pub fn with_consistency(self, consistency: Consistency) -> Self {
+        Tuner {
+            shared: Arc::new(self.shared.with(self.shared.volatile.clone(), consistency)),
+        }
+    }
+
+    /// The epoch: every registered operation's settled choices are checked against the
+    /// fleet's entries (this process's records published first, then one round trip per
+    /// operation, within `timeout` for the publication and the shared tier's budget for the
+    /// read), and each changed winner replaces its key's choice. Call it where every process
+    /// of a job is at the same point (after a step's barrier): between two syncs no choice
+    /// changes to follow the fleet. With [`Consistency::Local`] it works the same, on demand.
+    pub fn sync(&self, timeout: Duration) -> SyncReport {
+        let ops: Vec<Arc<dyn Synced>> = {
+            let mut ops = lock(&self.shared.ops);
+            ops.retain(|op| op.strong_count() > 0);
+            ops.iter().filter_map(Weak::upgrade).collect()
+        };
+        let mut report = SyncReport::default();
+        for op in ops {
+            op.sync(timeout, &mut report);
+        }
+        report
     }
 
     /// Calls `f` with progress events from every operation of this tuner.
@@ -143,7 +188,7 @@ impl Tuner {
     /// Registers an operation; the result serves its keys.
     pub fn register<O: Operation>(&self, op: O, config: OpConfig) -> Result<Tuned<O>, TuneError> {
         let ns = Namespace::new(op.namespace()).map_err(|e| TuneError::Namespace(e.to_string()))?;
-        Ok(Tuned {
+        let tuned = Tuned {
             inner: Arc::new(TunedInner {
                 op,
                 config,
@@ -156,7 +201,10 @@ impl Tuner {
                 background: Mutex::new(Background::default()),
                 counted: Mutex::new(HashSet::new()),
             }),
-        })
+        };
+        let synced: Arc<dyn Synced> = Arc::clone(&tuned.inner) as Arc<dyn Synced>;
+        lock(&self.shared.ops).push(Arc::downgrade(&synced));
+        Ok(tuned)
     }
 }
 

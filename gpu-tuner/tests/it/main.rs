@@ -3,6 +3,7 @@
 #![allow(clippy::print_stdout, reason = "child processes report on stdout")]
 
 mod children;
+mod consistency;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod fleet;
