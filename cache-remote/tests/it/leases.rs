@@ -381,6 +381,21 @@ fn a_holder_that_lost_its_lease_cannot_publish_over_the_key() {
     assert_eq!(server.get_raw(&lease_key(&remote_key(91))), held);
     drop(taker_lease);
 
+    // Someone else's value of another type put at the lease key meanwhile: fenced, and their
+    // key left as it is.
+    let late_lease = lead(&late, 93);
+    let lk = lease_key(&remote_key(93));
+    server.cmd(&["DEL", &lk]);
+    server.cmd(&["RPUSH", &lk, "someone's", "list"]);
+    late.put(ns(), entry(93, "late", 10.0));
+    assert!(late_lease.finish(Duration::from_secs(2)).is_err());
+    assert_eq!(server.get_raw(&remote_key(93)), None);
+    assert_eq!(
+        server.cmd(&["LLEN", &lk]),
+        redis::Value::Int(2),
+        "their list is untouched"
+    );
+
     // Expired, but nobody took the key: nothing was measured meanwhile, so it is published.
     let late_lease = lead(&late, 92);
     expire(92);

@@ -150,3 +150,28 @@ fn without_a_reachable_server_the_local_winner_is_kept_and_the_sync_says_why() {
     assert_eq!(winner(&t), "x");
     assert!(tuner.sync(Duration::from_millis(500)).error.is_some());
 }
+
+#[test]
+fn a_sync_with_the_server_frozen_returns_within_its_bounds_and_keeps_every_choice() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = remote_cache(&dir.path().join("a.tcache"), &server.url());
+    let (tuner, t) = register(cache, op(100, 200), Consistency::Fleet);
+    assert_eq!(winner(&t), "x");
+    server.signal(libc::SIGSTOP);
+    let started = std::time::Instant::now();
+    let report = tuner.sync(Duration::from_millis(300));
+    let took = started.elapsed();
+    server.signal(libc::SIGCONT);
+    assert!(report.error.is_some(), "{report:?}");
+    assert_eq!(report.changed, 0);
+    // The publication's wait (300 ms) and one read budget (300 ms), with room for a loaded
+    // machine: never the server's pace.
+    assert!(
+        took < Duration::from_secs(2),
+        "a sync on a frozen server took {took:?}"
+    );
+    assert_eq!(winner(&t), "x");
+}

@@ -35,7 +35,9 @@ pub(crate) fn child(path: PathBuf, args: Vec<String>) {
     let micros: u64 = micros.parse().expect("micros");
     let options = RemoteOptions {
         budget: Duration::from_millis(300),
-        lease_ttl: Some(Duration::from_millis(lease_ms.parse().expect("ms"))),
+        // 0: no leases (every process measures what neither it nor the server has).
+        lease_ttl: Some(Duration::from_millis(lease_ms.parse().expect("ms")))
+            .filter(|ttl| !ttl.is_zero()),
         ..RemoteOptions::default()
     };
     let remote = RedisRemote::open(url).expect("address");
@@ -212,11 +214,41 @@ fn eight_processes_on_two_machines_measure_each_key_once_and_agree() {
         .iter()
         .map(|r| r.info["waits"].parse::<u64>().expect("n"))
         .sum();
+    // The same fleet without leases (another scope, so nothing above is shared), as every
+    // process measured before: the work the leases saved, in the same run.
+    let unleased_log = dir.path().join("unleased.log");
+    let t = Instant::now();
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            let file = dir
+                .path()
+                .join(if i % 2 == 0 { "c.tcache" } else { "d.tcache" });
+            spawn(
+                &file,
+                &server.url(),
+                &unleased_log,
+                i + 1,
+                "unleased",
+                0,
+                3000,
+            )
+        })
+        .collect();
+    let unleased_runs: Vec<Run> = children.into_iter().map(finish).collect();
+    let unleased = t.elapsed();
+    let unleased_work: usize = measured(&unleased_log).values().sum();
+    let disagree = unleased_runs[1..]
+        .iter()
+        .filter(|r| r.winners != unleased_runs[0].winners)
+        .count();
     println!(
-        "fleet: 8 processes on 2 machines, {KEYS} keys: {fleet:?} against {one:?} for one process alone \
-         ({:.2}x); {leases} leases, {waits} waits on another process's lease; solo winners \
-         differ on {} keys",
+        "fleet: 8 processes on 2 machines, {KEYS} keys: {fleet:?} against {one:?} for one process \
+         alone ({:.2}x), {KEYS} keys measured; without leases {unleased:?} ({:.2}x), \
+         {unleased_work} keys measured, {disagree} of 7 processes ending with other winners \
+         than the first; {leases} leases, {waits} waits on another process's lease; solo \
+         winners differ on {} keys",
         fleet.as_secs_f64() / one.as_secs_f64(),
+        unleased.as_secs_f64() / one.as_secs_f64(),
         solo.winners
             .iter()
             .filter(|(k, w)| runs[0].winners.get(k) != Some(w))
