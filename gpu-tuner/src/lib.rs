@@ -19,6 +19,7 @@ pub mod cpu;
 pub mod cuda;
 mod measure;
 mod operation;
+pub mod predict;
 mod tuner;
 
 pub use bucket::{Bucketing, Rule};

@@ -32,6 +32,7 @@ pub use config::{MissPolicy, OpConfig, Progress, RemotePolicy, TuneError, TuneSt
 use consistency::Synced;
 pub use consistency::{Consistency, SyncReport};
 use counters::Counters;
+pub(crate) use plan::distance;
 
 use crate::operation::Operation;
 

@@ -122,7 +122,7 @@ pub(super) fn compatible(current: &Scope, other: &Scope, volatile: &[String]) ->
 
 /// Distance between two keys: `None` unless they have the same fields and equal non-numeric
 /// values; otherwise the sum of |ln(a+1) - ln(b+1)| over integer fields (elementwise in lists).
-pub(super) fn distance(a: &Fields, b: &Fields) -> Option<f64> {
+pub(crate) fn distance(a: &Fields, b: &Fields) -> Option<f64> {
     if a.len() != b.len() {
         return None;
     }

@@ -1,0 +1,217 @@
+//! Prediction on a miss: the current candidates of an unseen key ranked from the tuned keys of
+//! the same namespace and scope. Pure: no I/O, no clock.
+//!
+//! The neighbours of a key are the tuned keys with the same fields and equal non-numeric values
+//! (categorical fields match exactly); numeric fields are compared on a log scale (the key
+//! distance of the tuner: the sum of |ln(a+1) − ln(b+1)| over integer fields), and among
+//! neighbours at the same distance the smaller problem comes first (the prefer-lower rule of
+//! vLLM's and Helion's config lookup). The `k` nearest vote: each gives every candidate it
+//! measured its slowdown against its own best, ln(median / best median) (a failure counts as a
+//! slowdown of [`FAILED_SLOWDOWN`]), weighted by 1 / (distance + [`SMOOTHING`]); a candidate's
+//! score is its weighted mean slowdown over the neighbours that measured it, and candidates are
+//! ranked by score, unmeasured ones last in their given order. With `k = 1` this is the
+//! nearest key's ranking.
+
+use std::cmp::Ordering;
+
+use cache_core::cache_format::{CandidateId, Entry, Fields, Fingerprint, Key, Outcome, Value};
+
+use crate::tuner::distance;
+
+mod evaluate;
+
+pub use evaluate::{Evaluation, MethodScore, evaluate};
+
+/// How many tuned keys vote, by default.
+pub const DEFAULT_NEIGHBOURS: usize = 4;
+
+/// The slowdown a neighbour's failed candidate counts as (its own best times four).
+pub const FAILED_SLOWDOWN: f64 = 4.0;
+
+/// Added to a neighbour's distance before weighting, so an exact match does not silence the
+/// others completely.
+pub const SMOOTHING: f64 = 0.25;
+
+/// What a prediction is made from and how.
+#[derive(Debug, Clone)]
+pub struct Predictor {
+    /// How many tuned keys vote.
+    pub neighbours: usize,
+}
+
+impl Default for Predictor {
+    fn default() -> Self {
+        Predictor {
+            neighbours: DEFAULT_NEIGHBOURS,
+        }
+    }
+}
+
+/// A tuned key that voted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Neighbour {
+    /// Its key.
+    pub key: Key,
+    /// Its distance to the predicted key.
+    pub distance: f64,
+    /// Its winner among the current candidates.
+    pub winner: Option<CandidateId>,
+}
+
+/// The predicted ranking of a key's current candidates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prediction {
+    /// Every current candidate, predicted best first, with its predicted slowdown against the
+    /// predicted best (1.0 for the first; `None` for a candidate no neighbour measured).
+    pub ranking: Vec<(CandidateId, Option<f64>)>,
+    /// The tuned keys that voted, nearest first.
+    pub neighbours: Vec<Neighbour>,
+}
+
+impl Prediction {
+    /// The predicted winner.
+    pub fn winner(&self) -> &CandidateId {
+        &self.ranking[0].0
+    }
+
+    /// The `n` best predicted candidates.
+    pub fn top(&self, n: usize) -> Vec<CandidateId> {
+        self.ranking
+            .iter()
+            .take(n)
+            .map(|(c, _)| c.clone())
+            .collect()
+    }
+
+    /// One line for messages: the winner and the neighbours that voted.
+    pub fn describe(&self) -> String {
+        let near: Vec<String> = self
+            .neighbours
+            .iter()
+            .map(|n| format!("{} (distance {:.2})", n.key, n.distance))
+            .collect();
+        format!("predicted {} from {}", self.winner(), near.join(", "))
+    }
+}
+
+impl Predictor {
+    /// The predicted ranking of `current` for the key `target` (its fields, bucketed), from
+    /// `tuned` (entries of the same namespace and scope; `target`'s own entry, if among them,
+    /// is left out). `None` when no tuned key is comparable, or `current` is empty.
+    pub fn predict<'a>(
+        &self,
+        target: &Fields,
+        tuned: impl IntoIterator<Item = &'a Entry>,
+        current: &[CandidateId],
+    ) -> Option<Prediction> {
+        if current.is_empty() {
+            return None;
+        }
+        let own = Key::new(target.clone()).fingerprint();
+        let mut near: Vec<(f64, f64, Fingerprint, &Entry)> = tuned
+            .into_iter()
+            .filter(|e| e.fingerprint() != own)
+            .filter(|e| measured_best(e, current).is_some())
+            .filter_map(|e| {
+                let d = distance(target, e.key().fields())?;
+                Some((d, lower_first(target, e.key().fields()), e.fingerprint(), e))
+            })
+            .collect();
+        near.sort_by(|a, b| {
+            a.0.total_cmp(&b.0)
+                .then(a.1.total_cmp(&b.1))
+                .then(a.2.cmp(&b.2))
+        });
+        near.truncate(self.neighbours.max(1));
+        if near.is_empty() {
+            return None;
+        }
+        let scores: Vec<Option<f64>> = current
+            .iter()
+            .map(|c| score(c, near.iter().map(|(d, _, _, e)| (*d, *e)), current))
+            .collect();
+        let mut order: Vec<usize> = (0..current.len()).collect();
+        order.sort_by(|&a, &b| match (scores[a], scores[b]) {
+            (Some(x), Some(y)) => x.total_cmp(&y).then(a.cmp(&b)),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => a.cmp(&b),
+        });
+        let best = order.first().and_then(|&i| scores[i]).unwrap_or(0.0);
+        let ranking = order
+            .into_iter()
+            .map(|i| (current[i].clone(), scores[i].map(|s| (s - best).exp())))
+            .collect();
+        let neighbours = near
+            .iter()
+            .map(|(d, _, _, e)| Neighbour {
+                key: e.key().clone(),
+                distance: *d,
+                winner: measured_best(e, current).map(|(id, _)| id.clone()),
+            })
+            .collect();
+        Some(Prediction {
+            ranking,
+            neighbours,
+        })
+    }
+}
+
+/// The fastest measured current candidate of `entry` and its median.
+fn measured_best<'e>(entry: &'e Entry, current: &[CandidateId]) -> Option<(&'e CandidateId, f64)> {
+    entry
+        .candidates()
+        .iter()
+        .filter(|c| current.contains(&c.id))
+        .filter_map(|c| Some((&c.id, c.stats()?.median_ns)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// The weighted mean log slowdown of `candidate` over the neighbours that measured it (or
+/// saw it fail).
+fn score<'a>(
+    candidate: &CandidateId,
+    near: impl Iterator<Item = (f64, &'a Entry)>,
+    current: &[CandidateId],
+) -> Option<f64> {
+    let (mut sum, mut weight) = (0.0, 0.0);
+    for (d, entry) in near {
+        let Some((_, best)) = measured_best(entry, current) else {
+            continue;
+        };
+        let Some(c) = entry.candidates().iter().find(|c| c.id == *candidate) else {
+            continue;
+        };
+        let slowdown = match (&c.outcome, c.stats()) {
+            (Outcome::Failed(_), _) => FAILED_SLOWDOWN.ln(),
+            (_, Some(s)) if best > 0.0 => (s.median_ns / best).max(1.0).ln(),
+            _ => continue,
+        };
+        let w = 1.0 / (d + SMOOTHING);
+        sum += w * slowdown;
+        weight += w;
+    }
+    (weight > 0.0).then(|| sum / weight)
+}
+
+/// For ties in distance: how much larger the neighbour is than the target, on the log scale
+/// (negative: smaller), so the smaller neighbour comes first.
+fn lower_first(target: &Fields, other: &Fields) -> f64 {
+    target
+        .iter()
+        .zip(other.iter())
+        .map(|((_, a), (_, b))| signed(a, b))
+        .sum()
+}
+
+fn signed(a: &Value, b: &Value) -> f64 {
+    match (a, b) {
+        (Value::Int(x), Value::Int(y)) => {
+            let f = |v: i64| ((v.max(0) as f64) + 1.0).ln();
+            f(*y) - f(*x)
+        }
+        (Value::List(x), Value::List(y)) => x.iter().zip(y).map(|(p, q)| signed(p, q)).sum(),
+        (Value::Map(x), Value::Map(y)) => lower_first(x, y),
+        _ => 0.0,
+    }
+}
