@@ -12,10 +12,11 @@ use cache_core::cache_format::{
     Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, now_millis,
 };
 
-use super::plan::{distance, ranked_current};
+use super::plan::ranked_current;
 use super::{Choice, MissPolicy, TuneError, TunedInner, lock};
 use crate::measure::slower_than;
 use crate::operation::Operation;
+use crate::predict::{Prediction, Predictor};
 
 /// What choosing from an entry gave.
 enum Chosen<H> {
@@ -134,6 +135,7 @@ impl<O: Operation> TunedInner<O> {
                         expires: None,
                         ranking,
                         key: ckey.clone(),
+                        prediction: None,
                     })));
                 }
                 Err(e) => {
@@ -276,6 +278,7 @@ impl<O: Operation> TunedInner<O> {
         ckey: &Key,
         spec: CandidateId,
         current: &[CandidateId],
+        prediction: Option<Arc<Prediction>>,
     ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
         let handle = self
             .op
@@ -286,8 +289,14 @@ impl<O: Operation> TunedInner<O> {
                 reasons: format!("{spec}: {e}"),
             })?;
         self.counters.provisional.fetch_add(1, Ordering::Relaxed);
-        let mut ranking = vec![spec.clone()];
-        ranking.extend(current.iter().filter(|c| **c != spec).cloned());
+        let ranking = match &prediction {
+            Some(p) => p.ranking.iter().map(|(c, _)| c.clone()).collect(),
+            None => {
+                let mut ranking = vec![spec.clone()];
+                ranking.extend(current.iter().filter(|c| **c != spec).cloned());
+                ranking
+            }
+        };
         Ok(Arc::new(Choice {
             candidate: spec,
             handle: Arc::new(handle),
@@ -295,6 +304,7 @@ impl<O: Operation> TunedInner<O> {
             expires: None,
             ranking,
             key: ckey.clone(),
+            prediction,
         }))
     }
 
@@ -310,7 +320,7 @@ impl<O: Operation> TunedInner<O> {
         } else {
             self.first_of(ckey, current)?
         };
-        let mut choice = self.provisional(key, ckey, spec, current)?;
+        let mut choice = self.provisional(key, ckey, spec, current, None)?;
         if let Some(c) = Arc::get_mut(&mut choice) {
             // A declared default is the answer, not a stand-in.
             c.provisional = false;
@@ -326,32 +336,32 @@ impl<O: Operation> TunedInner<O> {
         ckey: &Key,
         current: &[CandidateId],
     ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
-        let mut best: Option<(f64, Fingerprint, CandidateId)> = None;
-        for (ns, entry) in self.cache().entries() {
-            if ns != self.ns || entry.fingerprint() == ckey.fingerprint() {
-                continue;
+        match self.predict(ckey, current) {
+            Some(prediction) => {
+                let spec = prediction.winner().clone();
+                tracing::debug!(
+                    "tunecache: {} {ckey}: {}",
+                    self.namespace(),
+                    prediction.describe()
+                );
+                self.provisional(key, ckey, spec, current, Some(Arc::new(prediction)))
             }
-            let Some(d) = distance(ckey.fields(), entry.key().fields()) else {
-                continue;
-            };
-            let Some(winner) = ranked_current(&entry, current)
-                .first()
-                .map(|c| c.id.clone())
-            else {
-                continue;
-            };
-            let better = best
-                .as_ref()
-                .is_none_or(|(bd, bfp, _)| d < *bd || (d == *bd && entry.fingerprint() < *bfp));
-            if better {
-                best = Some((d, entry.fingerprint(), winner));
+            None => {
+                let spec = self.first_of(ckey, current)?;
+                self.provisional(key, ckey, spec, current, None)
             }
         }
-        let spec = match best {
-            Some((_, _, s)) => s,
-            None => self.first_of(ckey, current)?,
-        };
-        self.provisional(key, ckey, spec, current)
+    }
+
+    /// The predicted ranking of `current` for `ckey` from the tuned keys of this namespace
+    /// (see [`crate::predict`]), or `None` if no tuned key is comparable.
+    pub(super) fn predict(&self, ckey: &Key, current: &[CandidateId]) -> Option<Prediction> {
+        let entries = self.cache().entries();
+        let tuned = entries
+            .iter()
+            .filter(|(ns, _)| *ns == self.ns)
+            .map(|(_, e)| e.as_ref());
+        Predictor::default().predict(ckey.fields(), tuned, current)
     }
 
     /// Records that `choice` failed at run time and returns the runner-up's choice.
@@ -394,6 +404,7 @@ impl<O: Operation> TunedInner<O> {
                         expires: choice.expires,
                         ranking: rest[i..].to_vec(),
                         key: choice.key.clone(),
+                        prediction: choice.prediction.clone(),
                     });
                     self.publish(key, &next);
                     return Ok(next);

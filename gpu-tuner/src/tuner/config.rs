@@ -14,12 +14,22 @@ use crate::measure::MeasureConfig;
 pub enum MissPolicy {
     /// Measure the candidates now (the default).
     TuneNow,
-    /// Use the winner of the nearest already-tuned key now (or the first candidate if there is
-    /// none), and tune this key on a background thread, spending at most `budget` of
-    /// background tuning time in this process.
+    /// Use the predicted winner now (a vote of the nearest already-tuned keys, see
+    /// [`crate::predict`]; the first candidate if no tuned key is comparable), as a
+    /// provisional choice that says so ([`super::Choice::prediction`]), and tune this key on a
+    /// background thread, spending at most `budget` of background tuning time in this
+    /// process.
     NearestThenTune {
         /// Total background tuning time allowed.
         budget: Duration,
+    },
+    /// Measure only the `k` best predicted candidates (plus the nearest tuned key's winner,
+    /// for a fair comparison) and choose among them; the entry records that its set was
+    /// partial, so a later [`MissPolicy::TuneNow`] (or a grown candidate set) measures only
+    /// the rest. Without a comparable tuned key, every candidate is measured.
+    TopK {
+        /// How many predicted candidates are measured.
+        k: usize,
     },
     /// Never measure: use this declared default.
     Never {

@@ -68,11 +68,14 @@ impl<O: Operation> TunedInner<O> {
         } else {
             Vec::new()
         };
+        let partial_ok = matches!(self.config.policy, MissPolicy::TopK { .. })
+            .then(|| self.partial_set(current));
         let known = Known {
             stored,
             others,
             scope: cache.scope(),
             volatile: &self.tuner.volatile,
+            partial_ok,
         };
         plan::plan(known, current, set, self.config.retime_top)
     }
@@ -119,6 +122,7 @@ impl<O: Operation> TunedInner<O> {
             Plan::Miss => match policy {
                 MissPolicy::TuneNow => self.tune(key, &ckey, &current, set, None, current.clone()),
                 MissPolicy::Never { default } => self.declared(key, &ckey, &current, default),
+                MissPolicy::TopK { k } => self.top_k(key, &ckey, &current, set, *k),
                 MissPolicy::NearestThenTune { budget } => {
                     let choice = self.nearest(key, &ckey, &current)?;
                     self.enqueue_background(key.clone(), *budget);
@@ -151,7 +155,7 @@ impl<O: Operation> TunedInner<O> {
         let measures_now = match &plan {
             Plan::Use(_) => false,
             Plan::Measure { .. } => true,
-            Plan::Miss => matches!(policy, MissPolicy::TuneNow),
+            Plan::Miss => matches!(policy, MissPolicy::TuneNow | MissPolicy::TopK { .. }),
         };
         if !measures_now {
             return (plan, None);

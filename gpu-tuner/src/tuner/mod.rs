@@ -16,6 +16,7 @@ mod consistency;
 mod counters;
 mod miss;
 mod plan;
+mod topk;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
@@ -35,6 +36,7 @@ use counters::Counters;
 pub(crate) use plan::distance;
 
 use crate::operation::Operation;
+use crate::predict::Prediction;
 
 /// What a hit returns: the chosen candidate and its ready-to-run handle.
 #[derive(Debug)]
@@ -46,6 +48,8 @@ pub struct Choice<H> {
     /// The current candidates best first, for falling back when one fails.
     ranking: Vec<CandidateId>,
     key: Key,
+    /// The prediction a provisional choice was made from, if it was.
+    prediction: Option<Arc<Prediction>>,
 }
 
 impl<H> Choice<H> {
@@ -68,6 +72,12 @@ impl<H> Choice<H> {
     /// The cache key it was chosen for (after bucketing).
     pub fn key(&self) -> &Key {
         &self.key
+    }
+
+    /// For a provisional choice made by prediction ([`MissPolicy::NearestThenTune`]): the
+    /// predicted ranking and the tuned keys that voted (see [`crate::predict`]).
+    pub fn prediction(&self) -> Option<&Prediction> {
+        self.prediction.as_deref()
     }
 }
 

@@ -31,6 +31,9 @@ pub(super) struct Known<'a> {
     pub(super) scope: &'a Scope,
     /// Scope fields that may differ for a warm start (driver, library, ...).
     pub(super) volatile: &'a [String],
+    /// The checksum a top-k tune records for the current set, when the miss policy accepts
+    /// such a partial entry as complete.
+    pub(super) partial_ok: Option<Fingerprint>,
 }
 
 /// Decides what to measure:
@@ -48,7 +51,7 @@ pub(super) fn plan(
     retime_top: usize,
 ) -> Plan {
     if let Some(stored) = known.stored {
-        if stored.candidate_set() == set {
+        if stored.candidate_set() == set || Some(stored.candidate_set()) == known.partial_ok {
             return Plan::Use(stored);
         }
         let recorded: Vec<&CandidateId> = stored
@@ -213,6 +216,29 @@ mod tests {
             others,
             scope: here,
             volatile,
+            partial_ok: None,
+        }
+    }
+
+    #[test]
+    fn a_partial_top_k_entry_is_complete_only_where_the_policy_accepts_it() {
+        let current = [id("a"), id("b"), id("c")];
+        let (set, partial) = (set_of(&current), set_of(&current[..1]));
+        let stored = Entry::new(
+            Key::new(f(&[("m", 8)])),
+            partial,
+            Origin::Measured("here".into()),
+            0,
+            [timed("a", 10.0)],
+        );
+        let here = scope("gpu", "1");
+        let mut accepting = known(Some(stored.clone()), vec![], &here, &[]);
+        accepting.partial_ok = Some(partial);
+        assert_eq!(plan(accepting, &current, set, 3), Plan::Use(stored.clone()));
+        // A full tune measures only the rest, and the leader again.
+        match plan(known(Some(stored), vec![], &here, &[]), &current, set, 3) {
+            Plan::Measure { list, .. } => assert_eq!(list, vec![id("b"), id("c"), id("a")]),
+            other => panic!("{other:?}"),
         }
     }
 

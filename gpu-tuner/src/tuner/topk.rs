@@ -1,0 +1,58 @@
+//! Top-k tuning ([`super::MissPolicy::TopK`]): a miss measures only the candidates the
+//! prediction ranks best (and the nearest tuned key's winner), and records that its set was
+//! partial, under a checksum of its own, so a later full tune measures only the rest.
+
+use std::sync::Arc;
+
+use cache_core::cache_format::{CandidateId, Fingerprint, Key, Value};
+
+use super::{Choice, TuneError, TunedInner};
+use crate::operation::Operation;
+
+/// The salt field that marks a candidate-set checksum as a top-k tune's.
+const PARTIAL: &str = "tunecache.top_k";
+
+impl<O: Operation> TunedInner<O> {
+    /// The checksum a top-k tune records for the current candidates: never the full set's.
+    pub(super) fn partial_set(&self, current: &[CandidateId]) -> Fingerprint {
+        let mut salt = self.op.salt();
+        salt.insert(PARTIAL.to_owned(), Value::Bool(true));
+        Fingerprint::of_candidate_set(
+            current.iter().map(|c| (c.algorithm.as_str(), &c.params)),
+            &salt,
+        )
+    }
+
+    /// A miss under top-k: the `k` best predicted and the nearest key's winner are measured;
+    /// everything when there is nothing to predict from or `k` covers the set.
+    pub(super) fn top_k(
+        &self,
+        key: &O::Key,
+        ckey: &Key,
+        current: &[CandidateId],
+        set: Fingerprint,
+        k: usize,
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        let Some(prediction) = self.predict(ckey, current) else {
+            return self.tune(key, ckey, current, set, None, current.to_vec());
+        };
+        let mut list = prediction.top(k.max(1));
+        if let Some(nearest) = prediction.neighbours.first().and_then(|n| n.winner.clone())
+            && !list.contains(&nearest)
+        {
+            list.push(nearest);
+        }
+        if list.len() >= current.len() {
+            return self.tune(key, ckey, current, set, None, current.to_vec());
+        }
+        tracing::debug!(
+            "tunecache: {} {ckey}: measuring {} of {} candidates: {}",
+            self.namespace(),
+            list.len(),
+            current.len(),
+            prediction.describe()
+        );
+        let partial = self.partial_set(current);
+        self.tune(key, ckey, current, partial, None, list)
+    }
+}

@@ -1,0 +1,175 @@
+//! Prediction in the tuner: top-k tuning measures only the predicted best candidates (and the
+//! nearest tuned key's winner) and records a partial set that a later full tune completes by
+//! measuring only the rest; a provisional choice made by prediction says so.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cache_core::Store as _;
+use cache_core::cache_format::CandidateId;
+use gpu_tuner::{MissPolicy, OpConfig, Operation, Tuner};
+use serde::Serialize;
+
+use crate::support::{open, quick};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+struct Shape {
+    size: u32,
+}
+
+/// Six tiles whose declared time is best near the square root of the size (a smooth,
+/// shape-dependent winner), with a log of every candidate measured.
+#[derive(Default)]
+struct ShapeOp {
+    measured: Mutex<Vec<(u32, i64)>>,
+}
+
+const TILES: [i64; 6] = [2, 4, 8, 16, 32, 64];
+
+fn declared(tile: i64, size: u32) -> Duration {
+    let ideal = f64::from(size).log2() / 2.0;
+    let off = (tile as f64).log2() - ideal;
+    Duration::from_nanos((20_000.0 * (1.0 + 0.3 * off * off)) as u64)
+}
+
+fn best_tile(size: u32) -> i64 {
+    *TILES
+        .iter()
+        .min_by_key(|t| declared(**t, size))
+        .expect("tiles")
+}
+
+impl Operation for ShapeOp {
+    type Key = Shape;
+    type Handle = (i64, u32);
+    type Problem = ();
+
+    fn namespace(&self) -> &str {
+        "shaped"
+    }
+    fn candidates(&self) -> Vec<CandidateId> {
+        TILES
+            .iter()
+            .map(|t| CandidateId::new("tiled", &[("tile", *t)]))
+            .collect()
+    }
+    fn prepare(&self, c: &CandidateId, key: &Shape) -> Result<(i64, u32), String> {
+        Ok((c.int("tile").ok_or("no tile")?, key.size))
+    }
+    fn problem(&self, _key: &Shape) -> Result<(), String> {
+        Ok(())
+    }
+    fn run(&self, _h: &(i64, u32), _p: &mut ()) -> Result<(), String> {
+        Ok(())
+    }
+    fn time(&self, h: &(i64, u32), _p: &mut (), iterations: u32) -> Result<Duration, String> {
+        Ok(declared(h.0, h.1) * iterations)
+    }
+    fn verify(&self, h: &(i64, u32), _p: &mut ()) -> Result<(), String> {
+        self.measured.lock().expect("log").push((h.1, h.0));
+        Ok(())
+    }
+}
+
+fn register(tuner: &Tuner, policy: MissPolicy) -> (Arc<ShapeOp>, gpu_tuner::Tuned<ArcOp>) {
+    let op = Arc::new(ShapeOp::default());
+    let config = OpConfig { policy, ..quick() };
+    let tuned = tuner
+        .register(ArcOp(Arc::clone(&op)), config)
+        .expect("register");
+    (op, tuned)
+}
+
+/// The operation behind an `Arc`, so the test keeps its log.
+struct ArcOp(Arc<ShapeOp>);
+
+impl Operation for ArcOp {
+    type Key = Shape;
+    type Handle = (i64, u32);
+    type Problem = ();
+    fn namespace(&self) -> &str {
+        self.0.namespace()
+    }
+    fn candidates(&self) -> Vec<CandidateId> {
+        self.0.candidates()
+    }
+    fn prepare(&self, c: &CandidateId, key: &Shape) -> Result<(i64, u32), String> {
+        self.0.prepare(c, key)
+    }
+    fn problem(&self, key: &Shape) -> Result<(), String> {
+        self.0.problem(key)
+    }
+    fn run(&self, h: &(i64, u32), p: &mut ()) -> Result<(), String> {
+        self.0.run(h, p)
+    }
+    fn time(&self, h: &(i64, u32), p: &mut (), n: u32) -> Result<Duration, String> {
+        self.0.time(h, p, n)
+    }
+    fn verify(&self, h: &(i64, u32), p: &mut ()) -> Result<(), String> {
+        self.0.verify(h, p)
+    }
+}
+
+fn measured_for(op: &ShapeOp, size: u32) -> usize {
+    let log = op.measured.lock().expect("log");
+    log.iter().filter(|(s, _)| *s == size).count()
+}
+
+#[test]
+fn top_k_measures_the_predicted_best_and_a_full_tune_only_the_rest() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    // Train: every candidate of sizes 4^1 .. 4^8, measured.
+    let (_, full) = register(&Tuner::new(Arc::clone(&cache)), MissPolicy::TuneNow);
+    for p in 1..=8 {
+        full.get(&Shape { size: 1 << (2 * p) }).expect("tuned");
+    }
+    // Sizes between them: only the two predicted best, plus the nearest's winner.
+    let (op, top) = register(&Tuner::new(Arc::clone(&cache)), MissPolicy::TopK { k: 2 });
+    for size in [48, 300, 5000] {
+        let choice = top.get(&Shape { size }).expect("tuned");
+        let n = measured_for(&op, size);
+        assert!((2..=3).contains(&n), "size {size}: {n} measured");
+        assert_eq!(
+            choice.candidate().int("tile"),
+            Some(best_tile(size)),
+            "size {size}"
+        );
+        assert!(!choice.is_provisional());
+    }
+    // The partial entry serves top-k again without measuring...
+    let (op2, again) = register(&Tuner::new(Arc::clone(&cache)), MissPolicy::TopK { k: 2 });
+    again.get(&Shape { size: 300 }).expect("hit");
+    assert_eq!(measured_for(&op2, 300), 0);
+    // ...and a full tune measures only what top-k did not, and the leader again.
+    let before = measured_for(&op, 300);
+    let (op3, full) = register(&Tuner::new(Arc::clone(&cache)), MissPolicy::TuneNow);
+    let choice = full.get(&Shape { size: 300 }).expect("tuned");
+    assert_eq!(measured_for(&op3, 300), TILES.len() - before + 1);
+    let entry = cache
+        .get(full.namespace(), &choice.key().fingerprint())
+        .expect("entry");
+    assert_eq!(entry.candidates().len(), TILES.len());
+}
+
+#[test]
+fn a_provisional_choice_made_by_prediction_names_its_neighbours() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    let (_, full) = register(&Tuner::new(Arc::clone(&cache)), MissPolicy::TuneNow);
+    for p in 1..=8 {
+        full.get(&Shape { size: 1 << (2 * p) }).expect("tuned");
+    }
+    let (_, near) = register(
+        &Tuner::new(Arc::clone(&cache)),
+        MissPolicy::NearestThenTune {
+            budget: Duration::ZERO,
+        },
+    );
+    let choice = near.get(&Shape { size: 1000 }).expect("provisional");
+    assert!(choice.is_provisional());
+    let prediction = choice.prediction().expect("made by prediction");
+    assert_eq!(prediction.neighbours.len(), 4);
+    assert_eq!(choice.candidate(), prediction.winner());
+    assert_eq!(choice.candidate().int("tile"), Some(best_tile(1000)));
+}
