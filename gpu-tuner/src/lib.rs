@@ -27,6 +27,6 @@ pub use cache_core::cache_format::CandidateId;
 pub use measure::MeasureConfig;
 pub use operation::Operation;
 pub use tuner::{
-    Choice, Consistency, DEFAULT_VOLATILE_SCOPE_FIELDS, MissPolicy, OpConfig, Progress,
-    RemotePolicy, SyncReport, TuneError, TuneStats, Tuned, Tuner,
+    Choice, Consistency, DEFAULT_VOLATILE_SCOPE_FIELDS, KeyStability, MissPolicy, OpConfig,
+    Progress, RemotePolicy, StabilityReport, SyncReport, TuneError, TuneStats, Tuned, Tuner,
 };

@@ -15,6 +15,7 @@ pub(crate) mod outputs;
 pub(crate) mod put;
 pub(crate) mod remote;
 pub(crate) mod show;
+pub(crate) mod stability;
 pub(crate) mod stats;
 pub(crate) mod tune;
 pub(crate) mod verify;
@@ -61,6 +62,9 @@ pub(crate) enum Command {
     Diff(diff::DiffArgs),
     /// An output cache's directory (cache-outputs): stats, verify, gc --max-size, clear
     Outputs(outputs::OutputsArgs),
+    /// Measure stored winners of the built-in workload again (CPU): flip rate and regret per
+    /// key; exit 3 past --max-regret or --max-flip-rate
+    Stability(stability::StabilityArgs),
 }
 
 /// Runs one command; returns its exit code.
@@ -83,5 +87,6 @@ pub(crate) fn dispatch(command: Command, ctx: &Context<'_>, out: &mut Out) -> an
         Command::Explain(args) => args.run(ctx, out),
         Command::Merge(args) => args.run(ctx, out),
         Command::Outputs(args) => args.run(ctx, out),
+        Command::Stability(args) => args.run(ctx, out),
     }
 }

@@ -125,3 +125,90 @@ fn asking_for_cuda_where_there_is_none_is_a_clear_error() {
         text(&o)
     );
 }
+
+#[test]
+fn stability_measures_stored_keys_again_without_recording_and_fails_past_its_thresholds() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("t.tcache");
+    let tuned = tunecache(
+        &path,
+        &["tune", "--backend", "cpu", "--steps", "1", "--no-progress"],
+    );
+    assert_eq!(tuned.status.code(), Some(0), "{}", text(&tuned));
+    let before = std::fs::read(&path).expect("saved");
+    let args = ["--json", "stability", "--runs", "2", "--sample", "2"];
+    let ok = tunecache(&path, &args);
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
+    let r = json(&ok);
+    assert_eq!(r["runs"], 2);
+    for ns in r["namespaces"].as_array().expect("namespaces") {
+        let keys = ns["keys"].as_array().expect("keys");
+        assert!(!keys.is_empty() && keys.len() <= 2, "{ns:#}");
+        for k in keys {
+            assert!(
+                k["stored"].is_string(),
+                "a stored key has its stored winner: {k:#}"
+            );
+            let runs: u64 = k["winners"]
+                .as_object()
+                .expect("winners")
+                .values()
+                .map(|n| n.as_u64().expect("n"))
+                .sum();
+            assert_eq!(runs, 2);
+            assert!(k["regret"].as_f64().expect("regret") >= 0.0);
+        }
+    }
+    assert_eq!(
+        std::fs::read(&path).expect("still there"),
+        before,
+        "nothing recorded"
+    );
+    // A stored winner made false (the slowest sum kernel recorded as taking 1 ns): every run
+    // finds another winner, and the threshold makes it exit 3.
+    let export = tunecache(&path, &["export"]);
+    let line = String::from_utf8_lossy(&export.stdout)
+        .lines()
+        .find(|l| l.contains("\"reduce\""))
+        .expect("a reduce entry")
+        .to_owned();
+    let mut entry: serde_json::Value = serde_json::from_str(&line).expect("json");
+    let at = entry["recorded_at"].as_u64().expect("ms") + 1;
+    entry["candidates"] = serde_json::json!([{
+        "algo": "threaded", "params": {"threads": 4}, "status": "ok", "median_ns": 1.0,
+        "min_ns": 1.0, "spread_ns": 0.0, "samples": 9, "measured_at": at
+    }]);
+    let poison = dir.path().join("poison.jsonl");
+    std::fs::write(&poison, format!("{entry}\n")).expect("write");
+    let imported = tunecache(&path, &["import", poison.to_str().expect("utf-8")]);
+    assert_eq!(imported.status.code(), Some(0), "{}", text(&imported));
+    let strict = [
+        "--json",
+        "stability",
+        "--runs",
+        "2",
+        "--sample",
+        "100",
+        "--max-flip-rate",
+        "50",
+    ];
+    let failed = tunecache(&path, &strict);
+    assert_eq!(failed.status.code(), Some(3), "{}", text(&failed));
+    let r = json(&failed);
+    assert!(!r["failed"].as_array().expect("failed").is_empty());
+    let poisoned = r["namespaces"]
+        .as_array()
+        .expect("namespaces")
+        .iter()
+        .flat_map(|ns| ns["keys"].as_array().expect("keys"))
+        .find(|k| k["stored"] == "threaded {\"threads\":4}")
+        .expect("the poisoned key was measured");
+    assert_eq!(poisoned["flip_rate"], 1.0);
+    assert!(
+        poisoned["regret"].as_f64().expect("regret") > 0.5,
+        "{poisoned:#}"
+    );
+    // Bad thresholds are refused.
+    let bad = tunecache(&path, &["stability", "--max-regret", "nan"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+}

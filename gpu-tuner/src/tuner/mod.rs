@@ -16,6 +16,7 @@ mod consistency;
 mod counters;
 mod miss;
 mod plan;
+mod stability;
 mod topk;
 
 use std::collections::{HashMap, HashSet};
@@ -34,6 +35,7 @@ use consistency::Synced;
 pub use consistency::{Consistency, SyncReport};
 use counters::Counters;
 pub(crate) use plan::distance;
+pub use stability::{KeyStability, StabilityReport};
 
 use crate::operation::Operation;
 use crate::predict::Prediction;

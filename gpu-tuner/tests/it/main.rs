@@ -10,5 +10,6 @@ mod fleet;
 mod predict;
 mod processes;
 mod shared;
+mod stability;
 mod support;
 mod tuner;
