@@ -26,6 +26,7 @@ mod fastcheck;
 mod fingerprint;
 mod journal;
 pub mod json;
+mod loose;
 mod model;
 pub mod raw;
 mod scan;
@@ -46,6 +47,7 @@ pub use journal::{
     Damage, JournalHeader, JournalScan, Tail, encode_journal_header, encode_record,
     read_journal_header, scan_records,
 };
+pub use loose::{FAMILY_VERSION_PREFIX, candidate_family, differing_fields, loose_match};
 pub use model::{CacheData, Entry, Key, Millis, Origin, Scope, ScopeData, now_millis};
 pub use scan::Limits;
 pub use ser::{ValueError, to_fields};

@@ -129,13 +129,21 @@ impl ExplainArgs {
         let differing_fields = scope_diff(here, scope);
         if !differing_fields.is_empty() {
             let names: Vec<&str> = differing_fields.iter().map(|d| d.field.as_str()).collect();
-            let volatile = names
-                .iter()
-                .all(|n| gpu_tuner::DEFAULT_VOLATILE_SCOPE_FIELDS.contains(n));
+            let volatile = names.iter().all(|n| {
+                gpu_tuner::DEFAULT_VOLATILE_SCOPE_FIELDS.contains(n)
+                    || n.starts_with(cache_format::FAMILY_VERSION_PREFIX)
+            });
+            let loose = entry
+                .best()
+                .is_some_and(|b| cache_format::loose_match(here, scope, &b.id));
             reasons.push(format!(
                 "another scope: it differs in {}{}",
                 names.join(", "),
-                if volatile {
+                if loose {
+                    " only, other families' versions (loose: a tuner uses its winner, whose family's \
+                     version is unchanged, provisionally once it passes a check here, and re-times \
+                     it in the background)"
+                } else if volatile {
                     " only (software versions: a tuner re-times its best few instead of tuning from scratch)"
                 } else {
                     ""

@@ -81,3 +81,39 @@ fn explain_names_the_differing_scope_field_and_the_other_reasons() {
             .contains("not a current candidate")
     );
 }
+
+#[test]
+fn explain_says_loose_when_only_other_families_versions_changed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("a.tcache");
+    let stored = Scope::new(Fields::from([
+        ("device".to_owned(), Value::from("H100")),
+        ("version.x".to_owned(), Value::from("1")),
+        ("version.y".to_owned(), Value::from("1")),
+    ]));
+    let cache = Cache::builder(Migrations::new("tunecache", 1))
+        .file(&path)
+        .ignore_env()
+        .scope(stored)
+        .refresh_interval(None)
+        .flush_timeout(Duration::from_secs(30))
+        .open();
+    let x_wins = &[("x", Some((100.0, 5.0))), ("y", Some((200.0, 5.0)))];
+    cache
+        .try_put(Namespace::new("mm").expect("ns"), entry(1, 0, x_wins))
+        .expect("put");
+    cache.close().expect("saved");
+    let reason = |scope: &str| {
+        let (_, r) = explain(&path, &["--scope", scope]);
+        r["found"][0]["reasons"][0]
+            .as_str()
+            .expect("text")
+            .to_owned()
+    };
+    // y's library moved on; the winner x's did not.
+    let y_bumped = reason(r#"{"device":"H100","version.x":"1","version.y":"2"}"#);
+    assert!(y_bumped.contains("loose"), "{y_bumped}");
+    // x's own version moved on: not loose.
+    let x_bumped = reason(r#"{"device":"H100","version.x":"2","version.y":"1"}"#);
+    assert!(!x_bumped.contains("loose"), "{x_bumped}");
+}

@@ -136,6 +136,7 @@ impl<O: Operation> TunedInner<O> {
                         ranking,
                         key: ckey.clone(),
                         prediction: None,
+                        loose_from: None,
                     })));
                 }
                 Err(e) => {
@@ -305,6 +306,7 @@ impl<O: Operation> TunedInner<O> {
             ranking,
             key: ckey.clone(),
             prediction,
+            loose_from: None,
         }))
     }
 
@@ -405,6 +407,7 @@ impl<O: Operation> TunedInner<O> {
                         ranking: rest[i..].to_vec(),
                         key: choice.key.clone(),
                         prediction: choice.prediction.clone(),
+                        loose_from: choice.loose_from.clone(),
                     });
                     self.publish(key, &next);
                     return Ok(next);

@@ -213,4 +213,6 @@ pub struct TuneStats {
     pub saved_time: Duration,
     /// Choices changed to the fleet's winner (see [`super::Consistency::Fleet`]).
     pub fleet_adopted: u64,
+    /// Keys served by a loose match after an upgrade (see [`super::Choice::loose_from`]).
+    pub loose_hits: u64,
 }

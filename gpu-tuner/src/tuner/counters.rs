@@ -47,6 +47,7 @@ pub(super) struct Counters {
     pub(super) tuning_ns: AtomicU64,
     pub(super) saved_ns: AtomicU64,
     pub(super) fleet_adopted: AtomicU64,
+    pub(super) loose_hits: AtomicU64,
 }
 
 impl Counters {
@@ -66,6 +67,7 @@ impl Counters {
             tuning_time: Duration::from_nanos(get(&self.tuning_ns)),
             saved_time: Duration::from_nanos(get(&self.saved_ns)),
             fleet_adopted: get(&self.fleet_adopted),
+            loose_hits: get(&self.loose_hits),
         }
     }
 }

@@ -49,7 +49,7 @@ impl<O: Operation> TunedInner<O> {
             }
         };
         let result = self
-            .resolve(key, &self.config.policy)
+            .resolve(key, &self.config.policy, true)
             .map(|choice| self.reconcile(key, choice));
         if let Ok(choice) = &result {
             self.publish(key, choice);
@@ -80,10 +80,13 @@ impl<O: Operation> TunedInner<O> {
         plan::plan(known, current, set, self.config.retime_top)
     }
 
+    /// Resolves a key the dispatch table lacks under `policy`; `loose`: a loose match after an
+    /// upgrade may serve it (not for the background tune that re-times one).
     pub(super) fn resolve(
         self: &Arc<Self>,
         key: &O::Key,
         policy: &MissPolicy,
+        loose: bool,
     ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
         let ckey = self.cache_key(key)?;
         let current = self.current(key);
@@ -96,8 +99,25 @@ impl<O: Operation> TunedInner<O> {
         }
         let set = self.set_checksum(&current);
         // Fast path: complete in the cache, no claim needed.
-        if let Plan::Use(entry) = self.plan(&ckey, &current, set) {
+        let plan = self.plan(&ckey, &current, set);
+        if let Plan::Use(entry) = plan {
             return self.reuse(key, &ckey, &current, set, entry);
+        }
+        // Only another version of some other family's candidates measured it: its winner,
+        // checked here, until the background re-times it.
+        let nothing_here = matches!(plan, Plan::Miss | Plan::Measure { entry: None, .. });
+        if loose
+            && nothing_here
+            && let Some(prior) = self.loose_prior(&ckey, &current)
+        {
+            match self.loose(key, &ckey, &current, prior) {
+                Ok(choice) => return Ok(choice),
+                Err(why) => tracing::warn!(
+                    "tunecache: {} {ckey}: the winner of an earlier version is not used ({why}); \
+                     tuning the key",
+                    self.namespace()
+                ),
+            }
         }
         // Someone has to measure: take the key's claim (other processes wait for it), and
         // look again, since another process may have finished it meanwhile.
@@ -365,7 +385,7 @@ impl<O: Operation> TunedInner<O> {
                 return;
             };
             let started = Instant::now();
-            if let Ok(choice) = self.resolve(&key, &MissPolicy::TuneNow) {
+            if let Ok(choice) = self.resolve(&key, &MissPolicy::TuneNow, false) {
                 let choice = self.reconcile(&key, choice);
                 self.publish(&key, &choice);
             }

@@ -14,6 +14,7 @@ mod choose;
 mod config;
 mod consistency;
 mod counters;
+mod loose;
 mod miss;
 mod plan;
 mod stability;
@@ -24,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use cache_core::cache_format::{CandidateId, Entry, Fingerprint, Key, to_fields};
+use cache_core::cache_format::{CandidateId, Entry, Fingerprint, Key, Scope, to_fields};
 use cache_core::{Cache, Namespace, SingleFlight, Store, StoreError};
 use rustc_hash::FxBuildHasher;
 
@@ -52,6 +53,8 @@ pub struct Choice<H> {
     key: Key,
     /// The prediction a provisional choice was made from, if it was.
     prediction: Option<Arc<Prediction>>,
+    /// The scope whose entry a loose match reused, if it did.
+    loose_from: Option<Scope>,
 }
 
 impl<H> Choice<H> {
@@ -80,6 +83,12 @@ impl<H> Choice<H> {
     /// predicted ranking and the tuned keys that voted (see [`crate::predict`]).
     pub fn prediction(&self) -> Option<&Prediction> {
         self.prediction.as_deref()
+    }
+
+    /// For a provisional choice made by a loose match after an upgrade: the scope whose entry
+    /// it reused (see `cache_format::loose_match`).
+    pub fn loose_from(&self) -> Option<&Scope> {
+        self.loose_from.as_ref()
     }
 }
 

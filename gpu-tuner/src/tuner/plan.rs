@@ -3,7 +3,7 @@
 //! test.
 
 use cache_core::cache_format::{
-    Candidate, CandidateId, Entry, Fields, Fingerprint, Scope, Value, rank,
+    Candidate, CandidateId, Entry, FAMILY_VERSION_PREFIX, Fields, Fingerprint, Scope, Value, rank,
 };
 
 /// The plan for a key that missed the dispatch table.
@@ -111,11 +111,12 @@ pub(super) fn ranked_current<'a>(entry: &'a Entry, current: &[CandidateId]) -> V
 }
 
 /// Whether `other` differs from `current` only in volatile fields (a driver or library
-/// upgrade on the same device).
+/// upgrade on the same device), a family's version (`version.<family>`) among them.
 pub(super) fn compatible(current: &Scope, other: &Scope, volatile: &[String]) -> bool {
     let stable = |s: &Scope| -> Vec<(String, Value)> {
         s.fields()
             .iter()
+            .filter(|(k, _)| !k.starts_with(FAMILY_VERSION_PREFIX))
             .filter(|(k, _)| !volatile.iter().any(|v| v == *k))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()

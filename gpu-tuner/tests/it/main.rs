@@ -7,6 +7,7 @@ mod consistency;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod fleet;
+mod loose;
 mod predict;
 mod processes;
 mod shared;
