@@ -112,6 +112,10 @@ pub struct Candidate {
     /// Time spent preparing (compiling) and measuring it, in nanoseconds, if known: what a
     /// later hit saves.
     pub tuning_ns: Option<u64>,
+    /// How it was measured (FORMAT.md, "Measurement policy"): the timer, warm-up, samples, L2
+    /// flush, interleaving, clocks. `None`: unknown (results of format 1, or of a tool that
+    /// does not say).
+    pub policy: Option<Fields>,
 }
 
 impl Candidate {
@@ -122,6 +126,7 @@ impl Candidate {
             outcome,
             measured_at: now_millis(),
             tuning_ns: None,
+            policy: None,
         }
     }
 
@@ -132,6 +137,7 @@ impl Candidate {
             outcome: Outcome::Measured(stats),
             measured_at: now_millis(),
             tuning_ns: None,
+            policy: None,
         }
     }
 
@@ -142,7 +148,14 @@ impl Candidate {
             outcome: Outcome::Failed(reason.into()),
             measured_at: now_millis(),
             tuning_ns: None,
+            policy: None,
         }
+    }
+
+    /// The same candidate, recorded as measured under `policy`.
+    pub fn with_policy(mut self, policy: Fields) -> Self {
+        self.policy = Some(policy);
+        self
     }
 
     /// Its statistics, if it was measured.
@@ -169,8 +182,40 @@ impl Candidate {
                 (Outcome::Failed(a), Outcome::Failed(b)) => a.cmp(b),
             }
             .then_with(|| self.tuning_ns.cmp(&other.tuning_ns))
+            .then_with(|| {
+                policy_bytes(self.policy.as_ref()).cmp(&policy_bytes(other.policy.as_ref()))
+            })
         })
     }
+}
+
+/// The fields of a measurement policy that say only how precise a measurement is, not what
+/// it measures: two policies equal but for these are comparable.
+pub const PRECISION_FIELDS: [&str; 2] = ["samples", "warmup_ns"];
+
+/// The comparable part of a policy (without [`PRECISION_FIELDS`]); `None` for unknown.
+pub fn policy_class(policy: Option<&Fields>) -> Option<Fields> {
+    policy.map(|p| {
+        p.iter()
+            .filter(|(k, _)| !PRECISION_FIELDS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    })
+}
+
+/// Whether two candidates' results may be ranked against each other: their policies'
+/// comparable parts are equal (unknown is equal only to unknown).
+pub fn comparable(a: &Candidate, b: &Candidate) -> bool {
+    policy_class(a.policy.as_ref()) == policy_class(b.policy.as_ref())
+}
+
+/// The canonical encoding of a policy (empty for unknown), for total orders.
+fn policy_bytes(policy: Option<&Fields>) -> Vec<u8> {
+    let mut out = Vec::new();
+    if let Some(p) = policy {
+        crate::value::encode_fields(p, &mut out);
+    }
+    out
 }
 
 /// Ranks candidates best first (FORMAT.md, "Ranking"): the same order on every machine for
@@ -186,6 +231,27 @@ pub fn rank<'a>(candidates: impl IntoIterator<Item = &'a Candidate>) -> Vec<&'a 
     rank_refs(&all).into_iter().map(|i| all[i]).collect()
 }
 
+/// The policy class the ranking leads with: that of the most recently measured candidate
+/// (ties: the larger encoding), or `None` when every measured candidate's policy class is the
+/// same (nothing to separate).
+fn leading_class(all: &[&Candidate]) -> Option<Option<Fields>> {
+    let measured: Vec<&&Candidate> = all.iter().filter(|c| c.stats().is_some()).collect();
+    let first = policy_class(measured.first()?.policy.as_ref());
+    if measured
+        .iter()
+        .all(|c| policy_class(c.policy.as_ref()) == first)
+    {
+        return None;
+    }
+    let latest = measured.iter().max_by(|a, b| {
+        a.measured_at.cmp(&b.measured_at).then_with(|| {
+            policy_bytes(policy_class(a.policy.as_ref()).as_ref())
+                .cmp(&policy_bytes(policy_class(b.policy.as_ref()).as_ref()))
+        })
+    })?;
+    Some(policy_class(latest.policy.as_ref()))
+}
+
 pub(crate) fn rank_indices(candidates: &[Candidate]) -> Vec<usize> {
     let refs: Vec<&Candidate> = candidates.iter().collect();
     rank_refs(&refs)
@@ -196,23 +262,93 @@ fn rank_refs(all: &[&Candidate]) -> Vec<usize> {
     // computed when two candidates compare equal otherwise, not for every candidate.
     let by_identity =
         |i: usize, j: usize| all[i].id.identity_bytes().cmp(&all[j].id.identity_bytes());
-    let mut measured: Vec<(usize, Stats)> = Vec::with_capacity(all.len());
+    let lead = leading_class(all);
+    // Measured under the leading policy first: results of another policy never outrank them.
+    let mut measured: Vec<(bool, usize, Stats)> = Vec::with_capacity(all.len());
     let mut failed: Vec<usize> = Vec::new();
     for (i, c) in all.iter().enumerate() {
         match &c.outcome {
-            Outcome::Measured(s) => measured.push((i, *s)),
+            Outcome::Measured(s) => {
+                let other = lead
+                    .as_ref()
+                    .is_some_and(|lead| policy_class(c.policy.as_ref()) != *lead);
+                measured.push((other, i, *s));
+            }
             Outcome::Failed(_) => failed.push(i),
         }
     }
-    measured.sort_by(|(i, a), (j, b)| {
-        a.median_ns
-            .total_cmp(&b.median_ns)
+    measured.sort_by(|(oa, i, a), (ob, j, b)| {
+        oa.cmp(ob)
+            .then_with(|| a.median_ns.total_cmp(&b.median_ns))
             .then_with(|| a.min_ns.total_cmp(&b.min_ns))
             .then_with(|| by_identity(*i, *j))
     });
     failed.sort_by(|&i, &j| by_identity(i, j));
     let mut order: Vec<usize> = Vec::with_capacity(all.len());
-    order.extend(measured.into_iter().map(|(i, _)| i));
+    order.extend(measured.into_iter().map(|(_, i, _)| i));
     order.extend(failed);
     order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Value;
+
+    fn timed(name: &str, median: f64, at: Millis, policy: Option<(&str, i64)>) -> Candidate {
+        let stats = Stats {
+            median_ns: median,
+            min_ns: median,
+            spread_ns: 0.0,
+            samples: 5,
+        };
+        let mut c = Candidate::measured(name, Fields::new(), stats);
+        c.measured_at = at;
+        c.policy = policy.map(|(timer, samples)| {
+            Fields::from([
+                ("timer".to_owned(), Value::from(timer)),
+                ("samples".to_owned(), Value::Int(samples)),
+            ])
+        });
+        c
+    }
+
+    fn names(ranked: &[&Candidate]) -> Vec<String> {
+        ranked.iter().map(|c| c.id.algorithm.clone()).collect()
+    }
+
+    #[test]
+    fn results_of_another_policy_never_outrank_the_latest_policys() {
+        // b was measured last, under CUDA events: it leads though a's wall-clock median is
+        // lower; c shares b's policy but for the sample count, so it is ranked with b.
+        let all = [
+            timed("a", 100.0, 1, Some(("wall", 5))),
+            timed("b", 200.0, 3, Some(("cuda-events", 20))),
+            timed("c", 150.0, 2, Some(("cuda-events", 9))),
+            timed("unknown", 50.0, 0, None),
+        ];
+        assert_eq!(names(&rank(&all)), ["c", "b", "unknown", "a"]);
+        assert!(comparable(&all[1], &all[2]) && !comparable(&all[0], &all[1]));
+        assert!(!comparable(&all[3], &all[0]));
+        // One policy throughout (or unknown throughout): by median, as before.
+        let same = [
+            timed("a", 100.0, 1, Some(("wall", 5))),
+            timed("b", 90.0, 2, Some(("wall", 7))),
+        ];
+        assert_eq!(names(&rank(&same)), ["b", "a"]);
+        let old = [timed("a", 100.0, 1, None), timed("b", 90.0, 2, None)];
+        assert_eq!(names(&rank(&old)), ["b", "a"]);
+    }
+
+    #[test]
+    fn the_same_candidate_measured_under_two_policies_keeps_the_later_one() {
+        let wall = timed("a", 100.0, 1, Some(("wall", 5)));
+        let events = timed("a", 200.0, 1, Some(("cuda-events", 5)));
+        // Same time: the tie-break is total and symmetric.
+        assert_eq!(
+            wall.version_cmp(&events),
+            events.version_cmp(&wall).reverse()
+        );
+        assert_ne!(wall.version_cmp(&events), Ordering::Equal);
+    }
 }

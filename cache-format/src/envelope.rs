@@ -20,7 +20,7 @@ use crate::wire::{self, HeaderV1};
 pub(crate) const SNAPSHOT_MARKER: &str = "tunecache";
 
 /// The container format version this build writes (and the newest it reads).
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// A container format version this build knows: a closed set, so adding one is a
 /// compile-time decision everywhere versions are matched.
@@ -28,16 +28,19 @@ pub const FORMAT_VERSION: u32 = 1;
 pub enum FormatVersion {
     /// The first format.
     V1,
+    /// Candidates may record their measurement policy (`policy`).
+    V2,
 }
 
 impl FormatVersion {
     /// The current version.
-    pub const CURRENT: FormatVersion = FormatVersion::V1;
+    pub const CURRENT: FormatVersion = FormatVersion::V2;
 
     /// Maps a number from a file to a known version, or says why it cannot.
     pub fn from_number(found: u64) -> Result<Self, FormatError> {
         match found {
             1 => Ok(FormatVersion::V1),
+            2 => Ok(FormatVersion::V2),
             n if n > u64::from(FORMAT_VERSION) => Err(FormatError::NewerFormat {
                 found: n,
                 supported: FORMAT_VERSION,
@@ -50,6 +53,7 @@ impl FormatVersion {
     pub fn number(self) -> u32 {
         match self {
             FormatVersion::V1 => 1,
+            FormatVersion::V2 => 2,
         }
     }
 }
@@ -228,10 +232,11 @@ pub fn read_snapshot_framing<'a>(
     }
     let (format, len) = rd.preamble(SNAPSHOT_MARKER, "file")?;
     match format {
-        FormatVersion::V1 => {
+        FormatVersion::V1 | FormatVersion::V2 => {
             if len != 6 {
                 return Err(rd.malformed(format!(
-                    "a format 1 file is an array of 6 elements, this one has {len}"
+                    "a format {} file is an array of 6 elements, this one has {len}",
+                    format.number()
                 )));
             }
         }

@@ -325,6 +325,9 @@ impl<'a> Reader<'a> {
         if self.optional(&mut left, b"tuning_ns")? {
             self.uint()?;
         }
+        if self.optional(&mut left, b"policy")? {
+            self.canonical_map(4, true)?;
+        }
         if left != 0 {
             return None;
         }

@@ -112,6 +112,9 @@ pub struct JsonCandidate {
     /// Time spent preparing and measuring it, ns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuning_ns: Option<u64>,
+    /// How it was measured (absent: unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Fields>,
 }
 
 fn ok() -> String {
@@ -135,6 +138,7 @@ pub fn candidate_json(c: &Candidate) -> JsonCandidate {
         error,
         measured_at: Some(c.measured_at),
         tuning_ns: c.tuning_ns,
+        policy: c.policy.clone(),
     }
 }
 
@@ -193,6 +197,7 @@ pub(crate) fn candidate_from_json(c: JsonCandidate, now: Millis) -> Result<Candi
         outcome,
         measured_at: c.measured_at.unwrap_or(now),
         tuning_ns: c.tuning_ns,
+        policy: c.policy,
     })
 }
 

@@ -36,7 +36,9 @@ mod value;
 mod wire;
 
 pub use build::SnapshotBuilder;
-pub use candidate::{Candidate, CandidateId, Outcome, Stats, rank};
+pub use candidate::{
+    Candidate, CandidateId, Outcome, PRECISION_FIELDS, Stats, comparable, policy_class, rank,
+};
 pub use envelope::{
     FORMAT_VERSION, FormatVersion, Header, Snapshot, check_payload, encode_payload,
     encode_snapshot, peek_header, read_snapshot, read_snapshot_framing,

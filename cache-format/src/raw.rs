@@ -50,7 +50,11 @@ pub fn decode_payload_counted(
 /// [`decode_snapshot`] with the entries counted as stored (see [`decode_payload_counted`]).
 pub fn decode_snapshot_counted(snap: &Snapshot<'_>) -> Result<(CacheData, u64), FormatError> {
     match snap.format {
-        FormatVersion::V1 => wire::decode_payload_counted(snap.payload_bytes(), "payload"),
+        // Format 2 added an optional candidate field that a format 1 payload lacks: one
+        // decoder reads both.
+        FormatVersion::V1 | FormatVersion::V2 => {
+            wire::decode_payload_counted(snap.payload_bytes(), "payload")
+        }
     }
 }
 
@@ -66,7 +70,9 @@ pub fn payload_value(bytes: &[u8], limits: &Limits) -> Result<rmpv::Value, Forma
 /// again.
 pub fn decode_snapshot(snap: &Snapshot<'_>) -> Result<CacheData, FormatError> {
     match snap.format {
-        FormatVersion::V1 => wire::decode_payload(snap.payload_bytes(), "payload"),
+        FormatVersion::V1 | FormatVersion::V2 => {
+            wire::decode_payload(snap.payload_bytes(), "payload")
+        }
     }
 }
 

@@ -122,6 +122,8 @@ struct CandidateOut<'a> {
     error: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tuning_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<&'a Fields>,
 }
 
 fn entry_out(entry: &Entry) -> EntryOut<'_> {
@@ -154,10 +156,11 @@ fn candidate_out(c: &Candidate) -> CandidateOut<'_> {
         samples: stats.map(|s| s.samples),
         error,
         tuning_ns: c.tuning_ns,
+        policy: c.policy.as_ref(),
     }
 }
 
-/// Encodes the payload of `data` (format 1): scopes, namespaces and entries in a fixed
+/// Encodes the payload of `data` (format 2): scopes, namespaces and entries in a fixed
 /// order, so the same contents always give the same bytes.
 pub(crate) fn encode_payload(data: &CacheData) -> Vec<u8> {
     let payload = PayloadOut {
@@ -237,9 +240,11 @@ struct CandidateIn<'a> {
     error: Option<String>,
     #[serde(default)]
     tuning_ns: Option<u64>,
+    #[serde(default)]
+    policy: Option<Fields>,
 }
 
-/// Decodes a format-1 payload (already scanned and checksummed) into the model.
+/// Decodes a format 1 or 2 payload (already scanned and checksummed) into the model.
 pub(crate) fn decode_payload(bytes: &[u8], what: &'static str) -> Result<CacheData, FormatError> {
     decode_payload_counted(bytes, what).map(|(data, _)| data)
 }
@@ -344,5 +349,6 @@ fn candidate_from_wire(c: CandidateIn<'_>, what: &'static str) -> Result<Candida
         outcome,
         measured_at: c.measured_at,
         tuning_ns: c.tuning_ns,
+        policy: c.policy,
     })
 }

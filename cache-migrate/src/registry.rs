@@ -358,8 +358,7 @@ impl MigrationFile {
 }
 
 /// One container-format step: rewrites a whole payload from format `from`'s layout to
-/// format `to`'s. Format 1 is the first format, so this build has none
-/// ([`FORMAT_STEPS`] is empty); the chain is the same code as for schema steps.
+/// format `to`'s; the chain is the same code as for schema steps.
 #[derive(Debug, Clone, Copy)]
 pub struct FormatStep {
     /// Source format.
@@ -373,7 +372,14 @@ pub struct FormatStep {
 }
 
 /// The container-format steps of this build, oldest first.
-pub const FORMAT_STEPS: &[FormatStep] = &[];
+pub const FORMAT_STEPS: &[FormatStep] = &[FormatStep {
+    from: 1,
+    to: 2,
+    description: "candidates record how they were measured (policy); older results: unknown",
+    // A format 1 payload is a format 2 payload whose candidates record no policy: an absent
+    // `policy` is the unknown policy, so the layout needs no rewrite.
+    run: Ok,
+}];
 
 /// Lifts a schema-less payload from format `from` to `current` through `steps`.
 pub(crate) fn lift_format(

@@ -223,7 +223,7 @@ fn a_newer_format_is_reported_as_newer_not_as_corrupt() {
         err,
         cache_format::FormatError::NewerFormat {
             found: 9,
-            supported: 1
+            supported: cache_format::FORMAT_VERSION
         }
     );
 }

@@ -52,9 +52,10 @@ pub(crate) fn candidate() -> impl Strategy<Value = Candidate> {
         ],
         0u64..5,
         prop::option::of(0u64..1_000_000),
+        policy(),
     )
         .prop_map(
-            |(algo, params, outcome, measured_at, tuning_ns)| Candidate {
+            |(algo, params, outcome, measured_at, tuning_ns, policy)| Candidate {
                 id: CandidateId::with_params(
                     algo,
                     params.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
@@ -62,8 +63,28 @@ pub(crate) fn candidate() -> impl Strategy<Value = Candidate> {
                 outcome,
                 measured_at,
                 tuning_ns,
+                policy,
             },
         )
+}
+
+/// A measurement policy: unknown, or a timer with a few precision and L2 settings (so merges
+/// and rankings meet comparable and incomparable policies alike).
+fn policy() -> impl Strategy<Value = Option<cache_format::Fields>> {
+    prop::option::of(
+        (
+            prop::sample::select(vec!["wall", "cuda-events"]),
+            1i64..3,
+            prop::sample::select(vec![0i64, 50_000_000]),
+        )
+            .prop_map(|(timer, samples, l2)| {
+                cache_format::Fields::from([
+                    ("timer".to_owned(), Value::from(timer)),
+                    ("samples".to_owned(), Value::Int(samples)),
+                    ("l2_flush_bytes".to_owned(), Value::Int(l2)),
+                ])
+            }),
+    )
 }
 
 pub(crate) fn origin() -> impl Strategy<Value = Origin> {

@@ -48,7 +48,7 @@ fn a_jump_over_several_versions_chains_every_step() {
     let old = data(&[("ns", entry(1, &["a", "x"])), ("ns", entry(2, &["x"]))]);
     let up = upgrade(
         &registry(),
-        FormatVersion::V1,
+        FormatVersion::CURRENT,
         "app",
         1,
         &encode_payload(&old),
@@ -74,7 +74,7 @@ fn current_data_is_decoded_without_a_report() {
     let d = data(&[("ns", entry(1, &["a"]))]);
     let up = upgrade(
         &registry(),
-        FormatVersion::V1,
+        FormatVersion::CURRENT,
         "app",
         4,
         &encode_payload(&d),
@@ -93,7 +93,7 @@ fn a_missing_step_is_an_error_value_naming_the_gap() {
         .expect("valid");
     let err = upgrade(
         &reg,
-        FormatVersion::V1,
+        FormatVersion::CURRENT,
         "app",
         1,
         &encode_payload(&data(&[])),
@@ -119,7 +119,7 @@ fn newer_schemas_and_foreign_apps_are_refused() {
     assert!(matches!(
         upgrade(
             &reg,
-            FormatVersion::V1,
+            FormatVersion::CURRENT,
             "app",
             9,
             &encode_payload(&data(&[])),
@@ -133,7 +133,7 @@ fn newer_schemas_and_foreign_apps_are_refused() {
     assert!(matches!(
         upgrade(
             &reg,
-            FormatVersion::V1,
+            FormatVersion::CURRENT,
             "other",
             4,
             &encode_payload(&data(&[])),
@@ -168,7 +168,7 @@ fn a_failing_step_is_reported_with_its_versions() {
         .expect("valid");
     let err = upgrade(
         &reg,
-        FormatVersion::V1,
+        FormatVersion::CURRENT,
         "app",
         1,
         &encode_payload(&data(&[])),
@@ -194,7 +194,7 @@ fn a_step_that_changes_keys_refingerprints_and_reports_collisions() {
     let old = data(&[("ns", entry(1, &["a"])), ("ns", entry(2, &["b"]))]);
     let up = upgrade(
         &reg,
-        FormatVersion::V1,
+        FormatVersion::CURRENT,
         "app",
         1,
         &encode_payload(&old),
@@ -207,4 +207,38 @@ fn a_step_that_changes_keys_refingerprints_and_reports_collisions() {
     assert_eq!(up.data.len(), 1, "merged into one entry");
     let (_, _, e) = up.data.entries().next().expect("one");
     assert_eq!(e.candidates().len(), 2, "both candidates kept by the merge");
+}
+
+/// A format 1 payload (what this build writes, less the policy a format 1 writer never wrote)
+/// is lifted by the container step first, then the schema steps run; its results' policy is
+/// unknown.
+#[test]
+fn a_format_1_file_is_lifted_to_the_current_format_with_its_policies_unknown() {
+    let old = data(&[("ns", entry(1, &["a", "x"]))]);
+    let up = upgrade(
+        &registry(),
+        FormatVersion::V1,
+        "app",
+        1,
+        &encode_payload(&old),
+        &Limits::default(),
+    )
+    .expect("migrates");
+    let report = up.report.expect("a report");
+    assert_eq!(
+        report.steps.len(),
+        4,
+        "the container step, then three schema steps"
+    );
+    assert!(
+        report.steps[0].to_string().contains("container format"),
+        "{}",
+        report.steps[0]
+    );
+    assert!(
+        up.data
+            .entries()
+            .flat_map(|(_, _, e)| e.candidates().iter())
+            .all(|c| c.policy.is_none())
+    );
 }

@@ -50,7 +50,7 @@ fn run(
         .expect("registry");
     upgrade(
         &reg,
-        FormatVersion::V1,
+        FormatVersion::CURRENT,
         "app",
         1,
         &encode_payload(input),
@@ -372,7 +372,7 @@ fn a_coded_step_may_create_a_second_namespace_of_one_name_and_it_is_merged() {
         .expect("registry");
     let up = upgrade(
         &reg,
-        FormatVersion::V1,
+        FormatVersion::CURRENT,
         "app",
         1,
         &encode_payload(&input),

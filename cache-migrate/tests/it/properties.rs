@@ -146,11 +146,11 @@ proptest! {
     fn one_jump_equals_the_steps_one_by_one(input in data(), steps in prop::collection::vec(prop::collection::vec(op(), 0..4), 1..4)) {
         let last = steps.len() as u32 + 1;
         let limits = Limits::default();
-        let jump = upgrade(&registry(&steps, 1, last), FormatVersion::V1, "app", 1, &encode_payload(&input), &limits).map(|u| u.data);
+        let jump = upgrade(&registry(&steps, 1, last), FormatVersion::CURRENT, "app", 1, &encode_payload(&input), &limits).map(|u| u.data);
         let mut by_steps = Ok(input);
         for from in 1..last {
             by_steps = by_steps.and_then(|d: CacheData| {
-                upgrade(&registry(&steps, from, from + 1), FormatVersion::V1, "app", from, &encode_payload(&d), &limits).map(|u| u.data)
+                upgrade(&registry(&steps, from, from + 1), FormatVersion::CURRENT, "app", from, &encode_payload(&d), &limits).map(|u| u.data)
             });
         }
         match (jump, by_steps) {
@@ -163,12 +163,12 @@ proptest! {
     #[test]
     fn a_migrated_cache_round_trips(input in data(), ops in prop::collection::vec(op(), 0..5)) {
         let reg = registry(&[ops], 1, 2);
-        if let Ok(up) = upgrade(&reg, FormatVersion::V1, "app", 1, &encode_payload(&input), &Limits::default()) {
+        if let Ok(up) = upgrade(&reg, FormatVersion::CURRENT, "app", 1, &encode_payload(&input), &Limits::default()) {
             let bytes = encode_snapshot("app", 2, &up.data);
             let snap = read_snapshot(&bytes, &Limits::default()).expect("valid");
             prop_assert_eq!(cache_format::raw::decode_payload(snap.payload_bytes(), &Limits::default()).expect("decodes"), up.data.clone());
             // Migrating current data again changes nothing.
-            let again = upgrade(&reg, FormatVersion::V1, "app", 2, snap.payload_bytes(), &Limits::default()).expect("current");
+            let again = upgrade(&reg, FormatVersion::CURRENT, "app", 2, snap.payload_bytes(), &Limits::default()).expect("current");
             prop_assert!(again.report.is_none());
             prop_assert_eq!(again.data, up.data);
         }
@@ -179,7 +179,7 @@ proptest! {
         let mut bytes = Vec::new();
         cache_format::rmpv::encode::write_value(&mut bytes, &raw).expect("encode");
         let reg = registry(&[ops], 1, 2);
-        let _ = upgrade(&reg, FormatVersion::V1, "app", 1, &bytes, &Limits::default());
+        let _ = upgrade(&reg, FormatVersion::CURRENT, "app", 1, &bytes, &Limits::default());
     }
 }
 

@@ -21,7 +21,7 @@ fn both(
     let limits = Limits::default();
     (
         upgrade_typed(reg, 1, payload, &limits),
-        upgrade_view(reg, FormatVersion::V1, 1, payload, &limits),
+        upgrade_view(reg, FormatVersion::CURRENT, 1, payload, &limits),
     )
 }
 
@@ -39,7 +39,7 @@ proptest! {
             prop_assert_eq!(&typed.data, &view.data);
             prop_assert_eq!(&typed.report, &view.report);
             // And upgrade itself gives that answer.
-            let up = upgrade(&reg, FormatVersion::V1, "app", 1, &payload, &Limits::default()).expect("upgrades");
+            let up = upgrade(&reg, FormatVersion::CURRENT, "app", 1, &payload, &Limits::default()).expect("upgrades");
             prop_assert_eq!(&up, &typed);
             // And so does a snapshot read whole, which is not scanned a second time.
             let file = cache_format::encode_snapshot("app", 1, &input);
