@@ -191,7 +191,7 @@ impl Candidate {
 
 /// The fields of a measurement policy that say only how precise a measurement is, not what
 /// it measures: two policies equal but for these are comparable.
-pub const PRECISION_FIELDS: [&str; 2] = ["samples", "warmup_ns"];
+pub const PRECISION_FIELDS: [&str; 3] = ["samples", "warmup_ns", "warmup_runs"];
 
 /// The comparable part of a policy (without [`PRECISION_FIELDS`]); `None` for unknown.
 pub fn policy_class(policy: Option<&Fields>) -> Option<Fields> {

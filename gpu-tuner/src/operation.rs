@@ -4,7 +4,7 @@
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
-use cache_core::cache_format::{CandidateId, Fields};
+use cache_core::cache_format::{CandidateId, Fields, Value};
 use serde::Serialize;
 
 /// One tunable operation family (one cache namespace) on one backend.
@@ -33,6 +33,13 @@ pub trait Operation: Send + Sync + 'static {
     /// version): part of the candidate-set checksum stored with each entry.
     fn salt(&self) -> Fields {
         Fields::new()
+    }
+
+    /// How [`Operation::time`] measures (FORMAT.md, "Measurement policy"): recorded with every
+    /// result, with the tuner's warm-up, samples and interleaving, so results measured another
+    /// way are never ranked against these. The default `time` uses the monotonic clock.
+    fn measure_policy(&self) -> Fields {
+        Fields::from([("timer".to_owned(), Value::from("wall"))])
     }
 
     /// Whether a candidate can run this key at all (e.g. a tile larger than the matrix).

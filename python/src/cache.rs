@@ -188,7 +188,8 @@ impl PyCache {
 
     /// Records one candidate's measurement (or failure) for `key`, merged with what the entry
     /// holds; returns the entry after the merge.
-    #[pyo3(signature = (namespace, key, algorithm, params=None, *, median_ns=None, min_ns=None, spread_ns=0.0, samples=1, failed=None, tuning_ns=None, candidates=None))]
+    /// `policy` (a dict) says how it was measured (FORMAT.md, "Measurement policy").
+    #[pyo3(signature = (namespace, key, algorithm, params=None, *, median_ns=None, min_ns=None, spread_ns=0.0, samples=1, failed=None, tuning_ns=None, candidates=None, policy=None))]
     #[allow(clippy::too_many_arguments)]
     fn put(
         &self,
@@ -204,6 +205,7 @@ impl PyCache {
         failed: Option<String>,
         tuning_ns: Option<u64>,
         candidates: Option<&Bound<'_, PyAny>>,
+        policy: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyEntry> {
         let fields = to_fields(key, "key")?;
         let ns = self::namespace(namespace)?;
@@ -232,6 +234,10 @@ impl PyCache {
         };
         let mut candidate = Candidate::new(CandidateId::with_params(algorithm, params), outcome);
         candidate.tuning_ns = tuning_ns;
+        candidate.policy = match policy {
+            Some(p) if !p.is_none() => Some(to_fields(p, "policy")?),
+            _ => None,
+        };
         let key = Key::new(fields);
         let fp = key.fingerprint();
         let cache = self.get_cache()?;

@@ -194,6 +194,16 @@ impl PyCandidate {
         self.c.measured_at
     }
 
+    /// How it was measured (a dict: timer, samples, ...), or None if unknown.
+    #[getter]
+    fn policy<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.c
+            .policy
+            .as_ref()
+            .map(|p| fields_to_py(py, p))
+            .transpose()
+    }
+
     /// What measuring it cost, in nanoseconds, if recorded.
     #[getter]
     fn tuning_ns(&self) -> Option<u64> {

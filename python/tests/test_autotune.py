@@ -236,3 +236,22 @@ def test_cuda_event_timer_with_torch():
         return
     assert _uses_cuda((torch.ones(3, device="cuda"),), {})
     assert tunecache.cuda_event_timer(lambda: torch.ones(10, device="cuda").sum()) > 0
+
+
+def test_results_record_how_they_were_measured_and_another_policy_never_outranks(tmp_path):
+    c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
+    op = make(c)
+    op(1000)
+    for cand in c.get("sum", {"n": 1000}).candidates:
+        assert cand.policy == {"timer": "wall", "samples": 3, "warmup_runs": 1, "interleaved": True}
+    # A result measured later with another timer leads the ranking, though slower by the
+    # other clock: the two are never ranked against each other.
+    e = c.put("sum", {"n": 1000}, "slow", median_ns=1e12, policy={"timer": "cuda-events", "samples": 3})
+    assert e.best.algorithm == "slow" and e.best.policy["timer"] == "cuda-events"
+    assert [x.policy is None for x in e.candidates] == [False] * 3
+    # A result with no policy is unknown.
+    e = c.put("sum", {"n": 5}, "loop", median_ns=10.0)
+    assert e.best.policy is None
+    with pytest.raises(Exception, match="policy"):
+        c.put("sum", {"n": 5}, "loop", median_ns=10.0, policy={"timer": 1.5})
+    c.close()

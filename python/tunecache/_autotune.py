@@ -413,11 +413,25 @@ class Autotuned:
         for c in list(alive):
             if not samples[c]:
                 fail(c, "the timer gave no usable sample for it (NaN, infinite or negative)")
+        policy = self._policy(timer)
         for c in alive:
-            self._record(key, c, samples[c], spent[c])
+            self._record(key, c, samples[c], spent[c], policy)
         return None
 
-    def _record(self, key: Mapping[str, Any], c: Candidate, s: list[float], spent: int) -> None:
+    def _policy(self, timer: Callable[[Callable[[], Any]], float]) -> dict[str, Any]:
+        """How these results were measured (FORMAT.md, "Measurement policy"): the timer, the
+        samples and warm-up runs asked for, interleaved."""
+        if timer is perf_counter_timer:
+            name = "wall"
+        elif timer is cuda_event_timer:
+            name = "cuda-events"
+        else:
+            name = f"{getattr(timer, '__module__', '?')}.{getattr(timer, '__qualname__', repr(timer))}"
+        return {"timer": name, "samples": self.repeat, "warmup_runs": self.warmup, "interleaved": True}
+
+    def _record(
+        self, key: Mapping[str, Any], c: Candidate, s: list[float], spent: int, policy: dict[str, Any]
+    ) -> None:
         median = statistics.median(s)
         mad = statistics.median(abs(x - median) for x in s)
         self.measured += 1
@@ -432,6 +446,7 @@ class Autotuned:
             samples=len(s),
             tuning_ns=spent,
             candidates=self._set,
+            policy=policy,
         )
 
     def __repr__(self) -> str:

@@ -172,11 +172,14 @@ class Cache:
         failed: str | None = None,
         tuning_ns: int | None = None,
         candidates: Iterable[tuple[str, Mapping[str, Any]]] | None = None,
+        policy: Mapping[str, Any] | None = None,
     ) -> _ext.Entry:
         """Records one candidate's measurement (``median_ns``, ...) or failure (``failed``:
         why) for ``key``, merged with what the entry holds; returns the merged entry.
         ``candidates`` (every ``(algorithm, params)`` of the tuning run) sets the entry's
-        candidate-set checksum."""
+        candidate-set checksum; ``policy`` says how it was measured (a dict: ``timer``,
+        ``samples``, ...; results of policies that differ are never ranked against each
+        other)."""
         try:
             entry = self._rust.put(
                 namespace,
@@ -190,6 +193,7 @@ class Cache:
                 failed=failed,
                 tuning_ns=tuning_ns,
                 candidates=None if candidates is None else list(candidates),
+                policy=None if policy is None else dict(policy),
             )
         finally:
             self._invalidate()

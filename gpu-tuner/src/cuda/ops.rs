@@ -77,6 +77,20 @@ fn time_with_events(
     Ok(Duration::from_nanos((f64::from(ms) * 1e6) as u64))
 }
 
+/// CUDA events around back-to-back launches, each sample after an L2 flush of twice the L2
+/// size when asked (FORMAT.md, "Measurement policy").
+fn cuda_policy(device: &Device, flush_l2: bool) -> Fields {
+    let flush = if flush_l2 { 2 * device.l2_bytes() } else { 0 };
+    Fields::from([
+        ("timer".to_owned(), Value::from("cuda-events")),
+        ("delay_kernel".to_owned(), Value::Bool(false)),
+        (
+            "l2_flush_bytes".to_owned(),
+            Value::Int(i64::try_from(flush).unwrap_or(i64::MAX)),
+        ),
+    ])
+}
+
 fn l2_scratch(device: &Device, enabled: bool) -> Result<Option<CudaSlice<u8>>, String> {
     if !enabled || device.l2_bytes() == 0 {
         return Ok(None);
@@ -278,6 +292,10 @@ impl Operation for CudaMatmul {
         Ok(())
     }
 
+    fn measure_policy(&self) -> Fields {
+        cuda_policy(&self.device, self.flush_l2)
+    }
+
     fn time(
         &self,
         kernel: &CudaKernel,
@@ -434,6 +452,10 @@ impl Operation for CudaReduce {
             return Err(format!("sum {got} differs from {:.6}", p.reference));
         }
         Ok(())
+    }
+
+    fn measure_policy(&self) -> Fields {
+        cuda_policy(&self.device, self.flush_l2)
     }
 
     fn time(

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use cache_core::cache_format::{
-    Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, now_millis,
+    Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, now_millis, policy_class,
 };
 use cache_core::{Claim, FleetClaim, FleetLease, Store};
 
@@ -76,6 +76,7 @@ impl<O: Operation> TunedInner<O> {
             scope: cache.scope(),
             volatile: &self.tuner.volatile,
             partial_ok,
+            policy: policy_class(Some(&self.policy())),
         };
         plan::plan(known, current, set, self.config.retime_top)
     }
@@ -351,6 +352,7 @@ impl<O: Operation> TunedInner<O> {
                 },
             );
             candidate.tuning_ns = Some((prep + spent).as_nanos() as u64);
+            candidate.policy = Some(self.policy());
             self.counters.measured.fetch_add(1, Ordering::Relaxed);
             self.progress(&Progress::Measured {
                 namespace: self.namespace(),

@@ -25,7 +25,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use cache_core::cache_format::{CandidateId, Entry, Fingerprint, Key, Scope, to_fields};
+use cache_core::cache_format::{
+    CandidateId, Entry, Fields, Fingerprint, Key, Scope, Value, to_fields,
+};
 use cache_core::{Cache, Namespace, SingleFlight, Store, StoreError};
 use rustc_hash::FxBuildHasher;
 
@@ -407,6 +409,20 @@ impl<O: Operation> TunedInner<O> {
             .into_iter()
             .filter(|c| self.op.applies(c, key))
             .collect()
+    }
+    /// The measurement policy recorded with this operation's results: the operation's timer,
+    /// the warm-up and samples asked for, interleaved.
+    pub(super) fn policy(&self) -> Fields {
+        let m = &self.config.measure;
+        let mut policy = self.op.measure_policy();
+        let int = |v: u128| Value::Int(i64::try_from(v).unwrap_or(i64::MAX));
+        policy.insert("warmup_ns".to_owned(), int(m.warmup.as_nanos()));
+        policy.insert(
+            "samples".to_owned(),
+            Value::Int(i64::from(m.samples.max(1))),
+        );
+        policy.insert("interleaved".to_owned(), Value::Bool(true));
+        policy
     }
     pub(super) fn set_checksum(&self, current: &[CandidateId]) -> Fingerprint {
         Fingerprint::of_candidate_set(

@@ -3,7 +3,8 @@
 //! test.
 
 use cache_core::cache_format::{
-    Candidate, CandidateId, Entry, FAMILY_VERSION_PREFIX, Fields, Fingerprint, Scope, Value, rank,
+    Candidate, CandidateId, Entry, FAMILY_VERSION_PREFIX, Fields, Fingerprint, Scope, Value,
+    policy_class, rank,
 };
 
 /// The plan for a key that missed the dispatch table.
@@ -34,6 +35,9 @@ pub(super) struct Known<'a> {
     /// The checksum a top-k tune records for the current set, when the miss policy accepts
     /// such a partial entry as complete.
     pub(super) partial_ok: Option<Fingerprint>,
+    /// The comparable part of the tuner's measurement policy (`None`: unknown): a stored
+    /// result of another known policy counts as not measured.
+    pub(super) policy: Option<Fields>,
 }
 
 /// Decides what to measure:
@@ -51,12 +55,24 @@ pub(super) fn plan(
     retime_top: usize,
 ) -> Plan {
     if let Some(stored) = known.stored {
-        if stored.candidate_set() == set || Some(stored.candidate_set()) == known.partial_ok {
+        // A result measured under another known policy is not comparable: it counts as not
+        // measured (a result of unknown policy, from before policies were recorded, counts).
+        let usable =
+            |c: &Candidate| c.policy.is_none() || policy_class(c.policy.as_ref()) == known.policy;
+        let all_usable = stored
+            .candidates()
+            .iter()
+            .filter(|c| current.contains(&c.id))
+            .all(usable);
+        let complete =
+            stored.candidate_set() == set || Some(stored.candidate_set()) == known.partial_ok;
+        if complete && all_usable {
             return Plan::Use(stored);
         }
         let recorded: Vec<&CandidateId> = stored
             .candidates()
             .iter()
+            .filter(|c| usable(c))
             .map(|c| &c.id)
             .filter(|id| current.contains(id))
             .collect();
@@ -65,12 +81,11 @@ pub(super) fn plan(
             .filter(|id| !recorded.contains(id))
             .cloned()
             .collect();
-        if !list.is_empty() {
-            list.extend(
-                ranked_current(&stored, current)
-                    .first()
-                    .map(|c| c.id.clone()),
-            );
+        if !list.is_empty()
+            && let Some(leader) = ranked_current(&stored, current).first()
+            && !list.contains(&leader.id)
+        {
+            list.push(leader.id.clone());
         }
         return Plan::Measure {
             entry: Some(stored),
@@ -218,6 +233,50 @@ mod tests {
             scope: here,
             volatile,
             partial_ok: None,
+            policy: None,
+        }
+    }
+
+    #[test]
+    fn results_of_another_measurement_policy_count_as_not_measured() {
+        let current = [id("a"), id("b")];
+        let set = set_of(&current);
+        let policy = |timer: &str, samples: i64| {
+            Fields::from([
+                ("timer".to_owned(), Value::from(timer)),
+                ("samples".to_owned(), Value::Int(samples)),
+            ])
+        };
+        let entry = |p: Option<Fields>| {
+            let mut a = timed("a", 10.0);
+            let mut b = timed("b", 20.0);
+            a.policy = p.clone();
+            b.policy = p;
+            Entry::new(
+                Key::new(f(&[("m", 8)])),
+                set,
+                Origin::Measured("here".into()),
+                0,
+                [a, b],
+            )
+        };
+        let here = scope("gpu", "1");
+        let mine = policy_class(Some(&policy("wall", 9)));
+        let plan_for = |stored: Entry| {
+            let mut k = known(Some(stored), vec![], &here, &[]);
+            k.policy = mine.clone();
+            plan(k, &current, set, 3)
+        };
+        // The same policy, or the same but for the sample count: used as it is.
+        for p in [policy("wall", 9), policy("wall", 3)] {
+            assert!(matches!(plan_for(entry(Some(p))), Plan::Use(_)));
+        }
+        // Unknown (an older file's results): used as it is.
+        assert!(matches!(plan_for(entry(None)), Plan::Use(_)));
+        // Another timer: everything is measured again.
+        match plan_for(entry(Some(policy("cuda-events", 9)))) {
+            Plan::Measure { list, .. } => assert_eq!(list, vec![id("a"), id("b")]),
+            other => panic!("{other:?}"),
         }
     }
 

@@ -8,6 +8,7 @@ mod consistency;
 mod cuda;
 mod fleet;
 mod loose;
+mod policy;
 mod predict;
 mod processes;
 mod shared;
