@@ -1,12 +1,17 @@
 //! `tunecache explain -n NS -k KEY`: for one key, which tiers (the file, the shared tier) and
 //! scopes have it, and why each entry would or would not be used here: another scope (and
 //! which of its fields differ), a changed candidate set, a winner that is not a current
-//! candidate, every candidate failed. Exit 4 when nothing would be used.
+//! candidate, every candidate failed. Exit 4 when nothing would be used; then also what a
+//! tuner would predict for it from the tuned keys of its namespace here, and which of them
+//! voted (`gpu_tuner::predict`).
 
 use clap::Args;
 use serde::Serialize;
 
-use cache_format::{Entry, Fingerprint, Key, Scope, Value};
+use std::ops::ControlFlow;
+
+use cache_format::{CandidateId, Entry, Fingerprint, Key, Scope, Value};
+use gpu_tuner::predict::Predictor;
 
 use crate::cmd::get::Lookup;
 use crate::context::Context;
@@ -54,6 +59,22 @@ struct Found {
     median_ns: Option<f64>,
 }
 
+/// What a tuner would predict for a key no tier can serve.
+#[derive(Debug, Serialize)]
+struct PredictionOut {
+    winner: String,
+    /// The best few predicted, with their predicted slowdown against the first.
+    ranking: Vec<(String, Option<f64>)>,
+    neighbours: Vec<NeighbourOut>,
+}
+
+#[derive(Debug, Serialize)]
+struct NeighbourOut {
+    key: String,
+    distance: f64,
+    winner: Option<String>,
+}
+
 #[derive(Debug, Serialize)]
 struct ExplainReport {
     namespace: String,
@@ -62,6 +83,8 @@ struct ExplainReport {
     scope: String,
     found: Vec<Found>,
     verdict: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prediction: Option<PredictionOut>,
 }
 
 impl ExplainArgs {
@@ -105,6 +128,10 @@ impl ExplainArgs {
             None if found.is_empty() => "no tier has this key: a lookup here misses".to_owned(),
             None => "no entry is usable here: a lookup misses (or re-measures)".to_owned(),
         };
+        let prediction = match used {
+            Some(_) => None,
+            None => self.predict(&lookup, &here, &key),
+        };
         let report = ExplainReport {
             namespace: self.key.namespace.clone(),
             fingerprint: key.fingerprint().to_hex(),
@@ -112,9 +139,48 @@ impl ExplainArgs {
             scope: here.to_string(),
             found,
             verdict,
+            prediction,
         };
         out.report(&report, ctx.json)?;
         Ok(code)
+    }
+
+    /// The prediction for `key` from the file's tuned keys of its namespace in `here`; the
+    /// candidates are those `--candidate` names, or every one those keys recorded.
+    fn predict(&self, lookup: &Lookup, here: &Scope, key: &Key) -> Option<PredictionOut> {
+        let mut tuned: Vec<Entry> = Vec::new();
+        lookup.found.for_each_entry(|scope, ns, entry| {
+            if ns == self.key.namespace && scope == here {
+                tuned.push(entry.clone());
+            }
+            ControlFlow::Continue(())
+        });
+        let mut current: Vec<CandidateId> = tuned
+            .iter()
+            .flat_map(|e| e.candidates().iter().map(|c| c.id.clone()))
+            .filter(|c| self.candidates.is_empty() || self.candidates.contains(&c.algorithm))
+            .collect();
+        current.sort_by_key(CandidateId::identity_bytes);
+        current.dedup();
+        let p = Predictor::default().predict(key.fields(), &tuned, &current)?;
+        Some(PredictionOut {
+            winner: p.winner().label(),
+            ranking: p
+                .ranking
+                .iter()
+                .take(5)
+                .map(|(c, slow)| (c.label(), *slow))
+                .collect(),
+            neighbours: p
+                .neighbours
+                .iter()
+                .map(|n| NeighbourOut {
+                    key: n.key.to_string(),
+                    distance: n.distance,
+                    winner: n.winner.as_ref().map(CandidateId::label),
+                })
+                .collect(),
+        })
     }
 
     fn judge(
@@ -240,6 +306,22 @@ impl Report for ExplainReport {
                 out.line(format!("      winner {w} ({})", fmt_ns(m)))?;
             }
         }
-        out.line(&self.verdict)
+        out.line(&self.verdict)?;
+        if let Some(p) = &self.prediction {
+            out.line(format!(
+                "predicted here: {} (what a tuner serves at once under NearestThenTune; TopK \
+                 measures the best few of the prediction), from the tuned keys:",
+                p.winner
+            ))?;
+            for n in &p.neighbours {
+                out.line(format!(
+                    "      {} (distance {:.2}): winner {}",
+                    n.key,
+                    n.distance,
+                    n.winner.as_deref().unwrap_or("-")
+                ))?;
+            }
+        }
+        Ok(())
     }
 }

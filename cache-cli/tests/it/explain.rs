@@ -117,3 +117,53 @@ fn explain_says_loose_when_only_other_families_versions_changed() {
     let x_bumped = reason(r#"{"device":"H100","version.x":"2","version.y":"1"}"#);
     assert!(!x_bumped.contains("loose"), "{x_bumped}");
 }
+
+#[test]
+fn a_key_no_tier_has_shows_its_prediction_and_the_keys_that_voted() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("a.tcache");
+    let cache = Cache::builder(Migrations::new("tunecache", 1))
+        .file(&path)
+        .ignore_env()
+        .scope(scope("550"))
+        .refresh_interval(None)
+        .flush_timeout(Duration::from_secs(30))
+        .open();
+    let ns = Namespace::new("mm").expect("ns");
+    // Keys 2..=6: x wins 2 to 4, y the larger ones.
+    for id in 2..=6i64 {
+        let (x, y) = if id <= 4 {
+            (100.0, 200.0)
+        } else {
+            (300.0, 100.0)
+        };
+        let cands = &[("x", Some((x, 5.0))), ("y", Some((y, 5.0)))];
+        cache.try_put(ns, entry(id, 0, cands)).expect("put");
+    }
+    cache.close().expect("saved");
+    let here = r#"{"device":"H100","driver":"550"}"#;
+    // Key 1 is not tuned: its four nearest keys (2 to 5, three of them x) vote for x.
+    let (code, r) = explain(&path, &["--scope", here]);
+    assert_eq!(code, Some(4), "{r:#}");
+    let p = &r["prediction"];
+    assert_eq!(p["winner"], "x", "{r:#}");
+    let neighbours = p["neighbours"].as_array().expect("neighbours");
+    assert_eq!(neighbours.len(), 4);
+    assert_eq!(neighbours[0]["key"], r#"{"id":2}"#, "{r:#}");
+    // A tuned key shows no prediction.
+    let o = tunecache(
+        &path,
+        &[
+            "--json",
+            "explain",
+            "-n",
+            "mm",
+            "-k",
+            r#"{"id":2}"#,
+            "--scope",
+            here,
+        ],
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert!(r.get("prediction").is_none(), "{r:#}");
+}
