@@ -538,3 +538,34 @@ fn a_deeply_nested_entry_is_refused_by_the_walk() {
     assert!(walked.is_err());
     assert!(read_snapshot(&file, &Limits::default()).is_err());
 }
+
+/// A measurement policy that is not a map of canonical values is refused with its line, like
+/// any other bad field; one that is comes back through an export unchanged.
+#[test]
+fn json_lines_with_a_bad_policy_are_refused_and_a_good_one_round_trips() {
+    use cache_format::json::{ImportOrigin, parse_lines, record};
+    let line = |policy: &str| {
+        format!(
+            r#"{{"scope":{{}},"namespace":"ns","key":{{"m":1}},"candidates":[{{"algo":"a","median_ns":1,"policy":{policy}}}]}}"#
+        )
+    };
+    for bad in [r#""wall""#, r#"{"timer":1.5}"#, r#"{"timer":null}"#, "[1]"] {
+        let err = parse_lines(&line(bad), "in.jsonl", ImportOrigin::Keep).expect_err(bad);
+        assert_eq!(err.line, 1, "{err}");
+    }
+    let good = line(r#"{"timer":"cuda-events","samples":9,"interleaved":true}"#);
+    let data = parse_lines(&good, "in.jsonl", ImportOrigin::Keep).expect("a good policy");
+    let (scope, ns, entry) = data.entries().next().expect("one entry");
+    let policy = entry.candidates()[0].policy.clone().expect("recorded");
+    assert_eq!(policy.get("samples"), Some(&cache_format::Value::Int(9)));
+    let back = serde_json::to_value(record(scope, ns, entry)).expect("json");
+    assert_eq!(
+        back["candidates"][0]["policy"],
+        serde_json::json!({"interleaved": true, "samples": 9, "timer": "cuda-events"})
+    );
+    // And through the file format, byte for byte.
+    let bytes = cache_format::encode_snapshot("app", 1, &data);
+    let snap = cache_format::read_snapshot(&bytes, &Limits::default()).expect("reads");
+    let again = cache_format::raw::decode_snapshot(&snap).expect("decodes");
+    assert_eq!(again, data);
+}
