@@ -408,3 +408,57 @@ fn inspection_shows_an_older_file_as_this_build_reads_it() {
     );
     assert_eq!(algorithms(&current), ["tiled"]);
 }
+
+/// A cache written by a format 1 build, snapshot and journal (a format 1 payload is a format 2
+/// one without policies, so the version bytes are all that differ): opened by this build, every
+/// entry of both is there; the next save writes format 2 and loses nothing.
+#[test]
+fn a_format_1_cache_with_a_journal_loses_nothing_when_lifted() {
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    {
+        let cache = builder(&path).open();
+        for id in 0..5 {
+            cache.put(ns(), entry(5, id));
+        }
+        cache.flush().expect("snapshot");
+        for id in 5..8 {
+            cache.put(ns(), entry(5, id));
+        }
+        cache.flush().expect("journal");
+    }
+    let journal = crate::support::path_in_journal(&path);
+    let (mut snap, mut jour) = (
+        std::fs::read(&path).expect("snapshot"),
+        std::fs::read(&journal).expect("a journal was written"),
+    );
+    // The format number: after the array header and the marker (FORMAT.md).
+    let (snap_at, jour_at) = (1 + 10, 1 + 18);
+    assert_eq!(
+        (snap[snap_at], jour[jour_at]),
+        (2, 2),
+        "format 2 bytes where expected"
+    );
+    snap[snap_at] = 1;
+    jour[jour_at] = 1;
+    std::fs::write(&path, &snap).expect("write");
+    std::fs::write(&journal, &jour).expect("write");
+
+    let cache = builder(&path).open();
+    assert_eq!(cache.health().mode, Mode::Persistent);
+    for id in 0..8 {
+        assert!(has(&cache, 5, id), "entry {id} of the format 1 cache");
+    }
+    cache.put(ns(), entry(5, 8));
+    cache.flush().expect("saved");
+    drop(cache);
+    assert_eq!(
+        std::fs::read(&path).expect("file")[snap_at],
+        2,
+        "written as format 2"
+    );
+    let again = builder(&path).open();
+    for id in 0..9 {
+        assert!(has(&again, 5, id), "entry {id} after the lift");
+    }
+}
