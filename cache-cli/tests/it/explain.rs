@@ -26,22 +26,28 @@ fn explain(path: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value) {
     (o.status.code(), json)
 }
 
+/// Writes a cache at `path` holding `entries` of namespace `mm` under `scope`.
+fn write_cache(path: &Path, scope: Scope, entries: Vec<cache_core::cache_format::Entry>) {
+    let cache = Cache::builder(Migrations::new("tunecache", 1))
+        .file(path)
+        .ignore_env()
+        .scope(scope)
+        .refresh_interval(None)
+        .flush_timeout(Duration::from_secs(30))
+        .open();
+    let ns = Namespace::new("mm").expect("ns");
+    for e in entries {
+        cache.try_put(ns, e).expect("put");
+    }
+    cache.close().expect("saved");
+}
+
 #[test]
 fn explain_names_the_differing_scope_field_and_the_other_reasons() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("a.tcache");
-    let cache = Cache::builder(Migrations::new("tunecache", 1))
-        .file(&path)
-        .ignore_env()
-        .scope(scope("550"))
-        .refresh_interval(None)
-        .flush_timeout(Duration::from_secs(30))
-        .open();
     let x_wins = &[("x", Some((100.0, 5.0))), ("y", Some((200.0, 5.0)))];
-    cache
-        .try_put(Namespace::new("mm").expect("ns"), entry(1, 0, x_wins))
-        .expect("put");
-    cache.close().expect("saved");
+    write_cache(&path, scope("550"), vec![entry(1, 0, x_wins)]);
 
     let (code, r) = explain(&path, &["--scope", r#"{"device":"H100","driver":"560"}"#]);
     assert_eq!(code, Some(4), "{r:#}");
@@ -91,18 +97,8 @@ fn explain_says_loose_when_only_other_families_versions_changed() {
         ("version.x".to_owned(), Value::from("1")),
         ("version.y".to_owned(), Value::from("1")),
     ]));
-    let cache = Cache::builder(Migrations::new("tunecache", 1))
-        .file(&path)
-        .ignore_env()
-        .scope(stored)
-        .refresh_interval(None)
-        .flush_timeout(Duration::from_secs(30))
-        .open();
     let x_wins = &[("x", Some((100.0, 5.0))), ("y", Some((200.0, 5.0)))];
-    cache
-        .try_put(Namespace::new("mm").expect("ns"), entry(1, 0, x_wins))
-        .expect("put");
-    cache.close().expect("saved");
+    write_cache(&path, stored, vec![entry(1, 0, x_wins)]);
     let reason = |scope: &str| {
         let (_, r) = explain(&path, &["--scope", scope]);
         r["found"][0]["reasons"][0]
@@ -122,25 +118,18 @@ fn explain_says_loose_when_only_other_families_versions_changed() {
 fn a_key_no_tier_has_shows_its_prediction_and_the_keys_that_voted() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("a.tcache");
-    let cache = Cache::builder(Migrations::new("tunecache", 1))
-        .file(&path)
-        .ignore_env()
-        .scope(scope("550"))
-        .refresh_interval(None)
-        .flush_timeout(Duration::from_secs(30))
-        .open();
-    let ns = Namespace::new("mm").expect("ns");
     // Keys 2..=6: x wins 2 to 4, y the larger ones.
-    for id in 2..=6i64 {
-        let (x, y) = if id <= 4 {
-            (100.0, 200.0)
-        } else {
-            (300.0, 100.0)
-        };
-        let cands = &[("x", Some((x, 5.0))), ("y", Some((y, 5.0)))];
-        cache.try_put(ns, entry(id, 0, cands)).expect("put");
-    }
-    cache.close().expect("saved");
+    let tuned = (2..=6i64)
+        .map(|id| {
+            let (x, y) = if id <= 4 {
+                (100.0, 200.0)
+            } else {
+                (300.0, 100.0)
+            };
+            entry(id, 0, &[("x", Some((x, 5.0))), ("y", Some((y, 5.0)))])
+        })
+        .collect();
+    write_cache(&path, scope("550"), tuned);
     let here = r#"{"device":"H100","driver":"550"}"#;
     // Key 1 is not tuned: its four nearest keys (2 to 5, three of them x) vote for x.
     let (code, r) = explain(&path, &["--scope", here]);

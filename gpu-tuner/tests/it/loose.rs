@@ -35,19 +35,22 @@ fn config() -> OpConfig {
     }
 }
 
+/// Tunes `key` under the scope before any upgrade (a wins) and saves it.
+fn tuned_before_upgrade(path: &std::path::Path, key: &TestKey) {
+    let cache = open(path, scope("1", "1"));
+    let t = Tuner::new(Arc::clone(&cache))
+        .register(op(), config())
+        .expect("op");
+    assert_eq!(t.get(key).expect("tuned").candidate().algorithm, "a");
+    cache_core::Store::flush(cache.as_ref()).expect("saved");
+}
+
 #[test]
 fn another_familys_upgrade_serves_the_winner_at_once_and_re_times_it() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("c.tcache");
     let key = TestKey { size: 1 };
-    {
-        let cache = open(&path, scope("1", "1"));
-        let t = Tuner::new(Arc::clone(&cache))
-            .register(op(), config())
-            .expect("op");
-        assert_eq!(t.get(&key).expect("tuned").candidate().algorithm, "a");
-        cache_core::Store::flush(cache.as_ref()).expect("saved");
-    }
+    tuned_before_upgrade(&path, &key);
     // Family b's version changes: a's result still holds.
     let cache = open(&path, scope("1", "2"));
     let measured = op();
@@ -77,14 +80,7 @@ fn the_winners_own_upgrade_or_a_failed_check_tunes_the_key() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("c.tcache");
     let key = TestKey { size: 1 };
-    {
-        let cache = open(&path, scope("1", "1"));
-        let t = Tuner::new(Arc::clone(&cache))
-            .register(op(), config())
-            .expect("op");
-        t.get(&key).expect("tuned");
-        cache_core::Store::flush(cache.as_ref()).expect("saved");
-    }
+    tuned_before_upgrade(&path, &key);
     // a's own version changes: no loose hit; the stored top two are re-timed now.
     let cache = open(&path, scope("2", "1"));
     let measured = op();
