@@ -107,22 +107,7 @@ impl Predictor {
         if current.is_empty() {
             return None;
         }
-        let own = Key::new(target.clone()).fingerprint();
-        let mut near: Vec<(f64, f64, Fingerprint, &Entry)> = tuned
-            .into_iter()
-            .filter(|e| e.fingerprint() != own)
-            .filter(|e| measured_best(e, current).is_some())
-            .filter_map(|e| {
-                let d = distance(target, e.key().fields())?;
-                Some((d, lower_first(target, e.key().fields()), e.fingerprint(), e))
-            })
-            .collect();
-        near.sort_by(|a, b| {
-            a.0.total_cmp(&b.0)
-                .then(a.1.total_cmp(&b.1))
-                .then(a.2.cmp(&b.2))
-        });
-        near.truncate(self.neighbours.max(1));
+        let near = nearest(target, tuned, current, self.neighbours.max(1));
         if near.is_empty() {
             return None;
         }
@@ -155,6 +140,62 @@ impl Predictor {
             neighbours,
         })
     }
+}
+
+/// A tuned key as the selection orders it: distance, then the smaller problem, then the
+/// fingerprint.
+type Near<'a> = (f64, f64, Fingerprint, &'a Entry);
+
+/// A distance rounded to 1e-9: sums of logarithms that are equal in exact arithmetic (sizes
+/// mirrored around the target on the log scale) can differ in their last bits, and the
+/// prefer-lower rule must see them as the tie they are.
+fn quantized(d: f64) -> f64 {
+    (d * 1e9).round() / 1e9
+}
+
+fn near_cmp(a: &Near<'_>, b: &Near<'_>) -> Ordering {
+    a.0.total_cmp(&b.0)
+        .then(a.1.total_cmp(&b.1))
+        .then(a.2.cmp(&b.2))
+}
+
+/// The `k` nearest tuned keys with a measured current candidate, nearest first, in one pass
+/// that keeps only the `k` best so far: a key farther than the k-th is dismissed on its
+/// distance alone, so a million tuned keys cost a million distances, not a sort.
+fn nearest<'a>(
+    target: &Fields,
+    tuned: impl IntoIterator<Item = &'a Entry>,
+    current: &[CandidateId],
+    k: usize,
+) -> Vec<Near<'a>> {
+    let own = Key::new(target.clone()).fingerprint();
+    let mut best: Vec<Near<'a>> = Vec::with_capacity(k + 1);
+    for e in tuned {
+        let Some(d) = distance(target, e.key().fields()).map(quantized) else {
+            continue;
+        };
+        // Only a key within the k-th's distance can enter (ties go on to the finer order).
+        if best.len() == k && best.last().is_some_and(|w| d > w.0) {
+            continue;
+        }
+        if e.fingerprint() == own || measured_best(e, current).is_none() {
+            continue;
+        }
+        let cand = (d, lower_first(target, e.key().fields()), e.fingerprint(), e);
+        if best.len() == k
+            && best
+                .last()
+                .is_some_and(|w| near_cmp(&cand, w) != Ordering::Less)
+        {
+            continue;
+        }
+        let at = best
+            .binary_search_by(|x| near_cmp(x, &cand))
+            .unwrap_or_else(|i| i);
+        best.insert(at, cand);
+        best.truncate(k);
+    }
+    best
 }
 
 /// The fastest measured current candidate of `entry` and its median.
@@ -213,5 +254,99 @@ fn signed(a: &Value, b: &Value) -> f64 {
         (Value::List(x), Value::List(y)) => x.iter().zip(y).map(|(p, q)| signed(p, q)).sum(),
         (Value::Map(x), Value::Map(y)) => lower_first(x, y),
         _ => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cache_core::cache_format::{Candidate, Origin, Stats};
+
+    use super::*;
+
+    #[test]
+    fn the_one_pass_selection_equals_sorting_every_key() {
+        let current = vec![CandidateId::new("a", &[]), CandidateId::new("b", &[])];
+        // Many keys at equal distances (mirror sizes around the target), some without a
+        // measured current candidate, one of another layout.
+        let mut entries = Vec::new();
+        for (i, (m, n)) in (1..40i64)
+            .flat_map(|m| (1..6i64).map(move |n| (m, n)))
+            .enumerate()
+        {
+            let layout = if i % 17 == 0 { "nt" } else { "nn" };
+            let key = Key::new(Fields::from([
+                ("m".to_owned(), Value::Int(m * 8)),
+                ("n".to_owned(), Value::Int(n * 8)),
+                ("layout".to_owned(), Value::from(layout)),
+            ]));
+            let stats = Stats {
+                median_ns: 10.0 + (i % 5) as f64,
+                min_ns: 10.0,
+                spread_ns: 0.0,
+                samples: 3,
+            };
+            let algo = if i % 11 == 0 { "retired" } else { "a" };
+            let c = Candidate::measured(algo, Fields::new(), stats);
+            entries.push(Entry::new(
+                key,
+                Fingerprint::default(),
+                Origin::Measured("t".into()),
+                0,
+                [c],
+            ));
+        }
+        for (m, n) in [(160, 24), (8, 8), (333, 40), (1, 1)] {
+            let target = Fields::from([
+                ("m".to_owned(), Value::Int(m)),
+                ("n".to_owned(), Value::Int(n)),
+                ("layout".to_owned(), Value::from("nn")),
+            ]);
+            let own = Key::new(target.clone()).fingerprint();
+            let mut all: Vec<Near<'_>> = entries
+                .iter()
+                .filter(|e| e.fingerprint() != own && measured_best(e, &current).is_some())
+                .filter_map(|e| {
+                    let d = quantized(distance(&target, e.key().fields())?);
+                    Some((
+                        d,
+                        lower_first(&target, e.key().fields()),
+                        e.fingerprint(),
+                        e,
+                    ))
+                })
+                .collect();
+            all.sort_by(near_cmp);
+            for k in [1, 4, 10] {
+                let fast: Vec<Fingerprint> = nearest(&target, &entries, &current, k)
+                    .iter()
+                    .map(|n| n.2)
+                    .collect();
+                let slow: Vec<Fingerprint> = all.iter().take(k).map(|n| n.2).collect();
+                assert_eq!(fast, slow, "target {m}x{n}, k {k}");
+            }
+        }
+        // An exact tie met larger first: ln 64 - ln 16 = ln 16 - ln 4, so for m = 15 the keys
+        // m = 63 and m = 3 are equally near, and the smaller one must win the one place.
+        let key = |m: i64| {
+            let stats = Stats {
+                median_ns: 10.0,
+                min_ns: 10.0,
+                spread_ns: 0.0,
+                samples: 3,
+            };
+            let c = Candidate::measured("a", Fields::new(), stats);
+            let fields = Fields::from([("m".to_owned(), Value::Int(m))]);
+            Entry::new(
+                Key::new(fields),
+                Fingerprint::default(),
+                Origin::Measured("t".into()),
+                0,
+                [c],
+            )
+        };
+        let pair = [key(63), key(3)];
+        let target = Fields::from([("m".to_owned(), Value::Int(15))]);
+        let got = nearest(&target, &pair, &current, 1);
+        assert_eq!(got[0].3.key().fields().get("m"), Some(&Value::Int(3)));
     }
 }
