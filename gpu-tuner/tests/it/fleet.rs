@@ -89,6 +89,7 @@ pub(crate) fn child(path: PathBuf, args: Vec<String>) {
     say!("waits {}", h.lease_waits);
     say!("takeovers {}", h.takeovers);
     say!("skipped {}", h.skipped);
+    say!("fenced {}", h.rejected.get("fenced").copied().unwrap_or(0));
 }
 
 struct Run {
@@ -119,6 +120,11 @@ fn spawn(
 
 fn finish(mut child: test_support::child::ChildGuard) -> Run {
     let lines = test_support::child::lines(&mut child);
+    settle(child, lines)
+}
+
+/// Waits for the child to succeed and reads its messages `lines` into a run.
+fn settle(mut child: test_support::child::ChildGuard, lines: Vec<String>) -> Run {
     assert!(
         child.0.wait().expect("wait").success(),
         "a fleet process failed: {lines:?}"
@@ -311,6 +317,62 @@ fn a_leader_killed_mid_measurement_is_taken_over_after_its_lease_expires() {
         KEYS as usize,
         "the third measured nothing"
     );
+}
+
+/// A leader frozen (SIGSTOP) mid-measurement past its lease: another machine takes the key
+/// over and publishes; when the frozen one resumes and finishes, its publication is refused by
+/// the lease's fence, so the fleet keeps the result measured under the lease.
+#[test]
+fn a_frozen_leader_that_resumes_after_a_takeover_publishes_nothing_over_it() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let log = dir.path().join("fleet.log");
+    // Seed 1 ranks b first, seed 2 ranks a first: whose figures the server holds shows.
+    let mut frozen = spawn(
+        &dir.path().join("a.tcache"),
+        &server.url(),
+        &log,
+        1,
+        "gpu",
+        1000,
+        30_000,
+    );
+    let out = test_support::child::wait_for(&mut frozen.0, "tuning");
+    let pid = i32::try_from(frozen.0.id()).expect("pid");
+    // SAFETY: a plain signal to our own child process.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let taker = finish(spawn(
+        &dir.path().join("b.tcache"),
+        &server.url(),
+        &log,
+        2,
+        "gpu",
+        1000,
+        3000,
+    ));
+    assert_eq!(taker.info["takeovers"], "1", "{:?}", taker.info);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let rest: Vec<String> = std::io::BufRead::lines(out)
+        .map_while(Result::ok)
+        .filter_map(|l| test_support::child::message(&l).map(str::to_owned))
+        .collect();
+    let resumed = settle(frozen, rest);
+    assert_eq!(resumed.info["fenced"], "1", "{:?}", resumed.info);
+    // A third machine reads every key from the server: the taker's winners, key 1 included.
+    let third = finish(spawn(
+        &dir.path().join("c.tcache"),
+        &server.url(),
+        &log,
+        3,
+        "gpu",
+        1000,
+        3000,
+    ));
+    assert_eq!(third.winners, taker.winners);
+    assert_eq!(third.winners.get(&1).map(String::as_str), Some("a"));
 }
 
 #[test]
