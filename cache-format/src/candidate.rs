@@ -206,7 +206,19 @@ pub fn policy_class(policy: Option<&Fields>) -> Option<Fields> {
 /// Whether two candidates' results may be ranked against each other: their policies'
 /// comparable parts are equal (unknown is equal only to unknown).
 pub fn comparable(a: &Candidate, b: &Candidate) -> bool {
-    policy_class(a.policy.as_ref()) == policy_class(b.policy.as_ref())
+    same_class(a.policy.as_ref(), b.policy.as_ref())
+}
+
+/// [`policy_class`] equality without building either class (ranking runs on every merge).
+fn same_class(a: Option<&Fields>, b: Option<&Fields>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(x), Some(y)) => {
+            let keep = |(k, _): &(&String, &crate::Value)| !PRECISION_FIELDS.contains(&k.as_str());
+            x.iter().filter(keep).eq(y.iter().filter(keep))
+        }
+        _ => false,
+    }
 }
 
 /// The canonical encoding of a policy (empty for unknown), for total orders.
@@ -231,25 +243,25 @@ pub fn rank<'a>(candidates: impl IntoIterator<Item = &'a Candidate>) -> Vec<&'a 
     rank_refs(&all).into_iter().map(|i| all[i]).collect()
 }
 
-/// The policy class the ranking leads with: that of the most recently measured candidate
-/// (ties: the larger encoding), or `None` when every measured candidate's policy class is the
-/// same (nothing to separate).
-fn leading_class(all: &[&Candidate]) -> Option<Option<Fields>> {
-    let measured: Vec<&&Candidate> = all.iter().filter(|c| c.stats().is_some()).collect();
-    let first = policy_class(measured.first()?.policy.as_ref());
-    if measured
-        .iter()
-        .all(|c| policy_class(c.policy.as_ref()) == first)
-    {
+/// The candidate whose policy class the ranking leads with: the most recently measured one
+/// (ties: the larger encoding of its class), or `None` when every measured candidate's policy
+/// is comparable with the first's (nothing to separate, the common case, decided without
+/// allocating).
+fn leading_class<'a>(all: &[&'a Candidate]) -> Option<&'a Candidate> {
+    let mut measured = all.iter().copied().filter(|c| c.stats().is_some());
+    let first = measured.next()?;
+    if measured.all(|c| same_class(c.policy.as_ref(), first.policy.as_ref())) {
         return None;
     }
-    let latest = measured.iter().max_by(|a, b| {
-        a.measured_at.cmp(&b.measured_at).then_with(|| {
-            policy_bytes(policy_class(a.policy.as_ref()).as_ref())
-                .cmp(&policy_bytes(policy_class(b.policy.as_ref()).as_ref()))
+    all.iter()
+        .copied()
+        .filter(|c| c.stats().is_some())
+        .max_by(|a, b| {
+            a.measured_at.cmp(&b.measured_at).then_with(|| {
+                policy_bytes(policy_class(a.policy.as_ref()).as_ref())
+                    .cmp(&policy_bytes(policy_class(b.policy.as_ref()).as_ref()))
+            })
         })
-    })?;
-    Some(policy_class(latest.policy.as_ref()))
 }
 
 pub(crate) fn rank_indices(candidates: &[Candidate]) -> Vec<usize> {
@@ -269,9 +281,8 @@ fn rank_refs(all: &[&Candidate]) -> Vec<usize> {
     for (i, c) in all.iter().enumerate() {
         match &c.outcome {
             Outcome::Measured(s) => {
-                let other = lead
-                    .as_ref()
-                    .is_some_and(|lead| policy_class(c.policy.as_ref()) != *lead);
+                let other =
+                    lead.is_some_and(|lead| !same_class(c.policy.as_ref(), lead.policy.as_ref()));
                 measured.push((other, i, *s));
             }
             Outcome::Failed(_) => failed.push(i),

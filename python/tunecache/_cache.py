@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import threading
+import time
 import weakref
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -247,10 +248,14 @@ class Cache:
         step's barrier). Returns ``{"keys": n, "changed": n, "error": str | None}``; on an
         error the choices are kept."""
         report: dict[str, Any] = {"keys": 0, "changed": 0, "error": None}
+        if not timeout >= 0 or timeout == float("inf"):
+            raise ValueError(f"timeout must be a finite number of seconds >= 0, not {timeout!r}")
+        # One bound for the whole sync, not one per @autotune.
+        deadline = time.monotonic() + timeout
         for listener in list(self._listeners):
             sync = getattr(listener, "_sync", None)
             if sync is not None:
-                sync(timeout, report)
+                sync(max(0.0, deadline - time.monotonic()), report)
         return report
 
     def refresh(self) -> None:

@@ -178,8 +178,8 @@ impl Tuner {
 
     /// The epoch: every registered operation's settled choices are checked against the
     /// fleet's entries (this process's records published first, then one round trip per
-    /// operation, within `timeout` for the publication and the shared tier's budget for the
-    /// read), and each changed winner replaces its key's choice. Call it where every process
+    /// operation; the publications share `timeout`, each read has the shared tier's budget),
+    /// and each changed winner replaces its key's choice. Call it where every process
     /// of a job is at the same point (after a step's barrier): between two syncs no choice
     /// changes to follow the fleet. With [`Consistency::Local`] it works the same, on demand.
     pub fn sync(&self, timeout: Duration) -> SyncReport {
@@ -188,9 +188,14 @@ impl Tuner {
             ops.retain(|op| op.strong_count() > 0);
             ops.iter().filter_map(Weak::upgrade).collect()
         };
+        // One bound for the whole sync, not one per operation.
+        let deadline = Instant::now() + timeout;
         let mut report = SyncReport::default();
         for op in ops {
-            op.sync(timeout, &mut report);
+            op.sync(
+                deadline.saturating_duration_since(Instant::now()),
+                &mut report,
+            );
         }
         report
     }
