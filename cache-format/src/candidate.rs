@@ -98,6 +98,10 @@ pub enum Outcome {
     /// It failed to compile or launch; the reason is kept for inspection. A failed candidate
     /// ranks after every measured one and is never chosen.
     Failed(String),
+    /// Another tool chose it (a shipped config, an imported winner) without figures this
+    /// format can hold; the text says who (e.g. `vllm config`). It ranks after every measured
+    /// candidate and before the failed ones: a measurement always wins over it.
+    Chosen(String),
 }
 
 /// One candidate implementation and its measurement.
@@ -152,6 +156,22 @@ impl Candidate {
         }
     }
 
+    /// A candidate another tool chose, without figures (see [`Outcome::Chosen`]).
+    pub fn chosen(algorithm: impl Into<String>, params: Fields, by: impl Into<String>) -> Self {
+        Candidate {
+            id: CandidateId::with_params(algorithm, params),
+            outcome: Outcome::Chosen(by.into()),
+            measured_at: now_millis(),
+            tuning_ns: None,
+            policy: None,
+        }
+    }
+
+    /// Whether it may be served as a winner: measured, or chosen by another tool.
+    pub fn usable(&self) -> bool {
+        !matches!(self.outcome, Outcome::Failed(_))
+    }
+
     /// The same candidate, recorded as measured under `policy`.
     pub fn with_policy(mut self, policy: Fields) -> Self {
         self.policy = Some(policy);
@@ -162,7 +182,7 @@ impl Candidate {
     pub fn stats(&self) -> Option<&Stats> {
         match &self.outcome {
             Outcome::Measured(stats) => Some(stats),
-            Outcome::Failed(_) => None,
+            Outcome::Failed(_) | Outcome::Chosen(_) => None,
         }
     }
 
@@ -177,15 +197,26 @@ impl Candidate {
                     .then_with(|| b.median_ns.total_cmp(&a.median_ns))
                     .then_with(|| b.min_ns.total_cmp(&a.min_ns))
                     .then_with(|| b.spread_ns.total_cmp(&a.spread_ns)),
-                (Outcome::Measured(_), Outcome::Failed(_)) => Ordering::Less,
-                (Outcome::Failed(_), Outcome::Measured(_)) => Ordering::Greater,
-                (Outcome::Failed(a), Outcome::Failed(b)) => a.cmp(b),
+                (Outcome::Chosen(a), Outcome::Chosen(b))
+                | (Outcome::Failed(a), Outcome::Failed(b)) => a.cmp(b),
+                // At the same instant: a measurement is kept over a choice, a failure over
+                // both (as before choices existed).
+                (a, b) => version_rank(a).cmp(&version_rank(b)),
             }
             .then_with(|| self.tuning_ns.cmp(&other.tuning_ns))
             .then_with(|| {
                 policy_bytes(self.policy.as_ref()).cmp(&policy_bytes(other.policy.as_ref()))
             })
         })
+    }
+}
+
+/// Which of two results of one candidate, recorded at the same instant, is kept (higher).
+fn version_rank(o: &Outcome) -> u8 {
+    match o {
+        Outcome::Chosen(_) => 0,
+        Outcome::Measured(_) => 1,
+        Outcome::Failed(_) => 2,
     }
 }
 
@@ -234,7 +265,8 @@ fn policy_bytes(policy: Option<&Fields>) -> Vec<u8> {
 /// the same measurements.
 ///
 /// Measured candidates come first, by median, then fastest sample, then identity
-/// ([`CandidateId::identity_bytes`]) for exact ties; failed candidates come last, by identity.
+/// ([`CandidateId::identity_bytes`]) for exact ties; then candidates another tool chose, the
+/// latest choice first, then by identity; failed candidates come last, by identity.
 /// There is no tie band: ordering candidates within a band by name let one up to the band's
 /// width slower win, and made runs agree no more often than the medians do (measured on the
 /// CPU workload). Agreement comes from measuring candidates interleaved instead.
@@ -278,6 +310,7 @@ fn rank_refs(all: &[&Candidate]) -> Vec<usize> {
     // Measured under the leading policy first: results of another policy never outrank them.
     let mut measured: Vec<(bool, usize, Stats)> = Vec::with_capacity(all.len());
     let mut failed: Vec<usize> = Vec::new();
+    let mut chosen: Vec<usize> = Vec::new();
     for (i, c) in all.iter().enumerate() {
         match &c.outcome {
             Outcome::Measured(s) => {
@@ -285,6 +318,7 @@ fn rank_refs(all: &[&Candidate]) -> Vec<usize> {
                     lead.is_some_and(|lead| !same_class(c.policy.as_ref(), lead.policy.as_ref()));
                 measured.push((other, i, *s));
             }
+            Outcome::Chosen(_) => chosen.push(i),
             Outcome::Failed(_) => failed.push(i),
         }
     }
@@ -294,9 +328,16 @@ fn rank_refs(all: &[&Candidate]) -> Vec<usize> {
             .then_with(|| a.min_ns.total_cmp(&b.min_ns))
             .then_with(|| by_identity(*i, *j))
     });
+    chosen.sort_by(|&i, &j| {
+        all[j]
+            .measured_at
+            .cmp(&all[i].measured_at)
+            .then_with(|| by_identity(i, j))
+    });
     failed.sort_by(|&i, &j| by_identity(i, j));
     let mut order: Vec<usize> = Vec::with_capacity(all.len());
     order.extend(measured.into_iter().map(|(_, i, _)| i));
+    order.extend(chosen);
     order.extend(failed);
     order
 }
@@ -349,6 +390,28 @@ mod tests {
         assert_eq!(names(&rank(&same)), ["b", "a"]);
         let old = [timed("a", 100.0, 1, None), timed("b", 90.0, 2, None)];
         assert_eq!(names(&rank(&old)), ["b", "a"]);
+    }
+
+    #[test]
+    fn a_chosen_winner_ranks_after_every_measurement_and_before_failures() {
+        let mut old_choice = Candidate::chosen("x", Fields::new(), "vllm config");
+        old_choice.measured_at = 1;
+        let mut new_choice = Candidate::chosen("y", Fields::new(), "sglang config");
+        new_choice.measured_at = 5;
+        let failed = Candidate::failed("a", Fields::new(), "no");
+        let slow = timed("slow", 1e9, 0, None);
+        let all = [old_choice.clone(), failed.clone(), new_choice.clone(), slow];
+        assert_eq!(names(&rank(&all)), ["slow", "y", "x", "a"]);
+        // Alone, the latest choice leads and is the entry's winner (not a failure).
+        let only = [old_choice.clone(), failed, new_choice.clone()];
+        assert_eq!(names(&rank(&only)), ["y", "x", "a"]);
+        assert!(new_choice.usable() && new_choice.stats().is_none());
+        // The same candidate chosen and measured at one instant: the measurement is kept,
+        // whichever order they are compared in.
+        let mut measured = timed("x", 10.0, 1, None);
+        measured.id = old_choice.id.clone();
+        assert_eq!(old_choice.version_cmp(&measured), Ordering::Less);
+        assert_eq!(measured.version_cmp(&old_choice), Ordering::Greater);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::wire::{self, HeaderV1};
 pub(crate) const SNAPSHOT_MARKER: &str = "tunecache";
 
 /// The container format version this build writes (and the newest it reads).
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// A container format version this build knows: a closed set, so adding one is a
 /// compile-time decision everywhere versions are matched.
@@ -30,17 +30,20 @@ pub enum FormatVersion {
     V1,
     /// Candidates may record their measurement policy (`policy`).
     V2,
+    /// A candidate may be one another tool chose, without figures (status `chosen`).
+    V3,
 }
 
 impl FormatVersion {
     /// The current version.
-    pub const CURRENT: FormatVersion = FormatVersion::V2;
+    pub const CURRENT: FormatVersion = FormatVersion::V3;
 
     /// Maps a number from a file to a known version, or says why it cannot.
     pub fn from_number(found: u64) -> Result<Self, FormatError> {
         match found {
             1 => Ok(FormatVersion::V1),
             2 => Ok(FormatVersion::V2),
+            3 => Ok(FormatVersion::V3),
             n if n > u64::from(FORMAT_VERSION) => Err(FormatError::NewerFormat {
                 found: n,
                 supported: FORMAT_VERSION,
@@ -54,6 +57,7 @@ impl FormatVersion {
         match self {
             FormatVersion::V1 => 1,
             FormatVersion::V2 => 2,
+            FormatVersion::V3 => 3,
         }
     }
 }
@@ -232,7 +236,7 @@ pub fn read_snapshot_framing<'a>(
     }
     let (format, len) = rd.preamble(SNAPSHOT_MARKER, "file")?;
     match format {
-        FormatVersion::V1 | FormatVersion::V2 => {
+        FormatVersion::V1 | FormatVersion::V2 | FormatVersion::V3 => {
             if len != 6 {
                 return Err(rd.malformed(format!(
                     "a format {} file is an array of 6 elements, this one has {len}",

@@ -292,7 +292,8 @@ impl<'a> Reader<'a> {
     }
 
     /// One candidate as written: algo, params, measured_at, status, then the optional fields
-    /// in order; a measured one has finite timings and its sample count, a failed one none.
+    /// in order; a measured one has finite timings and its sample count, a failed or chosen
+    /// one none.
     /// Returns when it was measured.
     fn candidate(&mut self) -> Option<Millis> {
         let fields = self.map_len()?;
@@ -322,6 +323,10 @@ impl<'a> Reader<'a> {
         if error {
             self.str()?;
         }
+        let chosen_by = self.optional(&mut left, b"chosen_by")?;
+        if chosen_by {
+            self.str()?;
+        }
         if self.optional(&mut left, b"tuning_ns")? {
             self.uint()?;
         }
@@ -332,8 +337,9 @@ impl<'a> Reader<'a> {
             return None;
         }
         match status {
-            b"ok" if timings == 3 && samples && !error => Some(measured_at),
-            b"failed" if timings == 0 && !samples => Some(measured_at),
+            b"ok" if timings == 3 && samples && !error && !chosen_by => Some(measured_at),
+            b"failed" if timings == 0 && !samples && !chosen_by => Some(measured_at),
+            b"chosen" if timings == 0 && !samples && !error => Some(measured_at),
             _ => None,
         }
     }

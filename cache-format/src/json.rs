@@ -88,7 +88,7 @@ pub struct JsonCandidate {
     /// Params.
     #[serde(default)]
     pub params: Fields,
-    /// `ok` or `failed`.
+    /// `ok`, `chosen` or `failed`.
     #[serde(default = "ok")]
     pub status: String,
     /// Median, ns.
@@ -106,6 +106,9 @@ pub struct JsonCandidate {
     /// Why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Who chose it (status `chosen`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chosen_by: Option<String>,
     /// When it was measured (Unix ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_at: Option<Millis>,
@@ -123,9 +126,10 @@ fn ok() -> String {
 
 /// A candidate as JSON.
 pub fn candidate_json(c: &Candidate) -> JsonCandidate {
-    let (status, stats, error) = match &c.outcome {
-        Outcome::Measured(s) => ("ok", Some(s), None),
-        Outcome::Failed(r) => ("failed", None, Some(r.clone())),
+    let (status, stats, error, chosen_by) = match &c.outcome {
+        Outcome::Measured(s) => ("ok", Some(s), None, None),
+        Outcome::Failed(r) => ("failed", None, Some(r.clone()), None),
+        Outcome::Chosen(by) => ("chosen", None, None, Some(by.clone())),
     };
     JsonCandidate {
         algo: c.id.algorithm.clone(),
@@ -136,6 +140,7 @@ pub fn candidate_json(c: &Candidate) -> JsonCandidate {
         spread_ns: stats.map(|s| s.spread_ns),
         samples: stats.map(|s| s.samples),
         error,
+        chosen_by,
         measured_at: Some(c.measured_at),
         tuning_ns: c.tuning_ns,
         policy: c.policy.clone(),
@@ -184,8 +189,17 @@ pub(crate) fn candidate_from_json(c: JsonCandidate, now: Millis) -> Result<Candi
             })
         }
         "failed" => Outcome::Failed(c.error.unwrap_or_default()),
+        "chosen" => {
+            if c.median_ns.is_some() || c.min_ns.is_some() || c.samples.is_some() {
+                bail!(
+                    "candidate {:?} has status \"chosen\" but carries timings (a chosen candidate has none; give status \"ok\")",
+                    c.algo
+                );
+            }
+            Outcome::Chosen(c.chosen_by.unwrap_or_default())
+        }
         other => bail!(
-            "candidate {:?}: unknown status {other:?} (expected \"ok\" or \"failed\")",
+            "candidate {:?}: unknown status {other:?} (expected \"ok\", \"chosen\" or \"failed\")",
             c.algo
         ),
     };
@@ -552,5 +566,37 @@ mod tests {
         let read =
             read_lines_versioned(bad_json.as_bytes(), "in", ImportOrigin::Keep).expect_err("bad");
         assert_eq!(whole.to_string(), read.to_string());
+    }
+
+    #[test]
+    fn a_chosen_candidate_round_trips_and_refuses_timings() {
+        let mut data = CacheData::new();
+        let key = Key::new(Fields::from([("m".to_owned(), crate::Value::Int(1))]));
+        let chosen = Candidate::chosen("cfg", Fields::new(), "vllm config");
+        let entry = Entry::new(
+            key,
+            Fingerprint::default(),
+            Origin::Measured("t".into()),
+            1,
+            [chosen],
+        );
+        data.insert(&Scope::default(), "ns", entry);
+        let text = to_lines_versioned(&data, "app", 1);
+        assert!(
+            text.contains(r#""status":"chosen","chosen_by":"vllm config""#),
+            "{text}"
+        );
+        let back = parse_lines(&text, "t", ImportOrigin::Keep).expect("parses");
+        let (_, _, e) = back.entries().next().expect("one entry");
+        assert_eq!(
+            e.best().map(|c| &c.outcome),
+            Some(&Outcome::Chosen("vllm config".into()))
+        );
+        let bad = text.replace(r#""chosen_by""#, r#""median_ns":5.0,"chosen_by""#);
+        let err = parse_lines(&bad, "t.jsonl", ImportOrigin::Keep).expect_err("refused");
+        assert!(
+            err.to_string().contains("t.jsonl") && err.to_string().contains("carries timings"),
+            "{err}"
+        );
     }
 }

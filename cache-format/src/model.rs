@@ -197,9 +197,10 @@ impl Entry {
         &self.candidates
     }
 
-    /// The best measured candidate, if any candidate was measured.
+    /// The winner: the best measured candidate, else the latest one another tool chose
+    /// ([`crate::Outcome::Chosen`]); `None` when every candidate failed.
     pub fn best(&self) -> Option<&Candidate> {
-        self.candidates.first().filter(|c| c.stats().is_some())
+        self.candidates.first().filter(|c| c.usable())
     }
 
     /// The checksum of the candidate set that the latest tuning run measured against.

@@ -52,7 +52,7 @@ pub fn decode_snapshot_counted(snap: &Snapshot<'_>) -> Result<(CacheData, u64), 
     match snap.format {
         // Format 2 added an optional candidate field that a format 1 payload lacks: one
         // decoder reads both.
-        FormatVersion::V1 | FormatVersion::V2 => {
+        FormatVersion::V1 | FormatVersion::V2 | FormatVersion::V3 => {
             wire::decode_payload_counted(snap.payload_bytes(), "payload")
         }
     }
@@ -70,7 +70,7 @@ pub fn payload_value(bytes: &[u8], limits: &Limits) -> Result<rmpv::Value, Forma
 /// again.
 pub fn decode_snapshot(snap: &Snapshot<'_>) -> Result<CacheData, FormatError> {
     match snap.format {
-        FormatVersion::V1 | FormatVersion::V2 => {
+        FormatVersion::V1 | FormatVersion::V2 | FormatVersion::V3 => {
             wire::decode_payload(snap.payload_bytes(), "payload")
         }
     }

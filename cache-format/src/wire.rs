@@ -121,6 +121,8 @@ struct CandidateOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    chosen_by: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     tuning_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     policy: Option<&'a Fields>,
@@ -141,9 +143,10 @@ fn entry_out(entry: &Entry) -> EntryOut<'_> {
 }
 
 fn candidate_out(c: &Candidate) -> CandidateOut<'_> {
-    let (status, stats, error) = match &c.outcome {
-        Outcome::Measured(s) => ("ok", Some(s), None),
-        Outcome::Failed(reason) => ("failed", None, Some(reason.as_str())),
+    let (status, stats, error, chosen_by) = match &c.outcome {
+        Outcome::Measured(s) => ("ok", Some(s), None, None),
+        Outcome::Failed(reason) => ("failed", None, Some(reason.as_str()), None),
+        Outcome::Chosen(by) => ("chosen", None, None, Some(by.as_str())),
     };
     CandidateOut {
         algo: &c.id.algorithm,
@@ -155,6 +158,7 @@ fn candidate_out(c: &Candidate) -> CandidateOut<'_> {
         spread_ns: stats.map(|s| s.spread_ns),
         samples: stats.map(|s| s.samples),
         error,
+        chosen_by,
         tuning_ns: c.tuning_ns,
         policy: c.policy.as_ref(),
     }
@@ -238,6 +242,8 @@ struct CandidateIn<'a> {
     samples: Option<u32>,
     #[serde(default)]
     error: Option<String>,
+    #[serde(default)]
+    chosen_by: Option<String>,
     #[serde(default)]
     tuning_ns: Option<u64>,
     #[serde(default)]
@@ -337,6 +343,7 @@ fn candidate_from_wire(c: CandidateIn<'_>, what: &'static str) -> Result<Candida
             }
         },
         "failed" => Outcome::Failed(c.error.unwrap_or_default()),
+        "chosen" => Outcome::Chosen(c.chosen_by.unwrap_or_default()),
         other => {
             return Err(FormatError::invalid(
                 what,

@@ -372,14 +372,23 @@ pub struct FormatStep {
 }
 
 /// The container-format steps of this build, oldest first.
-pub const FORMAT_STEPS: &[FormatStep] = &[FormatStep {
-    from: 1,
-    to: 2,
-    description: "candidates record how they were measured (policy); older results: unknown",
-    // A format 1 payload is a format 2 payload whose candidates record no policy: an absent
-    // `policy` is the unknown policy, so the layout needs no rewrite.
-    run: Ok,
-}];
+pub const FORMAT_STEPS: &[FormatStep] = &[
+    FormatStep {
+        from: 1,
+        to: 2,
+        description: "candidates record how they were measured (policy); older results: unknown",
+        // A format 1 payload is a format 2 payload whose candidates record no policy: an
+        // absent `policy` is the unknown policy, so the layout needs no rewrite.
+        run: Ok,
+    },
+    FormatStep {
+        from: 2,
+        to: 3,
+        description: "a candidate may be a winner another tool chose, without figures (status chosen)",
+        // A format 2 payload is a format 3 payload without chosen candidates: no rewrite.
+        run: Ok,
+    },
+];
 
 /// Lifts a schema-less payload from format `from` to `current` through `steps`.
 pub(crate) fn lift_format(

@@ -81,7 +81,8 @@ pub(crate) fn check_value(
                 || s.min_ns > s.median_ns
                 || s.samples < options.min_samples
         }
-        Outcome::Failed(_) => false,
+        // A failure, or a winner another tool chose: no figures to judge.
+        Outcome::Failed(_) | Outcome::Chosen(_) => false,
     });
     if implausible {
         return Err("implausible statistics");

@@ -184,7 +184,17 @@ impl PyCandidate {
     fn failed(&self) -> Option<&str> {
         match &self.c.outcome {
             Outcome::Failed(reason) => Some(reason),
-            Outcome::Measured(_) => None,
+            Outcome::Measured(_) | Outcome::Chosen(_) => None,
+        }
+    }
+
+    /// Who chose it, when another tool chose it without figures (an imported shipped config);
+    /// None if it was measured or failed.
+    #[getter]
+    fn chosen_by(&self) -> Option<&str> {
+        match &self.c.outcome {
+            Outcome::Chosen(by) => Some(by),
+            Outcome::Measured(_) | Outcome::Failed(_) => None,
         }
     }
 
@@ -218,7 +228,10 @@ impl PyCandidate {
                 s.median_ns,
                 s.samples
             ),
-            None => format!("<Candidate {} failed>", self.c.id.label()),
+            None => match &self.c.outcome {
+                Outcome::Chosen(by) => format!("<Candidate {} chosen by {by}>", self.c.id.label()),
+                _ => format!("<Candidate {} failed>", self.c.id.label()),
+            },
         }
     }
 }

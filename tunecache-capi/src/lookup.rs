@@ -38,7 +38,8 @@ pub struct tc_result {
     pub min_ns: f64,
     /// The winner's spread (interquartile range), nanoseconds.
     pub spread_ns: f64,
-    /// Samples behind the winner's statistics.
+    /// Samples behind the winner's statistics; 0 when the winner was chosen by another tool
+    /// without figures (an imported shipped config), with the times 0 and `failed` 0.
     pub samples: u32,
     /// How many candidates the entry ranks.
     pub candidates: u32,
@@ -188,7 +189,8 @@ pub struct tc_candidate {
     pub min_ns: f64,
     /// Spread (interquartile range), nanoseconds.
     pub spread_ns: f64,
-    /// Samples behind the statistics.
+    /// Samples behind the statistics; 0 for a failure, or for a winner another tool chose
+    /// without figures (an imported shipped config: `failed` null, times 0).
     pub samples: u32,
     /// When it was measured, milliseconds since the Unix epoch.
     pub measured_at_ms: u64,
@@ -212,7 +214,7 @@ fn prepare(entry: &Entry) -> tc_entry {
                 params: c_text(&params_json(c)),
                 failed: match &c.outcome {
                     Outcome::Failed(reason) => Some(c_text(reason)),
-                    Outcome::Measured(_) => None,
+                    Outcome::Measured(_) | Outcome::Chosen(_) => None,
                 },
                 candidate: c.clone(),
             })
@@ -349,7 +351,7 @@ pub unsafe extern "C" fn tc_entry_candidate(
         };
         let (median, min, spread, samples) = match &p.candidate.outcome {
             Outcome::Measured(s) => (s.median_ns, s.min_ns, s.spread_ns, s.samples),
-            Outcome::Failed(_) => (0.0, 0.0, 0.0, 0),
+            Outcome::Failed(_) | Outcome::Chosen(_) => (0.0, 0.0, 0.0, 0),
         };
         // SAFETY: checked non-null.
         unsafe {

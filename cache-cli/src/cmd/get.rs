@@ -213,6 +213,7 @@ impl Report for Found<'_> {
                     s.samples
                 ),
                 Outcome::Failed(r) => format!("failed: {r}"),
+                Outcome::Chosen(by) => format!("chosen by {by} (not measured)"),
             };
             out.line(format!(
                 "  {:>2}. {:<20} {:<28} {detail}",

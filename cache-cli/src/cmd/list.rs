@@ -89,6 +89,7 @@ impl Report for ListItem<'_> {
                 let time = match &c.outcome {
                     Outcome::Measured(s) => fmt_ns(s.median_ns),
                     Outcome::Failed(_) => "failed".to_owned(),
+                    Outcome::Chosen(_) => "chosen".to_owned(),
                 };
                 (c.id.label(), time)
             }

@@ -202,7 +202,7 @@ impl MergeArgs {
             .iter()
             .filter(|c| match &c.outcome {
                 Outcome::Measured(s) => s.samples >= min,
-                Outcome::Failed(_) => true,
+                Outcome::Failed(_) | Outcome::Chosen(_) => true,
             })
             .cloned()
             .collect();

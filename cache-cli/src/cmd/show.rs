@@ -80,6 +80,11 @@ fn chart(namespace: &str, scope: &Scope, entry: &Entry, out: &mut Out) -> anyhow
             Outcome::Failed(reason) => {
                 format!("{label:<w$}  failed: {reason}", w = label_width)
             }
+            Outcome::Chosen(by) => format!(
+                "{label:<w$}  chosen by {by}, not measured{}",
+                if rank == 0 { "  ← best" } else { "" },
+                w = label_width
+            ),
         };
         out.line(format!("  {line}"))?;
     }

@@ -409,9 +409,9 @@ fn inspection_shows_an_older_file_as_this_build_reads_it() {
     assert_eq!(algorithms(&current), ["tiled"]);
 }
 
-/// A cache written by a format 1 build, snapshot and journal (a format 1 payload is a format 2
-/// one without policies, so the version bytes are all that differ): opened by this build, every
-/// entry of both is there; the next save writes format 2 and loses nothing.
+/// A cache written by a format 1 build, snapshot and journal (a format 1 payload is a format 3
+/// one without policies or chosen candidates, so the version bytes are all that differ): opened
+/// by this build, every entry of both is there; the next save writes format 3 and loses nothing.
 #[test]
 fn a_format_1_cache_with_a_journal_loses_nothing_when_lifted() {
     let dir = temp_dir();
@@ -436,8 +436,8 @@ fn a_format_1_cache_with_a_journal_loses_nothing_when_lifted() {
     let (snap_at, jour_at) = (1 + 10, 1 + 18);
     assert_eq!(
         (snap[snap_at], jour[jour_at]),
-        (2, 2),
-        "format 2 bytes where expected"
+        (3, 3),
+        "format 3 bytes where expected"
     );
     snap[snap_at] = 1;
     jour[jour_at] = 1;
@@ -454,8 +454,8 @@ fn a_format_1_cache_with_a_journal_loses_nothing_when_lifted() {
     drop(cache);
     assert_eq!(
         std::fs::read(&path).expect("file")[snap_at],
-        2,
-        "written as format 2"
+        3,
+        "written as format 3"
     );
     let again = builder(&path).open();
     for id in 0..9 {

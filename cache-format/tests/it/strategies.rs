@@ -48,7 +48,8 @@ pub(crate) fn candidate() -> impl Strategy<Value = Candidate> {
         ),
         prop_oneof![
             stats().prop_map(Outcome::Measured),
-            "[a-z ]{0,20}".prop_map(Outcome::Failed)
+            "[a-z ]{0,20}".prop_map(Outcome::Failed),
+            "[a-z ]{0,20}".prop_map(Outcome::Chosen)
         ],
         0u64..5,
         prop::option::of(0u64..1_000_000),

@@ -3,8 +3,8 @@
 //! test.
 
 use cache_core::cache_format::{
-    Candidate, CandidateId, Entry, FAMILY_VERSION_PREFIX, Fields, Fingerprint, Scope, Value,
-    policy_class, rank,
+    Candidate, CandidateId, Entry, FAMILY_VERSION_PREFIX, Fields, Fingerprint, Outcome, Scope,
+    Value, policy_class, rank,
 };
 
 /// The plan for a key that missed the dispatch table.
@@ -69,10 +69,12 @@ pub(super) fn plan(
         if complete && all_usable {
             return Plan::Use(stored);
         }
+        // A winner another tool chose (an imported shipped config) is not a measurement:
+        // it is measured like a candidate never recorded.
         let recorded: Vec<&CandidateId> = stored
             .candidates()
             .iter()
-            .filter(|c| usable(c))
+            .filter(|c| usable(c) && !matches!(c.outcome, Outcome::Chosen(_)))
             .map(|c| &c.id)
             .filter(|id| current.contains(id))
             .collect();
@@ -315,6 +317,29 @@ mod tests {
             3,
         );
         assert_eq!(got, Plan::Use(stored));
+    }
+
+    #[test]
+    fn a_shipped_winner_is_measured_like_a_candidate_never_recorded() {
+        // An imported vLLM config: b chosen, nothing measured. Every current candidate is
+        // measured (b too); the chosen one is no leader to re-time.
+        let stored = entry(
+            Fingerprint::default(),
+            1,
+            vec![Candidate::chosen("b", Fields::new(), "vllm config")],
+        );
+        let current = [id("a"), id("b")];
+        let here = scope("H100", "560");
+        let got = plan(
+            known(Some(stored), vec![], &here, &[]),
+            &current,
+            set_of(&current),
+            3,
+        );
+        let Plan::Measure { list, .. } = got else {
+            panic!("expected a measurement plan, got {got:?}");
+        };
+        assert_eq!(list, vec![id("a"), id("b")]);
     }
 
     #[test]
