@@ -338,7 +338,7 @@ pub(crate) fn check_regular(path: &Path) -> Result<(), StoreError> {
 /// Opens a regular file for reading; `None` if it does not exist. Anything else (a FIFO, a
 /// device) is `NotAFile` and is never read: it is checked before opening (opening a FIFO
 /// blocks) and, against a swap in between, opened without blocking and checked again.
-pub(crate) fn open_regular(path: &Path) -> Result<Option<File>, StoreError> {
+pub fn open_regular(path: &Path) -> Result<Option<File>, StoreError> {
     use std::os::unix::fs::OpenOptionsExt;
     check_regular(path)?;
     let file = match OpenOptions::new()

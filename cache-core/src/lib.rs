@@ -62,7 +62,7 @@ pub use tier::{Fill, FleetClaim, FleetLease, Tier, TierContext, TierHealth, Tier
 /// The file primitives every part of tunecache writes and locks with (the output cache, the
 /// CLI's bundle writer, the artifact store): one atomic write, one lock.
 pub mod file {
-    pub use crate::fsio::{AtomicFile, write_atomic};
+    pub use crate::fsio::{AtomicFile, open_regular, write_atomic};
     pub use crate::lock::FileLock;
 }
 

@@ -572,14 +572,9 @@ mod tests {
     fn a_chosen_candidate_round_trips_and_refuses_timings() {
         let mut data = CacheData::new();
         let key = Key::new(Fields::from([("m".to_owned(), crate::Value::Int(1))]));
-        let chosen = Candidate::chosen("cfg", Fields::new(), "vllm config");
-        let entry = Entry::new(
-            key,
-            Fingerprint::default(),
-            Origin::Measured("t".into()),
-            1,
-            [chosen],
-        );
+        let c = [Candidate::chosen("cfg", Fields::new(), "vllm config")];
+        let origin = Origin::Measured("t".into());
+        let entry = Entry::new(key, Fingerprint::default(), origin, 1, c);
         data.insert(&Scope::default(), "ns", entry);
         let text = to_lines_versioned(&data, "app", 1);
         assert!(

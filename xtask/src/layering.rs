@@ -9,10 +9,11 @@ use serde_json::Value;
 
 /// The layers, lowest first. A crate may depend (normally, not for tests) only on crates in
 /// lower layers.
-pub(crate) const LAYERS: [&str; 9] = [
+pub(crate) const LAYERS: [&str; 10] = [
     "cache-format",
     "cache-migrate",
     "cache-core",
+    "cache-import",
     "cache-remote",
     "cache-outputs",
     "gpu-tuner",
