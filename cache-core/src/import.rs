@@ -133,6 +133,15 @@ impl ImportLines {
         })
     }
 
+    /// Entries another format's importer read (they say no version: they are taken at the
+    /// cache's schema), through the same checks as lines.
+    pub fn from_entries(input: &str, entries: SnapshotBuilder) -> ImportLines {
+        ImportLines {
+            input: input.to_owned(),
+            groups: BTreeMap::from([(None, entries)]),
+        }
+    }
+
     /// Whether some lines are at an older schema of `app` than `schema` (their import needs
     /// the application's migration steps).
     pub fn has_older(&self, app: &str, schema: u32) -> bool {

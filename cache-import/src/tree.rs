@@ -149,6 +149,10 @@ impl Parser<'_> {
             Some(b'f') => self.word("false", Json::Bool(false))?,
             Some(b'n') => self.word("null", Json::Null)?,
             Some(b'-' | b'0'..=b'9') => self.number()?,
+            // Python's json writes these for non-finite floats; they are kept as numbers
+            // that no reader takes as finite.
+            Some(b'N') => self.word("NaN", Json::Number("NaN".into()))?,
+            Some(b'I') => self.word("Infinity", Json::Number("Infinity".into()))?,
             Some(_) => return Err(self.error("expected a JSON value")),
         };
         Ok(Node { line, value })
@@ -166,6 +170,10 @@ impl Parser<'_> {
     fn number(&mut self) -> Result<Json, SyntaxError> {
         let start = self.pos;
         self.eat(b'-');
+        if self.bytes[self.pos..].starts_with(b"Infinity") {
+            self.pos += "Infinity".len();
+            return Ok(Json::Number("-Infinity".into()));
+        }
         let digits = |p: &mut Self| {
             let from = p.pos;
             while p.bytes.get(p.pos).is_some_and(u8::is_ascii_digit) {

@@ -325,6 +325,37 @@ impl PyCache {
         Ok(imported.taken)
     }
 
+    /// Merges another tool's cache files (`format`: vllm, sglang, triton, tunableop,
+    /// kernel-tuner, xla; IMPORTS.md), all or nothing; `scope` adds fields where the source
+    /// says none. Returns `{"imported", "files", "notes"}`.
+    #[pyo3(signature = (format, path, scope=None, namespace=None))]
+    fn import_from<'py>(
+        &self,
+        py: Python<'py>,
+        format: &str,
+        path: std::path::PathBuf,
+        scope: Option<&Bound<'_, PyAny>>,
+        namespace: Option<String>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let scope = match scope {
+            Some(s) if !s.is_none() => to_fields(s, "scope")?,
+            _ => Fields::new(),
+        };
+        let cache = self.get_cache()?;
+        let (data, summary) =
+            py.detach(|| crate::imports::read(format, &path, scope, namespace, cache.registry()))?;
+        let imported = py.detach(|| cache.import(data));
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        if let Some(e) = imported.refused.first() {
+            return Err(errors::store(e));
+        }
+        let out = PyDict::new(py);
+        out.set_item("imported", imported.taken)?;
+        out.set_item("files", summary.files)?;
+        out.set_item("notes", summary.notes)?;
+        Ok(out)
+    }
+
     /// The entries of this cache's scope as JSON lines (the CLI's `export` format, each line
     /// naming the application and schema).
     fn export_lines(&self, py: Python<'_>) -> PyResult<String> {

@@ -11,6 +11,7 @@ mod cache;
 mod entry;
 mod errors;
 mod health;
+mod imports;
 mod keys;
 mod log;
 mod outputs;

@@ -213,6 +213,24 @@ class Cache:
             self._invalidate()
             emit_warnings()
 
+    def import_from(
+        self,
+        format: str,
+        path: str | os.PathLike[str],
+        scope: Mapping[str, Any] | None = None,
+        namespace: str | None = None,
+    ) -> dict[str, Any]:
+        """Merges another tool's cache files, all or nothing: ``format`` is ``vllm``,
+        ``sglang``, ``triton``, ``tunableop``, ``kernel-tuner`` or ``xla`` (IMPORTS.md has
+        each mapping); ``scope`` adds fields where the source says none (Triton's files say
+        nothing of the device). A damaged file raises ``ValueError`` naming it and its line.
+        Returns ``{"imported": entries, "files": files read, "notes": [...]}``."""
+        try:
+            return self._rust.import_from(format, os.fspath(path), scope, namespace)
+        finally:
+            self._invalidate()
+            emit_warnings()
+
     def export_lines(self) -> str:
         """This scope's entries as JSON lines (``tunecache export``'s format)."""
         return self._rust.export_lines()

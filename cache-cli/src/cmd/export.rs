@@ -1,8 +1,9 @@
-//! `tunecache export`: every entry as JSON lines, to stdout or a file.
+//! `tunecache export`: every entry as JSON lines, to stdout or a file; or, with `--to vllm`,
+//! a namespace's winners as vLLM tuned-config files (cache-import).
 
 use std::path::PathBuf;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use std::io::Write as _;
 use std::ops::ControlFlow;
 
@@ -16,9 +17,38 @@ use crate::output::{Out, Report, say};
 /// The arguments of `tunecache export`.
 #[derive(Debug, Args)]
 pub(crate) struct ExportArgs {
-    /// Output file ("-" for stdout)
+    /// Output file ("-" for stdout); with --to, the directory to write the files in
     #[arg(long, short = 'o', default_value = "-")]
     output: PathBuf,
+    /// Write another tool's files instead of JSON lines: vllm or sglang (tuned-config files;
+    /// files imported unchanged come back byte for byte)
+    #[arg(long, value_name = "FORMAT")]
+    to: Option<String>,
+    /// With --to: the namespace to export (default: the format's, e.g. vllm/fused_moe)
+    #[arg(long, value_name = "NAME", requires = "to")]
+    namespace: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct ConfigsReport {
+    namespace: String,
+    directory: PathBuf,
+    files: usize,
+    verbatim: usize,
+    unchanged: usize,
+}
+
+impl Report for ConfigsReport {
+    fn text(&self, out: &mut Out) -> anyhow::Result<()> {
+        out.line(format!(
+            "wrote {} files of {} to {} ({} byte for byte as imported, {} already there)",
+            self.files,
+            self.namespace,
+            self.directory.display(),
+            self.verbatim,
+            self.unchanged
+        ))
+    }
 }
 
 /// What an export to a file reports (an export to stdout is the JSON lines themselves).
@@ -31,7 +61,46 @@ struct ExportReport {
 }
 
 impl ExportArgs {
+    /// `--to vllm|sglang`: the namespace's entries and kept files, written as config files.
+    fn configs(&self, to: &str, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let format = match cache_import::Format::from_name(to) {
+            Some(f @ (cache_import::Format::Vllm | cache_import::Format::Sglang)) => f,
+            _ => bail!(
+                "--to {to:?}: tunecache exports vllm or sglang config files (or JSON lines without --to)"
+            ),
+        };
+        if self.output.as_os_str() == "-" {
+            bail!("--to {to} writes a directory of files: give it with -o DIR");
+        }
+        let ns = self
+            .namespace
+            .clone()
+            .unwrap_or_else(|| cache_import::vllm::default_namespace(format).to_owned());
+        let files_ns = cache_import::vllm::files_namespace(&ns);
+        let found = ctx.inspect(&ctx.path()?)?;
+        let mut data = cache_format::CacheData::new();
+        found.for_each_entry(|scope, name, entry| {
+            if name == ns || name == files_ns {
+                data.insert(scope, name, entry.clone());
+            }
+            ControlFlow::Continue(())
+        });
+        let done = cache_import::vllm::export(&data, &ns, &self.output)?;
+        let report = ConfigsReport {
+            namespace: ns,
+            directory: self.output.clone(),
+            files: done.files,
+            verbatim: done.verbatim,
+            unchanged: done.unchanged,
+        };
+        out.item(&report, ctx.json)?;
+        Ok(exit::OK)
+    }
+
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        if let Some(to) = &self.to {
+            return self.configs(to, ctx, out);
+        }
         let found = ctx.inspect(&ctx.path()?)?;
         if !found.problems.is_empty() {
             say(format_args!(

@@ -1,4 +1,5 @@
-//! `tunecache import`: merges entries from JSON lines, all lines or none.
+//! `tunecache import`: merges entries from JSON lines, or from another tool's cache files
+//! (`--from FORMAT`, cache-import), all entries or none.
 
 use std::path::PathBuf;
 
@@ -9,8 +10,9 @@ use serde::Serialize;
 use cache_core::cache_migrate::Migrations;
 
 use cache_core::{AppendOptions, ImportLines, merge_built_into_file, merge_into_file};
-use cache_format::Limits;
 use cache_format::json::ImportOrigin;
+use cache_format::{Limits, SnapshotBuilder};
+use cache_import::{Format, ImportOptions};
 
 use crate::context::{Context, saving};
 use crate::exit;
@@ -20,9 +22,20 @@ use crate::output::{Out, Report};
 /// The arguments of `tunecache import`.
 #[derive(Debug, Args)]
 pub(crate) struct ImportArgs {
-    /// Input file ("-" for stdin)
+    /// Input file ("-" for stdin); with --from, the tool's file or directory
     #[arg(default_value = "-")]
     input: PathBuf,
+    /// Read another tool's cache: vllm, sglang, triton, tunableop, kernel-tuner, xla
+    /// (IMPORTS.md has each mapping)
+    #[arg(long, value_name = "FORMAT")]
+    from: Option<String>,
+    /// With --from: scope fields (a JSON object) added to every entry where the source says
+    /// none (Triton's files say nothing of the device)
+    #[arg(long, value_name = "JSON", requires = "from")]
+    scope: Option<String>,
+    /// With --from: the namespace of the entries, where the format's default does not fit
+    #[arg(long, value_name = "NAME", requires = "from")]
+    namespace: Option<String>,
     /// Schema version of a new file (an existing file keeps its own)
     #[arg(long, default_value_t = 1)]
     schema: u32,
@@ -38,6 +51,20 @@ pub(crate) struct ImportArgs {
 struct ImportReport {
     imported: usize,
     path: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    files: Option<usize>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
+}
+
+/// What was read, before the version gate.
+struct Read {
+    lines: ImportLines,
+    source: String,
+    files: Option<usize>,
+    notes: Vec<String>,
 }
 
 impl ImportArgs {
@@ -85,14 +112,73 @@ impl ImportArgs {
         ))
     }
 
+    /// JSON lines, line by line: the text (larger than the cache it makes) is never all in
+    /// memory, and each entry is held as its encoded bytes (a builder per version the lines
+    /// say), not as the model, which is about twice the size. Another tool's files are read
+    /// the same way, each entry encoded as the importer hands it over.
+    fn read(&self) -> anyhow::Result<Read> {
+        let Some(name) = &self.from else {
+            let (input, source) = self.open()?;
+            let lines = ImportLines::read(input, &source, ImportOrigin::MarkImported)?;
+            return Ok(Read {
+                lines,
+                source,
+                files: None,
+                notes: Vec::new(),
+            });
+        };
+        let format = Format::from_name(name).with_context(|| {
+            let known: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
+            format!(
+                "--from {name:?}: not a format tunecache imports ({})",
+                known.join(", ")
+            )
+        })?;
+        let mut options = ImportOptions {
+            namespace: self.namespace.clone(),
+            ..Default::default()
+        };
+        if let Some(text) = &self.scope {
+            options.scope = crate::render::parse_fields("--scope", text)?;
+        }
+        let source = self.input.display().to_string();
+        let now = cache_format::now_millis();
+        let mut entries = SnapshotBuilder::new();
+        let mut unreadable = None;
+        let summary = cache_import::import(
+            format,
+            &self.input,
+            &options,
+            &mut |scope, ns, mut entry| {
+                entry.clamp_future(now);
+                if let Err(e) = entries.merge(scope, ns, entry) {
+                    unreadable.get_or_insert(e);
+                }
+            },
+        )?;
+        if let Some(e) = unreadable {
+            bail!("{source}: an entry could not be encoded ({e}); nothing was imported");
+        }
+        Ok(Read {
+            lines: ImportLines::from_entries(&source, entries),
+            source,
+            files: Some(summary.files),
+            notes: summary.notes,
+        })
+    }
+
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         let path = ctx.path()?;
         ctx.check_writable("import")?;
-        // Line by line: the text (larger than the cache it makes) is never all in memory, and
-        // each entry is held as its encoded bytes (a builder per version the lines say), not
-        // as the model, which is about twice the size.
-        let (input, source) = self.open()?;
-        let lines = ImportLines::read(input, &source, ImportOrigin::MarkImported)?;
+        let Read {
+            lines,
+            source,
+            files,
+            notes,
+        } = self.read()?;
+        for note in &notes {
+            crate::output::say(format_args!("note: {note}"));
+        }
         let (app, schema) = ctx.write_target(&path, self.schema)?;
         // The one import policy (cache_core::ImportLines): lines at the cache's version as
         // they are, older ones migrated, others refused; all entries checked, or none taken.
@@ -126,7 +212,13 @@ impl ImportArgs {
         if let Some(model) = published {
             crate::shared::publish(&registry, &model)?;
         }
-        let report = ImportReport { imported, path };
+        let report = ImportReport {
+            imported,
+            path,
+            from: self.from.clone(),
+            files,
+            notes,
+        };
         out.item(&report, ctx.json)?;
         Ok(exit::OK)
     }
@@ -134,10 +226,17 @@ impl ImportArgs {
 
 impl Report for ImportReport {
     fn text(&self, out: &mut Out) -> anyhow::Result<()> {
-        out.line(format!(
-            "imported {} entries into {}",
-            self.imported,
-            self.path.display()
-        ))
+        match (&self.from, self.files) {
+            (Some(from), Some(files)) => out.line(format!(
+                "imported {} entries from {files} {from} files into {}",
+                self.imported,
+                self.path.display()
+            )),
+            _ => out.line(format!(
+                "imported {} entries into {}",
+                self.imported,
+                self.path.display()
+            )),
+        }
     }
 }

@@ -1,4 +1,6 @@
 //! Integration tests of the importers and the vLLM exporter.
 
+mod formats;
 mod support;
+mod triton;
 mod vllm;

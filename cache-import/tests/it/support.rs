@@ -6,11 +6,11 @@ use cache_core::cache_format::CacheData;
 use cache_import::{Format, ImportOptions, ImportSourceError, ImportSummary, import};
 
 /// Every entry `format` reads from `path`, merged as a cache would.
-pub fn read(format: Format, path: &Path) -> Result<(CacheData, ImportSummary), ImportSourceError> {
+pub(crate) fn read(format: Format, path: &Path) -> Result<(CacheData, ImportSummary), ImportSourceError> {
     read_with(format, path, &ImportOptions::default())
 }
 
-pub fn read_with(
+pub(crate) fn read_with(
     format: Format,
     path: &Path,
     options: &ImportOptions,
@@ -23,7 +23,7 @@ pub fn read_with(
 }
 
 /// `tests/fixtures/<name>`.
-pub fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)

@@ -276,6 +276,10 @@ def _read(filename: str, key: dict[str, Any]) -> Optional[str]:
     if cache is None:
         return None
     entry = cache.get(_namespace(filename), key)
+    if entry is None and "tuning" in key:
+        # Entries imported from Triton's own files (`tunecache import --from triton`) know
+        # only the directory hash, which already covers the tuning key.
+        entry = cache.get(_namespace(filename), {"hash": key["hash"]})
     if entry is None:
         return None
     rows = []
