@@ -16,6 +16,7 @@ use cache_core::cache_format::{Entry, Fields, Scope};
 mod files;
 mod kernel_tuner;
 mod names;
+mod textproto;
 mod tree;
 mod triton;
 mod tunableop;

@@ -4,3 +4,4 @@ mod formats;
 mod support;
 mod triton;
 mod vllm;
+mod xla;

@@ -6,7 +6,10 @@ use cache_core::cache_format::CacheData;
 use cache_import::{Format, ImportOptions, ImportSourceError, ImportSummary, import};
 
 /// Every entry `format` reads from `path`, merged as a cache would.
-pub(crate) fn read(format: Format, path: &Path) -> Result<(CacheData, ImportSummary), ImportSourceError> {
+pub(crate) fn read(
+    format: Format,
+    path: &Path,
+) -> Result<(CacheData, ImportSummary), ImportSourceError> {
     read_with(format, path, &ImportOptions::default())
 }
 
