@@ -210,6 +210,12 @@ fn merge_batch(
         })?,
         Batch::Model(data) => data,
     };
+    // Entries the file already holds as merging would leave them change nothing: importing
+    // the same source twice writes nothing the second time.
+    let batch = without_unchanged(&read.data, batch);
+    if batch.is_empty() && !rewrite && disk.has_snapshot() {
+        return Ok(count);
+    }
     if rewrite || !disk.has_snapshot() {
         // A new snapshot either way: the imported entries move into it, no copy.
         let mut all = read.data;
@@ -219,6 +225,26 @@ fn merge_batch(
         disk.write_knowing(&batch, rewrite, read).map_err(failure)?;
     }
     Ok(count)
+}
+
+/// `batch` without the entries that merging into `stored` would not change.
+fn without_unchanged(stored: &CacheData, batch: CacheData) -> CacheData {
+    let mut changed = CacheData::new();
+    for (scope, sd) in batch.into_scopes() {
+        for (ns, entries) in sd.into_namespaces() {
+            for (fp, entry) in entries {
+                let same = stored.get(&scope, &ns, &fp).is_some_and(|old| {
+                    let mut merged = old.clone();
+                    merged.merge(entry.clone());
+                    merged == *old
+                });
+                if !same {
+                    changed.insert(&scope, &ns, entry);
+                }
+            }
+        }
+    }
+    changed
 }
 
 /// Writes `data` as a new cache file at `path` (a snapshot, no journal) for tools that produce

@@ -163,7 +163,9 @@ impl Parser<'_> {
                     message.fields.push((name, value));
                 }
                 _ => {
-                    return Err(self.error(format!("expected ':' or '{{' after the field {name:?}")));
+                    return Err(
+                        self.error(format!("expected ':' or '{{' after the field {name:?}"))
+                    );
                 }
             }
         }

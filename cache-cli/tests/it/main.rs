@@ -6,6 +6,7 @@ mod commands;
 mod diff;
 mod explain;
 mod gc;
+mod imports;
 mod lookalikes;
 mod merge;
 mod migrate;

@@ -1,0 +1,202 @@
+//! `tunecache import --from FORMAT` and `export --to vllm`: every format imported twice changes
+//! nothing, a damaged file changes nothing and is named with its line, shipped configs come
+//! back byte for byte.
+
+use std::path::{Path, PathBuf};
+
+use crate::tunecache;
+
+fn fixtures(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../cache-import/tests/fixtures")
+        .join(rel)
+}
+
+fn ok(o: &std::process::Output) -> String {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+const SOURCES: [(&str, &str); 9] = [
+    ("vllm", "real/vllm"),
+    ("sglang", "real/sglang"),
+    ("vllm", "hand/vllm"),
+    ("triton", "real/triton"),
+    ("tunableop", "hand/tunableop"),
+    ("kernel-tuner", "real/kernel_tuner"),
+    ("kernel-tuner", "hand/kernel_tuner"),
+    ("xla", "real/xla"),
+    ("xla", "hand/xla"),
+];
+
+#[test]
+fn importing_every_format_twice_changes_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("c.tcache");
+    for (format, rel) in SOURCES {
+        let src = fixtures(rel);
+        ok(&tunecache(
+            &file,
+            &["import", "--from", format, src.to_str().expect("utf-8")],
+        ));
+    }
+    let before = std::fs::read(&file).expect("file");
+    let copy = dir.path().join("before.tcache");
+    std::fs::write(&copy, &before).expect("copy");
+    // The journal too: small imports into a larger file are appended there.
+    let journal = dir.path().join("c.tcache.journal");
+    if journal.exists() {
+        std::fs::copy(&journal, dir.path().join("before.tcache.journal")).expect("copy");
+    }
+    for (format, rel) in SOURCES {
+        let src = fixtures(rel);
+        ok(&tunecache(
+            &file,
+            &["import", "--from", format, src.to_str().expect("utf-8")],
+        ));
+    }
+    assert!(
+        std::fs::read(&file).expect("file") == before,
+        "the second import changed the file"
+    );
+    let (a, b) = (copy.to_str().expect("utf-8"), file.to_str().expect("utf-8"));
+    let report: serde_json::Value =
+        serde_json::from_str(&ok(&tunecache(&file, &["--json", "diff", a, b]))).expect("json");
+    let counts = report["counts"].as_object().expect("counts");
+    for (category, n) in counts {
+        if category != "same" {
+            assert_eq!(n, 0, "{category}: {report:#}");
+        }
+    }
+    assert!(counts["same"].as_u64().expect("n") > 100, "{report:#}");
+    let listed = ok(&tunecache(&file, &["list"]));
+    for ns in [
+        "vllm/fused_moe",
+        "sglang/fused_moe",
+        "triton/scale",
+        "tunableop/GemmTunableOp_float_NT",
+        "kernel_tuner/vector_add",
+        "xla/results",
+        "xla/dots",
+    ] {
+        assert!(listed.contains(ns), "{ns} in\n{listed}");
+    }
+    assert!(
+        listed.contains("@config") && listed.contains("chosen"),
+        "{listed}"
+    );
+}
+
+#[test]
+fn a_source_imported_again_writes_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("c.tcache");
+    let journal = dir.path().join("c.tcache.journal");
+    let files = || (std::fs::read(&file).ok(), std::fs::read(&journal).ok());
+    let src = fixtures("real/vllm");
+    ok(&tunecache(
+        &file,
+        &["import", "--from", "vllm", src.to_str().expect("utf-8")],
+    ));
+    let (src2, rel) = (fixtures("real/sglang"), "sglang");
+    ok(&tunecache(
+        &file,
+        &["import", "--from", rel, src2.to_str().expect("utf-8")],
+    ));
+    let before = files();
+    assert!(before.1.is_some(), "the second source went to the journal");
+    for (format, src) in [("vllm", &src), ("sglang", &src2)] {
+        ok(&tunecache(
+            &file,
+            &["import", "--from", format, src.to_str().expect("utf-8")],
+        ));
+        assert!(
+            files() == before,
+            "importing {format} again wrote to the cache"
+        );
+    }
+}
+
+#[test]
+fn a_damaged_source_changes_nothing_and_is_named_with_its_line() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("c.tcache");
+    ok(&tunecache(
+        &file,
+        &[
+            "import",
+            "--from",
+            "tunableop",
+            fixtures("hand/tunableop").to_str().expect("utf-8"),
+        ],
+    ));
+    let before = std::fs::read(&file).expect("file");
+    let src = dir.path().join("configs");
+    std::fs::create_dir(&src).expect("dir");
+    for item in std::fs::read_dir(fixtures("real/vllm")).expect("dir") {
+        let path = item.expect("item").path();
+        std::fs::copy(&path, src.join(path.file_name().expect("name"))).expect("copy");
+    }
+    let bad = src.join("E=8,N=14336,device_name=NVIDIA_H200.json");
+    let text = std::fs::read_to_string(&bad).expect("read").replacen(
+        "\"num_stages\": 3",
+        "\"num_stages\": null",
+        1,
+    );
+    std::fs::write(&bad, text).expect("write");
+    let o = tunecache(
+        &file,
+        &["import", "--from", "vllm", src.to_str().expect("utf-8")],
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("E=8,N=14336,device_name=NVIDIA_H200.json:")
+            && err.contains("num_stages")
+            && err.contains("nothing was imported"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read(&file).expect("file") == before,
+        "a refused import changed the cache"
+    );
+}
+
+#[test]
+fn shipped_configs_export_byte_for_byte_and_never_over_other_files() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("c.tcache");
+    let src = fixtures("real/vllm");
+    ok(&tunecache(
+        &file,
+        &["import", "--from", "vllm", src.to_str().expect("utf-8")],
+    ));
+    let out = dir.path().join("out");
+    let said = ok(&tunecache(
+        &file,
+        &["export", "--to", "vllm", "-o", out.to_str().expect("utf-8")],
+    ));
+    assert!(said.contains("6 byte for byte"), "{said}");
+    for item in std::fs::read_dir(&src).expect("dir") {
+        let path = item.expect("item").path();
+        let name = path.file_name().expect("name");
+        if path.extension().is_some_and(|e| e == "json") {
+            assert!(
+                std::fs::read(&path).expect("src") == std::fs::read(out.join(name)).expect("out"),
+                "{name:?}"
+            );
+        } else {
+            assert!(!out.join(name).exists(), "{name:?} is not a config");
+        }
+    }
+    let victim = out.join("E=8,N=14336,device_name=NVIDIA_H200.json");
+    std::fs::write(&victim, "{}\n").expect("write");
+    let o = tunecache(
+        &file,
+        &["export", "--to", "vllm", "-o", out.to_str().expect("utf-8")],
+    );
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("exists and differs")
+    );
+    assert_eq!(std::fs::read_to_string(&victim).expect("read"), "{}\n");
+}
