@@ -133,7 +133,8 @@ typedef struct tc_result {
   double min_ns;
   // The winner's spread (interquartile range), nanoseconds.
   double spread_ns;
-  // Samples behind the winner's statistics.
+  // Samples behind the winner's statistics; 0 when the winner was chosen by another tool
+  // without figures (an imported shipped config), with the times 0 and `failed` 0.
   uint32_t samples;
   // How many candidates the entry ranks.
   uint32_t candidates;
@@ -157,7 +158,8 @@ typedef struct tc_candidate {
   double min_ns;
   // Spread (interquartile range), nanoseconds.
   double spread_ns;
-  // Samples behind the statistics.
+  // Samples behind the statistics; 0 for a failure, or for a winner another tool chose
+  // without figures (an imported shipped config: `failed` null, times 0).
   uint32_t samples;
   // When it was measured, milliseconds since the Unix epoch.
   uint64_t measured_at_ms;
