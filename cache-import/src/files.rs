@@ -46,7 +46,17 @@ pub(crate) fn open(path: &Path) -> Result<(std::fs::File, u64), ImportSourceErro
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    Ok((file, mtime))
+    Ok((
+        file,
+        known_time(mtime, cache_core::cache_format::now_millis()),
+    ))
+}
+
+/// A modification time later than `now` (a wrong clock where the file was made) is unknown,
+/// 0: clamping it to the present instead would give other entries at every import, so the
+/// same files would not give the same entries.
+fn known_time(mtime: u64, now: u64) -> u64 {
+    if mtime > now { 0 } else { mtime }
 }
 
 /// The files under `root` (itself if it is a file) whose names `wanted` accepts, looking

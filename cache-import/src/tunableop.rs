@@ -7,7 +7,7 @@
 //! one sample, policy `{"timer": "tunableop"}`) when the time is given, else chosen. Read a
 //! line at a time: the file is never all in memory.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use cache_core::cache_format::{
@@ -16,6 +16,9 @@ use cache_core::cache_format::{
 
 use crate::files::{find, open, relative};
 use crate::{ImportOptions, ImportSourceError, ImportSummary, scope_with};
+
+/// The longest line read: a result line is an op, a params signature, a solution and a time.
+const MAX_LINE: u64 = 1 << 20;
 
 /// The policy of TunableOp's times: an average over its tuning iterations.
 pub(crate) const TIMER: &str = "tunableop";
@@ -58,13 +61,21 @@ fn read_file(
     let mut number = 0usize;
     loop {
         buf.clear();
-        let n = reader
+        let n = (&mut reader)
+            .take(MAX_LINE + 1)
             .read_until(b'\n', &mut buf)
             .map_err(|e| ImportSourceError::whole(path, format!("cannot be read: {e}")))?;
         if n == 0 {
             break;
         }
         number += 1;
+        if n as u64 > MAX_LINE {
+            return Err(ImportSourceError::at(
+                path,
+                number,
+                format!("a line longer than {MAX_LINE} bytes (not a TunableOp result line)"),
+            ));
+        }
         let bad = |what: String| ImportSourceError::at(path, number, what);
         let line = std::str::from_utf8(&buf).map_err(|_| bad("is not UTF-8 text".into()))?;
         let line = line.trim_end_matches(['\n', '\r']);
@@ -105,30 +116,7 @@ fn read_file(
             return Err(bad("an empty op, params or solution".into()));
         }
         let scope = scope.get_or_insert_with(|| scope_with(validators.clone(), options));
-        let id = CandidateId::with_params(solution, Fields::new());
-        let mut candidate = match ms {
-            Some(ms) => {
-                let ms: f64 = ms
-                    .trim()
-                    .parse()
-                    .ok()
-                    .filter(|m: &f64| m.is_finite() && *m >= 0.0)
-                    .ok_or_else(|| {
-                        bad(format!(
-                            "the time {ms:?} is not a non-negative number of milliseconds"
-                        ))
-                    })?;
-                let ns = ms * 1e6;
-                let stats = Stats {
-                    median_ns: ns,
-                    min_ns: ns,
-                    spread_ns: 0.0,
-                    samples: 1,
-                };
-                Candidate::new(id, Outcome::Measured(stats)).with_policy(policy.clone())
-            }
-            None => Candidate::new(id, Outcome::Chosen("tunableop".into())),
-        };
+        let mut candidate = candidate(solution, ms, &policy).map_err(bad)?;
         candidate.measured_at = mtime;
         let key = Key::new(Fields::from([("params".to_owned(), Value::from(params))]));
         let entry = Entry::new(
@@ -141,4 +129,26 @@ fn read_file(
         sink(scope, &format!("tunableop/{op}"), entry);
     }
     Ok(())
+}
+
+/// A result line's candidate: measured when the time is given, chosen when not.
+fn candidate(solution: &str, ms: Option<&str>, policy: &Fields) -> Result<Candidate, String> {
+    let id = CandidateId::with_params(solution, Fields::new());
+    let Some(ms) = ms else {
+        return Ok(Candidate::new(id, Outcome::Chosen("tunableop".into())));
+    };
+    let ms: f64 = ms
+        .trim()
+        .parse()
+        .ok()
+        .filter(|m: &f64| m.is_finite() && *m >= 0.0)
+        .ok_or_else(|| format!("the time {ms:?} is not a non-negative number of milliseconds"))?;
+    let ns = ms * 1e6;
+    let stats = Stats {
+        median_ns: ns,
+        min_ns: ns,
+        spread_ns: 0.0,
+        samples: 1,
+    };
+    Ok(Candidate::new(id, Outcome::Measured(stats)).with_policy(policy.clone()))
 }

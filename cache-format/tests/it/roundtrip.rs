@@ -65,7 +65,7 @@ fn the_file_is_one_msgpack_document_that_generic_readers_open() {
     assert!(rd.is_empty(), "exactly one document");
     let items = doc.as_array().expect("an array");
     assert_eq!(items[0].as_str(), Some("tunecache"));
-    assert_eq!(items[1].as_u64(), Some(2), "format 2");
+    assert_eq!(items[1].as_u64(), Some(3), "format 3");
     let payload = items[4].as_slice().expect("payload is bin");
     assert_eq!(items[5].as_u64(), Some(u64::from(crc32fast_hash(payload))));
 }

@@ -98,6 +98,39 @@ fn damaged_tunableop_lines_are_refused_with_their_line() {
 }
 
 #[test]
+fn an_endless_line_is_refused_without_reading_it_whole() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("tunableop_results0.csv");
+    let mut text = b"Validator,PT_VERSION,2\n".to_vec();
+    text.resize(text.len() + (3 << 20), b'x');
+    std::fs::write(&path, text).expect("write");
+    let err = read(Format::TunableOp, dir.path()).expect_err("refused");
+    assert_eq!(err.line, Some(2), "{err}");
+    assert!(err.to_string().contains("longer than"), "{err}");
+}
+
+#[test]
+fn files_from_the_future_give_the_same_entries_at_every_import() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("tunableop_results0.csv");
+    std::fs::copy(fixture("hand/tunableop/tunableop_results0.csv"), &path).expect("copy");
+    let made = std::process::Command::new("touch")
+        .args(["-d", "2999-01-01"])
+        .arg(&path)
+        .status()
+        .expect("touch");
+    assert!(made.success());
+    let (first, _) = read(Format::TunableOp, dir.path()).expect("imports");
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let (again, _) = read(Format::TunableOp, dir.path()).expect("imports");
+    assert_eq!(first, again);
+    assert!(
+        first.entries().all(|(_, _, e)| e.recorded_at() == 0),
+        "an unknown time"
+    );
+}
+
+#[test]
 fn a_kernel_tuner_cache_is_one_entry_ranked_by_measured_time() {
     let (data, _) = read(Format::KernelTuner, &fixture("hand/kernel_tuner")).expect("imports");
     let (scope, entry) = only(&data, "kernel_tuner/matmul_kernel");
