@@ -115,6 +115,29 @@ def test_samples_that_are_no_time_are_dropped_and_the_call_returns(tmp_path, cap
     c.close()
 
 
+def test_a_shipped_choice_is_measured_with_the_rest_and_serves_while_measuring_is_forbidden(tmp_path, monkeypatch):
+    """A winner another tool shipped for the key (an imported config, chosen without figures)
+    counted as measured: the other candidates were measured and, outranking it, won even
+    where the shipped one was the fastest."""
+    import json
+
+    c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
+    line = {"scope": c.scope, "namespace": "sum", "key": {"n": 1000},
+            "candidates": [{"algo": "builtin", "params": {}, "status": "chosen", "chosen_by": "shipped"}]}
+    assert c.import_lines(json.dumps(line)) == 1
+    from tunecache import _autotune
+
+    monkeypatch.setattr(_autotune, "measuring_forbidden", lambda: "capturing a graph")
+    assert make(c).choose(1000).name == "builtin", "the shipped choice, while measuring is forbidden"
+    monkeypatch.undo()
+    op = make(c)
+    assert op(1000) == sum(range(1000))
+    assert op.measured == 3, "the shipped candidate is measured too"
+    best = c.get("sum", {"n": 1000}).best
+    assert best.chosen_by is None and best.median_ns is not None
+    c.close()
+
+
 def test_a_grown_candidate_set_measures_only_the_new_one(tmp_path):
     c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
     op = make(c)

@@ -273,7 +273,10 @@ class Autotuned:
         best = None
         for c in entry.candidates:
             ident = (c.algorithm, _freeze(c.params))
-            seen.add(ident)
+            # A winner another tool chose (an imported config) is no measurement: it is
+            # measured with the missing ones, and serves only while measuring is forbidden.
+            if c.chosen_by is None:
+                seen.add(ident)
             if best is None and c.failed is None and ident in self._by_identity:
                 best = self._by_identity[ident]
         missing = [c for c in self.candidates if c.identity not in seen]

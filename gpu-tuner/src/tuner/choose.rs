@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use cache_core::Store as _;
 use cache_core::cache_format::{
-    Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, now_millis,
+    Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, now_millis, rank,
 };
 
 use super::plan::ranked_current;
@@ -317,10 +318,11 @@ impl<O: Operation> TunedInner<O> {
         current: &[CandidateId],
         default: &CandidateId,
     ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
-        let spec = if current.contains(default) {
-            default.clone()
-        } else {
-            self.first_of(ckey, current)?
+        // A winner shipped for this very key (an imported config) before a default for all.
+        let spec = match self.shipped(ckey, current) {
+            Some(spec) => spec,
+            None if current.contains(default) => default.clone(),
+            None => self.first_of(ckey, current)?,
         };
         let mut choice = self.provisional(key, ckey, spec, current, None)?;
         if let Some(c) = Arc::get_mut(&mut choice) {
@@ -338,6 +340,10 @@ impl<O: Operation> TunedInner<O> {
         ckey: &Key,
         current: &[CandidateId],
     ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        if let Some(spec) = self.shipped(ckey, current) {
+            // The key's own shipped winner beats a prediction from other keys.
+            return self.provisional(key, ckey, spec, current, None);
+        }
         match self.predict(ckey, current) {
             Some(prediction) => {
                 let spec = prediction.winner().clone();
@@ -353,6 +359,20 @@ impl<O: Operation> TunedInner<O> {
                 self.provisional(key, ckey, spec, current, None)
             }
         }
+    }
+
+    /// The latest winner another tool chose for `ckey` among `current` (an imported shipped
+    /// config, [`Outcome::Chosen`]), if the stored entry has one.
+    pub(super) fn shipped(&self, ckey: &Key, current: &[CandidateId]) -> Option<CandidateId> {
+        let entry = self.cache().lookup(self.ns, ckey)?;
+        rank(
+            entry
+                .candidates()
+                .iter()
+                .filter(|c| matches!(c.outcome, Outcome::Chosen(_)) && current.contains(&c.id)),
+        )
+        .first()
+        .map(|c| c.id.clone())
     }
 
     /// The predicted ranking of `current` for `ckey` from the tuned keys of this namespace

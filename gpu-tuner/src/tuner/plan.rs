@@ -69,8 +69,21 @@ pub(super) fn plan(
         if complete && all_usable {
             return Plan::Use(stored);
         }
-        // A winner another tool chose (an imported shipped config) is not a measurement:
-        // it is measured like a candidate never recorded.
+        // Only winners other tools chose (an imported shipped config): nothing was measured,
+        // so it is a miss, which the miss policy handles (a provisional policy serves the
+        // shipped choice while the key is tuned).
+        let mut of_current = stored
+            .candidates()
+            .iter()
+            .filter(|c| current.contains(&c.id))
+            .peekable();
+        if of_current.peek().is_some()
+            && of_current.all(|c| matches!(c.outcome, Outcome::Chosen(_)))
+        {
+            return Plan::Miss;
+        }
+        // A winner another tool chose is not a measurement: it is measured like a candidate
+        // never recorded.
         let recorded: Vec<&CandidateId> = stored
             .candidates()
             .iter()
@@ -320,26 +333,28 @@ mod tests {
     }
 
     #[test]
-    fn a_shipped_winner_is_measured_like_a_candidate_never_recorded() {
-        // An imported vLLM config: b chosen, nothing measured. Every current candidate is
-        // measured (b too); the chosen one is no leader to re-time.
-        let stored = entry(
-            Fingerprint::default(),
-            1,
-            vec![Candidate::chosen("b", Fields::new(), "vllm config")],
-        );
-        let current = [id("a"), id("b")];
+    fn a_shipped_winner_alone_is_a_miss_and_beside_measurements_is_measured() {
+        // An imported vLLM config: b chosen, nothing measured: a miss, for the miss policy.
+        let shipped = Candidate::chosen("b", Fields::new(), "vllm config");
+        let stored = entry(Fingerprint::default(), 1, vec![shipped.clone()]);
+        let current = [id("a"), id("b"), id("c")];
         let here = scope("H100", "560");
-        let got = plan(
-            known(Some(stored), vec![], &here, &[]),
-            &current,
-            set_of(&current),
-            3,
-        );
-        let Plan::Measure { list, .. } = got else {
-            panic!("expected a measurement plan, got {got:?}");
+        let plan_for = |stored: Entry| {
+            plan(
+                known(Some(stored), vec![], &here, &[]),
+                &current,
+                set_of(&current),
+                3,
+            )
         };
-        assert_eq!(list, vec![id("a"), id("b")]);
+        assert_eq!(plan_for(stored), Plan::Miss);
+        // With a measurement beside it, the rest is measured, the chosen one too (it is no
+        // measurement); the measured leader is re-timed.
+        let mixed = entry(Fingerprint::default(), 1, vec![shipped, timed("a", 10.0)]);
+        let Plan::Measure { list, .. } = plan_for(mixed) else {
+            panic!("expected a measurement plan");
+        };
+        assert_eq!(list, vec![id("b"), id("c"), id("a")]);
     }
 
     #[test]

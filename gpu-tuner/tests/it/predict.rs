@@ -173,3 +173,86 @@ fn a_provisional_choice_made_by_prediction_names_its_neighbours() {
     assert_eq!(choice.candidate(), prediction.winner());
     assert_eq!(choice.candidate().int("tile"), Some(best_tile(1000)));
 }
+
+/// A winner shipped for the key (an imported vLLM config, chosen without figures): a
+/// provisional policy serves it while the key is tuned, a declared-default policy prefers it
+/// to the default, and once measured the measurement wins.
+#[test]
+fn a_shipped_choice_serves_its_key_until_the_key_is_measured() {
+    use cache_core::Namespace;
+    use cache_core::cache_format::{Candidate, Entry, Fields, Fingerprint, Key, Origin, Value};
+
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    let size = 300;
+    // Neither the first candidate (what a miss with nothing to predict from serves) nor the
+    // declared default below.
+    let shipped_tile = 32;
+    assert_ne!(
+        best_tile(size),
+        shipped_tile,
+        "the shipped config is not the best here"
+    );
+    let shipped = Candidate::chosen(
+        "tiled",
+        Fields::from([("tile".to_owned(), Value::Int(shipped_tile))]),
+        "vllm config",
+    );
+    let key = Key::new(Fields::from([(
+        "size".to_owned(),
+        Value::Int(i64::from(size)),
+    )]));
+    let ns = Namespace::new("shaped").expect("ns");
+    cache.put(
+        ns,
+        Entry::new(
+            key,
+            Fingerprint::default(),
+            Origin::Imported("test".into()),
+            1,
+            [shipped],
+        ),
+    );
+
+    let default = CandidateId::new("tiled", &[("tile", 4)]);
+    let (op, never) = register(
+        &Tuner::new(Arc::clone(&cache)),
+        MissPolicy::Never { default },
+    );
+    let choice = never.get(&Shape { size }).expect("served");
+    assert_eq!(
+        choice.candidate().int("tile"),
+        Some(shipped_tile),
+        "before the declared default"
+    );
+    assert_eq!(measured_for(&op, size), 0);
+
+    let (op, near) = register(
+        &Tuner::new(Arc::clone(&cache)),
+        MissPolicy::NearestThenTune {
+            budget: Duration::from_secs(30),
+        },
+    );
+    let choice = near.get(&Shape { size }).expect("served");
+    assert!(choice.is_provisional() && choice.prediction().is_none());
+    assert_eq!(choice.candidate().int("tile"), Some(shipped_tile));
+    assert!(
+        near.wait_background(Duration::from_secs(30)),
+        "the background tune ends"
+    );
+    assert_eq!(
+        measured_for(&op, size),
+        TILES.len(),
+        "every candidate measured, the shipped one too"
+    );
+
+    let (op, now) = register(&Tuner::new(Arc::clone(&cache)), MissPolicy::TuneNow);
+    let choice = now.get(&Shape { size }).expect("hit");
+    assert_eq!(
+        choice.candidate().int("tile"),
+        Some(best_tile(size)),
+        "the measurement wins"
+    );
+    assert!(!choice.is_provisional());
+    assert_eq!(measured_for(&op, size), 0, "nothing measured again");
+}
