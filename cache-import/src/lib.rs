@@ -11,7 +11,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use cache_core::cache_format::{Entry, Fields, Scope};
+use cache_core::ImportLines;
+use cache_core::cache_format::{Entry, Fields, Scope, SnapshotBuilder};
 
 mod files;
 mod kernel_tuner;
@@ -169,6 +170,33 @@ pub fn import(
     summary.files = files;
     summary.notes = notes.notes;
     Ok(summary)
+}
+
+/// Reads `path` as `format` into entries held encoded (a [`SnapshotBuilder`], not the model,
+/// as JSON lines are held), timestamps from the future set to the present, ready for the
+/// same version gate and checks as JSON lines ([`ImportLines::into_entries`]).
+pub fn read_entries(
+    format: Format,
+    path: &Path,
+    options: &ImportOptions,
+) -> Result<(ImportLines, ImportSummary), ImportSourceError> {
+    let now = cache_core::cache_format::now_millis();
+    let mut entries = SnapshotBuilder::new();
+    let mut unreadable = None;
+    let summary = import(format, path, options, &mut |scope, ns, mut entry| {
+        entry.clamp_future(now);
+        if let Err(e) = entries.merge(scope, ns, entry) {
+            unreadable.get_or_insert(e);
+        }
+    })?;
+    if let Some(e) = unreadable {
+        return Err(ImportSourceError::whole(
+            path,
+            format!("an entry could not be encoded ({e})"),
+        ));
+    }
+    let source = path.display().to_string();
+    Ok((ImportLines::from_entries(&source, entries), summary))
 }
 
 /// `scope` with the options' fields added where the source gave none.

@@ -6,7 +6,7 @@ use std::path::Path;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use cache_core::cache_format::{CacheData, Fields, Limits, SnapshotBuilder};
+use cache_core::cache_format::{CacheData, Fields, Limits};
 use cache_core::cache_migrate::Migrations;
 use cache_import::{Format, ImportOptions, ImportSummary};
 
@@ -29,27 +29,16 @@ pub(crate) fn read(
         ))
     })?;
     let options = ImportOptions { scope, namespace };
+    let (lines, summary) = cache_import::read_entries(format, path, &options)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let source = path.display().to_string();
-    let now = cache_core::cache_format::now_millis();
-    let mut entries = SnapshotBuilder::new();
-    let mut unreadable = None;
-    let summary = cache_import::import(format, path, &options, &mut |scope, ns, mut entry| {
-        entry.clamp_future(now);
-        if let Err(e) = entries.merge(scope, ns, entry) {
-            unreadable.get_or_insert(e);
-        }
-    })
-    .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let refuse = |error| {
         errors::import(&cache_core::ImportError::Unreadable {
             input: source.clone(),
             error,
         })
     };
-    if let Some(error) = unreadable {
-        return Err(refuse(error));
-    }
-    let built = cache_core::ImportLines::from_entries(&source, entries)
+    let built = lines
         .into_entries(registry, &Limits::default())
         .map_err(|e| errors::import(&e))?;
     let data = built.into_data().map_err(refuse)?;

@@ -10,8 +10,8 @@ use serde::Serialize;
 use cache_core::cache_migrate::Migrations;
 
 use cache_core::{AppendOptions, ImportLines, merge_built_into_file, merge_into_file};
+use cache_format::Limits;
 use cache_format::json::ImportOrigin;
-use cache_format::{Limits, SnapshotBuilder};
 use cache_import::{Format, ImportOptions};
 
 use crate::context::{Context, saving};
@@ -141,27 +141,10 @@ impl ImportArgs {
         if let Some(text) = &self.scope {
             options.scope = crate::render::parse_fields("--scope", text)?;
         }
-        let source = self.input.display().to_string();
-        let now = cache_format::now_millis();
-        let mut entries = SnapshotBuilder::new();
-        let mut unreadable = None;
-        let summary = cache_import::import(
-            format,
-            &self.input,
-            &options,
-            &mut |scope, ns, mut entry| {
-                entry.clamp_future(now);
-                if let Err(e) = entries.merge(scope, ns, entry) {
-                    unreadable.get_or_insert(e);
-                }
-            },
-        )?;
-        if let Some(e) = unreadable {
-            bail!("{source}: an entry could not be encoded ({e}); nothing was imported");
-        }
+        let (lines, summary) = cache_import::read_entries(format, &self.input, &options)?;
         Ok(Read {
-            lines: ImportLines::from_entries(&source, entries),
-            source,
+            lines,
+            source: self.input.display().to_string(),
             files: Some(summary.files),
             notes: summary.notes,
         })

@@ -46,7 +46,7 @@ pub(crate) enum Command {
     Export(export::ExportArgs),
     /// Migrate a cache to the current schema and format, exactly as the library does on load
     Migrate(migrate::MigrateArgs),
-    /// Merge entries from JSON lines (all lines or none)
+    /// Merge entries from JSON lines, or another tool's cache with --from (all or nothing)
     Import(import::ImportArgs),
     /// The shared tier named by TUNECACHE_REMOTE: ping, stats, push, pull
     Remote(remote::RemoteArgs),
