@@ -229,7 +229,13 @@ fn classify(a: &Entry, b: &Entry) -> Category {
         return Category::Same;
     };
     let (Some(ta), Some(tb)) = (wa.stats(), wb.stats()) else {
-        return Category::Same;
+        // A winner without figures (a shipped config another tool chose) on either side: only
+        // its identity can differ.
+        return if wa.id == wb.id {
+            Category::Same
+        } else {
+            Category::WinnerChanged
+        };
     };
     let noise = ta.spread_ns.max(tb.spread_ns);
     if tb.median_ns > ta.median_ns + noise {
@@ -339,5 +345,27 @@ mod tests {
         for (b, want) in cases {
             assert_eq!(classify(&base, &b), want, "{b:?}");
         }
+    }
+
+    #[test]
+    fn a_shipped_config_that_changed_is_a_changed_winner() {
+        let shipped = |name: &str| {
+            let key = Key::new(Fields::from([("m".to_owned(), Value::Int(1))]));
+            let c = Candidate::chosen(name, Fields::new(), "vllm config");
+            Entry::new(
+                key,
+                Fingerprint([0; 16]),
+                Origin::Imported("t".into()),
+                1,
+                [c],
+            )
+        };
+        assert_eq!(classify(&shipped("x"), &shipped("x")), Category::Same);
+        assert_eq!(
+            classify(&shipped("x"), &shipped("y")),
+            Category::WinnerChanged
+        );
+        let measured = entry(0, &[("y", Some((100.0, 5.0)))]);
+        assert_eq!(classify(&shipped("x"), &measured), Category::WinnerChanged);
     }
 }

@@ -220,6 +220,7 @@ impl ExplainArgs {
         if best.is_none() {
             reasons.push("every candidate failed".to_owned());
         }
+
         if let Some(set) = set
             && set != entry.candidate_set()
         {
@@ -239,7 +240,12 @@ impl ExplainArgs {
         }
         let used = reasons.is_empty();
         if used {
-            reasons.push("same scope, a measured winner".to_owned());
+            reasons.push(match best.map(|b| &b.outcome) {
+                Some(cache_format::Outcome::Chosen(by)) => format!(
+                    "same scope, a winner chosen by {by}, not measured: a lookup serves it; a tuner measures the key (serving it meanwhile under NearestThenTune)"
+                ),
+                _ => "same scope, a measured winner".to_owned(),
+            });
         }
         Found {
             tier: tier.to_owned(),

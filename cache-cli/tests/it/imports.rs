@@ -200,3 +200,78 @@ fn shipped_configs_export_byte_for_byte_and_never_over_other_files() {
     );
     assert_eq!(std::fs::read_to_string(&victim).expect("read"), "{}\n");
 }
+
+#[test]
+fn explain_and_diff_say_what_a_shipped_winner_is() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("c.tcache");
+    let src = fixtures("real/vllm");
+    ok(&tunecache(
+        &file,
+        &["import", "--from", "vllm", src.to_str().expect("utf-8")],
+    ));
+    let key = r#"{"E":8,"N":14336,"M":64}"#;
+    let scope = r#"{"device_name":"NVIDIA_H200"}"#;
+    let args = [
+        "--json",
+        "explain",
+        "-n",
+        "vllm/fused_moe",
+        "-k",
+        key,
+        "--scope",
+        scope,
+    ];
+    let r: serde_json::Value = serde_json::from_str(&ok(&tunecache(&file, &args))).expect("json");
+    let found = &r["found"][0];
+    assert_eq!(found["used"], true, "{r:#}");
+    assert!(
+        found["reasons"][0]
+            .as_str()
+            .expect("reason")
+            .contains("chosen by vllm config"),
+        "{r:#}"
+    );
+    // Another release's file with another config for that batch size: a changed winner.
+    let newer = dir.path().join("newer");
+    std::fs::create_dir(&newer).expect("dir");
+    let name = "E=8,N=14336,device_name=NVIDIA_H200.json";
+    let text = std::fs::read_to_string(src.join(name)).expect("read");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let warps = doc["64"]["num_warps"].as_i64().expect("num_warps");
+    let mut doc = doc;
+    doc["64"]["num_warps"] = serde_json::json!(warps * 2);
+    std::fs::write(
+        newer.join(name),
+        serde_json::to_string_pretty(&doc).expect("text"),
+    )
+    .expect("write");
+    let other = dir.path().join("other.tcache");
+    ok(&tunecache(
+        &other,
+        &["import", "--from", "vllm", newer.to_str().expect("utf-8")],
+    ));
+    let (a, b) = (
+        file.to_str().expect("utf-8"),
+        other.to_str().expect("utf-8"),
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&ok(&tunecache(&file, &["--json", "diff", a, b]))).expect("json");
+    // The batch size's config, and the file's kept text.
+    assert_eq!(report["counts"]["winner-changed"], 2, "{report:#}");
+    let changed: Vec<String> = report["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter(|c| c["category"] == "winner-changed")
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        changed.iter().any(|c| c.contains("vllm/fused_moe/files")),
+        "{changed:?}"
+    );
+    assert!(
+        changed.iter().any(|c| c.contains(r#"\"M\":64"#)),
+        "{changed:?}"
+    );
+}
