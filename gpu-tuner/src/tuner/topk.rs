@@ -42,6 +42,12 @@ impl<O: Operation> TunedInner<O> {
         {
             list.push(nearest);
         }
+        // A winner shipped for this key (an imported config) is measured too.
+        if let Some(shipped) = self.shipped(ckey, current)
+            && !list.contains(&shipped)
+        {
+            list.push(shipped);
+        }
         if list.len() >= current.len() {
             return self.tune(key, ckey, current, set, None, current.to_vec());
         }

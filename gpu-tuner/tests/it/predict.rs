@@ -248,11 +248,50 @@ fn a_shipped_choice_serves_its_key_until_the_key_is_measured() {
 
     let (op, now) = register(&Tuner::new(Arc::clone(&cache)), MissPolicy::TuneNow);
     let choice = now.get(&Shape { size }).expect("hit");
+    assert_eq!(measured_for(&op, size), 0, "nothing measured again");
     assert_eq!(
         choice.candidate().int("tile"),
         Some(best_tile(size)),
         "the measurement wins"
     );
     assert!(!choice.is_provisional());
-    assert_eq!(measured_for(&op, size), 0, "nothing measured again");
+}
+
+/// Top-k measures the predicted best, the nearest key's winner, and the key's shipped winner.
+#[test]
+fn top_k_measures_a_shipped_winner_with_the_predicted_best() {
+    use cache_core::Namespace;
+    use cache_core::cache_format::{Candidate, Entry, Fields, Fingerprint, Key, Origin, Value};
+
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    let (_, full) = register(&Tuner::new(Arc::clone(&cache)), MissPolicy::TuneNow);
+    for p in 1..=8 {
+        full.get(&Shape { size: 1 << (2 * p) }).expect("tuned");
+    }
+    let size = 300;
+    let shipped = Candidate::chosen(
+        "tiled",
+        Fields::from([("tile".to_owned(), Value::Int(64))]),
+        "vllm config",
+    );
+    let key = Key::new(Fields::from([(
+        "size".to_owned(),
+        Value::Int(i64::from(size)),
+    )]));
+    let ns = Namespace::new("shaped").expect("ns");
+    let origin = Origin::Imported("test".into());
+    cache.put(
+        ns,
+        Entry::new(key, Fingerprint::default(), origin, 1, [shipped]),
+    );
+    let (op, top) = register(&Tuner::new(Arc::clone(&cache)), MissPolicy::TopK { k: 1 });
+    let choice = top.get(&Shape { size }).expect("tuned");
+    assert_eq!(choice.candidate().int("tile"), Some(best_tile(size)));
+    let log = op.measured.lock().expect("log").clone();
+    assert!(
+        log.contains(&(size, 64)),
+        "the shipped tile was measured: {log:?}"
+    );
+    assert!(log.len() < TILES.len(), "not every candidate: {log:?}");
 }
