@@ -389,3 +389,69 @@ pub unsafe extern "C" fn tc_entry_free(entry: *mut tc_entry) {
         Ok(TC_OK)
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use cache_core::cache_format::{Fields, Fingerprint, Key, Origin, Stats, Value};
+
+    use super::*;
+
+    fn result(buf: &mut [u8]) -> tc_result {
+        tc_result {
+            algorithm: buf.as_mut_ptr().cast(),
+            algorithm_cap: buf.len(),
+            algorithm_len: 0,
+            params: std::ptr::null_mut(),
+            params_cap: 0,
+            params_len: 0,
+            median_ns: -1.0,
+            min_ns: -1.0,
+            spread_ns: -1.0,
+            samples: 7,
+            candidates: 0,
+            failed: 7,
+        }
+    }
+
+    fn entry(candidates: Vec<Candidate>) -> Entry {
+        let key = Key::new(Fields::from([("m".to_owned(), Value::Int(1))]));
+        Entry::new(
+            key,
+            Fingerprint::default(),
+            Origin::Imported("t".into()),
+            1,
+            candidates,
+        )
+    }
+
+    #[test]
+    fn a_shipped_winner_is_a_winner_without_figures_and_a_measurement_outranks_it() {
+        let shipped = Candidate::chosen("shipped", Fields::new(), "vllm config");
+        let mut buf = [0u8; 32];
+        let mut out = result(&mut buf);
+        assert_eq!(
+            fill(&entry(vec![shipped.clone()]), &mut out).ok(),
+            Some(TC_OK)
+        );
+        assert_eq!((out.failed, out.samples, out.median_ns), (0, 0, 0.0));
+        assert_eq!(&buf[..8], b"shipped\0");
+        let stats = Stats {
+            median_ns: 5.0,
+            min_ns: 4.0,
+            spread_ns: 1.0,
+            samples: 3,
+        };
+        let measured = Candidate::measured("mine", Fields::new(), stats);
+        let mut buf = [0u8; 32];
+        let mut out = result(&mut buf);
+        assert_eq!(
+            fill(&entry(vec![shipped, measured]), &mut out).ok(),
+            Some(TC_OK)
+        );
+        assert_eq!(
+            (out.failed, out.samples, out.median_ns, out.candidates),
+            (0, 3, 5.0, 2)
+        );
+        assert_eq!(&buf[..5], b"mine\0");
+    }
+}
