@@ -127,6 +127,7 @@ def test_files_written_by_warpconvnet_import_with_the_same_ranked_lists(tmp_path
     from tunecache.integrations import warpconvnet as adapter
 
     assert adapter.import_file(str(path), cache._cache) == 0
+    assert cache._cache.import_from("warpconvnet", path) == {"imported": 0, "files": 1, "notes": []}
     listed = run(cli, "--cache-file", str(cache.cache_file), "list").stdout
     assert "AB_gather_scatter" in listed and "mask_gemm" in listed and '"__t__":"SCC"' in listed, listed
 

@@ -224,7 +224,19 @@ class Cache:
         ``sglang``, ``triton``, ``tunableop``, ``kernel-tuner`` or ``xla`` (IMPORTS.md has
         each mapping); ``scope`` adds fields where the source says none (Triton's files say
         nothing of the device). A damaged file raises ``ValueError`` naming it and its line.
-        Returns ``{"imported": entries, "files": files read, "notes": [...]}``."""
+        Returns ``{"imported": entries, "files": files read, "notes": [...]}``.
+
+        ``warpconvnet`` takes a ``benchmark_cache_generic.msgpack`` in through WarpConvNet's
+        registered migrations (:func:`tunecache.integrations.warpconvnet.import_file`, which
+        needs WarpConvNet's cache module only for a file of another version); ``imported``
+        is then the entries that changed."""
+        if format.lower().replace("_", "-") == "warpconvnet":
+            from .integrations.warpconvnet import import_file
+
+            try:
+                return {"imported": import_file(os.fspath(path), self), "files": 1, "notes": []}
+            finally:
+                self._invalidate()
         try:
             return self._rust.import_from(format, os.fspath(path), scope, namespace)
         finally:

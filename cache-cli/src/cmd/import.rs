@@ -127,6 +127,11 @@ impl ImportArgs {
                 notes: Vec::new(),
             });
         };
+        if name.to_ascii_lowercase().replace('_', "-") == "warpconvnet" {
+            bail!(
+                "--from warpconvnet: WarpConvNet's files are taken in through WarpConvNet's own registered migrations, in Python: `python -m tunecache.integrations.warpconvnet FILE [--cache-file PATH]` or `Cache.import_from(\"warpconvnet\", path)`; nothing was imported"
+            );
+        }
         let format = Format::from_name(name).with_context(|| {
             let known: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
             format!(

@@ -160,6 +160,23 @@ fn a_damaged_source_changes_nothing_and_is_named_with_its_line() {
         std::fs::read(&file).expect("file") == before,
         "a refused import changed the cache"
     );
+    // WarpConvNet's files go through its own migrations, in Python: said, nothing imported.
+    let o = tunecache(
+        &file,
+        &[
+            "import",
+            "--from",
+            "warpconvnet",
+            src.to_str().expect("utf-8"),
+        ],
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("python -m tunecache.integrations.warpconvnet"),
+        "{err}"
+    );
+    assert!(std::fs::read(&file).expect("file") == before);
 }
 
 #[test]
