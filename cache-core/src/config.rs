@@ -130,7 +130,7 @@ impl CacheBuilder {
             max_retry_delay: Duration::from_secs(10),
             limits: Limits::default(),
             compact_ratio: 0.5,
-            compact_min_bytes: 1 << 20,
+            compact_min_bytes: 256 << 10,
             compaction_budget: None,
             backup_on_migrate: true,
             retention: crate::gc::Retention::default(),
@@ -252,19 +252,21 @@ impl CacheBuilder {
         self
     }
 
-    /// When the journal is compacted into the snapshot: once it would exceed both `ratio`
-    /// times the snapshot's size and `min_bytes`.
+    /// When the journal is folded into the table, and the table rewritten: the journal once it
+    /// would pass `min_bytes` (its bound: 256 KiB by default, what an open replays at most);
+    /// the table, in the background, once the bytes no commit refers to any more pass both
+    /// `ratio` times the live ones (0.5 by default) and `min_bytes`.
     pub fn compaction(mut self, ratio: f64, min_bytes: u64) -> Self {
         self.compact_ratio = ratio;
         self.compact_min_bytes = min_bytes;
         self
     }
 
-    /// The longest a save may spend on a compaction that is only due (the journal grew past
-    /// its share), not required: past it, the compaction is abandoned (nothing of it stays on
-    /// disk) and the save appends to the journal instead, so a short-lived writer (a
-    /// command-line `put`) is never made to fail by a compaction it has no time for. A later
-    /// writer with time compacts. Default: no bound.
+    /// The longest a save may spend on a fold that is only due (the journal passed its
+    /// bound), and a background rewrite on its copy: past it, the fold is abandoned (nothing of
+    /// it stays on disk) and the save appends to the journal instead, so a short-lived writer
+    /// (a command-line `put`) is never made to fail by a fold it has no time for; a later
+    /// writer with time folds. Default: no bound.
     pub fn compaction_budget(mut self, budget: Duration) -> Self {
         self.compaction_budget = Some(budget);
         self

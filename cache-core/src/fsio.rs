@@ -80,6 +80,20 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// A number no other call (in this process or another) is likely to give: a journal's nonce,
+/// which tells it from the next journal a folder may create with the same inode number.
+pub(crate) fn nonce() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut bytes = Vec::with_capacity(32);
+    bytes.extend_from_slice(&nanos.to_le_bytes());
+    bytes.extend_from_slice(&std::process::id().to_le_bytes());
+    bytes.extend_from_slice(&TMP_COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    let digest = cache_format::Fingerprint::digest(b"tunecache/journal-nonce/1\0", &bytes);
+    digest.low_u64() | 1
+}
+
 /// The prefix of every temporary file tunecache creates beside `target`: `.<name>.tmp.`, with
 /// a long name shortened (as by [`aside`]) so that the prefix, a pid and a counter fit in a
 /// file name.
@@ -118,6 +132,7 @@ impl AtomicFile {
             TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
         let file = OpenOptions::new()
+            .read(true)
             .write(true)
             .create_new(true)
             .open(&tmp)
@@ -135,6 +150,26 @@ impl AtomicFile {
         let out = self.out.as_mut().expect("written only before commit");
         out.write_all(bytes)
             .map_err(|e| StoreError::io("write", &self.tmp, e))
+    }
+
+    /// Overwrites `bytes` at `offset` of what was written so far (a table's first commit slot,
+    /// written once the blocks it names are).
+    pub fn write_at(&mut self, offset: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        use std::os::unix::fs::FileExt;
+        let out = self.out.as_mut().expect("written only before commit");
+        out.flush()
+            .and_then(|()| out.get_ref().write_all_at(bytes, offset))
+            .map_err(|e| StoreError::io("write", &self.tmp, e))
+    }
+
+    /// Writes out what is buffered and syncs the temporary file; returns it, to read back or
+    /// write at offsets before it is put in place.
+    pub(crate) fn synced(&mut self) -> Result<&File, StoreError> {
+        let out = self.out.as_mut().expect("written only before commit");
+        out.flush()
+            .and_then(|()| out.get_ref().sync_all())
+            .map_err(|e| StoreError::io("write", &self.tmp, e))?;
+        Ok(out.get_ref())
     }
 
     /// Puts the new contents in place (see the type's docs).

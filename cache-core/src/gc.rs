@@ -87,10 +87,12 @@ pub fn gc_file(
         Failure::Blocked(b) => b.into_error(),
         Failure::Retry(e) => e,
     };
-    let mut read = disk.read_updates(true).map_err(failure)?;
-    let salvaged = std::mem::take(&mut read.salvaged);
-    let mut data = read.data;
+    let read = disk.read_updates(true).map_err(failure)?;
+    let mut all = disk.read_all(true).map_err(failure)?;
+    let salvaged = std::mem::take(&mut all.salvaged);
+    let mut data = all.data;
     data.merge(salvaged);
+    data.merge(read.salvaged);
     report.entries_before = data.len();
 
     let (kept, by_age, by_size, bytes) = prune(&data, registry, policy.max_age, policy.max_bytes);
@@ -99,7 +101,9 @@ pub fn gc_file(
     report.entries_after = kept.len();
     report.bytes_after = bytes;
     if !policy.dry_run && (by_age + by_size > 0 || read.needs_rewrite) {
-        disk.write_snapshot(&kept, read.events).map_err(failure)?;
+        let lineage = disk.table().map(|t| t.lineage());
+        disk.write_table_of(&kept, read.events, lineage)
+            .map_err(failure)?;
     } else if !policy.dry_run {
         report.bytes_after = size(&paths.snapshot) + size(&paths.journal);
     }
@@ -214,8 +218,62 @@ pub(crate) fn prune(
     (kept, by_age, by_size, bytes)
 }
 
+/// The size of the table `data` makes.
 fn encoded_len(registry: &Migrations, data: &CacheData) -> u64 {
-    cache_format::encode_snapshot(registry.app(), registry.current(), data).len() as u64
+    cache_format::table::table_bytes(registry.app(), registry.current(), Some(0), data).len() as u64
+}
+
+/// What a size and age limit drop, decided from each entry's scope, time and size alone (for
+/// a rewrite that streams the table): the same order as [`prune`] (stale scopes first, then
+/// the oldest), by an estimate of each entry's share of the table (its bytes and its record
+/// in a leaf) on top of `fixed` bytes. Returns the indices of `items` to drop, and how many of
+/// them went for age.
+pub(crate) fn plan_drops(
+    items: &[(Fingerprint, u64, u64)],
+    fixed: u64,
+    retention: &Retention,
+) -> (std::collections::HashSet<usize>, usize) {
+    let mut newest: std::collections::HashMap<Fingerprint, u64> = std::collections::HashMap::new();
+    for (s, at, _) in items {
+        let n = newest.entry(*s).or_insert(0);
+        *n = (*n).max(*at);
+    }
+    let file_newest = newest.values().copied().max().unwrap_or(0);
+    let stale_gap = u64::try_from(STALE_SCOPE_AFTER.as_millis()).unwrap_or(u64::MAX);
+    let rank = |s: &Fingerprint| {
+        let last = newest.get(s).copied().unwrap_or(0);
+        if last.saturating_add(stale_gap) < file_newest {
+            (0u8, last)
+        } else {
+            (1u8, 0)
+        }
+    };
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_key(|&i| (rank(&items[i].0), items[i].1, i));
+    let oldest_kept = retention
+        .max_age
+        .map(|age| now_millis().saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)));
+    let mut drop = std::collections::HashSet::new();
+    let mut total = fixed;
+    for &i in &order {
+        if oldest_kept.is_some_and(|t| items[i].1 < t) {
+            drop.insert(i);
+        } else {
+            total += items[i].2 + 66;
+        }
+    }
+    let by_age = drop.len();
+    if let Some(max) = retention.max_bytes {
+        for &i in &order {
+            if total <= max {
+                break;
+            }
+            if drop.insert(i) {
+                total = total.saturating_sub(items[i].2 + 66);
+            }
+        }
+    }
+    (drop, by_age)
 }
 
 /// Removes the claim files that no process holds (each is locked first, so a claim held by a

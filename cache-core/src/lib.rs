@@ -29,13 +29,13 @@ mod fsio;
 mod gc;
 mod import;
 mod inspect;
-mod lazy;
 mod lock;
 mod memory;
 mod migrate;
 mod namespace;
 mod record;
 mod store;
+mod tablefile;
 mod tier;
 
 pub use artifact::{ARTIFACT_HEADER_LEN, ArtifactStore, Blob, BlobCheck, BlobInfo, Eviction};

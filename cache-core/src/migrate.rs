@@ -117,9 +117,12 @@ pub fn migrate_file(
         }
     }
     if !read.needs_rewrite {
-        return Ok(MigrateOutcome::Current {
-            entries: read.data.len(),
-        });
+        // A table is read a key at a time: its count is in its commit.
+        let entries = match disk.table() {
+            Some(t) => usize::try_from(t.commit().entries).unwrap_or(usize::MAX),
+            None => read.data.len(),
+        };
+        return Ok(MigrateOutcome::Current { entries });
     }
     let report = report.unwrap_or_else(|| Report {
         app: registry.app().to_owned(),
@@ -146,7 +149,9 @@ pub fn migrate_file(
     let mut data = read.data;
     data.merge(read.salvaged);
     let entries = data.len();
-    let events = disk.write_snapshot(&data, read.events).map_err(failure)?;
+    let events = disk
+        .write_table_of(&data, read.events, None)
+        .map_err(failure)?;
     Ok(MigrateOutcome::Migrated {
         report,
         written: true,
@@ -167,26 +172,27 @@ fn migrate_streamed(
         return Ok(None);
     };
     let entries = usize::try_from(streamed.entries).unwrap_or(usize::MAX);
-    let bytes = (write || streamed.grew)
-        .then(|| streamed.snapshot.finish(registry.app(), registry.current()));
     // A default that added fields may have crossed a reader's bounds: such a file takes the
     // usual path, which reports it.
     let within_bounds = !streamed.grew
-        || bytes
-            .as_deref()
-            .is_some_and(|b| cache_format::read_snapshot(b, &options.limits).is_ok());
+        || streamed
+            .snapshot
+            .try_for_each_in_table_order(|key, _, ns, bytes| {
+                cache_format::table::decode_entry(&key, ns, bytes, &options.limits).map(|_| ())
+            })
+            .is_ok();
     if !within_bounds {
         disk.reset();
         return Ok(None);
     }
-    let (written, backups) = match bytes.filter(|_| write) {
-        None => (false, Vec::new()),
-        Some(bytes) => {
-            let events = disk
-                .write_encoded_snapshot(bytes, Vec::new())
-                .map_err(failure)?;
-            (true, backups_of(events))
-        }
+    let _ = registry;
+    let (written, backups) = if write {
+        let events = disk
+            .write_built(&streamed.snapshot, Vec::new())
+            .map_err(failure)?;
+        (true, backups_of(events))
+    } else {
+        (false, Vec::new())
     };
     Ok(Some(MigrateOutcome::Migrated {
         report: streamed.report,

@@ -140,14 +140,6 @@ pub fn merge_built_into_file(
     merge_batch(path, registry, Batch::Built(built), options)
 }
 
-/// Whether entries taking `bytes` encoded are few enough to append to the file of `disk` as
-/// one journal record: a quarter of the journal budget a compaction allows (half the
-/// snapshot's size), so one import cannot make the journal much larger than a `Cache` lets it.
-fn appendable(disk: &Disk, bytes: u64) -> Result<bool, StoreError> {
-    Ok(crate::fsio::stat(&disk.paths.snapshot)?
-        .is_some_and(|meta| bytes > 0 && bytes <= meta.len() / 8))
-}
-
 /// The entries [`merge_batch`] writes.
 enum Batch {
     Model(CacheData),
@@ -173,35 +165,15 @@ fn merge_batch(
         Failure::Blocked(b) => b.into_error(),
         Failure::Retry(e) => e,
     };
-    // A few entries into a large file: one journal record, as `append_to_file` writes it,
-    // after reading only the snapshot's header and the journal's framing (the file is not
-    // decoded). Only while the record stays well within what would make a compaction due;
-    // anything the append declines (another schema, a journal needing repair, a compaction
-    // already due) takes the full read below.
-    let batch = match batch {
-        Batch::Built(built) if appendable(&disk, built.encoded_len())? => {
-            let model = built.into_data().map_err(|source| StoreError::Format {
-                path: path.to_owned(),
-                source,
-            })?;
-            match disk.append_unread(&model).map_err(failure)? {
-                Ok(()) => return Ok(count),
-                Err(_) => Batch::Model(model),
-            }
-        }
-        other => other,
-    };
+    // A table's fixed start and one commit, and the journal (under its bound): what a read
+    // costs whatever the size of the cache. A file of an older format is read whole.
     let mut read = disk.read_updates(true).map_err(failure)?;
     let rewrite = read.needs_rewrite;
-    // What a compaction needs: everything on disk, rescued entries included.
     let salvaged = std::mem::take(&mut read.salvaged);
-    read.data.merge(salvaged);
-    let batch = match batch {
-        Batch::Built(built) if !disk.has_snapshot() && read.data.is_empty() => {
-            // Nothing to merge with: the builder's bytes are the new snapshot.
-            let bytes = built.finish(registry.app(), registry.current());
-            disk.write_encoded_snapshot(bytes, read.events)
-                .map_err(failure)?;
+    let mut batch = match batch {
+        Batch::Built(built) if !disk.has_snapshot() && salvaged.is_empty() => {
+            // Nothing to merge with: the builder's entries are the new table.
+            disk.write_built(&built, read.events).map_err(failure)?;
             return Ok(count);
         }
         Batch::Built(built) => built.into_data().map_err(|source| StoreError::Format {
@@ -210,41 +182,15 @@ fn merge_batch(
         })?,
         Batch::Model(data) => data,
     };
-    // Entries the file already holds as merging would leave them change nothing: importing
-    // the same source twice writes nothing the second time.
-    let batch = without_unchanged(&read.data, batch);
+    // Entries the file already holds as merging would leave them change nothing and are not
+    // written: importing the same source twice writes nothing the second time.
+    batch = disk.without_unchanged(batch, &read.data);
+    batch.merge(salvaged);
     if batch.is_empty() && !rewrite && disk.has_snapshot() {
         return Ok(count);
     }
-    if rewrite || !disk.has_snapshot() {
-        // A new snapshot either way: the imported entries move into it, no copy.
-        let mut all = read.data;
-        all.merge(batch);
-        disk.write_snapshot(&all, read.events).map_err(failure)?;
-    } else {
-        disk.write_knowing(&batch, rewrite, read).map_err(failure)?;
-    }
+    disk.write_merging(&batch, rewrite).map_err(failure)?;
     Ok(count)
-}
-
-/// `batch` without the entries that merging into `stored` would not change.
-fn without_unchanged(stored: &CacheData, batch: CacheData) -> CacheData {
-    let mut changed = CacheData::new();
-    for (scope, sd) in batch.into_scopes() {
-        for (ns, entries) in sd.into_namespaces() {
-            for (fp, entry) in entries {
-                let same = stored.get(&scope, &ns, &fp).is_some_and(|old| {
-                    let mut merged = old.clone();
-                    merged.merge(entry.clone());
-                    merged == *old
-                });
-                if !same {
-                    changed.insert(&scope, &ns, entry);
-                }
-            }
-        }
-    }
-    changed
 }
 
 /// Writes `data` as a new cache file at `path` (a snapshot, no journal) for tools that produce

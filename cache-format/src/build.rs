@@ -16,6 +16,9 @@ use crate::fingerprint::Fingerprint;
 use crate::model::{Entry, Scope};
 use crate::wire;
 
+/// One namespace's entries in the arena, by key fingerprint.
+type Held = BTreeMap<Fingerprint, Range<usize>>;
+
 /// A snapshot under construction: the entries' bytes, and where each one is.
 #[derive(Debug, Default)]
 pub struct SnapshotBuilder {
@@ -120,6 +123,29 @@ impl SnapshotBuilder {
                 for range in entries.values() {
                     let entry = crate::stream::decode_entry(&self.arena[range.clone()], ns)?;
                     visit(scope, ns, entry)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls `visit` with each entry's table key, scope, namespace and encoded bytes, in the
+    /// order a table holds them (see [`crate::table::TKey`]), until it returns an error.
+    pub fn try_for_each_in_table_order<E>(
+        &self,
+        mut visit: impl FnMut(crate::table::TKey, &Scope, &str, &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for (scope, namespaces) in &self.scopes {
+            let mut by_hash: Vec<(Fingerprint, &String, &Held)> = namespaces
+                .iter()
+                .map(|(name, e)| (crate::table::namespace_hash(name), name, e))
+                .collect();
+            by_hash.sort_by_key(|(hash, ..)| *hash);
+            let scope_fp = scope.fingerprint();
+            for (hash, ns, entries) in by_hash {
+                for (fp, range) in entries {
+                    let key = crate::table::TKey::new(&scope_fp, &hash, fp);
+                    visit(key, scope, ns, &self.arena[range.clone()])?;
                 }
             }
         }

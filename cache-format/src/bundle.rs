@@ -1,9 +1,11 @@
 //! Bundles: a cache's selected entries with a manifest, to ship into containers, wheels and
-//! other machines (FORMAT.md, "Bundles"). The entries travel as a complete snapshot file
-//! (its own envelope and checksums), so a bundle is read through the same checks, version
-//! gate and migration as any cache; the manifest says what is inside without decoding it and
-//! carries a SHA-256 of the snapshot bytes. Encoding is deterministic: the same entries and
-//! manifest always give the same bytes.
+//! other machines (FORMAT.md, "Bundles"). The entries travel as a complete cache file (from
+//! version 3, a table: format 4), so a bundle is read through the same checks, version gate
+//! and migration as any cache, and a reader that only looks keys up opens the table in place
+//! ([`locate_table`]: a few bytes of framing, whatever the number of entries); the manifest
+//! says what is inside without decoding it and carries a SHA-256 of the inner file's bytes,
+//! which a whole check ([`read_bundle`]) verifies. Encoding is deterministic: the same entries
+//! and manifest always give the same bytes.
 
 use std::collections::BTreeMap;
 
@@ -18,8 +20,9 @@ use crate::scan::Limits;
 /// The marker a bundle starts with.
 pub const BUNDLE_MARKER: &str = "TCBUNDLE";
 
-/// The bundle container's version (independent of the snapshot's format version).
-pub(crate) const BUNDLE_VERSION: u64 = 2;
+/// The bundle container's version (independent of the inner file's format version): 3, a
+/// table inside.
+pub const BUNDLE_VERSION: u64 = 3;
 
 /// What a bundle holds, readable without decoding its entries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,52 +67,94 @@ pub struct ManifestScope {
     pub candidate_sets: Vec<String>,
 }
 
-/// The manifest of `snapshot` (the bytes of a snapshot file holding `data`).
+/// One scope's fields as text, entries per namespace, and candidate sets.
+type ScopeTally = (
+    String,
+    BTreeMap<String, u64>,
+    std::collections::BTreeSet<crate::fingerprint::Fingerprint>,
+);
+
+/// A manifest put together one entry at a time (entries in any order, each once), holding
+/// per scope its counts and candidate sets, never the entries.
+#[derive(Debug, Default)]
+pub struct ManifestBuilder {
+    scopes: BTreeMap<crate::fingerprint::Fingerprint, ScopeTally>,
+    entries: u64,
+    range: Option<(u64, u64)>,
+}
+
+impl ManifestBuilder {
+    /// Counts `entry` of namespace `ns` in `scope`.
+    pub fn add(&mut self, scope: &crate::model::Scope, ns: &str, entry: &crate::model::Entry) {
+        let (_, namespaces, sets) = self
+            .scopes
+            .entry(scope.fingerprint())
+            .or_insert_with(|| (scope.to_string(), BTreeMap::new(), Default::default()));
+        *namespaces.entry(ns.to_owned()).or_default() += 1;
+        sets.insert(entry.candidate_set());
+        self.entries += 1;
+        let t = entry.recorded_at();
+        self.range = Some(self.range.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
+    }
+
+    /// The manifest of an inner file whose bytes hash to `sha256` (lower-case hex), of `app`
+    /// at `schema` in container `format`.
+    pub fn finish(
+        self,
+        app: &str,
+        schema: u32,
+        format: u32,
+        sha256: String,
+        created: u64,
+        producer: &str,
+    ) -> Manifest {
+        let scopes = self
+            .scopes
+            .into_iter()
+            .map(|(fp, (fields, namespaces, sets))| ManifestScope {
+                fingerprint: fp.to_hex(),
+                fields,
+                entries: namespaces.values().sum(),
+                namespaces,
+                candidate_sets: sets.iter().map(|s| s.to_hex()).collect(),
+            })
+            .collect();
+        Manifest {
+            tool: format!("tunecache {}", env!("CARGO_PKG_VERSION")),
+            bundle_format: if format >= 4 { BUNDLE_VERSION } else { 2 },
+            cache_format: format,
+            app: app.to_owned(),
+            schema,
+            created,
+            producer: producer.to_owned(),
+            entries: self.entries,
+            time_range: self.range,
+            scopes,
+            payload_sha256: sha256,
+        }
+    }
+}
+
+/// The manifest of `inner` (the bytes of a cache file holding `data`: a table, or a format 3
+/// snapshot).
 pub fn manifest_of(
     data: &CacheData,
     app: &str,
     schema: u32,
-    snapshot: &[u8],
+    inner: &[u8],
     created: u64,
     producer: &str,
 ) -> Manifest {
-    let mut scopes = Vec::new();
-    let mut range: Option<(u64, u64)> = None;
-    for (scope, sd) in data.scopes() {
-        let mut namespaces = BTreeMap::new();
-        let mut sets = std::collections::BTreeSet::new();
-        let mut entries = 0u64;
-        for (ns, by_fp) in sd.namespaces() {
-            namespaces.insert(ns.to_owned(), by_fp.len() as u64);
-            for e in by_fp.values() {
-                entries += 1;
-                sets.insert(e.candidate_set().to_hex());
-                let t = e.recorded_at();
-                range = Some(range.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
-            }
-        }
-        scopes.push(ManifestScope {
-            fingerprint: scope.fingerprint().to_hex(),
-            fields: scope.to_string(),
-            entries,
-            namespaces,
-            candidate_sets: sets.into_iter().collect(),
-        });
+    let mut b = ManifestBuilder::default();
+    for (scope, ns, e) in data.entries() {
+        b.add(scope, ns, e);
     }
-    scopes.sort_by(|a, b| a.fingerprint.cmp(&b.fingerprint));
-    Manifest {
-        tool: format!("tunecache {}", env!("CARGO_PKG_VERSION")),
-        bundle_format: BUNDLE_VERSION,
-        cache_format: crate::envelope::FormatVersion::CURRENT.number(),
-        app: app.to_owned(),
-        schema,
-        created,
-        producer: producer.to_owned(),
-        entries: data.len() as u64,
-        time_range: range,
-        scopes,
-        payload_sha256: sha256_hex(snapshot),
-    }
+    let format = if crate::table::is_table(inner) {
+        crate::FORMAT_VERSION
+    } else {
+        crate::ENVELOPE_VERSION
+    };
+    b.finish(app, schema, format, sha256_hex(inner), created, producer)
 }
 
 /// Every way `manifest` misstates the snapshot it came with (`data`, decoded from `snapshot`,
@@ -123,14 +168,24 @@ pub fn manifest_problems(
     data: &CacheData,
 ) -> Vec<String> {
     let (app, schema, format) = header;
-    let truth = manifest_of(
-        data,
+    let mut b = ManifestBuilder::default();
+    for (scope, ns, e) in data.entries() {
+        b.add(scope, ns, e);
+    }
+    let truth = b.finish(
         app,
         schema,
-        bundle.snapshot,
+        format,
+        manifest.payload_sha256.clone(),
         manifest.created,
         &manifest.producer,
     );
+    problems_against(manifest, &truth, bundle.version)
+}
+
+/// Every way `manifest` differs from `truth` (what the entries make of it) but for the free
+/// fields; `version`: the container's version, as its framing says.
+pub fn problems_against(manifest: &Manifest, truth: &Manifest, version: u64) -> Vec<String> {
     let mut problems = Vec::new();
     let mut differ = |what: &str, says: String, is: String| {
         if says != is {
@@ -154,19 +209,23 @@ pub fn manifest_problems(
     differ(
         "bundle format",
         manifest.bundle_format.to_string(),
-        bundle.version.to_string(),
+        version.to_string(),
     );
     differ(
         "cache format",
         manifest.cache_format.to_string(),
-        format.to_string(),
+        truth.cache_format.to_string(),
     );
     differ(
         "application",
         format!("{:?}", manifest.app),
-        format!("{app:?}"),
+        format!("{:?}", truth.app),
     );
-    differ("schema", manifest.schema.to_string(), schema.to_string());
+    differ(
+        "schema",
+        manifest.schema.to_string(),
+        truth.schema.to_string(),
+    );
     differ(
         "entry count",
         manifest.entries.to_string(),
@@ -205,17 +264,107 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// Encodes a bundle: one msgpack array of six items, `[ "TCBUNDLE", 2, bin32(manifest JSON),
-/// crc32, bin32(snapshot), crc32 ]` (FORMAT.md, "Bundles").
-pub fn encode_bundle(manifest: &Manifest, snapshot: &[u8]) -> Vec<u8> {
+/// Encodes a bundle: one msgpack array of six items, `[ "TCBUNDLE", version, bin32(manifest
+/// JSON), crc32, bin32(inner file), crc32 ]` (FORMAT.md, "Bundles"): version 3 around a table,
+/// 2 around a format 3 snapshot.
+pub fn encode_bundle(manifest: &Manifest, inner: &[u8]) -> Vec<u8> {
+    let version = if crate::table::is_table(inner) { 3 } else { 2 };
+    let mut out = head_of(manifest, inner.len() as u64, version);
+    out.extend_from_slice(inner);
+    out.push(0xce);
+    out.extend_from_slice(&crc32fast::hash(inner).to_be_bytes());
+    out
+}
+
+/// The bytes of a bundle before its inner file (`inner_len` bytes long): the array header,
+/// marker, version, the manifest with its CRC, and the inner file's `bin32` header. A writer
+/// streaming a large inner file writes these, then the file, then `0xce` and its CRC-32.
+pub fn bundle_head(manifest: &Manifest, inner_len: u64) -> Vec<u8> {
+    head_of(manifest, inner_len, BUNDLE_VERSION)
+}
+
+fn head_of(manifest: &Manifest, inner_len: u64, version: u64) -> Vec<u8> {
     let json = serde_json::to_vec(manifest).expect("a manifest always serializes");
-    let mut out = Vec::with_capacity(json.len() + snapshot.len() + 32);
+    let mut out = Vec::with_capacity(json.len() + 32);
     out.push(0x96);
     write_str(&mut out, BUNDLE_MARKER);
-    rmp::encode::write_uint(&mut out, BUNDLE_VERSION).expect("Vec write");
+    rmp::encode::write_uint(&mut out, version).expect("Vec write");
     write_checksummed(&mut out, &json);
-    write_checksummed(&mut out, snapshot);
+    out.push(0xc6);
+    out.extend_from_slice(
+        &u32::try_from(inner_len)
+            .expect("an inner file under 4 GiB")
+            .to_be_bytes(),
+    );
     out
+}
+
+/// Where the table of a version 3 bundle is, from the bundle's first bytes (`prefix`: at
+/// least its framing and manifest): the offset and length of the table's bytes, and the
+/// CRC-32 the bundle stores for them (checked only by a whole read: a lookup checks each block
+/// it reads). `Ok(Err(needed))`: read `needed` bytes first. A bundle of another version is
+/// an error (read it whole with [`read_bundle`]).
+pub fn locate_table(prefix: &[u8]) -> Result<Result<(u64, u64), u64>, FormatError> {
+    const WHAT: &str = "bundle";
+    let mut rd = prefix;
+    let more = |n: usize| Ok(Err(n as u64));
+    if prefix.len() < 16 {
+        return more(16);
+    }
+    if rmp::decode::read_array_len(&mut rd).ok() != Some(6) {
+        return Err(FormatError::NotTunecache {
+            what: WHAT,
+            marker: BUNDLE_MARKER,
+        });
+    }
+    let mut buf = [0u8; 16];
+    match rmp::decode::read_str(&mut rd, &mut buf) {
+        Ok(m) if m == BUNDLE_MARKER => {}
+        _ => {
+            return Err(FormatError::NotTunecache {
+                what: WHAT,
+                marker: BUNDLE_MARKER,
+            });
+        }
+    }
+    let version: u64 = rmp::decode::read_int(&mut rd)
+        .map_err(|_| FormatError::malformed(WHAT, prefix.len() - rd.len(), "no version"))?;
+    if version > BUNDLE_VERSION {
+        return Err(FormatError::NewerFormat {
+            found: version,
+            supported: BUNDLE_VERSION as u32,
+        });
+    }
+    if version != 3 {
+        return Err(FormatError::malformed(
+            WHAT,
+            prefix.len() - rd.len(),
+            format!("a version {version} bundle holds no table (read it whole)"),
+        ));
+    }
+    let at = prefix.len() - rd.len();
+    if rd.len() < 5 {
+        return more(at + 5);
+    }
+    if rd[0] != 0xc6 {
+        return Err(FormatError::malformed("bundle manifest", at, "not a bin32"));
+    }
+    let manifest = u32::from_be_bytes([rd[1], rd[2], rd[3], rd[4]]) as usize;
+    // The manifest, its CRC (0xce + 4), then the table's bin32 header.
+    let header_at = at + 5 + manifest + 5;
+    if prefix.len() < header_at + 5 {
+        return more(header_at + 5);
+    }
+    let h = &prefix[header_at..header_at + 5];
+    if h[0] != 0xc6 {
+        return Err(FormatError::malformed(
+            "bundle snapshot",
+            header_at,
+            "not a bin32",
+        ));
+    }
+    let len = u64::from(u32::from_be_bytes([h[1], h[2], h[3], h[4]]));
+    Ok(Ok(((header_at + 5) as u64, len)))
 }
 
 /// A bundle whose framing, both checksums and the manifest's SHA-256 were verified; the
@@ -266,8 +415,8 @@ pub fn read_bundle<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Bundle<'a>, F
         });
     }
     match (version, items) {
-        (1, 4) | (2, 6) => {}
-        (1 | 2, _) => {
+        (1, 4) | (2 | 3, 6) => {}
+        (1..=3, _) => {
             return Err(FormatError::malformed(
                 WHAT,
                 bytes.len() - rd.len(),
@@ -287,6 +436,15 @@ pub fn read_bundle<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Bundle<'a>, F
     }
     let manifest: Manifest = serde_json::from_slice(manifest_bytes)
         .map_err(|e| FormatError::invalid("bundle manifest", e))?;
+    if manifest.bundle_format != version {
+        return Err(FormatError::invalid(
+            "bundle",
+            format_args!(
+                "the framing says version {version}, the manifest {}",
+                manifest.bundle_format
+            ),
+        ));
+    }
     let sha = sha256_hex(snapshot);
     if sha != manifest.payload_sha256 {
         return Err(FormatError::invalid(

@@ -19,8 +19,14 @@ use crate::wire::{self, HeaderV1};
 /// The first element of every snapshot file.
 pub(crate) const SNAPSHOT_MARKER: &str = "tunecache";
 
-/// The container format version this build writes (and the newest it reads).
-pub const FORMAT_VERSION: u32 = 3;
+/// The container format version of the cache files this build writes (and the newest it
+/// reads): format 4, the table ([`crate::table`]).
+pub const FORMAT_VERSION: u32 = 4;
+
+/// The version the msgpack envelope ([`encode_snapshot`]) is written with: its layout did not
+/// change in format 4, which is the table, so a one-entry snapshot (a shared tier's value) stays
+/// readable by builds that read format 3.
+pub const ENVELOPE_VERSION: u32 = 3;
 
 /// A container format version this build knows: a closed set, so adding one is a
 /// compile-time decision everywhere versions are matched.
@@ -32,11 +38,17 @@ pub enum FormatVersion {
     V2,
     /// A candidate may be one another tool chose, without figures (status `chosen`).
     V3,
+    /// The cache file is a table ([`crate::table`]): a copy-on-write B+tree that opens in
+    /// constant time. Its entries, and the journal's records, are format 3's.
+    V4,
 }
 
 impl FormatVersion {
     /// The current version.
-    pub const CURRENT: FormatVersion = FormatVersion::V3;
+    pub const CURRENT: FormatVersion = FormatVersion::V4;
+
+    /// The newest layout of payloads and entries: format 4 changed only the file around them.
+    pub const CURRENT_PAYLOAD: FormatVersion = FormatVersion::V3;
 
     /// Maps a number from a file to a known version, or says why it cannot.
     pub fn from_number(found: u64) -> Result<Self, FormatError> {
@@ -44,6 +56,7 @@ impl FormatVersion {
             1 => Ok(FormatVersion::V1),
             2 => Ok(FormatVersion::V2),
             3 => Ok(FormatVersion::V3),
+            4 => Ok(FormatVersion::V4),
             n if n > u64::from(FORMAT_VERSION) => Err(FormatError::NewerFormat {
                 found: n,
                 supported: FORMAT_VERSION,
@@ -58,7 +71,15 @@ impl FormatVersion {
             FormatVersion::V1 => 1,
             FormatVersion::V2 => 2,
             FormatVersion::V3 => 3,
+            FormatVersion::V4 => 4,
         }
+    }
+
+    /// Whether payloads (and entries) of this version are laid out as this build writes them:
+    /// format 4 changed the file around the entries, not the entries, so a format 3 payload
+    /// is current too.
+    pub fn is_current_payload(self) -> bool {
+        matches!(self, FormatVersion::V3 | FormatVersion::V4)
     }
 }
 
@@ -181,7 +202,7 @@ pub(crate) fn frame_snapshot(
     let mut prefix = Vec::with_capacity(header.len() + 64);
     prefix.push(0x96);
     write_str(&mut prefix, SNAPSHOT_MARKER);
-    rmp::encode::write_uint(&mut prefix, u64::from(FORMAT_VERSION)).expect("Vec write");
+    rmp::encode::write_uint(&mut prefix, u64::from(ENVELOPE_VERSION)).expect("Vec write");
     write_checksummed(&mut prefix, &header);
     // The payload's own frame (`bin32`, the bytes, `uint32` CRC), built around the payload's
     // buffer: the prefix is moved in front of it rather than the payload copied behind the
@@ -244,6 +265,11 @@ pub fn read_snapshot_framing<'a>(
                 )));
             }
         }
+        FormatVersion::V4 => {
+            return Err(rd.malformed(
+                "a format 4 file is a table, not a msgpack envelope (read it with cache_format::table)",
+            ));
+        }
     }
     let header_bytes = rd.checksummed("header", limits.max_header_bytes)?;
     let payload = rd.checksummed("payload", limits.max_file_bytes)?;
@@ -261,11 +287,32 @@ pub fn read_snapshot_framing<'a>(
     })
 }
 
-/// Reads only the marker, format version and header from the start of a snapshot file.
+/// Reads only the marker, format version and header from the start of a cache file.
 ///
 /// `prefix` may be the first few kilobytes of the file; the payload is neither needed nor
-/// checked. Used to learn a file's versions and generation cheaply.
+/// checked. Used to learn a file's versions and generation cheaply. For a table (format 4)
+/// the header names the application and schema only: its lineage and counts are in its
+/// commit, which this does not read (they are 0 here; open the table for them).
 pub fn peek_header(prefix: &[u8], limits: &Limits) -> Result<(FormatVersion, Header), FormatError> {
+    if crate::table::is_table(prefix) {
+        let head =
+            crate::table::read_head(prefix, limits)?.map_err(|needed| FormatError::Truncated {
+                what: "table",
+                offset: 0,
+                needed,
+                available: prefix.len() as u64,
+            })?;
+        return Ok((
+            FormatVersion::V4,
+            Header {
+                app: head.app,
+                schema: head.schema,
+                generation: 0,
+                entries: 0,
+                scopes: 0,
+            },
+        ));
+    }
     let mut rd = Reader::new(prefix, "file");
     let (format, _len) = rd.preamble(SNAPSHOT_MARKER, "file")?;
     let header_bytes = rd.checksummed("header", limits.max_header_bytes)?;

@@ -28,9 +28,15 @@ pub struct JournalHeader {
     pub app: String,
     /// The application schema version of the records.
     pub schema: u32,
-    /// The generation of the snapshot this journal extends. A journal whose base is not the
-    /// current snapshot's generation is stale: its records are already in the snapshot.
+    /// What this journal extends: up to format 3, the generation of the snapshot (a journal
+    /// whose base is not the snapshot's generation is stale: its records are already in the
+    /// snapshot); from format 4, the table's lineage (a rewrite keeps it, so the journal goes
+    /// on applying; one that names another lineage belongs to another cache file).
     pub base: u64,
+    /// Tells this journal from another with the same base (format 4: journals come and go at
+    /// every fold while the lineage stays): a reader that sees another nonce at the same
+    /// place reads the journal afresh. 0 in journals written before it existed.
+    pub nonce: u64,
 }
 
 /// Encodes a journal header (the first bytes of a new journal).
@@ -39,6 +45,7 @@ pub fn encode_journal_header(header: &JournalHeader) -> Vec<u8> {
         app: header.app.clone(),
         schema: header.schema,
         base: header.base,
+        nonce: (header.nonce != 0).then_some(header.nonce),
     });
     let mut out = Vec::with_capacity(bytes.len() + 32);
     out.push(0x94);
@@ -70,6 +77,7 @@ pub fn read_journal_header(
             app: h.app,
             schema: h.schema,
             base: h.base,
+            nonce: h.nonce.unwrap_or(0),
         },
         rd.pos,
     ))

@@ -32,6 +32,7 @@ pub mod raw;
 mod scan;
 mod ser;
 mod stream;
+pub mod table;
 mod value;
 mod wire;
 
@@ -40,8 +41,8 @@ pub use candidate::{
     Candidate, CandidateId, Outcome, PRECISION_FIELDS, Stats, comparable, policy_class, rank,
 };
 pub use envelope::{
-    FORMAT_VERSION, FormatVersion, Header, Snapshot, check_payload, encode_payload,
-    encode_snapshot, peek_header, read_snapshot, read_snapshot_framing,
+    ENVELOPE_VERSION, FORMAT_VERSION, FormatVersion, Header, Snapshot, check_payload,
+    encode_payload, encode_snapshot, peek_header, read_snapshot, read_snapshot_framing,
 };
 pub use error::FormatError;
 pub use fingerprint::{Fingerprint, KEY_TAG, ParseFingerprintError};

@@ -7,8 +7,8 @@
 //! Their real callers, the only ones they should have:
 //! - cache-migrate's `upgrade`, `upgrade_snapshot` and the typed and streamed paths behind
 //!   them (`upgrade.rs`, `typed.rs`): the gate is applied around them;
-//! - cache-core's lazy entries (`lazy.rs`): the entries of a snapshot the gate passed at
-//!   open as current, decoded one at a time on first use;
+//! - cache-format's table (`table::decode_entry`), read by cache-core a key at a time only
+//!   once the table's header passed the gate as current;
 //! - cache-core's read-only inspection (`inspect/`): shows a file as stored and reports the
 //!   gate it would apply separately (`GateVerdict`);
 //! - xtask's golden-file check: decodes committed expected outputs to compare them.
@@ -52,7 +52,7 @@ pub fn decode_snapshot_counted(snap: &Snapshot<'_>) -> Result<(CacheData, u64), 
     match snap.format {
         // Format 2 added an optional candidate field that a format 1 payload lacks: one
         // decoder reads both.
-        FormatVersion::V1 | FormatVersion::V2 | FormatVersion::V3 => {
+        FormatVersion::V1 | FormatVersion::V2 | FormatVersion::V3 | FormatVersion::V4 => {
             wire::decode_payload_counted(snap.payload_bytes(), "payload")
         }
     }
@@ -70,7 +70,7 @@ pub fn payload_value(bytes: &[u8], limits: &Limits) -> Result<rmpv::Value, Forma
 /// again.
 pub fn decode_snapshot(snap: &Snapshot<'_>) -> Result<CacheData, FormatError> {
     match snap.format {
-        FormatVersion::V1 | FormatVersion::V2 | FormatVersion::V3 => {
+        FormatVersion::V1 | FormatVersion::V2 | FormatVersion::V3 | FormatVersion::V4 => {
             wire::decode_payload(snap.payload_bytes(), "payload")
         }
     }

@@ -73,6 +73,8 @@ pub(crate) struct JournalHeaderV1 {
     pub(crate) app: String,
     pub(crate) schema: u32,
     pub(crate) base: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) nonce: Option<u64>,
 }
 
 // ---- serialization (borrowing) ----

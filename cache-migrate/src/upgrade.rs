@@ -35,7 +35,7 @@ pub fn upgrade(
     limits: &Limits,
 ) -> Result<Upgraded, MigrateError> {
     registry.check(app, schema)?;
-    if format == FormatVersion::CURRENT && schema == registry.current() {
+    if format.is_current_payload() && schema == registry.current() {
         return Ok(Upgraded {
             data: cache_format::raw::decode_payload(payload, limits)?,
             report: None,
@@ -43,7 +43,7 @@ pub fn upgrade(
     }
     // Declarative steps on data that decodes as it is: applied to the typed model, with the
     // same result and report as below (typed.rs says when it declines).
-    if format == FormatVersion::CURRENT
+    if format.is_current_payload()
         && let Some(up) = crate::typed::upgrade_typed(registry, schema, payload, limits)
     {
         return Ok(up);
@@ -62,7 +62,7 @@ pub fn upgrade_snapshot(
 ) -> Result<Upgraded, MigrateError> {
     let (app, schema) = (snap.header.app.as_str(), snap.header.schema);
     registry.check(app, schema)?;
-    if snap.format == FormatVersion::CURRENT && schema == registry.current() {
+    if snap.format.is_current_payload() && schema == registry.current() {
         return Ok(Upgraded {
             data: cache_format::raw::decode_snapshot(snap)?,
             report: None,
@@ -70,7 +70,7 @@ pub fn upgrade_snapshot(
     }
     // Declarative steps on the typed model, decoding without a second scan; declines go to
     // the view as in `upgrade`.
-    if snap.format == FormatVersion::CURRENT
+    if snap.format.is_current_payload()
         && registry
             .path(schema)
             .is_ok_and(|p| p.iter().all(|s| s.ops().is_some()))
@@ -101,11 +101,13 @@ pub fn upgrade_view(
     limits: &Limits,
 ) -> Result<Upgraded, MigrateError> {
     let value = cache_format::raw::payload_value(payload, limits)?;
-    // Container format steps lift the payload to the current format's layout first.
+    // Container format steps lift the payload to the current payload layout first (format 4
+    // changed the file around the payload, not the payload: its step is the file's, which the
+    // store reports when it rewrites an older file as a table).
     let (value, format_steps) = lift_format(
         FORMAT_STEPS,
-        format.number(),
-        FormatVersion::CURRENT.number(),
+        format.number().min(FormatVersion::CURRENT_PAYLOAD.number()),
+        FormatVersion::CURRENT_PAYLOAD.number(),
         value,
     )?;
     let mut view = PayloadView::from_value(value)?;

@@ -224,7 +224,12 @@ fn export_then_import_carries_every_entry() {
 #[test]
 fn an_import_writes_the_snapshot_of_the_model_its_lines_make() {
     use cache_format::json::{ImportOrigin, parse_lines};
-    use cache_format::{Limits, encode_snapshot, raw::decode_snapshot, read_snapshot};
+    use cache_format::{CacheData, Limits};
+    let data_of = |path: &std::path::Path| -> CacheData {
+        cache_core::inspect(path, &Limits::default(), None)
+            .expect("reads")
+            .data()
+    };
     let (dir, path) = file();
     let input = dir.path().join("in.jsonl");
     let mut lines = String::new();
@@ -247,33 +252,30 @@ fn an_import_writes_the_snapshot_of_the_model_its_lines_make() {
     let o = tunecache(&path, &["import", input.to_str().expect("utf-8")]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let bytes = std::fs::read(&path).expect("written");
-    let app = read_snapshot(&bytes, &Limits::default())
-        .expect("reads")
-        .header
-        .app;
+    let app = cache_format::table::Table::open(bytes.clone(), &Limits::default())
+        .expect("a table")
+        .head()
+        .app
+        .clone();
     assert_eq!(
         bytes,
-        encode_snapshot(&app, 1, &model),
-        "the model's snapshot"
+        cache_format::table::table_bytes(&app, 1, None, &model),
+        "the model's table"
     );
     // Into a file that has entries: the merge of both.
     let (_d2, other) = file();
     put(&other, "tiled", "1200");
-    let before = decode_snapshot(
-        &read_snapshot(&std::fs::read(&other).expect("file"), &Limits::default()).expect("reads"),
-    )
-    .expect("decodes");
+    let before = data_of(&other);
     let o = tunecache(&other, &["import", input.to_str().expect("utf-8")]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let o = tunecache(&other, &["verify"]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let after_bytes = std::fs::read(&other).expect("file");
-    let after = decode_snapshot(&read_snapshot(&after_bytes, &Limits::default()).expect("reads"));
+    let after = data_of(&other);
     let mut expected = before;
     expected.merge(model);
     let journal = other.with_extension("tcache.journal");
     if !journal.exists() {
-        assert_eq!(after.expect("decodes"), expected);
+        assert_eq!(after, expected);
     } else {
         // Appended as a journal record: the entries as the library reads them.
         let stats: serde_json::Value =

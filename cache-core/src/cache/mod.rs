@@ -8,17 +8,19 @@
 //! queue is emptied only by a save that succeeded, so a failure never loses a result.
 //!
 //! When a caller may wait on I/O, and for how long (ARCHITECTURE.md, "The I/O promise"):
-//! - `get` of an entry in memory: never, once the entry is decoded. An entry of the snapshot
-//!   still kept in the file (`lazy`) costs one bounded read (`pread` of its own bytes) the
-//!   first time it is used. A key memory lacks goes to the lower tiers in order, each within
-//!   its own budget (the system tier reads memory only; the shared tier one round trip).
-//!   [`Cache::get_in_memory`] says which of these a lookup would be, without doing any.
-//! - `entries`: one read of the snapshot if entries are still kept there.
+//! - `get` of an entry memory holds whole: never. The first use of a key (or of one whose
+//!   entry another process changed since) reads the file: the table's nodes on the key's path
+//!   and its entry, a few `pread`s, each block checked (`file.rs`). A key the file lacks goes to
+//!   the lower tiers in order, each within its own budget (the system tier reads its files a
+//!   key at a time; the shared tier one round trip). [`Cache::get_in_memory`] says which of
+//!   these a lookup would be, without doing any.
+//! - `entries`, `len`: a walk of the scope's part of the table.
 //! - `flush`, `flush_within`, `close` and drop: at most the flush timeout (and each tier's
 //!   own close budget); `refresh` the flush timeout; `claim` the wait it is given.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -43,16 +45,6 @@ pub enum Mode {
     ReadOnly,
     /// Keeps results in memory only.
     Memory,
-}
-
-/// What [`Cache::import`] took and left out.
-#[derive(Debug, Default)]
-pub struct Imported {
-    /// Entries taken.
-    pub taken: usize,
-    /// Why the others were left out: `StoreError::InvalidNamespace` once per namespace,
-    /// `StoreError::Refused` once per entry.
-    pub refused: Vec<StoreError>,
 }
 
 /// What [`Cache::get_in_memory`] found.
@@ -91,6 +83,9 @@ struct State {
     /// Keys of the current scope changed in memory and not yet durable; the saver reads
     /// their merged entries from memory when it writes, so `put` copies nothing.
     dirty: HashSet<(Namespace, Fingerprint)>,
+    /// Keys of the current scope this process recorded: written again if the file is replaced
+    /// by one that may lack them (an old copy restored).
+    own: HashSet<(Namespace, Fingerprint)>,
     /// Entries of other scopes waiting to be written (imports).
     other: CacheData,
     put_seq: u64,
@@ -127,9 +122,16 @@ pub(crate) struct Shared {
     registry: Arc<cache_migrate::Migrations>,
     /// What every reader accepts: an entry beyond it is refused where it enters.
     limits: cache_format::Limits,
-    /// Entries of the other scopes in the file (another GPU, an older driver): not for the
-    /// hot path, but for warm starts after an upgrade.
+    /// Entries of the other scopes (another GPU, an older driver) that a file read whole had
+    /// (an older format) or that wait to be saved (imports): not for the hot path, but for
+    /// warm starts after an upgrade. A table's are read from it when asked for.
     others: Mutex<CacheData>,
+    /// The file as lookups read it, published by the saver (see `file.rs`).
+    file: arc_swap::ArcSwapOption<file::FileView>,
+    /// The background rewrite of the file, if one runs (see `compact.rs`).
+    compactor: Mutex<Option<compactor::Running>>,
+    /// The epoch of the latest publication of `file`.
+    file_epoch: AtomicU64,
     scope: Scope,
     path: Option<PathBuf>,
     /// How long the saver gathers changes, waits for the lock, lets `flush` wait, refreshes
@@ -171,13 +173,15 @@ impl std::fmt::Debug for Cache {
     }
 }
 
+mod compactor;
+mod file;
 mod notice;
 mod open;
 mod queue;
 pub(crate) mod system;
 mod tiers;
 
-pub use queue::check_entry;
+pub use queue::{Imported, check_entry};
 mod saver;
 
 use notice::Notice;
@@ -209,19 +213,27 @@ impl Cache {
         self.shared.path.as_deref()
     }
 
-    /// Number of entries of the current scope in memory.
+    /// Number of entries of the current scope: the file's and those recorded here since.
+    /// Counts from the table's directory, and looks up the keys memory and the journal hold.
     pub fn len(&self) -> usize {
-        self.shared.memory.len()
+        self.shared.count()
     }
 
-    /// Whether there are no entries in memory.
+    /// Whether the current scope has no entries.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Every entry of the current scope, by namespace and fingerprint.
+    /// Every entry of the current scope, by namespace and fingerprint: a walk of the file's
+    /// part for this scope (each entry read once, not kept) joined with what memory holds.
     pub fn entries(&self) -> Vec<(Namespace, Arc<Entry>)> {
-        self.shared.memory.snapshot()
+        self.shared.all_entries(None)
+    }
+
+    /// Every entry of namespace `ns` in the current scope (as [`Cache::entries`], walking only
+    /// that namespace's part of the file).
+    pub fn entries_of(&self, ns: Namespace) -> Vec<(Namespace, Arc<Entry>)> {
+        self.shared.all_entries(Some(ns))
     }
 
     /// Claims the key `fp` of `ns` across the processes that share this cache's file, waiting
@@ -241,15 +253,7 @@ impl Cache {
     /// The entries recorded for `fp` in `ns` under scopes other than the current one (the
     /// same device with an older driver, another device), for warm starts.
     pub fn lookup_other_scopes(&self, ns: Namespace, fp: &Fingerprint) -> Vec<(Scope, Entry)> {
-        let others = lock(&self.shared.others);
-        others
-            .scopes()
-            .filter_map(|(scope, data)| {
-                data.namespace(ns.name())
-                    .and_then(|entries| entries.get(fp))
-                    .map(|e| (scope.clone(), e.clone()))
-            })
-            .collect()
+        self.shared.other_scopes(ns, fp)
     }
 
     /// Reads what other processes recorded since the last read, now, waiting a bounded time
@@ -290,27 +294,28 @@ impl Cache {
         }
     }
 
-    /// What [`Store::get`] would find, found without any I/O: the entry if it is decoded in
-    /// memory (or in a tier that reads memory only, the system tier), a definite miss if none
-    /// of those has it and there is no other tier to ask, and [`MemoryLookup::NeedsIo`]
-    /// otherwise (an entry still kept in the file, or a tier with a time budget to ask).
-    /// A binding that holds a lock of its own around calls (Python's GIL) releases it only
-    /// for the last case.
+    /// What [`Store::get`] would find, found without any I/O: the entry if memory holds it
+    /// whole, a definite miss if neither memory, the file nor any tier can have it, and
+    /// [`MemoryLookup::NeedsIo`] otherwise (the file to read, or a tier to ask). A binding that
+    /// holds a lock of its own around calls (Python's GIL) releases it only for the last case.
     #[inline]
     pub fn get_in_memory(&self, ns: Namespace, fp: &Fingerprint) -> MemoryLookup {
         match self.shared.memory.resident(ns, fp) {
-            Resident::Ready(e) => MemoryLookup::Hit(e),
-            // Tiers with no time budget (the system tier) read memory only: ask them.
-            Resident::Absent if self.shared.tiers.iter().all(|t| t.budget().is_zero()) => {
-                match self.shared.tiers.is_empty() {
-                    true => MemoryLookup::Miss,
-                    false => self
-                        .shared
+            Resident::Complete(e) => MemoryLookup::Hit(e),
+            Resident::Partial => MemoryLookup::NeedsIo,
+            Resident::Unknown if self.shared.file_has_more() => MemoryLookup::NeedsIo,
+            Resident::Absent | Resident::Unknown => {
+                // Tiers with no time budget read memory only: ask them.
+                if self.shared.tiers.is_empty() {
+                    MemoryLookup::Miss
+                } else if self.shared.tiers.iter().all(|t| t.budget().is_zero()) {
+                    self.shared
                         .miss(ns, fp)
-                        .map_or(MemoryLookup::Miss, MemoryLookup::Hit),
+                        .map_or(MemoryLookup::Miss, MemoryLookup::Hit)
+                } else {
+                    MemoryLookup::NeedsIo
                 }
             }
-            Resident::Absent | Resident::Stored => MemoryLookup::NeedsIo,
         }
     }
 
@@ -325,53 +330,6 @@ impl Cache {
     /// the tiers had.
     pub fn prefetch(&self, ns: Namespace, fps: &[Fingerprint]) -> usize {
         self.shared.prefetch(ns, fps)
-    }
-
-    /// Queues entries of any scope for saving (e.g. an import); entries of the current scope
-    /// are also merged into memory. An entry in a namespace whose name is not valid
-    /// ([`Namespace::new`]), or that no reader would accept ([`check_entry`]), is left out and
-    /// said in the result, one error per namespace or entry; the others are taken. A caller
-    /// that wants all or nothing checks first ([`crate::ImportLines`] does).
-    pub fn import(&self, data: CacheData) -> Imported {
-        let mut imported = Imported::default();
-        let mut mine = Vec::new();
-        let mut others = CacheData::new();
-        for (scope, data) in data.into_scopes() {
-            for (ns_name, entries) in data.into_namespaces() {
-                let ns = match Namespace::new(&ns_name) {
-                    Ok(ns) => ns,
-                    Err(e) => {
-                        imported.refused.push(e);
-                        continue;
-                    }
-                };
-                for entry in entries.into_values() {
-                    if let Err(reason) = self.shared.admissible(&scope, &ns_name, &entry) {
-                        imported.refused.push(StoreError::Refused {
-                            namespace: ns_name.clone(),
-                            reason,
-                        });
-                        continue;
-                    }
-                    imported.taken += 1;
-                    if scope == self.shared.scope {
-                        mine.push((ns, entry));
-                    } else {
-                        others.insert(&scope, &ns_name, entry);
-                    }
-                }
-            }
-        }
-        self.shared.clamp(mine.iter_mut().map(|(_, e)| e));
-        let keys: Vec<_> = mine.iter().map(|(ns, e)| (*ns, e.fingerprint())).collect();
-        self.shared.offer(&keys);
-        self.shared.memory.merge_many(mine);
-        lock(&self.shared.others).merge(others.clone());
-        let mut st = lock(&self.shared.state);
-        st.dirty.extend(keys);
-        st.other.merge(others);
-        self.shared.mark_dirty(&mut st);
-        imported
     }
 
     /// Before measuring a key of `ns` that neither this cache nor any tier has: the first
@@ -407,7 +365,7 @@ impl Cache {
         // an earlier run that never reached the tier.
         let held: Vec<(Namespace, Fingerprint)> = fps
             .iter()
-            .filter(|fp| self.shared.memory.get(ns, fp).is_some())
+            .filter(|fp| self.shared.local(ns, fp).is_some())
             .map(|fp| (ns, *fp))
             .collect();
         self.shared.offer(&held);
@@ -501,6 +459,7 @@ impl Cache {
 
     fn stop(&mut self) {
         self.stop_saver();
+        self.shared.stop_compactor();
         // Each tier makes its last attempt within its own budget.
         for tier in &self.shared.tiers {
             tier.close();
@@ -548,7 +507,12 @@ impl Drop for Cache {
 impl Store for Cache {
     #[inline]
     fn get(&self, ns: Namespace, fp: &Fingerprint) -> Option<Arc<Entry>> {
-        match self.shared.memory.get(ns, fp) {
+        let found = match self.shared.memory.resident(ns, fp) {
+            Resident::Complete(e) => return Some(e),
+            Resident::Absent => None,
+            Resident::Partial | Resident::Unknown => self.shared.read_file(ns, fp),
+        };
+        match found {
             Some(e) => Some(e),
             None if self.shared.tiers.is_empty() => None,
             None => self.shared.miss(ns, fp),
@@ -586,6 +550,7 @@ impl Store for Cache {
         self.shared.memory.merge(ns, entry);
         self.shared.offer(&[(ns, fp)]);
         let mut st = lock(&self.shared.state);
+        st.own.insert((ns, fp));
         st.dirty.insert((ns, fp));
         self.shared.mark_dirty(&mut st);
         Ok(())

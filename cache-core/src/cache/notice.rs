@@ -132,6 +132,34 @@ impl Notice {
         Notice::warn(key, format!("tunecache could not save yet: {e}"))
     }
 
+    /// A background rewrite of the file put its copy in place.
+    pub(super) fn compacted(dropped: usize) -> Self {
+        Notice::debug(match dropped {
+            0 => "tunecache rewrote its cache file (a compaction)".to_owned(),
+            n => format!(
+                "tunecache rewrote its cache file (a compaction), dropping {n} entries past its retention limits"
+            ),
+        })
+    }
+
+    /// A background rewrite was dropped, changing nothing.
+    pub(super) fn compaction_dropped(why: &str) -> Self {
+        Notice::debug(format!(
+            "tunecache dropped a rewrite of its cache file: {why}"
+        ))
+    }
+
+    /// A background rewrite failed, changing nothing; a later save starts another.
+    pub(super) fn compaction_failed(e: &StoreError) -> Self {
+        Notice::warn(
+            format!(
+                "compaction:{}",
+                Notice::save_failed(e).key.unwrap_or_default()
+            ),
+            format!("tunecache could not rewrite its cache file (it stays as it is): {e}"),
+        )
+    }
+
     pub(super) fn refresh_failed(e: &StoreError) -> Self {
         Notice::debug(format!("tunecache refresh failed: {e}"))
     }
@@ -179,8 +207,25 @@ impl Notice {
         )
     }
 
-    /// One condition for all unusable namespaces: a file with thousands gives one line (and
-    /// a count when the cache closes).
+    /// An entry of the cache file could not be read (a damaged block, a file changed in place):
+    /// one warning per entry, naming the file and the entry.
+    pub(super) fn damaged_entry(
+        path: &Path,
+        ns: &str,
+        key: &cache_format::table::TKey,
+        why: &str,
+    ) -> Self {
+        // One condition per damage: the entries under one damaged node give one line.
+        Notice::warn(
+            format!("damaged:{}:{why}", path.display()),
+            format!(
+                "tunecache: the entry {} of namespace {ns:?} in {} cannot be read ({why}); it is treated as missing and will be measured again (`tunecache verify` lists every damaged entry)",
+                key.key(),
+                path.display()
+            ),
+        )
+    }
+
     /// The cache's path (or its journal or lock) is not a regular file. `link` is the path
     /// as given, when it is a symbolic link to the one `e` names.
     pub(super) fn not_a_file(e: &StoreError, link: Option<&Path>) -> Self {
@@ -193,6 +238,8 @@ impl Notice {
         )
     }
 
+    /// One condition for all unusable namespaces: a file with thousands gives one line (and
+    /// a count when the cache closes).
     pub(super) fn unusable_namespace(ns: &str) -> Self {
         Notice::warn(
             "unusable-namespace",
@@ -239,6 +286,19 @@ impl Notice {
                 format!("damaged:{}", path.display()),
                 format!(
                     "tunecache: skipped {count} damaged records in {}{}",
+                    path.display(),
+                    kept_at(kept.as_deref())
+                ),
+            )],
+            Event::DamagedTable {
+                path,
+                problems,
+                first,
+                kept,
+            } => vec![Notice::warn(
+                format!("damaged-table:{}", path.display()),
+                format!(
+                    "tunecache: {} had {problems} damaged blocks ({first}); what could be read was written again and the rest is lost{}",
                     path.display(),
                     kept_at(kept.as_deref())
                 ),

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use cache_format::{CacheData, Scope};
+use cache_format::CacheData;
 use cache_migrate::Migrations;
 
 use super::notice::Notice;
@@ -279,6 +279,9 @@ fn construct(
             registry: Arc::clone(registry),
             limits: builder.limits,
             others: Mutex::new(CacheData::new()),
+            file: arc_swap::ArcSwapOption::empty(),
+            compactor: Mutex::new(None),
+            file_epoch: std::sync::atomic::AtomicU64::new(0),
             scope: builder.scope.clone(),
             path,
             timings: Timings {
@@ -302,6 +305,7 @@ impl State {
     fn new() -> Self {
         State {
             dirty: HashSet::new(),
+            own: HashSet::new(),
             other: CacheData::new(),
             put_seq: 0,
             durable_seq: 0,
@@ -347,7 +351,7 @@ impl Shared {
     /// The first read of the file (see [`open_read`]); false if the file must not be used
     /// (the cache then stays in memory).
     fn first_read(&self, disk: &mut Disk, mode: Mode) -> bool {
-        match open_read(disk, mode == Mode::Persistent, &self.scope) {
+        match open_read(disk, mode == Mode::Persistent) {
             Ok(reads) => {
                 for inc in reads {
                     self.absorb(inc, mode == Mode::Persistent);
@@ -391,16 +395,15 @@ impl Shared {
     }
 }
 
-/// The first read of [`Cache::open`]: an unlocked read (so other writers are not held up
-/// while a large file is decoded), then, with `writable` and the lock free right now, a
-/// locked reconcile: read what changed since (usually nothing) and make the repairs a locked
-/// read makes (cut a torn tail, remove a stale journal or leftover temporaries). A read that
-/// found damage is redone whole under the lock, so the damage is kept aside and reported
-/// once, as a locked read does. With the lock busy, the saver repairs once it has it.
-/// Returns the reads to absorb, in order.
-fn open_read(disk: &mut Disk, writable: bool, scope: &Scope) -> Result<Vec<Incoming>, Failure> {
-    // The snapshot's entries of this scope stay in the file until used (see `lazy`).
-    let first = disk.read_updates_keeping(false, Some(scope))?;
+/// The first read of [`Cache::open`]: an unlocked read (a table's fixed start, one commit and
+/// the journal, whatever the number of entries; a file of an older format whole), then, with
+/// `writable` and the lock free right now, a locked reconcile: read what changed since
+/// (usually nothing) and make the repairs a locked read makes (cut a torn tail, remove a
+/// stale journal or leftover temporaries). A read that found damage is redone whole under
+/// the lock, so the damage is kept aside and reported once, as a locked read does. With the
+/// lock busy, the saver repairs once it has it. Returns the reads to absorb, in order.
+fn open_read(disk: &mut Disk, writable: bool) -> Result<Vec<Incoming>, Failure> {
+    let first = disk.read_updates(false)?;
     let held = if writable {
         CacheLock::try_acquire(&disk.paths.lock, &disk.paths.dir)
             .ok()

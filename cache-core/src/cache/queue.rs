@@ -1,7 +1,6 @@
 //! The save queue: which entries changed and wait for the saver, and how what a read found
 //! comes into memory. Callers and the saver meet here, under the state lock, for moments.
 
-use std::collections::HashMap;
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
@@ -11,8 +10,67 @@ use super::notice::Notice;
 use super::{Shared, State, lock};
 use crate::disk::Incoming;
 use crate::error::{Refusal, StoreError};
-use crate::lazy::StoredEntry;
 use crate::namespace::Namespace;
+
+/// What [`Cache::import`](super::Cache::import) took and left out.
+#[derive(Debug, Default)]
+pub struct Imported {
+    /// Entries taken.
+    pub taken: usize,
+    /// Why the others were left out: `StoreError::InvalidNamespace` once per namespace,
+    /// `StoreError::Refused` once per entry.
+    pub refused: Vec<StoreError>,
+}
+
+impl super::Cache {
+    /// Queues entries of any scope for saving (e.g. an import); entries of the current scope
+    /// are also merged into memory. An entry in a namespace whose name is not valid
+    /// ([`Namespace::new`]), or that no reader would accept ([`check_entry`]), is left out and
+    /// said in the result, one error per namespace or entry; the others are taken. A caller
+    /// that wants all or nothing checks first ([`crate::ImportLines`] does).
+    pub fn import(&self, data: CacheData) -> Imported {
+        let mut imported = Imported::default();
+        let mut mine = Vec::new();
+        let mut others = CacheData::new();
+        for (scope, data) in data.into_scopes() {
+            for (ns_name, entries) in data.into_namespaces() {
+                let ns = match Namespace::new(&ns_name) {
+                    Ok(ns) => ns,
+                    Err(e) => {
+                        imported.refused.push(e);
+                        continue;
+                    }
+                };
+                for entry in entries.into_values() {
+                    if let Err(reason) = self.shared.admissible(&scope, &ns_name, &entry) {
+                        imported.refused.push(StoreError::Refused {
+                            namespace: ns_name.clone(),
+                            reason,
+                        });
+                        continue;
+                    }
+                    imported.taken += 1;
+                    if scope == self.shared.scope {
+                        mine.push((ns, entry));
+                    } else {
+                        others.insert(&scope, &ns_name, entry);
+                    }
+                }
+            }
+        }
+        self.shared.clamp(mine.iter_mut().map(|(_, e)| e));
+        let keys: Vec<_> = mine.iter().map(|(ns, e)| (*ns, e.fingerprint())).collect();
+        self.shared.offer(&keys);
+        self.shared.memory.merge_many(mine);
+        lock(&self.shared.others).merge(others.clone());
+        let mut st = lock(&self.shared.state);
+        st.own.extend(keys.iter().copied());
+        st.dirty.extend(keys);
+        st.other.merge(others);
+        self.shared.mark_dirty(&mut st);
+        imported
+    }
+}
 
 impl Shared {
     /// Waits for the saver to signal, until `deadline` at most; `FlushTimeout(timeout)` once
@@ -76,42 +134,33 @@ impl Shared {
 
     /// Takes what a read found into memory, and reports its events once each.
     pub(super) fn absorb(&self, inc: Incoming, persistent: bool) {
+        let mirrors = inc.mirrors();
         let Incoming {
             data,
             salvaged,
-            stored,
             events,
             needs_rewrite,
             whole,
+            view,
         } = inc;
-        if whole && !self.memory.is_empty() {
-            // A file read whole again (another process compacted): it is compared with and
-            // merged into what memory holds, so the entries still in the old file are read
-            // back in one pass first rather than one by one.
-            self.memory.decode_stored();
+        // What lookups read changes first, then memory follows what changed in it.
+        let mut rewrite_own = false;
+        if let Some(view) = view {
+            rewrite_own = self.publish(view);
         }
         // A file read whole that lacks what this process acknowledged (an old copy restored,
         // another tool's rename): those entries are written again. A compaction by another
         // process holds them already, so it costs nothing.
         let lacking: Vec<(Namespace, Fingerprint)> =
-            if whole && persistent && !self.memory.is_empty() {
-                let kept: HashMap<(&str, Fingerprint), &StoredEntry> = stored
-                    .iter()
-                    .map(|(ns, fp, s)| ((ns.name(), *fp), &**s))
-                    .collect();
+            if whole && mirrors && persistent && !self.memory.is_empty() {
                 self.memory
                     .snapshot()
                     .into_iter()
                     .filter(|(ns, e)| {
                         let fp = e.fingerprint();
-                        let covered = match data.get(&self.scope, ns.name(), &fp) {
-                            Some(on_disk) => covers(on_disk, e),
-                            None => kept
-                                .get(&(ns.name(), fp))
-                                .and_then(|s| s.entry(ns.name(), &fp))
-                                .is_some_and(|on_disk| covers(&on_disk, e)),
-                        };
-                        !covered
+                        !data
+                            .get(&self.scope, ns.name(), &fp)
+                            .is_some_and(|on_disk| covers(on_disk, e))
                     })
                     .map(|(ns, e)| (ns, e.fingerprint()))
                     .collect()
@@ -122,9 +171,11 @@ impl Shared {
         let mut others = CacheData::new();
         for (scope, scope_data) in data.into_scopes().chain(salvaged.clone().into_scopes()) {
             if scope != self.scope {
-                for (ns, entries) in scope_data.into_namespaces() {
-                    for entry in entries.into_values() {
-                        others.insert(&scope, &ns, entry);
+                if mirrors {
+                    for (ns, entries) in scope_data.into_namespaces() {
+                        for entry in entries.into_values() {
+                            others.insert(&scope, &ns, entry);
+                        }
                     }
                 }
                 continue;
@@ -138,16 +189,28 @@ impl Shared {
             }
         }
         self.clamp(mine.iter_mut().map(|(_, e)| e));
-        self.memory.merge_many(mine);
-        self.memory.insert_stored(stored);
+        if mirrors {
+            // Memory mirrors a file read whole (an older format): everything comes in.
+            self.memory.merge_many(mine);
+        } else {
+            // A table's journal: what memory holds is brought up to date; the rest is read
+            // from the file when used.
+            self.memory.merge_held(mine);
+        }
         if !others.is_empty() {
             lock(&self.others).merge(others);
         }
-        if persistent && (needs_rewrite || !salvaged.is_empty() || !lacking.is_empty()) {
+        let requeue = persistent
+            && (needs_rewrite || !salvaged.is_empty() || !lacking.is_empty() || rewrite_own);
+        if requeue {
             let mut st = lock(&self.state);
             st.rewrite |= needs_rewrite;
             self.requeue(&mut st, salvaged);
             st.dirty.extend(lacking);
+            if rewrite_own {
+                let own: Vec<_> = st.own.iter().copied().collect();
+                st.dirty.extend(own);
+            }
             self.mark_dirty(&mut st);
         }
         for event in events {

@@ -9,7 +9,7 @@ use cache_format::CacheData;
 
 use super::notice::Notice;
 use super::{Mode, Shared, State, lock};
-use crate::disk::{Disk, Failure, Incoming};
+use crate::disk::{Changed, Disk, Failure, Incoming};
 use crate::error::StoreError;
 use crate::lock::CacheLock;
 
@@ -173,6 +173,9 @@ impl Shared {
                     drop(st);
                     let result = self.save_once(&mut disk, batch, job.rewrite);
                     let settled = self.settle(job, result);
+                    if matches!(settled, Settled::Saved) {
+                        self.maybe_compact(&disk);
+                    }
                     {
                         let mut st = lock(&self.state);
                         st.saving = false;
@@ -305,6 +308,13 @@ impl Shared {
             Ok(events) => {
                 drop(guard);
                 inc.events.extend(events);
+                // Lookups read what was just written (a new commit, the journal's new record);
+                // memory changes only for what the read before the write found.
+                let changed = inc
+                    .view
+                    .take()
+                    .map_or(Changed::Keys(Default::default()), |v| v.changed);
+                inc.view = Some(disk.view(changed));
                 Ok(inc)
             }
             Err(f) => {

@@ -1,50 +1,83 @@
 //! The read-only system tier: bundles or cache files shipped with an installation (a container
-//! image, a wheel), read once at open behind the user's own file. Nothing here locks, writes,
-//! repairs or moves them: a file that cannot be used is reported once and ignored. Lookups go
-//! memory (the user's file) → system → any other tier; the user's entries win. It is the
-//! first [`Tier`]: its entries are served as they are ([`Fill::Serve`]), never copied into the
-//! user's file.
+//! image, a wheel), behind the user's own file. A table (a bundle of version 3, or a format 4
+//! file at this build's versions) is opened in place, reading a few hundred bytes whatever
+//! its size, and read a key at a time like the user's own file; an older file is read once,
+//! whole. Nothing here locks, writes, repairs or moves them: a file that cannot be used is
+//! reported once and ignored. Lookups go memory (the user's file) → system → any other tier;
+//! the user's entries win. It is the first [`Tier`]: its entries are served as they are
+//! ([`Fill::Serve`]), never copied into the user's file.
 
 use std::any::Any;
 use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use cache_format::bundle::{BUNDLE_MARKER, read_bundle};
+use cache_format::bundle::{BUNDLE_MARKER, locate_table, read_bundle};
+use cache_format::table::{TKey, Table};
 use cache_format::{Entry, Fingerprint, Limits, Scope};
 use cache_migrate::Migrations;
 
-use crate::memory::MemoryStore;
+use crate::memory::{MemoryStore, Resident};
 use crate::namespace::Namespace;
+use crate::tablefile::{FileBytes, TableFile};
 use crate::tier::{Fill, Tier, TierHealth};
 
-/// The system files' entries of the cache's scope, in memory.
+/// The system files' entries of the cache's scope.
 #[derive(Debug)]
 pub(crate) struct SystemTier {
-    store: MemoryStore,
+    /// Tables read a key at a time, in the order given.
+    tables: Vec<Arc<TableFile>>,
+    /// The entries of files read whole (older formats or schemas).
+    whole: MemoryStore,
+    /// What lookups found in the tables (and keys they lack), kept.
+    found: MemoryStore,
+    scope: Scope,
     describe: String,
     ignored: u64,
+    entries: u64,
     hits: AtomicU64,
     misses: AtomicU64,
 }
 
+/// A system file, opened.
+enum Opened {
+    /// A table at this build's versions with entries of the scope.
+    Table(Box<TableFile>),
+    /// Entries of the scope, read whole.
+    Whole(Vec<(Namespace, Entry)>),
+}
+
 impl SystemTier {
-    /// Reads every file of `paths` once; `None` if none of them holds an entry of `scope`.
-    /// The strings are warnings about files that are not used, and why.
+    /// Opens every file of `paths`; `None` if none of them holds an entry of `scope`. The
+    /// strings are warnings about files that are not used, and why.
     pub(crate) fn load(
         paths: &[PathBuf],
         registry: &Migrations,
         limits: &Limits,
         scope: &Scope,
     ) -> (Option<SystemTier>, Vec<String>) {
-        let store = MemoryStore::new();
+        let whole = MemoryStore::new();
+        let mut tables = Vec::new();
         let mut notes = Vec::new();
+        let mut entries = 0u64;
         for p in paths {
-            match load(p, registry, limits, scope) {
-                Ok(entries) => {
-                    store.merge_many(entries);
+            match open(p, registry, limits, scope) {
+                Ok(Opened::Table(t)) => {
+                    let n = t
+                        .directory()
+                        .map_or(0, |d| d.entries_of(&scope.fingerprint()));
+                    // A file with nothing for this scope (another GPU's) is not asked.
+                    if n > 0 {
+                        entries += n;
+                        tables.push(Arc::from(t));
+                    }
+                }
+                Ok(Opened::Whole(found)) => {
+                    entries += found.len() as u64;
+                    whole.merge_many(found);
                 }
                 Err(why) => notes.push(format!(
                     "tunecache: the system file {} is ignored: {why}",
@@ -52,7 +85,7 @@ impl SystemTier {
                 )),
             }
         }
-        if store.is_empty() {
+        if tables.is_empty() && whole.is_empty() {
             return (None, notes);
         }
         let describe = paths
@@ -60,14 +93,49 @@ impl SystemTier {
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(":");
+        let found = MemoryStore::new();
+        found.set_backed(true);
         let tier = SystemTier {
-            store,
+            tables,
+            whole,
+            found,
+            scope: scope.clone(),
             describe,
             ignored: notes.len() as u64,
+            entries,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         };
         (Some(tier), notes)
+    }
+
+    /// The entry for `fp` in `ns`: the files read whole joined with every table's (read now,
+    /// then kept).
+    fn lookup(&self, ns: Namespace, fp: &Fingerprint) -> Option<Arc<Entry>> {
+        if self.tables.is_empty() {
+            return self.whole.get(ns, fp);
+        }
+        match self.found.resident(ns, fp) {
+            Resident::Complete(e) => return Some(e),
+            Resident::Absent => return None,
+            Resident::Partial | Resident::Unknown => {}
+        }
+        let key = TKey::of(&self.scope, ns.name(), fp);
+        let mut joined: Option<Entry> = self.whole.get(ns, fp).map(|e| Entry::clone(&e));
+        for t in &self.tables {
+            // A damaged block of a shipped file is a miss there; `tunecache verify` names it.
+            let Ok(Some(bytes)) = t.get(&key) else {
+                continue;
+            };
+            let Ok(e) = t.decode_entry(&key, ns.name(), &bytes) else {
+                continue;
+            };
+            match &mut joined {
+                Some(j) => j.merge(e),
+                None => joined = Some(e),
+            }
+        }
+        self.found.fill(ns, fp, joined, 0, &AtomicU64::new(0))
     }
 }
 
@@ -81,7 +149,12 @@ impl Tier for SystemTier {
     }
 
     fn budget(&self) -> Duration {
-        Duration::ZERO
+        // Files read whole are in memory; a table is read a key at a time: a few `pread`s.
+        if self.tables.is_empty() {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(50)
+        }
     }
 
     fn fill(&self) -> Fill {
@@ -89,7 +162,7 @@ impl Tier for SystemTier {
     }
 
     fn get_many(&self, ns: Namespace, fps: &[Fingerprint]) -> Vec<Arc<Entry>> {
-        let found: Vec<Arc<Entry>> = fps.iter().filter_map(|fp| self.store.get(ns, fp)).collect();
+        let found: Vec<Arc<Entry>> = fps.iter().filter_map(|fp| self.lookup(ns, fp)).collect();
         self.hits.fetch_add(found.len() as u64, Ordering::Relaxed);
         self.misses
             .fetch_add((fps.len() - found.len()) as u64, Ordering::Relaxed);
@@ -98,7 +171,7 @@ impl Tier for SystemTier {
 
     fn health(&self) -> TierHealth {
         let counters = BTreeMap::from([
-            ("entries".to_owned(), self.store.len() as u64),
+            ("entries".to_owned(), self.entries),
             ("hits".to_owned(), self.hits.load(Ordering::Relaxed)),
             ("misses".to_owned(), self.misses.load(Ordering::Relaxed)),
             ("files ignored".to_owned(), self.ignored),
@@ -119,18 +192,108 @@ impl Tier for SystemTier {
 /// `TUNECACHE_SYSTEM_PATH`: system files, separated by `:`.
 pub const ENV_SYSTEM_PATH: &str = "TUNECACHE_SYSTEM_PATH";
 
-/// The entries of `scope` in the system file at `path` (a bundle or a snapshot file), read
+/// Opens the system file at `path` (a bundle or a cache file) for the entries of `scope`,
 /// through the version gate and migration of `registry`; the error says why it is not used.
-fn load(
+fn open(
     path: &Path,
     registry: &Migrations,
     limits: &Limits,
     scope: &Scope,
-) -> Result<Vec<(Namespace, Entry)>, String> {
+) -> Result<Opened, String> {
     let file = crate::fsio::open_regular(path)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| "no such file".to_owned())?;
+    let file = Arc::new(file);
     let len = file.metadata().map_err(|e| e.to_string())?.len();
+    let mut prefix = vec![0u8; len.min(4096) as usize];
+    file.read_exact_at(&mut prefix, 0)
+        .map_err(|e| e.to_string())?;
+    let is_bundle = prefix.len() > 12 && prefix[2..10] == *BUNDLE_MARKER.as_bytes();
+    let region = if is_bundle {
+        match locate(&file, &prefix, len).map_err(|e| e.to_string())? {
+            Some(region) => Some(region),
+            None => return read_whole(&file, len, limits, registry, scope),
+        }
+    } else if cache_format::table::is_table(&prefix) {
+        Some((0, len))
+    } else {
+        None
+    };
+    let Some((offset, size)) = region else {
+        return read_whole(&file, len, limits, registry, scope);
+    };
+    let table = Table::open(FileBytes::region(Arc::clone(&file), offset, size), limits)
+        .map_err(|e| e.to_string())?;
+    let (app, schema) = (table.head().app.clone(), table.head().schema);
+    registry.check(&app, schema).map_err(|e| e.to_string())?;
+    if schema != registry.current() {
+        // An older schema: its keys may change, so it is read whole and migrated.
+        let raw = crate::disk::read_whole_table(&table).map_err(|e| e.to_string())?;
+        let up = cache_migrate::upgrade(
+            registry,
+            cache_format::FormatVersion::V4,
+            &app,
+            schema,
+            &cache_format::encode_payload(&raw),
+            limits,
+        )
+        .map_err(|e| e.to_string())?;
+        return Ok(Opened::Whole(of_scope(&up.data, scope)));
+    }
+    Ok(Opened::Table(Box::new(table)))
+}
+
+/// Where the table of a version 3 bundle is; `None` for an older bundle (read whole).
+fn locate(
+    file: &std::fs::File,
+    prefix: &[u8],
+    len: u64,
+) -> Result<Option<(u64, u64)>, cache_format::FormatError> {
+    let mut head = prefix.to_vec();
+    loop {
+        match locate_table(&head) {
+            Ok(Ok((offset, size))) if offset + size <= len => return Ok(Some((offset, size))),
+            Ok(Ok(_)) => {
+                return Err(cache_format::FormatError::Truncated {
+                    what: "bundle",
+                    offset: 0,
+                    needed: len + 1,
+                    available: len,
+                });
+            }
+            Ok(Err(needed)) if needed > head.len() as u64 && needed <= len.min(64 << 20) => {
+                head = vec![0u8; needed as usize];
+                file.read_exact_at(&mut head, 0).map_err(|_| {
+                    cache_format::FormatError::Truncated {
+                        what: "bundle",
+                        offset: 0,
+                        needed,
+                        available: len,
+                    }
+                })?;
+            }
+            Ok(Err(needed)) => {
+                return Err(cache_format::FormatError::Truncated {
+                    what: "bundle",
+                    offset: 0,
+                    needed,
+                    available: len,
+                });
+            }
+            Err(cache_format::FormatError::Malformed { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A system file of an older format (or bundle version), read whole.
+fn read_whole(
+    file: &std::fs::File,
+    len: u64,
+    limits: &Limits,
+    registry: &Migrations,
+    scope: &Scope,
+) -> Result<Opened, String> {
     if len > limits.max_file_bytes {
         return Err(format!(
             "{len} bytes, over the limit of {}",
@@ -140,7 +303,7 @@ fn load(
     let mut bytes = Vec::with_capacity(len as usize);
     // Bounded even if the file grows after its size was read.
     std::io::Read::read_to_end(
-        &mut std::io::Read::take(&file, limits.max_file_bytes),
+        &mut std::io::Read::take(file, limits.max_file_bytes),
         &mut bytes,
     )
     .map_err(|e| e.to_string())?;
@@ -156,6 +319,11 @@ fn load(
     let data = cache_migrate::upgrade_snapshot(registry, &snap, limits)
         .map_err(|e| e.to_string())?
         .data;
+    Ok(Opened::Whole(of_scope(&data, scope)))
+}
+
+/// The entries of `scope` in `data`.
+fn of_scope(data: &cache_format::CacheData, scope: &Scope) -> Vec<(Namespace, Entry)> {
     let mut out = Vec::new();
     for (s, ns, entry) in data.entries() {
         if s == scope
@@ -164,7 +332,7 @@ fn load(
             out.push((ns, entry.clone()));
         }
     }
-    Ok(out)
+    out
 }
 
 /// The system files named by `TUNECACHE_SYSTEM_PATH`.

@@ -1,55 +1,56 @@
 //! Appending one record without reading the cache: what a one-shot writer (`tunecache put`)
-//! needs, at a cost that does not depend on the size of the snapshot.
+//! needs, at a cost that does not depend on the size of the table.
 
-use std::io::Read;
+use std::sync::Arc;
 
-use cache_format::{CacheData, FormatVersion, peek_header, read_journal_header, scan_records};
+use cache_format::{CacheData, FormatVersion, read_journal_header, scan_records};
 use cache_migrate::Gate;
 
-use super::{Cursor, Disk, Failure, JournalState, SnapState};
+use super::{Base, Cursor, Disk, Failure, JournalState, TableState};
 use crate::fsio::{self, FileId};
+use crate::tablefile;
 
 impl Disk {
-    /// Under the lock: appends `batch` as one journal record after reading only the
-    /// snapshot's header and the journal's framing (checksums, no decoding). Returns
+    /// Under the lock: appends `batch` as one journal record after reading only the table's
+    /// fixed start and commit and the journal's framing (checksums, no decoding). Returns
     /// `Ok(Err(why))`, having written nothing, when the file needs more than an append (no
-    /// snapshot yet, another format or schema, a damaged or stale journal, a compaction due):
-    /// the caller then takes the full path, which reads, repairs, migrates and compacts.
+    /// table yet, an older format, another schema, a damaged or stale journal, a fold due):
+    /// the caller then takes the full path, which reads, repairs, migrates and folds.
     pub(crate) fn append_unread(
         &mut self,
         batch: &CacheData,
     ) -> Result<Result<(), &'static str>, Failure> {
         let limits = self.options.limits;
-        let Some(meta) = fsio::stat(&self.paths.snapshot)? else {
+        let path = &self.paths.snapshot;
+        let Some(file) = fsio::open_regular(path)? else {
             return Ok(Err("no cache file yet"));
         };
-        let Some(file) = fsio::open_regular(&self.paths.snapshot)? else {
-            return Ok(Err("no cache file yet"));
+        let id = FileId::of(
+            &file
+                .metadata()
+                .map_err(|e| crate::StoreError::io("inspect", path, e))?,
+        );
+        if !tablefile::starts_as_table(&file).map_err(|e| crate::StoreError::io("read", path, e))? {
+            return Ok(Err("the file is of an older format"));
+        }
+        let Ok(table) = tablefile::open(Arc::new(file), &limits) else {
+            return Ok(Err("the cache file cannot be read"));
         };
-        let mut prefix = Vec::new();
-        file.take(limits.max_header_bytes + 64)
-            .read_to_end(&mut prefix)
-            .map_err(|e| crate::StoreError::io("read", &self.paths.snapshot, e))?;
-        let Ok((format, header)) = peek_header(&prefix, &limits) else {
-            return Ok(Err("the snapshot's header cannot be read"));
-        };
-        if format != FormatVersion::CURRENT
-            || !matches!(
-                self.registry.gate(&header.app, header.schema),
-                Gate::Current
-            )
-        {
+        let (app, schema) = (&table.head().app, table.head().schema);
+        if !matches!(self.registry.gate(app, schema), Gate::Current) {
             return Ok(Err("the file is not at this build's versions"));
         }
-        let snapshot_len = meta.len();
+        let lineage = table.lineage();
         let mut cursor = Cursor {
-            snapshot: Some(SnapState {
-                id: FileId::of(&meta),
-                generation: header.generation,
+            base: Some(Base::Table(TableState {
+                id,
+                table: Arc::new(table),
                 migrated_from: None,
-            }),
+            })),
             journal: None,
+            journal_data: Arc::new(CacheData::new()),
         };
+        let record = self.checked_record(batch)?;
         if let Some((bytes, id)) = fsio::read_with_id(&self.paths.journal, limits.max_file_bytes)? {
             let Ok(bytes) = bytes else {
                 return Ok(Err("the journal is too large"));
@@ -57,10 +58,10 @@ impl Disk {
             let Ok((jformat, jheader, start)) = read_journal_header(&bytes, &limits) else {
                 return Ok(Err("the journal's header cannot be read"));
             };
-            if jheader.base != header.generation
+            if jheader.base != lineage
                 || jformat != FormatVersion::CURRENT
-                || jheader.app != header.app
-                || jheader.schema != header.schema
+                || jheader.app != *self.registry.app()
+                || jheader.schema != self.registry.current()
             {
                 return Ok(Err("the journal needs repair or rewriting"));
             }
@@ -68,18 +69,15 @@ impl Disk {
             if !scan.damaged.is_empty() || scan.end != bytes.len() {
                 return Ok(Err("the journal needs repair"));
             }
-            let budget = self
-                .options
-                .compact_min_bytes
-                .max((snapshot_len as f64 * self.options.compact_ratio) as u64);
-            if bytes.len() as u64 > budget {
-                return Ok(Err("a compaction is due"));
+            if (bytes.len() + record.len()) as u64 > self.options.compact_min_bytes {
+                return Ok(Err("a fold is due"));
             }
             let mut state = JournalState::new(id, jformat, jheader, &bytes[..start]);
             state.offset = bytes.len() as u64;
             cursor.journal = Some(state);
+        } else if record.len() as u64 > self.options.compact_min_bytes {
+            return Ok(Err("a fold is due"));
         }
-        let record = self.checked_record(batch)?;
         self.cursor = cursor;
         self.append(&record)?;
         Ok(Ok(()))

@@ -1,38 +1,47 @@
-//! The disk tier: a snapshot file plus an append-only journal beside it, read incrementally
-//! and written under the cross-process lock.
+//! The disk tier: a cache file (a table, format 4) plus an append-only journal beside it, read
+//! incrementally and written under the cross-process lock.
 //!
 //! Files, for a cache at `<file>`:
-//! - `<file>`: the snapshot (cache-format envelope), replaced atomically on compaction;
-//! - `<file>.journal`: records appended since that snapshot, bound to it by generation;
+//! - `<file>`: the table (cache-format's `table`): opened by reading its fixed start and one
+//!   commit, then read a block at a time as keys are used; written by appending a commit
+//!   (a *fold* of the journal), or replaced atomically by a rewrite;
+//! - `<file>.journal`: records appended since the last fold, bound to the table's lineage and
+//!   kept under a bound in absolute size, so what an open replays does not grow with the cache;
 //! - `<file>.lock`: the lock file (see `lock`).
 //!
-//! Every read goes through [`cache_migrate::upgrade`], so the version gate and migration
-//! apply identically to the load at start-up, to the incremental refresh, and to the read
-//! that merge-on-save does under the lock. Nothing here touches a file without the lock,
-//! except reading; an unusable file is renamed aside (quarantined), never overwritten.
+//! A file of an older format (1 to 3: one msgpack snapshot) is read whole, as before, and
+//! rewritten as a table by the first writer. Every read goes through the version gate and
+//! migration ([`cache_migrate::upgrade`], or the table's header checked against the same
+//! registry), identically at start-up, at a refresh, and in the read a save makes under the
+//! lock. Nothing here touches a file without the lock, except reading; an unusable file is
+//! renamed aside (quarantined), never overwritten.
 
-use std::fs::OpenOptions;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cache_format::{
-    CacheData, Fingerprint, FormatError, FormatVersion, Scope, Tail, check_payload,
-    read_journal_header, read_snapshot_framing, scan_records,
-};
-use cache_migrate::{MigrateError, Migrations, Report, upgrade, upgrade_snapshot};
+use cache_format::table::TKey;
+use cache_format::{CacheData, FormatVersion};
+use cache_migrate::{Migrations, Report};
 
 use crate::error::{Cause, StoreError};
-use crate::fsio::{self, FileId, read_range, read_with_id};
-use crate::lazy::{self, StoredEntry};
-use crate::namespace::Namespace;
+use crate::fsio::{self, FileId};
+use crate::tablefile::TableFile;
 
 mod append;
+mod compact;
+mod fold;
+mod journal;
+mod legacy;
 mod options;
 mod repair;
 mod streamed;
+mod table;
 mod write;
 
+pub(crate) use compact::Compacted;
 pub(crate) use options::{DiskOptions, Paths};
+pub(crate) use table::{lookup, read_whole as read_whole_table, scope_keys};
 
 /// Something the disk tier did or found that the user should hear about (once).
 #[derive(Debug, Clone, PartialEq)]
@@ -56,6 +65,14 @@ pub(crate) enum Event {
     DamagedRecords {
         path: PathBuf,
         count: usize,
+        kept: Option<PathBuf>,
+    },
+    /// Damaged blocks of a table were left behind by a rewrite (their entries are lost); a copy
+    /// of the file as it was is kept.
+    DamagedTable {
+        path: PathBuf,
+        problems: usize,
+        first: String,
         kept: Option<PathBuf>,
     },
     /// A journal that no longer matches its snapshot was removed (its records were already
@@ -96,31 +113,97 @@ impl From<StoreError> for Failure {
     }
 }
 
+/// Which keys of the table changed since the previous read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Changed {
+    /// These (ascending).
+    Keys(BTreeSet<TKey>),
+    /// Any of them: the table was replaced, or its history is not at hand. `faithful`: the
+    /// new table holds everything the old one did (a rewrite of the same lineage that caught
+    /// up with every commit this process saw); otherwise what this process recorded must be
+    /// written again.
+    All { faithful: bool },
+}
+
+/// The file as a reader looks keys up in it: the table (if the cache file is one, at this
+/// build's versions), and the current journal's entries merged.
+#[derive(Debug, Clone)]
+pub(crate) struct View {
+    pub(crate) table: Option<Arc<TableFile>>,
+    pub(crate) journal: Arc<CacheData>,
+    /// What changed since the view before.
+    pub(crate) changed: Changed,
+}
+
 /// What a read found.
 #[derive(Debug, Default)]
 pub(crate) struct Incoming {
-    /// Entries read (all scopes), at the current versions.
+    /// Entries read (all scopes), at the current versions: of a file read whole (an older
+    /// format, a migration) every entry; of a table, the journal's new records only.
     pub(crate) data: CacheData,
     /// Entries rescued from a quarantined journal: they must be saved again.
     pub(crate) salvaged: CacheData,
-    /// Entries of the snapshot checked but not decoded (a read asked for them: see `lazy`),
-    /// all of the scope it named, none of them in `data`.
-    pub(crate) stored: Vec<(Namespace, Fingerprint, Arc<StoredEntry>)>,
     pub(crate) events: Vec<Event>,
-    /// The snapshot must be rewritten (it was migrated, or is unusable and the lock was busy).
+    /// The snapshot must be rewritten (it was migrated, is of an older format, or is unusable
+    /// and the lock was busy).
     pub(crate) needs_rewrite: bool,
-    /// `data` holds a whole snapshot (and its journal) read afresh, because the file is not
-    /// the one this process saw last: whatever memory holds that it lacks must be written
-    /// again.
+    /// `data` holds a whole file (and its journal) read afresh, because the file is not the
+    /// one this process saw last: whatever memory holds that it lacks must be written again.
     pub(crate) whole: bool,
+    /// The file as lookups now see it, when it changed (a table's new commit, a journal's new
+    /// records); `None`: no change to what lookups see.
+    pub(crate) view: Option<View>,
 }
 
+impl Incoming {
+    /// Whether `data` is every entry of the file (memory then mirrors the file), rather than
+    /// what changed in a table's journal (memory keeps only what it holds).
+    pub(crate) fn mirrors(&self) -> bool {
+        self.view.as_ref().is_none_or(|v| v.table.is_none())
+    }
+}
+
+/// A format 1 to 3 snapshot, read whole.
 #[derive(Debug, Clone)]
 struct SnapState {
     id: FileId,
     generation: u64,
     /// The schema the file had, if it was older than current (it has been migrated in memory).
     migrated_from: Option<u32>,
+}
+
+/// A table.
+#[derive(Debug, Clone)]
+struct TableState {
+    id: FileId,
+    table: Arc<TableFile>,
+    /// The schema the table had, if older than current: it was read whole and migrated in
+    /// memory, and is rewritten at the next save.
+    migrated_from: Option<u32>,
+}
+
+/// The cache file as last read.
+#[derive(Debug, Clone)]
+enum Base {
+    Legacy(SnapState),
+    Table(TableState),
+}
+
+impl Base {
+    /// What a journal must name as its base to extend this file.
+    fn journal_base(&self) -> u64 {
+        match self {
+            Base::Legacy(s) => s.generation,
+            Base::Table(t) => t.table.lineage(),
+        }
+    }
+
+    fn migrated_from(&self) -> Option<u32> {
+        match self {
+            Base::Legacy(s) => s.migrated_from,
+            Base::Table(t) => t.migrated_from,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -157,8 +240,19 @@ impl JournalState {
 /// What this process has read of the files, so a refresh reads only what changed.
 #[derive(Debug, Clone, Default)]
 struct Cursor {
-    snapshot: Option<SnapState>,
+    base: Option<Base>,
     journal: Option<JournalState>,
+    /// The current journal's records merged (a table's journal only: lookups read it).
+    journal_data: Arc<CacheData>,
+}
+
+impl Cursor {
+    fn table(&self) -> Option<&TableState> {
+        match &self.base {
+            Some(Base::Table(t)) if t.migrated_from.is_none() => Some(t),
+            _ => None,
+        }
+    }
 }
 
 /// The disk tier of one cache file.
@@ -168,22 +262,6 @@ pub(crate) struct Disk {
     registry: Arc<Migrations>,
     options: DiskOptions,
     cursor: Cursor,
-    /// Seconds per byte the last whole read of a snapshot took (read, check, decode): what a
-    /// compaction, which reads everything and then writes it, is estimated from.
-    read_cost: std::cell::Cell<Option<f64>>,
-}
-
-enum SnapRead {
-    Missing,
-    Loaded {
-        id: FileId,
-        data: CacheData,
-        stored: Vec<(Namespace, Fingerprint, Arc<StoredEntry>)>,
-        generation: u64,
-        report: Option<Report>,
-        schema: u32,
-    },
-    Unusable(Cause),
 }
 
 impl Disk {
@@ -193,7 +271,6 @@ impl Disk {
             registry,
             options,
             cursor: Cursor::default(),
-            read_cost: std::cell::Cell::new(None),
         }
     }
 
@@ -201,18 +278,8 @@ impl Disk {
     /// cache lock and this may also repair: quarantine unusable files, cut torn tails,
     /// remove stale journals. Without it, it only reads.
     pub(crate) fn read_updates(&mut self, locked: bool) -> Result<Incoming, Failure> {
-        self.read_updates_keeping(locked, None)
-    }
-
-    /// [`Disk::read_updates`], leaving the snapshot's entries of `scope` undecoded (in
-    /// [`Incoming::stored`]) if it reads the snapshot whole and needs no migration.
-    pub(crate) fn read_updates_keeping(
-        &mut self,
-        locked: bool,
-        scope: Option<&Scope>,
-    ) -> Result<Incoming, Failure> {
         let mut cursor = std::mem::take(&mut self.cursor);
-        let result = self.read_into(&mut cursor, locked, scope);
+        let result = self.read_into(&mut cursor, locked);
         self.cursor = cursor;
         result
     }
@@ -222,22 +289,40 @@ impl Disk {
         self.cursor = Cursor::default();
     }
 
-    /// Reads everything on disk (all scopes) from scratch, without changing the cursor.
-    pub(crate) fn read_all(&self, locked: bool) -> Result<Incoming, Failure> {
-        let mut fresh = Cursor::default();
-        self.read_into(&mut fresh, locked, None)
+    /// The table as last read, if the cache file is one at this build's versions.
+    pub(crate) fn table(&self) -> Option<Arc<TableFile>> {
+        self.cursor.table().map(|t| Arc::clone(&t.table))
     }
 
-    fn read_into(
-        &self,
-        cursor: &mut Cursor,
-        locked: bool,
-        keep: Option<&Scope>,
-    ) -> Result<Incoming, Failure> {
+    /// The file as lookups should read it now (after a write: the table's new commit, the
+    /// journal's records), with `changed` as what changed for memory.
+    pub(crate) fn view(&self, changed: Changed) -> View {
+        View {
+            table: self.table(),
+            journal: Arc::clone(&self.cursor.journal_data),
+            changed,
+        }
+    }
+
+    /// Whether a snapshot was there at the last read.
+    pub(crate) fn has_snapshot(&self) -> bool {
+        self.cursor.base.is_some()
+    }
+
+    fn read_into(&self, cursor: &mut Cursor, locked: bool) -> Result<Incoming, Failure> {
         let mut inc = Incoming::default();
-        let snapshot_meta = fsio::stat(&self.paths.snapshot)?;
-        let Some(snapshot_meta) = snapshot_meta else {
+        let Some(meta) = fsio::stat(&self.paths.snapshot)? else {
+            let had_table = cursor.table().is_some();
             *cursor = Cursor::default();
+            if had_table {
+                // Deleted on purpose (a reset): lookups stop reading it; nothing is written
+                // back but what is recorded from now on.
+                inc.view = Some(View {
+                    table: None,
+                    journal: Arc::new(CacheData::new()),
+                    changed: Changed::All { faithful: true },
+                });
+            }
             // A journal without its snapshot: the snapshot was deleted to reset the cache.
             if locked && fsio::stat(&self.paths.journal)?.is_some() {
                 self.remove_journal()?;
@@ -247,137 +332,67 @@ impl Disk {
             }
             return Ok(inc);
         };
-        let unchanged = cursor
-            .snapshot
-            .as_ref()
-            .is_some_and(|s| s.id == FileId::of(&snapshot_meta));
-        if !unchanged {
-            cursor.journal = None;
-            cursor.snapshot = None;
-            match self.load_snapshot(keep)? {
-                SnapRead::Missing => return Ok(inc),
-                SnapRead::Loaded {
-                    id,
-                    data,
-                    stored,
-                    generation,
-                    report,
-                    schema,
-                } => {
-                    inc.data = data;
-                    inc.stored = stored;
-                    inc.whole = true;
-                    let migrated_from = report.as_ref().map(|_| schema);
-                    if let Some(report) = report {
-                        inc.needs_rewrite = true;
-                        inc.events.push(Event::Migrated {
-                            path: self.paths.snapshot.clone(),
-                            report,
-                        });
-                    }
-                    cursor.snapshot = Some(SnapState {
-                        id,
-                        generation,
-                        migrated_from,
-                    });
-                }
-                SnapRead::Unusable(cause) => {
-                    if locked {
-                        self.quarantine_snapshot(&cause.to_string(), &mut inc)?;
-                    } else {
-                        inc.needs_rewrite = true;
-                        inc.events.push(Event::Unusable {
-                            path: self.paths.snapshot.clone(),
-                            cause,
-                        });
-                    }
-                    return Ok(inc);
-                }
+        let id = FileId::of(&meta);
+        let unchanged = match &cursor.base {
+            Some(Base::Table(t)) => t.id.same_file(&id),
+            Some(Base::Legacy(s)) => s.id == id,
+            None => false,
+        };
+        if unchanged {
+            if let Some(Base::Table(_)) = &cursor.base {
+                self.refresh_table(cursor, id, &mut inc)?;
             }
+        } else if !self.load_base(cursor, locked, &mut inc)? {
+            return Ok(inc);
         }
-        let Some(snap) = cursor.snapshot.as_ref() else {
+        let Some(base) = cursor.base.as_ref() else {
             return Ok(inc);
         };
-        let generation = snap.generation;
-        self.read_journal(cursor, generation, locked, &mut inc)?;
+        let journal_base = base.journal_base();
+        self.read_journal(cursor, journal_base, locked, &mut inc)?;
         Ok(inc)
     }
 
-    fn load_snapshot(&self, keep: Option<&Scope>) -> Result<SnapRead, Failure> {
-        let started = std::time::Instant::now();
-        let read = self.load_snapshot_untimed(keep);
-        if let Ok(SnapRead::Loaded { id, stored, .. }) = &read
-            && id.len >= 64 << 10
-        {
-            // A compaction's read decodes everything. A read that left entries in the file
-            // checked them only, which costs about a third of decoding them (measured at
-            // 100k entries: 130 against 400 ms).
-            let decoded_share = if stored.is_empty() { 1.0 } else { 3.0 };
-            let cost = decoded_share * started.elapsed().as_secs_f64() / id.len as f64;
-            self.read_cost.set(Some(cost));
-        }
-        read
-    }
-
-    fn load_snapshot_untimed(&self, keep: Option<&Scope>) -> Result<SnapRead, Failure> {
-        let path = &self.paths.snapshot;
-        let Some((bytes, id, file)) =
-            fsio::read_keeping_file(path, self.options.limits.max_file_bytes)?
-        else {
-            return Ok(SnapRead::Missing);
+    /// Reads the cache file afresh (it is new to this cursor, or replaced). `false`: there is
+    /// nothing to read further (gone, or unusable).
+    fn load_base(
+        &self,
+        cursor: &mut Cursor,
+        locked: bool,
+        inc: &mut Incoming,
+    ) -> Result<bool, Failure> {
+        let before = cursor.base.take();
+        cursor.journal = None;
+        cursor.journal_data = Arc::new(CacheData::new());
+        let Some(file) = fsio::open_regular(&self.paths.snapshot)? else {
+            return Ok(false);
         };
-        let bytes = match bytes {
-            Ok(bytes) => bytes,
-            Err(too_large) => return Ok(SnapRead::Unusable(too_large.into())),
+        let is_table = tablefile::starts_as_table(&file)
+            .map_err(|e| StoreError::io("read", &self.paths.snapshot, e))?;
+        let loaded = if is_table {
+            self.load_table(file, before.as_ref(), inc)?
+        } else {
+            drop(file);
+            self.load_legacy(inc)?
         };
-        // The framing first; the payload's own checks are made by the one walk of the lazy
-        // read, or by `check_payload` before anything decodes it whole.
-        let snap = match read_snapshot_framing(&bytes, &self.options.limits) {
-            Ok(snap) => snap,
-            Err(e @ FormatError::NewerFormat { .. }) => {
-                return Err(self.blocked(path, e.into()));
+        match loaded {
+            Loaded::Base(base) => {
+                cursor.base = Some(base);
+                Ok(true)
             }
-            Err(e) => return Ok(SnapRead::Unusable(e.into())),
-        };
-        // The entries of the scope asked for stay in the file until used, when the file is
-        // at the current versions (otherwise they are migrated, so decoded, here).
-        if let Some(scope) = keep
-            && snap.format == FormatVersion::CURRENT
-            && snap.header.schema == self.registry.current()
-            && self
-                .registry
-                .check(&snap.header.app, snap.header.schema)
-                .is_ok()
-            && let Some((data, stored)) =
-                lazy::index_snapshot(&snap, &bytes, scope, &self.options.limits, || {
-                    lazy::Source::new(file, path.clone())
-                })
-        {
-            return Ok(SnapRead::Loaded {
-                id,
-                data,
-                stored,
-                generation: snap.header.generation,
-                report: None,
-                schema: snap.header.schema,
-            });
-        }
-        if let Err(e) = check_payload(snap.payload_bytes(), &self.options.limits) {
-            return Ok(SnapRead::Unusable(e.into()));
-        }
-        match upgrade_snapshot(&self.registry, &snap, &self.options.limits) {
-            Ok(up) => Ok(SnapRead::Loaded {
-                id,
-                data: up.data,
-                stored: Vec::new(),
-                generation: snap.header.generation,
-                report: up.report,
-                schema: snap.header.schema,
-            }),
-            Err(e @ (MigrateError::Foreign { .. } | MigrateError::NewerSchema { .. })) => {
-                Err(self.blocked(path, e.into()))
+            Loaded::Missing => Ok(false),
+            Loaded::Unusable(cause) => {
+                if locked {
+                    self.quarantine_snapshot(&cause.to_string(), inc)?;
+                } else {
+                    inc.needs_rewrite = true;
+                    inc.events.push(Event::Unusable {
+                        path: self.paths.snapshot.clone(),
+                        cause,
+                    });
+                }
+                Ok(false)
             }
-            Err(e) => Ok(SnapRead::Unusable(e.into())),
         }
     }
 
@@ -387,192 +402,13 @@ impl Disk {
             cause,
         })
     }
-
-    fn read_journal_any_base(
-        &self,
-        cursor: &mut Cursor,
-        inc: &mut Incoming,
-    ) -> Result<(), Failure> {
-        let Some((bytes, id)) =
-            read_with_id(&self.paths.journal, self.options.limits.max_file_bytes)?
-        else {
-            return Ok(());
-        };
-        let bytes = bytes.map_err(|e| {
-            Failure::Retry(StoreError::Format {
-                path: self.paths.journal.clone(),
-                source: e,
-            })
-        })?;
-        let (format, header, start) =
-            read_journal_header(&bytes, &self.options.limits).map_err(|e| {
-                Failure::Retry(StoreError::Format {
-                    path: self.paths.journal.clone(),
-                    source: e,
-                })
-            })?;
-        cursor.journal = Some(JournalState::new(id, format, header, &bytes[..start]));
-        self.apply_records(cursor, &bytes[start..], false, inc)
-    }
-
-    fn read_journal(
-        &self,
-        cursor: &mut Cursor,
-        generation: u64,
-        locked: bool,
-        inc: &mut Incoming,
-    ) -> Result<(), Failure> {
-        let path = &self.paths.journal;
-        let Some(meta) = fsio::stat(path)? else {
-            cursor.journal = None;
-            return Ok(());
-        };
-        let id = FileId::of(&meta);
-        let continuing = cursor
-            .journal
-            .as_ref()
-            .is_some_and(|j| j.id.same_file(&id) && id.len >= j.offset);
-        if continuing {
-            let j = cursor.journal.as_ref().expect("checked above");
-            if id.len == j.offset {
-                return Ok(());
-            }
-            // Read the header again and the new bytes; a different header at the same inode
-            // means the journal was replaced: start over.
-            let read = read_range(
-                path,
-                j.header.len() as u64,
-                j.offset,
-                self.options.limits.max_file_bytes,
-            );
-            if let Ok((head, tail)) = read
-                && head == j.header
-            {
-                return self.apply_records(cursor, &tail, locked, inc);
-            }
-        }
-        cursor.journal = None;
-        let Some((bytes, id)) = read_with_id(path, self.options.limits.max_file_bytes)? else {
-            return Ok(());
-        };
-        let bytes = match bytes {
-            Ok(b) => b,
-            Err(e) => {
-                return self.journal_unusable(e.into(), locked, inc);
-            }
-        };
-        let (format, header, start) = match read_journal_header(&bytes, &self.options.limits) {
-            Ok(h) => h,
-            Err(e @ FormatError::NewerFormat { .. }) => {
-                return Err(self.blocked(path, e.into()));
-            }
-            Err(e) => return self.journal_unusable(e.into(), locked, inc),
-        };
-        if header.base != generation {
-            // Stale: written against an earlier snapshot that already absorbed it.
-            if locked {
-                self.remove_journal()?;
-                inc.events.push(Event::StaleJournal { path: path.clone() });
-            }
-            return Ok(());
-        }
-        match self.registry.check(&header.app, header.schema) {
-            Ok(()) => {}
-            Err(e @ (MigrateError::Foreign { .. } | MigrateError::NewerSchema { .. })) => {
-                return Err(self.blocked(path, e.into()));
-            }
-            Err(e) => return self.journal_unusable(e.into(), locked, inc),
-        }
-        cursor.journal = Some(JournalState::new(id, format, header, &bytes[..start]));
-        self.apply_records(cursor, &bytes[start..], locked, inc)
-    }
-
-    /// Applies the records in `bytes` (which start at the cursor's offset).
-    fn apply_records(
-        &self,
-        cursor: &mut Cursor,
-        bytes: &[u8],
-        locked: bool,
-        inc: &mut Incoming,
-    ) -> Result<(), Failure> {
-        let j = cursor
-            .journal
-            .as_mut()
-            .expect("journal state is set before records are read");
-        let scan = scan_records(bytes, 0, &self.options.limits);
-        // Where the damage is (absolute offsets), which names the copy kept of it.
-        let mut damage_at: Vec<u64> = scan.damaged.iter().map(|d| j.offset + d.offset).collect();
-        for range in &scan.records {
-            match upgrade(
-                &self.registry,
-                j.format,
-                &j.app,
-                j.schema,
-                &bytes[range.clone()],
-                &self.options.limits,
-            ) {
-                Ok(up) => {
-                    if up.report.is_some() {
-                        inc.needs_rewrite = true;
-                    }
-                    inc.data.merge(up.data);
-                }
-                Err(_) => damage_at.push(j.offset + range.start as u64),
-            }
-        }
-        let damaged = damage_at.len();
-        let good_end = j.offset + scan.end as u64;
-        let path = &self.paths.journal;
-        if damaged > 0 {
-            let kept = if locked {
-                let mut identity = j.header.clone();
-                for at in &damage_at {
-                    identity.extend_from_slice(&at.to_le_bytes());
-                }
-                self.keep_copy(path, "damaged", &identity)?
-            } else {
-                None
-            };
-            inc.events.push(Event::DamagedRecords {
-                path: path.clone(),
-                count: damaged,
-                kept,
-            });
-        }
-        if let Tail::Torn {
-            offset,
-            len,
-            interrupted,
-        } = scan.tail
-            && locked
-        {
-            // Keep a copy unless it looks like what an interrupted append leaves.
-            let kept = if interrupted {
-                None
-            } else {
-                let mut identity = j.header.clone();
-                identity.extend_from_slice(&(j.offset + offset).to_le_bytes());
-                identity.extend_from_slice(&len.to_le_bytes());
-                self.keep_copy(path, "torn", &identity)?
-            };
-            let file = OpenOptions::new()
-                .write(true)
-                .open(path)
-                .map_err(|e| StoreError::io("open", path, e))?;
-            file.set_len(good_end)
-                .and_then(|()| file.sync_all())
-                .map_err(|e| StoreError::io("truncate the torn tail of", path, e))?;
-            inc.events.push(Event::TornTail {
-                path: path.clone(),
-                offset: j.offset + offset,
-                len,
-                kept,
-            });
-        }
-        j.offset = good_end;
-        if let Ok(Some(meta)) = fsio::stat(path) {
-            j.id = FileId::of(&meta);
-        }
-        Ok(())
-    }
 }
+
+/// What reading the cache file gave.
+enum Loaded {
+    Base(Base),
+    Missing,
+    Unusable(Cause),
+}
+
+use crate::tablefile;

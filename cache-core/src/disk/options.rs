@@ -37,28 +37,29 @@ impl Paths {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DiskOptions {
     pub(crate) limits: Limits,
-    /// Compact when the journal would exceed this fraction of the snapshot's size...
+    /// Rewrite the table once the bytes no commit refers to pass this fraction of the live
+    /// ones...
     pub(crate) compact_ratio: f64,
-    /// ...and this many bytes.
+    /// ...and this many bytes; fold the journal into the table once it would pass this many.
     pub(crate) compact_min_bytes: u64,
-    /// Keep the pre-migration files when a migrated snapshot is rewritten.
+    /// Keep the pre-migration files when a migrated file is rewritten.
     pub(crate) backup_on_migrate: bool,
-    /// The longest a compaction that is not required may take before it gives way to an
-    /// append (`None`: no bound).
+    /// The longest a fold that is only due, or a background rewrite, may take before it is
+    /// given up (`None`: no bound).
     pub(crate) compaction_budget: Option<std::time::Duration>,
-    /// What a compaction drops (old entries, the oldest past a size).
+    /// What a rewrite drops (old entries, the oldest past a size).
     pub(crate) retention: crate::gc::Retention,
 }
 
 impl DiskOptions {
-    /// The defaults every one-shot writer uses (`gc`, `migrate`, `import`, `put`): compact
-    /// past half the snapshot's size and 1 MiB, keep backups of migrated files, no compaction
-    /// budget, no retention.
+    /// The defaults every one-shot writer uses (`gc`, `migrate`, `import`, `put`): fold the
+    /// journal past 256 KiB, keep backups of migrated files, no budget, no retention (one-shot
+    /// writers start no background rewrite).
     pub(crate) fn new(limits: Limits) -> Self {
         DiskOptions {
             limits,
             compact_ratio: 0.5,
-            compact_min_bytes: 1 << 20,
+            compact_min_bytes: 256 << 10,
             backup_on_migrate: true,
             compaction_budget: None,
             retention: crate::gc::Retention::default(),

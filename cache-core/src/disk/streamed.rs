@@ -1,10 +1,10 @@
 //! Offline migration without the model: the snapshot migrated entry by entry from its bytes
 //! into a new snapshot's ([`cache_migrate::upgrade_streamed`]), the journal merged in.
 
-use cache_format::{FormatVersion, read_snapshot_framing};
+use cache_format::read_snapshot_framing;
 use cache_migrate::Report;
 
-use super::{Cursor, Disk, Failure, Incoming, SnapState};
+use super::{Base, Cursor, Disk, Failure, Incoming, SnapState};
 use crate::fsio::read_with_id;
 
 /// A migration made by [`Disk::migrate_streamed`], not yet written.
@@ -23,7 +23,7 @@ pub(crate) struct StreamedMigration {
 impl Disk {
     /// Migrates the snapshot entry by entry from its bytes into a new snapshot's, never
     /// holding the decoded model ([`cache_migrate::upgrade_streamed`]): for an offline
-    /// migration of a large file. Only a snapshot at the current format and an older schema
+    /// migration of a large file. Only a format 3 snapshot at an older schema
     /// whose steps are all declarative takes this path. The journal beside it is then read
     /// as a repair-free read reads it (migrated, a stale one ignored) and merged in; `None`
     /// for anything else, including any damage in either file and anything the streamed path
@@ -39,7 +39,7 @@ impl Disk {
             return Ok(None);
         };
         let (app, schema) = (snap.header.app.as_str(), snap.header.schema);
-        if snap.format != FormatVersion::CURRENT
+        if !snap.format.is_current_payload()
             || schema >= self.registry.current()
             || self.registry.check(app, schema).is_err()
         {
@@ -54,12 +54,12 @@ impl Disk {
         // The old bytes go before the new ones are put together.
         drop(bytes);
         let mut cursor = Cursor {
-            snapshot: Some(SnapState {
+            base: Some(Base::Legacy(SnapState {
                 id,
                 generation,
                 migrated_from: Some(schema),
-            }),
-            journal: None,
+            })),
+            ..Cursor::default()
         };
         // The journal's records (usually few) as the usual read takes them; any damage, or a
         // journal that cannot be used, is left to that read.
@@ -75,11 +75,38 @@ impl Disk {
             }
         }
         self.cursor = cursor;
+        let mut report = streamed.report;
+        report.steps.extend(super::legacy::table_steps());
         Ok(Some(StreamedMigration {
             entries: snapshot.len(),
             snapshot,
-            report: streamed.report,
+            report,
             grew: streamed.grew,
         }))
+    }
+}
+
+impl Disk {
+    /// Writes the entries of `built` as the new table (a new lineage) and removes the journal,
+    /// under the lock; backups first if the file being replaced was migrated.
+    pub(crate) fn write_built(
+        &mut self,
+        built: &cache_format::SnapshotBuilder,
+        events: Vec<super::Event>,
+    ) -> Result<Vec<super::Event>, Failure> {
+        let path = self.paths.snapshot.clone();
+        let limits = self.options.limits;
+        let builder = cache_format::table::TableBuilder::new(
+            self.registry.app(),
+            self.registry.current(),
+            None,
+        );
+        let mut out = crate::tablefile::NewTable::create(&path, builder)?;
+        built.try_for_each_in_table_order(|key, scope, ns, bytes| {
+            cache_format::table::decode_entry(&key, ns, bytes, &limits)
+                .map_err(|e| crate::tablefile::format_error(&path, e))?;
+            out.add(key, scope, ns, bytes)
+        })?;
+        self.commit_new_table(out, events)
     }
 }

@@ -1,105 +1,101 @@
-//! The write half of the disk tier, always under the cache lock: append one journal record,
-//! or compact everything into a new snapshot (written to a temporary file, synced, renamed,
-//! the directory synced), keeping a backup of a migrated file when asked.
+//! The write half of the disk tier, always under the cache lock: append one journal record; or,
+//! once the journal would pass its bound, *fold* it (and the batch) into the table as one
+//! appended commit, whose cost is that of the keys it changes; or *rebuild* the table whole (a
+//! new file written to a temporary, synced, renamed into place, the folder synced): the first
+//! write of a cache, a file of an older format or schema, a rewrite asked for.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::time::Instant;
+use std::sync::Arc;
 
+use cache_format::table::{self as tbl, TKey, TableBuilder};
 use cache_format::{
-    CacheData, FormatError, FormatVersion, check_payload, encode_journal_header, encode_record,
-    encode_snapshot, read_snapshot, scan_records,
+    CacheData, Entry, FormatError, FormatVersion, Scope, check_payload, encode_journal_header,
+    encode_record, scan_records,
 };
 
-use super::{Cursor, Disk, Event, Failure, Incoming, JournalState, SnapState};
+use super::{Base, Cursor, Disk, Event, Failure, JournalState, TableState};
 use crate::error::StoreError;
 use crate::fsio::{self, FileId};
+use crate::tablefile::{self, NewTable};
 
 impl Disk {
     /// Writes `batch` (under the lock, right after `read_updates(true)`): appends one journal
-    /// record, or compacts everything into a new snapshot when there is no snapshot yet, when
-    /// `rewrite` is set, or when the journal has grown past its share of the snapshot.
+    /// record; folds the journal and the batch into the table once the journal would exceed
+    /// its bound; rebuilds the table when there is none yet (or it is of an older format or
+    /// schema), or when `rewrite` is set.
     pub(crate) fn write(
         &mut self,
         batch: &CacheData,
         rewrite: bool,
     ) -> Result<Vec<Event>, Failure> {
-        self.write_inner(batch, rewrite, None)
-    }
-
-    /// [`Disk::write`] for a caller that has just read everything (`known`: a read from a
-    /// fresh cursor under the lock): a compaction uses it instead of reading again.
-    pub(crate) fn write_knowing(
-        &mut self,
-        batch: &CacheData,
-        rewrite: bool,
-        known: Incoming,
-    ) -> Result<Vec<Event>, Failure> {
-        self.write_inner(batch, rewrite, Some(known))
-    }
-
-    fn write_inner(
-        &mut self,
-        batch: &CacheData,
-        rewrite: bool,
-        mut known: Option<Incoming>,
-    ) -> Result<Vec<Event>, Failure> {
         if batch.is_empty() && !rewrite {
             return Ok(Vec::new());
         }
-        let snapshot_len = self.cursor.snapshot.as_ref().map(|s| s.id.len);
-        // A required compaction never appends: the record is not encoded for nothing.
-        let record = if batch.is_empty() || snapshot_len.is_none() || rewrite {
-            Vec::new()
-        } else {
-            self.checked_record(batch)?
-        };
-        let journal_len = fsio::stat(&self.paths.journal)?.map_or(0, |m| m.len());
-        let budget = snapshot_len.map_or(0, |len| {
-            self.options
-                .compact_min_bytes
-                .max((len as f64 * self.options.compact_ratio) as u64)
-        });
-        let wants_compaction =
-            snapshot_len.is_none() || rewrite || journal_len + record.len() as u64 > budget;
-        if wants_compaction {
-            let required = snapshot_len.is_none() || rewrite;
-            let estimate = snapshot_len.unwrap_or(0) + journal_len + record.len() as u64;
-            match fs4::available_space(&self.paths.dir) {
-                // Not enough room for a new snapshot beside the old one: keep appending.
-                Ok(free) if free < estimate + (1 << 20) && !required => {}
-                _ => {
-                    let deadline = match self.options.compaction_budget {
-                        Some(budget) if !required => Instant::now().checked_add(budget),
-                        _ => None,
+        if !rewrite && self.cursor.table().is_some() {
+            let record = self.checked_record(batch)?;
+            let journal_len = fsio::stat(&self.paths.journal)?.map_or(0, |m| m.len());
+            if journal_len + record.len() as u64 <= self.options.compact_min_bytes {
+                self.append(&record)?;
+                return Ok(Vec::new());
+            }
+            // A writer with a budget (a command-line write) that cannot fold in time appends
+            // instead: a later writer with time folds.
+            let deadline = self
+                .options
+                .compaction_budget
+                .and_then(|b| std::time::Instant::now().checked_add(b));
+            if let Some(events) = self.fold(batch, deadline)? {
+                return Ok(events);
+            }
+            tracing::info!(
+                "tunecache: folding the journal of {} into it would not finish within its budget; appended instead (a writer with more time folds)",
+                self.paths.snapshot.display()
+            );
+            self.append(&record)?;
+            return Ok(Vec::new());
+        }
+        self.rebuild(batch)
+    }
+
+    /// [`Disk::write`] for a merge of many entries (an import): an append if they fit the
+    /// journal's bound, else a fold; never a fold given up for its budget.
+    pub(crate) fn write_merging(
+        &mut self,
+        batch: &CacheData,
+        rewrite: bool,
+    ) -> Result<Vec<Event>, Failure> {
+        self.write(batch, rewrite)
+    }
+
+    /// `batch` without the entries that merging into what the file holds (the table, and the
+    /// journal as read: `journal`, a whole file's data for an older format) would not change.
+    pub(crate) fn without_unchanged(&self, batch: CacheData, journal: &CacheData) -> CacheData {
+        let view = self.view(super::Changed::Keys(Default::default()));
+        let mut changed = CacheData::new();
+        for (scope, sd) in batch.into_scopes() {
+            for (ns, entries) in sd.into_namespaces() {
+                for (fp, entry) in entries {
+                    let stored = match &view.table {
+                        Some(_) => super::lookup(&view, &scope, &ns, &fp).0,
+                        None => journal.get(&scope, &ns, &fp).cloned(),
                     };
-                    // A compaction reads everything, then encodes, checks and writes it:
-                    // about three reads. One that cannot fit the budget is not started.
-                    let bytes = estimate as f64;
-                    let hopeless = match (self.options.compaction_budget, self.read_cost.get()) {
-                        (Some(budget), Some(cost)) if !required => {
-                            3.0 * cost * bytes > budget.as_secs_f64()
-                        }
-                        _ => false,
-                    };
-                    if !hopeless
-                        && let Some(events) = self.compact(batch, deadline, known.take())?
-                    {
-                        return Ok(events);
+                    let same = stored.is_some_and(|old| {
+                        let mut merged = old.clone();
+                        merged.merge(entry.clone());
+                        merged == old
+                    });
+                    if !same {
+                        changed.insert(&scope, &ns, entry);
                     }
-                    tracing::info!(
-                        "tunecache: the compaction of {} would not finish within its budget; appended instead (a writer with more time compacts)",
-                        self.paths.snapshot.display()
-                    );
                 }
             }
         }
-        self.append(&record)?;
-        Ok(Vec::new())
+        changed
     }
 
     /// `batch` encoded as one journal record, checked as a reader would check it: what is
-    /// appended must be readable (see `write_snapshot`).
+    /// appended must be readable.
     pub(super) fn checked_record(&self, batch: &CacheData) -> Result<Vec<u8>, StoreError> {
         let record = encode_record(batch);
         let limits = &self.options.limits;
@@ -119,113 +115,176 @@ impl Disk {
         Ok(record)
     }
 
-    /// Compacts; `None` if `deadline` passed first (then nothing was written).
-    fn compact(
-        &mut self,
-        batch: &CacheData,
-        deadline: Option<Instant>,
-        known: Option<Incoming>,
-    ) -> Result<Option<Vec<Event>>, Failure> {
-        let all = match known {
-            Some(all) => all,
-            None => self.read_all(true)?,
-        };
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(None);
-        }
-        let mut data = all.data;
-        data.merge(all.salvaged);
-        data.merge(batch.clone());
-        let retention = self.options.retention;
-        if retention != crate::gc::Retention::default() {
-            let (kept, by_age, by_size, _) = crate::gc::prune(
-                &data,
-                &self.registry,
-                retention.max_age,
-                retention.max_bytes,
-            );
-            if by_age + by_size > 0 {
-                tracing::info!(
-                    "tunecache: compacting {} dropped {by_age} entries for their age and {by_size} to keep it under its size limit",
-                    self.paths.snapshot.display()
-                );
-            }
-            data = kept;
-        }
-        self.write_snapshot_by(&data, all.events, deadline)
-    }
-
-    /// Replaces the snapshot with `data` and removes the journal (under the lock). `data`
-    /// must be everything on disk (as a read from a fresh cursor returns) plus what is new.
-    pub(crate) fn write_snapshot(
-        &mut self,
-        data: &CacheData,
-        events: Vec<Event>,
-    ) -> Result<Vec<Event>, Failure> {
-        let written = self.write_snapshot_by(data, events, None)?;
-        Ok(written.expect("without a deadline the snapshot is written or fails"))
-    }
-
-    /// [`Disk::write_snapshot`], given up (`None`, nothing written) if `deadline` passes
-    /// before the new bytes are ready.
-    fn write_snapshot_by(
-        &mut self,
-        data: &CacheData,
-        events: Vec<Event>,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Vec<Event>>, Failure> {
-        let bytes = encode_snapshot(self.registry.app(), self.registry.current(), data);
-        self.write_encoded_by(bytes, events, deadline)
-    }
-
-    /// [`Disk::write_snapshot`] of a snapshot already encoded (at the registry's application
-    /// and current schema), e.g. by a [`cache_format::SnapshotBuilder`].
-    pub(crate) fn write_encoded_snapshot(
-        &mut self,
-        bytes: Vec<u8>,
-        events: Vec<Event>,
-    ) -> Result<Vec<Event>, Failure> {
-        let written = self.write_encoded_by(bytes, events, None)?;
-        Ok(written.expect("without a deadline the snapshot is written or fails"))
-    }
-
-    fn write_encoded_by(
-        &mut self,
-        bytes: Vec<u8>,
-        mut events: Vec<Event>,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Vec<Event>>, Failure> {
-        let late = || deadline.is_some_and(|d| Instant::now() >= d);
+    /// Writes a new table holding everything on disk and `batch` (see the module docs), then
+    /// removes the journal (its records are in the table).
+    pub(super) fn rebuild(&mut self, batch: &CacheData) -> Result<Vec<Event>, Failure> {
         fsio::remove_stale_temporaries(&self.paths.snapshot);
         fsio::remove_stale_temporaries(&self.paths.journal);
+        let retention = self.options.retention;
+        match self.cursor.table().cloned() {
+            Some(state) if retention == crate::gc::Retention::default() => {
+                self.rebuild_from_table(&state, batch)
+            }
+            _ => {
+                let all = match &self.cursor.base {
+                    None => super::Incoming::default(),
+                    Some(_) => self.read_all(true)?,
+                };
+                let mut data = all.data;
+                data.merge(all.salvaged);
+                data.merge(batch.clone());
+                if retention != crate::gc::Retention::default() {
+                    let (kept, by_age, by_size, _) = crate::gc::prune(
+                        &data,
+                        &self.registry,
+                        retention.max_age,
+                        retention.max_bytes,
+                    );
+                    if by_age + by_size > 0 {
+                        tracing::info!(
+                            "tunecache: rewriting {} dropped {by_age} entries for their age and {by_size} to keep it under its size limit",
+                            self.paths.snapshot.display()
+                        );
+                    }
+                    data = kept;
+                }
+                // A rewrite at the current schema keeps the table's lineage, so its journal
+                // (if any is left) goes on applying.
+                let lineage = self.cursor.table().map(|t| t.table.lineage());
+                self.write_table_of(&data, all.events, lineage)
+            }
+        }
+    }
+
+    /// Reads everything on disk (all scopes) from scratch, without changing the cursor.
+    pub(crate) fn read_all(&self, locked: bool) -> Result<super::Incoming, Failure> {
+        let mut fresh = Cursor::default();
+        let mut inc = self.read_into(&mut fresh, locked)?;
+        // A table at the current versions is read a key at a time: here, every entry.
+        if let Some(state) = fresh.table() {
+            let data = super::table::read_whole(&state.table)
+                .map_err(|e| tablefile::format_error(&self.paths.snapshot, e))?;
+            let mut all = data;
+            all.merge(CacheData::clone(&fresh.journal_data));
+            inc.data = all;
+        }
+        Ok(inc)
+    }
+
+    /// The table rewritten with the journal and `batch` merged in, entry bytes copied as they
+    /// are where nothing changes them; its lineage is kept.
+    fn rebuild_from_table(
+        &mut self,
+        state: &TableState,
+        batch: &CacheData,
+    ) -> Result<Vec<Event>, Failure> {
+        let path = self.paths.snapshot.clone();
+        let mut changes = CacheData::clone(&self.cursor.journal_data);
+        changes.merge(batch.clone());
+        let table = &state.table;
+        let mut builder = TableBuilder::new(
+            self.registry.app(),
+            self.registry.current(),
+            Some(table.lineage()),
+        );
+        builder.rewritten_from(tbl::Rewritten {
+            lineage: table.lineage(),
+            seq: table.commit().seq,
+        });
+        let mut out = NewTable::create(&path, builder)?;
+        let copied = copy_merged(table, &changes, &mut out, &self.options.limits);
+        let (mut events, lost) = match copied {
+            Ok(()) => (Vec::new(), None),
+            Err(Copy::Store(e)) => return Err(e.into()),
+            Err(Copy::Damaged) => {
+                // Damage in the way: everything readable, entry by entry, with a copy of the
+                // file as it was kept aside.
+                drop(out);
+                return self.rebuild_salvaging(state, batch);
+            }
+        };
+        let _ = &mut events;
+        let _: Option<()> = lost;
+        out.finish()?;
+        self.after_new_table(events)
+    }
+
+    /// A rewrite of a table with damaged blocks: every entry that can still be read (the rest
+    /// are lost, and a copy of the file as it was is kept beside it), with the journal and
+    /// `batch` merged in.
+    fn rebuild_salvaging(
+        &mut self,
+        state: &TableState,
+        batch: &CacheData,
+    ) -> Result<Vec<Event>, Failure> {
+        let path = self.paths.snapshot.clone();
+        let mut data = CacheData::new();
+        let report = tbl::check_table(&state.table, |scope, ns, entry| {
+            data.insert(scope, ns, entry);
+            std::ops::ControlFlow::Continue(())
+        });
+        data.merge(CacheData::clone(&self.cursor.journal_data));
+        data.merge(batch.clone());
+        let mut identity = Vec::new();
+        for p in &report.problems {
+            identity.extend_from_slice(p.as_bytes());
+        }
+        let kept = self.keep_copy(&path, "damaged", &identity)?;
+        let mut events = vec![Event::DamagedTable {
+            path: path.clone(),
+            problems: report.problems.len(),
+            first: report.problems.first().cloned().unwrap_or_default(),
+            kept,
+        }];
+        events.extend(self.write_table_of(&data, Vec::new(), Some(state.table.lineage()))?);
+        Ok(events)
+    }
+
+    /// Writes `data` as the new table (lineage `lineage`, or a new one) and removes the
+    /// journal, under the lock. `data` must be everything on disk plus what is new.
+    pub(crate) fn write_table_of(
+        &mut self,
+        data: &CacheData,
+        events: Vec<Event>,
+        lineage: Option<u64>,
+    ) -> Result<Vec<Event>, Failure> {
+        let path = self.paths.snapshot.clone();
+        let limits = self.options.limits;
+        // What is written must be readable: an entry over a reader's bounds is refused here,
+        // and the file on disk is left as it was.
+        let mut sorted: Vec<(TKey, &Scope, &str, &Entry)> = keyed(data);
+        sorted.sort_by_key(|(key, ..)| *key);
+        let builder = TableBuilder::new(self.registry.app(), self.registry.current(), lineage);
+        let mut out = NewTable::create(&path, builder)?;
+        for (key, scope, ns, entry) in sorted {
+            let bytes = tbl::encode_entry(entry);
+            tbl::decode_entry(&key, ns, &bytes, &limits)
+                .map_err(|e| tablefile::format_error(&path, e))?;
+            out.add(key, scope, ns, &bytes)?;
+        }
+        self.commit_new_table(out, events)
+    }
+
+    /// Puts a new table in place (backups first, if a migrated file is being replaced), then
+    /// the journal goes and the cursor reads the new table.
+    pub(crate) fn commit_new_table(
+        &mut self,
+        out: NewTable,
+        mut events: Vec<Event>,
+    ) -> Result<Vec<Event>, Failure> {
         let migrated = self
             .cursor
-            .snapshot
+            .base
             .as_ref()
-            .is_some_and(|s| s.migrated_from.is_some());
-        if late() {
-            return Ok(None);
-        }
-        // What is written must be readable: a header or a payload shape over the limits is
-        // refused here, and the file on disk is left as it was.
-        let header = read_snapshot(&bytes, &self.options.limits)
-            .map_err(|source| StoreError::Format {
-                path: self.paths.snapshot.clone(),
-                source,
-            })?
-            .header;
-        if late() {
-            return Ok(None);
-        }
-        // The backup is taken only once the new bytes are known to be good, and given up if
-        // they cannot be written: a failed migration leaves no copy behind (the original is
-        // still in place, so the copy would only pile up, one per attempt).
+            .is_some_and(|b| b.migrated_from().is_some());
+        // The backup is taken only once the new bytes are ready, and given up if they cannot
+        // be put in place: a failed migration leaves no copy behind.
         let backups = if migrated && self.options.backup_on_migrate {
             self.back_up()?
         } else {
             Vec::new()
         };
-        if let Err(e) = fsio::write_atomic(&self.paths.snapshot, &bytes) {
+        if let Err(e) = out.finish() {
             for b in &backups {
                 if let Event::Backup { path } = b {
                     let _ = fs::remove_file(path);
@@ -234,30 +293,32 @@ impl Disk {
             return Err(e.into());
         }
         events.extend(backups);
-        self.remove_journal()?;
-        let id = fsio::stat(&self.paths.snapshot)?
-            .map(|m| FileId::of(&m))
-            .ok_or_else(|| {
-                StoreError::io(
-                    "find the snapshot just written at",
-                    &self.paths.snapshot,
-                    std::io::ErrorKind::NotFound.into(),
-                )
-            })?;
-        self.cursor = Cursor {
-            snapshot: Some(SnapState {
-                id,
-                generation: header.generation,
-                migrated_from: None,
-            }),
-            journal: None,
-        };
-        Ok(Some(events))
+        self.after_new_table(events)
     }
 
-    /// Whether a snapshot was there at the last read.
-    pub(crate) fn has_snapshot(&self) -> bool {
-        self.cursor.snapshot.is_some()
+    /// After a new table was renamed into place: the journal goes, the cursor reads the table.
+    fn after_new_table(&mut self, events: Vec<Event>) -> Result<Vec<Event>, Failure> {
+        self.remove_journal()?;
+        let path = &self.paths.snapshot;
+        let file = fsio::open_regular(path)?
+            .ok_or_else(|| StoreError::io("find", path, std::io::ErrorKind::NotFound.into()))?;
+        let id = FileId::of(
+            &file
+                .metadata()
+                .map_err(|e| StoreError::io("inspect", path, e))?,
+        );
+        let table = tablefile::open(Arc::new(file), &self.options.limits)
+            .map_err(|e| tablefile::table_error(path, e))?;
+        self.cursor = Cursor {
+            base: Some(Base::Table(TableState {
+                id,
+                table: Arc::new(table),
+                migrated_from: None,
+            })),
+            journal: None,
+            journal_data: Arc::new(CacheData::new()),
+        };
+        Ok(events)
     }
 
     /// Keeps the current snapshot (and journal) as `<file>.bak.<ms>` (`<file>.journal.bak.<ms>`):
@@ -289,17 +350,19 @@ impl Disk {
 
     pub(super) fn append(&mut self, record: &[u8]) -> Result<(), Failure> {
         let path = self.paths.journal.clone();
-        let snap = self
+        let base = self
             .cursor
-            .snapshot
+            .base
             .as_ref()
-            .expect("append happens only when a snapshot exists");
+            .expect("append happens only when a snapshot exists")
+            .journal_base();
         if self.cursor.journal.is_none() {
             // No journal for this snapshot yet (or a stale one was removed): start one.
             let header = cache_format::JournalHeader {
                 app: self.registry.app().to_owned(),
                 schema: self.registry.current(),
-                base: snap.generation,
+                base,
+                nonce: fsio::nonce(),
             };
             let bytes = encode_journal_header(&header);
             fsio::write_atomic(&path, &bytes)?;
@@ -316,11 +379,11 @@ impl Disk {
         let j = self.cursor.journal.as_mut().expect("just ensured");
         if j.schema != self.registry.current() || j.app != self.registry.app() {
             // An older journal is still bound to this snapshot; it is rewritten at the next
-            // compaction. Appending current-schema records to it would mislabel them.
+            // rebuild. Appending current-schema records to it would mislabel them.
             return Err(Failure::Retry(StoreError::io(
                 "append to",
                 &path,
-                std::io::Error::other("the journal has an older schema; compaction pending"),
+                std::io::Error::other("the journal has an older schema; a rewrite is pending"),
             )));
         }
         let mut file = OpenOptions::new()
@@ -338,6 +401,85 @@ impl Disk {
         if let Ok(Some(meta)) = fsio::stat(&path) {
             j.id = FileId::of(&meta);
         }
+        // Lookups through this cursor see what was appended.
+        if self.cursor.table().is_some()
+            && let Some(r) = scan_records(record, 0, &self.options.limits)
+                .records
+                .first()
+            && let Ok(data) =
+                cache_format::raw::decode_payload(&record[r.clone()], &self.options.limits)
+        {
+            let mut all = CacheData::clone(&self.cursor.journal_data);
+            all.merge(data);
+            self.cursor.journal_data = Arc::new(all);
+        }
         Ok(())
     }
 }
+
+/// Each entry of `data` with its table key, scope and namespace, in key order.
+pub(super) fn keyed(data: &CacheData) -> Vec<(TKey, &Scope, &str, &Entry)> {
+    let mut v: Vec<(TKey, &Scope, &str, &Entry)> = data
+        .entries()
+        .map(|(s, ns, e)| (TKey::of(s, ns, &e.fingerprint()), s, ns, e))
+        .collect();
+    v.sort_by_key(|(key, ..)| *key);
+    v
+}
+
+/// Why a copy of a table stopped.
+enum Copy {
+    /// A block of the table is damaged.
+    Damaged,
+    /// Writing the new one failed.
+    Store(StoreError),
+}
+
+/// Copies every entry of `table` into `out` in key order with `changes` merged in (an entry
+/// both have is decoded, merged and encoded; one only the table has is copied as stored, its
+/// checksum checked by the read).
+fn copy_merged(
+    table: &tablefile::TableFile,
+    changes: &CacheData,
+    out: &mut NewTable,
+    limits: &cache_format::Limits,
+) -> Result<(), Copy> {
+    let dir = table.directory().map_err(|_| Copy::Damaged)?;
+    let mut pending = keyed(changes).into_iter().peekable();
+    let mut cursor = table.cursor(&TKey([0; 48])).map_err(|_| Copy::Damaged)?;
+    let put = |out: &mut NewTable, key: TKey, scope: &Scope, ns: &str, e: &Entry| {
+        let bytes = tbl::encode_entry(e);
+        tbl::decode_entry(&key, ns, &bytes, limits)
+            .map_err(|e| Copy::Store(tablefile::format_error(Path::new("(new table)"), e)))?;
+        out.add(key, scope, ns, &bytes).map_err(Copy::Store)
+    };
+    loop {
+        let next = cursor.next_ref().transpose().map_err(|_| Copy::Damaged)?;
+        // Changes before the table's next key (or after its last) go first.
+        while let Some((k, scope, ns, e)) = pending.peek().copied() {
+            if next.is_some_and(|(t, _)| t <= k) {
+                break;
+            }
+            put(out, k, scope, ns, e)?;
+            pending.next();
+        }
+        let Some((key, r)) = next else {
+            return Ok(());
+        };
+        let bytes = table.entry_bytes(&r).map_err(|_| Copy::Damaged)?;
+        let ns = dir.names.get(&key.namespace()).ok_or(Copy::Damaged)?;
+        let scope = &dir.scopes.get(&key.scope()).ok_or(Copy::Damaged)?.scope;
+        match pending.next_if(|(k, ..)| *k == key) {
+            Some((_, _, _, change)) => {
+                let mut merged = table
+                    .decode_entry(&key, ns, &bytes)
+                    .map_err(|_| Copy::Damaged)?;
+                merged.merge(Entry::clone(change));
+                put(out, key, scope, ns, &merged)?;
+            }
+            None => out.add(key, scope, ns, &bytes).map_err(Copy::Store)?,
+        }
+    }
+}
+
+use std::path::Path;

@@ -20,6 +20,7 @@ use cache_format::{
 use cache_migrate::{Gate, MigrateError, Migrations};
 
 mod read;
+mod table;
 
 pub use read::inspect;
 
@@ -63,8 +64,10 @@ pub struct Inspection {
     /// The journal.
     pub journal: JournalInfo,
     /// The snapshot file's bytes and where its payload (envelope and checksums verified) lies
-    /// in them, walked entry by entry.
+    /// in them, walked entry by entry (a file of format 1 to 3).
     payload: Option<(Vec<u8>, std::ops::Range<usize>)>,
+    /// The table (format 4), read a block at a time.
+    table: Option<std::sync::Arc<crate::tablefile::TableFile>>,
     /// The entries of the current journal's records, decoded (a journal is small).
     journal_data: CacheData,
     /// Every entry, once [`Inspection::migrate_in_memory`] has turned them into what this
@@ -213,6 +216,9 @@ impl Inspection {
             }
             return (Vec::new(), 0);
         }
+        if let Some(t) = &self.table {
+            return self.walk_table(t, &mut visit);
+        }
         let mut stored = 0u64;
         let mut problems = Vec::new();
         let mut overlaid: HashSet<(Fingerprint, String, Fingerprint)> = HashSet::new();
@@ -279,6 +285,9 @@ impl Inspection {
             }
             return (counts, None);
         }
+        if let Some(t) = &self.table {
+            return self.counts_table(t);
+        }
         let mut broken = None;
         // Journal keys the snapshot also holds are not new entries.
         let mut known: HashSet<(Fingerprint, String, Fingerprint)> = HashSet::new();
@@ -328,6 +337,9 @@ impl Inspection {
                 }
             }
             return found;
+        }
+        if let Some(t) = &self.table {
+            return self.find_table(t, ns, fp);
         }
         if let Some(payload) = self.payload_bytes() {
             let _ = walk_payload(payload, &self.limits, |scope, name, bytes| {
@@ -434,6 +446,11 @@ impl Inspection {
     /// a header whose entry count is not the payload's. What `verify` checks beyond the files'
     /// framing, in constant memory. Returns the number of readable entries too.
     pub fn check_entries(&self) -> (usize, Vec<String>) {
+        if self.migrated.is_none()
+            && let Some(t) = &self.table
+        {
+            return self.check_table(t);
+        }
         let (entries, mut problems, stored, payload_checked) = if self.migrated.is_some() {
             let mut entries = 0usize;
             let (problems, stored) = self.walk(|_, _, _| {

@@ -58,6 +58,7 @@ fn inspect_once(
         snapshot: SnapshotInfo::default(),
         journal: JournalInfo::default(),
         payload: None,
+        table: None,
         journal_data: CacheData::new(),
         migrated: None,
         limits: *limits,
@@ -66,7 +67,40 @@ fn inspect_once(
         gate: None,
     };
     let mut generation = None;
-    if let Some(bytes) = read(&paths.snapshot, limits, &mut out.problems)? {
+    if let Some(file) = crate::fsio::open_regular(path)?
+        && crate::tablefile::starts_as_table(&file).map_err(|e| StoreError::io("read", path, e))?
+    {
+        let size = file
+            .metadata()
+            .map_err(|e| StoreError::io("inspect", path, e))?
+            .len();
+        out.snapshot.bytes = Some(size);
+        out.snapshot.format = Some(cache_format::FormatVersion::V4);
+        match crate::tablefile::open(std::sync::Arc::new(file), limits) {
+            Ok(t) => {
+                let head = t.head();
+                generation = Some(t.lineage());
+                out.gate = Some(GateVerdict::of(registry, &head.app, head.schema));
+                let scopes = t.directory().map_or(0, |d| d.scopes.len() as u64);
+                out.snapshot.header = Some(cache_format::Header {
+                    app: head.app.clone(),
+                    schema: head.schema,
+                    generation: t.lineage(),
+                    entries: t.commit().entries,
+                    scopes,
+                });
+                let torn = crate::tablefile::torn_len(&t);
+                if torn > 0 {
+                    out.notes.push(format!(
+                        "{}: {torn} bytes after the last commit (an interrupted or ongoing write; cut off at the next fold)",
+                        path.display()
+                    ));
+                }
+                out.table = Some(std::sync::Arc::new(t));
+            }
+            Err(e) => out.problems.push(format!("{}: {e}", path.display())),
+        }
+    } else if let Some(bytes) = read(&paths.snapshot, limits, &mut out.problems)? {
         out.snapshot.bytes = Some(bytes.len() as u64);
         let mut range = None;
         // The envelope and checksums only: the payload is walked entry by entry later, each

@@ -11,12 +11,22 @@ use crate::support::{
     APP, builder, capture_logs, entry, has, ns, path_in, temp_dir, warnings_about,
 };
 
+/// A file of format 3 (one msgpack snapshot), as builds before the table wrote them.
 pub(crate) fn file_with(app: &str, schema: u32, ids: std::ops::Range<u64>) -> Vec<u8> {
     let mut data = CacheData::new();
     for i in ids {
         data.insert(&Scope::default(), "matmul", entry(5, i));
     }
     encode_snapshot(app, schema, &data)
+}
+
+/// A table (format 4), as this build writes them.
+pub(crate) fn table_with(app: &str, schema: u32, ids: std::ops::Range<u64>) -> Vec<u8> {
+    let mut data = CacheData::new();
+    for i in ids {
+        data.insert(&Scope::default(), "matmul", entry(5, i));
+    }
+    cache_core::cache_format::table::table_bytes(app, schema, None, &data)
 }
 
 fn assert_left_untouched(bytes: Vec<u8>, why: &str) {
@@ -55,11 +65,12 @@ fn assert_left_untouched(bytes: Vec<u8>, why: &str) {
 #[test]
 fn a_newer_schema_file_is_left_byte_for_byte_unchanged() {
     assert_left_untouched(file_with(APP, 99, 0..10), "newer schema");
+    assert_left_untouched(table_with(APP, 99, 0..10), "newer schema, a table");
 }
 
 #[test]
 fn a_newer_format_file_is_left_byte_for_byte_unchanged() {
-    let mut bytes = file_with(APP, 1, 0..10);
+    let mut bytes = table_with(APP, 1, 0..10);
     assert_eq!(
         u32::from(bytes[11]),
         cache_core::cache_format::FORMAT_VERSION,
@@ -72,6 +83,10 @@ fn a_newer_format_file_is_left_byte_for_byte_unchanged() {
 #[test]
 fn another_applications_file_is_left_byte_for_byte_unchanged() {
     assert_left_untouched(file_with("someone-else", 1, 0..10), "foreign application");
+    assert_left_untouched(
+        table_with("someone-else", 1, 0..10),
+        "foreign application, a table",
+    );
 }
 
 #[test]
@@ -176,9 +191,13 @@ fn an_older_file_is_migrated_rewritten_and_backed_up() {
     cache.flush().expect("the migrated file is written");
     drop(cache);
     let rewritten = std::fs::read(&path).expect("file");
-    let snap =
-        cache_core::cache_format::read_snapshot(&rewritten, &Default::default()).expect("valid");
-    assert_eq!(snap.header.schema, 2, "rewritten at the current schema");
+    let table = cache_core::cache_format::table::Table::open(rewritten, &Default::default())
+        .expect("a table");
+    assert_eq!(
+        table.head().schema,
+        2,
+        "rewritten as a table at the current schema"
+    );
     let backups: Vec<_> = std::fs::read_dir(dir.path())
         .expect("dir")
         .flatten()
@@ -216,7 +235,7 @@ fn a_refused_file_s_error_carries_its_typed_cause() {
         ("newer", file_with(APP, 9, 0..3)),
         ("no-path", file_with(APP, 1, 0..3)),
         ("newer-format", {
-            let mut b = file_with(APP, 3, 0..3);
+            let mut b = table_with(APP, 3, 0..3);
             b[11] += 1;
             b
         }),
@@ -411,36 +430,43 @@ fn inspection_shows_an_older_file_as_this_build_reads_it() {
 
 /// A cache written by a format 1 build, snapshot and journal (a format 1 payload is a format 3
 /// one without policies or chosen candidates, so the version bytes are all that differ): opened
-/// by this build, every entry of both is there; the next save writes format 3 and loses nothing.
+/// by this build, every entry of both is there; the next save writes a table (format 4) and
+/// loses nothing.
 #[test]
 fn a_format_1_cache_with_a_journal_loses_nothing_when_lifted() {
+    use cache_core::cache_format::{JournalHeader, encode_journal_header, encode_record};
     let dir = temp_dir();
     let path = path_in(&dir, "c.tcache");
-    {
-        let cache = builder(&path).open();
-        for id in 0..5 {
-            cache.put(ns(), entry(5, id));
-        }
-        cache.flush().expect("snapshot");
-        for id in 5..8 {
-            cache.put(ns(), entry(5, id));
-        }
-        cache.flush().expect("journal");
+    let mut data = CacheData::new();
+    for id in 0..5 {
+        data.insert(&Scope::default(), "matmul", entry(5, id));
     }
-    let journal = crate::support::path_in_journal(&path);
-    let (mut snap, mut jour) = (
-        std::fs::read(&path).expect("snapshot"),
-        std::fs::read(&journal).expect("a journal was written"),
-    );
+    let mut snap = encode_snapshot(APP, 1, &data);
+    let generation = cache_core::cache_format::peek_header(&snap, &Default::default())
+        .expect("header")
+        .1
+        .generation;
+    let mut jour = encode_journal_header(&JournalHeader {
+        app: APP.into(),
+        schema: 1,
+        base: generation,
+        nonce: 0,
+    });
+    let mut more = CacheData::new();
+    for id in 5..8 {
+        more.insert(&Scope::default(), "matmul", entry(5, id));
+    }
+    jour.extend(encode_record(&more));
     // The format number: after the array header and the marker (FORMAT.md).
     let (snap_at, jour_at) = (1 + 10, 1 + 18);
     assert_eq!(
         (snap[snap_at], jour[jour_at]),
-        (3, 3),
-        "format 3 bytes where expected"
+        (3, 4),
+        "format bytes where expected"
     );
     snap[snap_at] = 1;
     jour[jour_at] = 1;
+    let journal = crate::support::path_in_journal(&path);
     std::fs::write(&path, &snap).expect("write");
     std::fs::write(&journal, &jour).expect("write");
 
@@ -454,8 +480,8 @@ fn a_format_1_cache_with_a_journal_loses_nothing_when_lifted() {
     drop(cache);
     assert_eq!(
         std::fs::read(&path).expect("file")[snap_at],
-        3,
-        "written as format 3"
+        4,
+        "written as a table, format 4"
     );
     let again = builder(&path).open();
     for id in 0..9 {

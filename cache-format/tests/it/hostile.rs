@@ -167,7 +167,7 @@ proptest! {
         records in prop::collection::vec(cache_data(), 1..4),
         muts in prop::collection::vec(mutation(), 1..3),
     ) {
-        let mut bytes = encode_journal_header(&JournalHeader { app: "app".into(), schema: 1, base: 9 });
+        let mut bytes = encode_journal_header(&JournalHeader { app: "app".into(), schema: 1, base: 9, nonce: 0 });
         let mut ends = Vec::new();
         for r in &records {
             bytes.extend_from_slice(&encode_record(r));

@@ -9,3 +9,4 @@ mod hostile;
 mod merge;
 mod roundtrip;
 mod strategies;
+mod table;

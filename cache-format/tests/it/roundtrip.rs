@@ -41,7 +41,7 @@ proptest! {
 
     #[test]
     fn journal_records_round_trip(records in prop::collection::vec(cache_data(), 0..5)) {
-        let mut bytes = encode_journal_header(&JournalHeader { app: "app".into(), schema: 3, base: 42 });
+        let mut bytes = encode_journal_header(&JournalHeader { app: "app".into(), schema: 3, base: 42, nonce: 7 });
         for r in &records {
             bytes.extend_from_slice(&encode_record(r));
         }

@@ -378,11 +378,9 @@ impl<O: Operation> TunedInner<O> {
     /// The predicted ranking of `current` for `ckey` from the tuned keys of this namespace
     /// (see [`crate::predict`]), or `None` if no tuned key is comparable.
     pub(super) fn predict(&self, ckey: &Key, current: &[CandidateId]) -> Option<Prediction> {
-        let entries = self.cache().entries();
-        let tuned = entries
-            .iter()
-            .filter(|(ns, _)| *ns == self.ns)
-            .map(|(_, e)| e.as_ref());
+        // This namespace's part of the file only (a walk of its keys), not the whole cache.
+        let entries = self.cache().entries_of(self.ns);
+        let tuned = entries.iter().map(|(_, e)| e.as_ref());
         Predictor::default().predict(ckey.fields(), tuned, current)
     }
 

@@ -1,0 +1,270 @@
+//! Rewriting a table in the background (a compaction), once the bytes its folds left behind
+//! outweigh what it holds: the table as of one commit is copied into a new file without the
+//! lock (its blocks never change, so nobody waits for the copy), then, under the lock, the
+//! commits made meanwhile are applied to the copy as one more commit and the copy is renamed
+//! over the file. The lock is held only for that catch-up, whose cost is what changed during
+//! the copy. The lineage is kept, so the journal goes on applying; a reader that had the old
+//! file open goes on reading it. A copy that cannot be put in place (the file was replaced
+//! meanwhile, the lock stayed busy, the cache is closing) is dropped, and nothing changes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use cache_format::table::{self as tbl, Change, Item, TKey, TableBuilder, UpdateOutcome};
+
+use super::{Disk, DiskOptions, Paths};
+use crate::error::StoreError;
+use crate::fsio::{self, FileId};
+use crate::lock::CacheLock;
+use crate::tablefile::{self, NewTable, TableFile};
+
+/// How far back the catch-up follows the file's commits; past it the copy is dropped.
+const CATCH_UP: usize = 1 << 16;
+
+/// A rewrite to run (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Compaction {
+    paths: Paths,
+    app: String,
+    schema: u32,
+    options: DiskOptions,
+    table: Arc<TableFile>,
+    id: FileId,
+}
+
+/// How a compaction ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Compacted {
+    /// The rewritten table is in place.
+    Done {
+        /// Entries a retention limit dropped.
+        dropped: usize,
+    },
+    /// Nothing changed, for this reason.
+    Dropped(&'static str),
+}
+
+impl Disk {
+    /// A rewrite of the table, if one is due: the bytes no commit refers to any more passed
+    /// `ratio` times the live ones and `min_bytes` (the builder's `compaction`), or a retention
+    /// limit's size is passed.
+    pub(crate) fn compaction_due(&self) -> Option<Compaction> {
+        let state = self.cursor.table()?;
+        let t = &state.table;
+        let live = t.commit().live;
+        let overhead = t.head().blocks_at + u64::from(t.slot().commit.len);
+        let dead = t.slot().end().saturating_sub(live + overhead);
+        let o = &self.options;
+        let garbage =
+            dead > 0 && dead as f64 > o.compact_ratio * live as f64 && dead > o.compact_min_bytes;
+        let over_size = o
+            .retention
+            .max_bytes
+            .is_some_and(|max| live + overhead > max);
+        (garbage || over_size).then(|| Compaction {
+            paths: self.paths.clone(),
+            app: self.registry.app().to_owned(),
+            schema: self.registry.current(),
+            options: self.options,
+            table: Arc::clone(t),
+            id: state.id,
+        })
+    }
+}
+
+impl Compaction {
+    /// Runs the rewrite; `stop` says to give up (the cache is closing), and `lock_timeout`
+    /// bounds the wait for the lock before the catch-up.
+    pub(crate) fn run(
+        self,
+        stop: &AtomicBool,
+        lock_timeout: Duration,
+    ) -> Result<Compacted, StoreError> {
+        let started = std::time::Instant::now();
+        let budget = self.options.compaction_budget;
+        let give_up =
+            || stop.load(Ordering::Relaxed) || budget.is_some_and(|b| started.elapsed() > b);
+        let path = self.paths.snapshot.clone();
+        let t = &self.table;
+        let from = tbl::Rewritten {
+            lineage: t.lineage(),
+            seq: t.commit().seq,
+        };
+        let drops = self.retention_drops(stop)?;
+        let dropped = drops.len();
+        let mut builder = TableBuilder::new(&self.app, self.schema, Some(t.lineage()));
+        builder.rewritten_from(from);
+        let mut out = NewTable::create(&path, builder)?;
+        let dir = t
+            .directory()
+            .map_err(|e| tablefile::table_error(&path, e))?;
+        let cursor = t
+            .cursor(&TKey([0; 48]))
+            .map_err(|e| tablefile::table_error(&path, e))?;
+        for (n, item) in cursor.enumerate() {
+            if n % 4096 == 0 && give_up() {
+                return Ok(Compacted::Dropped(
+                    "the cache is closing, or the rewrite ran past its budget",
+                ));
+            }
+            // A damaged block stops the copy: the next fold meets it and rewrites what is
+            // readable, keeping a copy of the damage.
+            let (key, r) = item.map_err(|e| tablefile::table_error(&path, e))?;
+            if drops.contains(&key) {
+                continue;
+            }
+            let bytes = t
+                .entry_bytes(&r)
+                .map_err(|e| tablefile::table_error(&path, e))?;
+            let (Some(ns), Some(s)) = (
+                dir.names.get(&key.namespace()),
+                dir.scopes.get(&key.scope()),
+            ) else {
+                return Ok(Compacted::Dropped(
+                    "an entry of a scope the directory lacks",
+                ));
+            };
+            out.add(key, &s.scope, ns, &bytes)?;
+        }
+        let mut written = out.written()?;
+        if give_up() {
+            return Ok(Compacted::Dropped(
+                "the cache is closing, or the rewrite ran past its budget",
+            ));
+        }
+        let _lock = match CacheLock::acquire(&self.paths.lock, &self.paths.dir, lock_timeout) {
+            Ok(lock) => lock,
+            Err(StoreError::LockTimeout { .. }) => {
+                return Ok(Compacted::Dropped("the lock stayed busy"));
+            }
+            Err(e) => return Err(e),
+        };
+        // The file must still be the one copied, perhaps with more commits.
+        let Some(meta) = fsio::stat(&path)? else {
+            return Ok(Compacted::Dropped("the cache file was removed"));
+        };
+        if !self.id.same_file(&FileId::of(&meta)) {
+            return Ok(Compacted::Dropped("the cache file was replaced meanwhile"));
+        }
+        let now = tablefile::open(Arc::clone(t.source().file()), &self.options.limits)
+            .map_err(|e| tablefile::table_error(&path, e))?;
+        if now.lineage() != t.lineage() {
+            return Ok(Compacted::Dropped("the cache file was rewritten in place"));
+        }
+        if now.commit().seq != t.commit().seq {
+            let Some(changed) = now
+                .changes_since(t.commit().seq, CATCH_UP)
+                .map_err(|e| tablefile::table_error(&path, e))?
+            else {
+                return Ok(Compacted::Dropped("too many commits to catch up with"));
+            };
+            self.catch_up(&mut written, &now, &changed)?;
+        }
+        written.commit()?;
+        Ok(Compacted::Done { dropped })
+    }
+
+    /// The keys a retention limit drops, from a first walk (each entry decoded for its time).
+    fn retention_drops(
+        &self,
+        stop: &AtomicBool,
+    ) -> Result<std::collections::HashSet<TKey>, StoreError> {
+        let retention = self.options.retention;
+        if retention == crate::gc::Retention::default() {
+            return Ok(Default::default());
+        }
+        let t = &self.table;
+        let path = &self.paths.snapshot;
+        let dir = t.directory().map_err(|e| tablefile::table_error(path, e))?;
+        let mut keys = Vec::new();
+        let mut items = Vec::new();
+        for (n, item) in t
+            .cursor(&TKey([0; 48]))
+            .map_err(|e| tablefile::table_error(path, e))?
+            .enumerate()
+        {
+            if n % 4096 == 0 && stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let (key, r) = item.map_err(|e| tablefile::table_error(path, e))?;
+            let Some(ns) = dir.names.get(&key.namespace()) else {
+                continue;
+            };
+            let bytes = t
+                .entry_bytes(&r)
+                .map_err(|e| tablefile::table_error(path, e))?;
+            let Ok(entry) = t.decode_entry(&key, ns, &bytes) else {
+                continue;
+            };
+            keys.push(key);
+            items.push((key.scope(), entry.recorded_at(), u64::from(r.len)));
+        }
+        let fixed = t.head().blocks_at + u64::from(t.commit().dir.len) + 1024;
+        let (drops, _) = crate::gc::plan_drops(&items, fixed, &retention);
+        Ok(drops.into_iter().map(|i| keys[i]).collect())
+    }
+
+    /// Applies the commits made during the copy (the keys `changed`, as `now` has them) to the
+    /// copy, as one more commit.
+    fn catch_up(
+        &self,
+        written: &mut tablefile::Written,
+        now: &TableFile,
+        changed: &std::collections::BTreeSet<TKey>,
+    ) -> Result<(), StoreError> {
+        let path = &self.paths.snapshot;
+        let dir = now
+            .directory()
+            .map_err(|e| tablefile::table_error(path, e))?;
+        let file = written.file()?;
+        let copy = tablefile::open(Arc::clone(&file), &self.options.limits)
+            .map_err(|e| tablefile::table_error(path, e))?;
+        let copy_dir = copy
+            .directory()
+            .map_err(|e| tablefile::table_error(path, e))?;
+        let known: Vec<(TKey, cache_format::Scope, String)> = changed
+            .iter()
+            .filter_map(|k| {
+                let scope = dir
+                    .scopes
+                    .get(&k.scope())
+                    .or_else(|| copy_dir.scopes.get(&k.scope()))?
+                    .scope
+                    .clone();
+                let ns = dir
+                    .names
+                    .get(&k.namespace())
+                    .or_else(|| copy_dir.names.get(&k.namespace()))?
+                    .clone();
+                Some((*k, scope, ns))
+            })
+            .collect();
+        let items: Vec<Item<'_>> = known
+            .iter()
+            .map(|(key, scope, ns)| Item {
+                key: *key,
+                scope,
+                ns,
+            })
+            .collect();
+        let mut decide =
+            |i: usize, _old: Result<Option<&[u8]>, &tbl::TableError>| match now.get(&known[i].0)? {
+                Some(bytes) => Ok(Change::Put(bytes)),
+                None => Ok(Change::Delete),
+            };
+        let start = copy.slot().end();
+        let mut at = start;
+        let outcome = copy
+            .update(
+                &items,
+                &mut decide,
+                &mut tablefile::appender(&file, &mut at),
+            )
+            .map_err(|e| tablefile::table_error(path, e))?;
+        if let UpdateOutcome::Changed(update) = outcome {
+            tablefile::finish_update(path, &file, start, &update)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,188 @@
+//! Folding the journal into the table, under the lock: the journal's records and the batch,
+//! each merged with what the table holds for its key, appended as one commit (the entries that
+//! change, the nodes on their paths, a directory, the list of keys changed), synced, then the
+//! slot written and synced; then the journal starts afresh. Its cost is that of the keys it
+//! changes, whatever the size of the table.
+
+use std::fs::{File, OpenOptions};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cache_format::table::{self as tbl, Change, Item, TableError, UpdateOutcome};
+use cache_format::{CacheData, Entry, Limits};
+
+use super::write::keyed;
+use super::{Base, Disk, Event, Failure, TableState};
+use crate::error::StoreError;
+use crate::fsio::{self, FileId};
+use crate::tablefile;
+
+impl Disk {
+    /// Folds the journal's records and `batch` into the table (see the module docs). `None`:
+    /// `deadline` passed first, and nothing was written.
+    pub(super) fn fold(
+        &mut self,
+        batch: &CacheData,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Vec<Event>>, Failure> {
+        let state = self.cursor.table().cloned().expect("a fold needs a table");
+        let mut all = CacheData::clone(&self.cursor.journal_data);
+        all.merge(batch.clone());
+        let keyed = keyed(&all);
+        let items: Vec<Item<'_>> = keyed
+            .iter()
+            .map(|(key, scope, ns, _)| Item {
+                key: *key,
+                scope,
+                ns,
+            })
+            .collect();
+        let path = self.paths.snapshot.clone();
+        let (file, start) = self.open_for_fold(&state)?;
+        let limits = self.options.limits;
+        let mut damaged: Vec<String> = Vec::new();
+        let mut decide = |i: usize, old: Result<Option<&[u8]>, &TableError>| {
+            if i.is_multiple_of(256) && deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(TableError::Io(std::io::ErrorKind::TimedOut.into()));
+            }
+            let (key, _, ns, new) = &keyed[i];
+            merged_change(key, ns, new, old, &limits, &mut damaged)
+        };
+        let mut at = start;
+        let outcome = state.table.update(
+            &items,
+            &mut decide,
+            &mut tablefile::appender(&file, &mut at),
+        );
+        let update = match outcome {
+            Ok(UpdateOutcome::Changed(u)) => u,
+            // Nothing changed: the journal's records are in the table already; nothing is
+            // written (a re-import of the same entries changes no byte).
+            Ok(UpdateOutcome::Unchanged) => return Ok(Some(Vec::new())),
+            Err(TableError::Format(e)) => {
+                let _ = file.set_len(start);
+                // A damaged node is in the way: write everything readable as a new table.
+                tracing::debug!(
+                    "tunecache: a fold of {} met damage ({e}); rebuilding",
+                    path.display()
+                );
+                return self.rebuild(batch).map(Some);
+            }
+            Err(TableError::Io(e)) => {
+                let _ = file.set_len(start).and_then(|()| file.sync_all());
+                if e.kind() == std::io::ErrorKind::TimedOut {
+                    return Ok(None);
+                }
+                return Err(StoreError::io("append to", &path, e).into());
+            }
+        };
+        tablefile::finish_update(&path, &file, start, &update)?;
+        drop(file);
+        self.after_fold(&state)?;
+        let mut events = Vec::new();
+        if !damaged.is_empty() {
+            events.push(Event::DamagedTable {
+                path,
+                problems: damaged.len(),
+                first: damaged.swap_remove(0),
+                kept: None,
+            });
+        }
+        Ok(Some(events))
+    }
+
+    /// The table's file opened for writing, checked to be the one read, with whatever an
+    /// interrupted append left after its last commit cut off; and where the fold appends.
+    fn open_for_fold(&self, state: &TableState) -> Result<(File, u64), Failure> {
+        let path = &self.paths.snapshot;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| StoreError::io("open", path, e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| StoreError::io("inspect", path, e))?;
+        if !state.id.same_file(&FileId::of(&meta)) {
+            return Err(StoreError::io(
+                "write",
+                path,
+                std::io::Error::other("the file was replaced since it was read; read again"),
+            )
+            .into());
+        }
+        let start = state.table.slot().end();
+        if meta.len() > start {
+            // An append cut short by a crash: nothing refers to it (we hold the lock).
+            file.set_len(start)
+                .map_err(|e| StoreError::io("truncate the torn tail of", path, e))?;
+        }
+        Ok((file, start))
+    }
+
+    /// After a fold: the cursor reads the new commit, and the journal, whose records are in
+    /// the table now, goes (the next append starts a new one).
+    fn after_fold(&mut self, state: &TableState) -> Result<(), Failure> {
+        let path = &self.paths.snapshot;
+        let table = tablefile::open(
+            Arc::clone(state.table.source().file()),
+            &self.options.limits,
+        )
+        .map_err(|e| tablefile::table_error(path, e))?;
+        let id =
+            FileId::of(&fsio::stat(path)?.ok_or_else(|| {
+                StoreError::io("find", path, std::io::ErrorKind::NotFound.into())
+            })?);
+        self.cursor.base = Some(Base::Table(TableState {
+            id,
+            table: Arc::new(table),
+            migrated_from: None,
+        }));
+        self.remove_journal()?;
+        self.cursor.journal = None;
+        self.cursor.journal_data = Arc::new(CacheData::new());
+        Ok(())
+    }
+}
+
+/// What a fold does with one key: the table's entry (`old`) joined with `new`, unless that
+/// changes nothing. An entry that cannot be read is replaced (and said in `damaged`); what is
+/// written is checked as a reader would read it.
+fn merged_change(
+    key: &tbl::TKey,
+    ns: &str,
+    new: &Entry,
+    old: Result<Option<&[u8]>, &TableError>,
+    limits: &Limits,
+    damaged: &mut Vec<String>,
+) -> Result<Change, TableError> {
+    let stored = match old {
+        Ok(Some(bytes)) => match tbl::decode_entry(key, ns, bytes, limits) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                damaged.push(format!("the entry {} of {ns:?}: {e}", key.key()));
+                None
+            }
+        },
+        Ok(None) => None,
+        Err(e) => {
+            damaged.push(format!("the entry {} of {ns:?}: {e}", key.key()));
+            None
+        }
+    };
+    let merged = match &stored {
+        Some(old) => {
+            let mut merged = old.clone();
+            merged.merge(Entry::clone(new));
+            if merged == *old {
+                return Ok(Change::Keep);
+            }
+            merged
+        }
+        None => Entry::clone(new),
+    };
+    let bytes = tbl::encode_entry(&merged);
+    // What is written must be readable: an entry over a reader's bounds stays out.
+    tbl::decode_entry(key, ns, &bytes, limits)?;
+    Ok(Change::Put(bytes))
+}

@@ -1,0 +1,249 @@
+//! Reading the journal: only the bytes appended since the last read, each record through the
+//! version gate; damage skipped (and, under the lock, a copy kept), a torn tail cut, a stale
+//! journal removed. For a table, the journal's records are also kept merged: lookups read them
+//! beside the table's.
+
+use std::fs::OpenOptions;
+use std::sync::Arc;
+
+use cache_format::{CacheData, FormatError, Tail, read_journal_header, scan_records};
+use cache_migrate::{MigrateError, upgrade};
+
+use super::{Base, Cursor, Disk, Event, Failure, Incoming, JournalState, View};
+use crate::error::StoreError;
+use crate::fsio::{self, FileId, read_range, read_with_id};
+
+impl Disk {
+    /// Reads a journal whatever its base (to rescue the records of one whose snapshot is
+    /// unusable).
+    pub(super) fn read_journal_any_base(
+        &self,
+        cursor: &mut Cursor,
+        inc: &mut Incoming,
+    ) -> Result<(), Failure> {
+        let Some((bytes, id)) =
+            read_with_id(&self.paths.journal, self.options.limits.max_file_bytes)?
+        else {
+            return Ok(());
+        };
+        let bytes = bytes.map_err(|e| {
+            Failure::Retry(StoreError::Format {
+                path: self.paths.journal.clone(),
+                source: e,
+            })
+        })?;
+        let (format, header, start) =
+            read_journal_header(&bytes, &self.options.limits).map_err(|e| {
+                Failure::Retry(StoreError::Format {
+                    path: self.paths.journal.clone(),
+                    source: e,
+                })
+            })?;
+        cursor.journal = Some(JournalState::new(id, format, header, &bytes[..start]));
+        self.apply_records(cursor, &bytes[start..], false, inc)
+    }
+
+    /// Reads what the journal gained since the cursor's offset (all of it if it is new or
+    /// replaced). `base`: what the journal must name to extend the cache file.
+    pub(super) fn read_journal(
+        &self,
+        cursor: &mut Cursor,
+        base: u64,
+        locked: bool,
+        inc: &mut Incoming,
+    ) -> Result<(), Failure> {
+        let path = &self.paths.journal;
+        let Some(meta) = fsio::stat(path)? else {
+            if cursor.journal.take().is_some() {
+                self.journal_restarted(cursor, inc);
+            }
+            return Ok(());
+        };
+        let id = FileId::of(&meta);
+        let continuing = cursor
+            .journal
+            .as_ref()
+            .is_some_and(|j| j.id.same_file(&id) && id.len >= j.offset);
+        if continuing {
+            let j = cursor.journal.as_ref().expect("checked above");
+            if id.len == j.offset {
+                return Ok(());
+            }
+            // Read the header again and the new bytes; a different header at the same inode
+            // means the journal was replaced: start over.
+            let read = read_range(
+                path,
+                j.header.len() as u64,
+                j.offset,
+                self.options.limits.max_file_bytes,
+            );
+            if let Ok((head, tail)) = read
+                && head == j.header
+            {
+                return self.apply_records(cursor, &tail, locked, inc);
+            }
+        }
+        if cursor.journal.take().is_some() {
+            self.journal_restarted(cursor, inc);
+        }
+        let Some((bytes, id)) = read_with_id(path, self.options.limits.max_file_bytes)? else {
+            return Ok(());
+        };
+        let bytes = match bytes {
+            Ok(b) => b,
+            Err(e) => {
+                return self.journal_unusable(e.into(), locked, inc);
+            }
+        };
+        let (format, header, start) = match read_journal_header(&bytes, &self.options.limits) {
+            Ok(h) => h,
+            Err(e @ FormatError::NewerFormat { .. }) => {
+                return Err(self.blocked(path, e.into()));
+            }
+            Err(e) => return self.journal_unusable(e.into(), locked, inc),
+        };
+        if header.base != base {
+            // Stale: written against an earlier snapshot that already absorbed it, or
+            // another cache file's.
+            if locked {
+                self.remove_journal()?;
+                inc.events.push(Event::StaleJournal { path: path.clone() });
+            }
+            return Ok(());
+        }
+        match self.registry.check(&header.app, header.schema) {
+            Ok(()) => {}
+            Err(e @ (MigrateError::Foreign { .. } | MigrateError::NewerSchema { .. })) => {
+                return Err(self.blocked(path, e.into()));
+            }
+            Err(e) => return self.journal_unusable(e.into(), locked, inc),
+        }
+        cursor.journal = Some(JournalState::new(id, format, header, &bytes[..start]));
+        self.apply_records(cursor, &bytes[start..], locked, inc)
+    }
+
+    /// The journal is a new one (or gone): lookups forget the old one's records, which a fold
+    /// put into the table.
+    fn journal_restarted(&self, cursor: &mut Cursor, inc: &mut Incoming) {
+        if cursor.journal_data.is_empty() {
+            return;
+        }
+        cursor.journal_data = Arc::new(CacheData::new());
+        self.publish_journal(cursor, inc);
+    }
+
+    /// Lookups of a table see the journal's records as `cursor` has them now.
+    fn publish_journal(&self, cursor: &Cursor, inc: &mut Incoming) {
+        let Some(table) = cursor.table() else {
+            return;
+        };
+        match &mut inc.view {
+            Some(view) => view.journal = Arc::clone(&cursor.journal_data),
+            None => {
+                inc.view = Some(View {
+                    table: Some(Arc::clone(&table.table)),
+                    journal: Arc::clone(&cursor.journal_data),
+                    changed: super::Changed::Keys(Default::default()),
+                })
+            }
+        }
+    }
+
+    /// Applies the records in `bytes` (which start at the cursor's offset).
+    fn apply_records(
+        &self,
+        cursor: &mut Cursor,
+        bytes: &[u8],
+        locked: bool,
+        inc: &mut Incoming,
+    ) -> Result<(), Failure> {
+        let table_based = matches!(&cursor.base, Some(Base::Table(t)) if t.migrated_from.is_none());
+        let j = cursor
+            .journal
+            .as_mut()
+            .expect("journal state is set before records are read");
+        let scan = scan_records(bytes, 0, &self.options.limits);
+        // Where the damage is (absolute offsets), which names the copy kept of it.
+        let mut damage_at: Vec<u64> = scan.damaged.iter().map(|d| j.offset + d.offset).collect();
+        let mut read = CacheData::new();
+        for range in &scan.records {
+            match upgrade(
+                &self.registry,
+                j.format,
+                &j.app,
+                j.schema,
+                &bytes[range.clone()],
+                &self.options.limits,
+            ) {
+                Ok(up) => {
+                    if up.report.is_some() {
+                        inc.needs_rewrite = true;
+                    }
+                    read.merge(up.data);
+                }
+                Err(_) => damage_at.push(j.offset + range.start as u64),
+            }
+        }
+        let damaged = damage_at.len();
+        let good_end = j.offset + scan.end as u64;
+        let path = &self.paths.journal;
+        if damaged > 0 {
+            let kept = if locked {
+                let mut identity = j.header.clone();
+                for at in &damage_at {
+                    identity.extend_from_slice(&at.to_le_bytes());
+                }
+                self.keep_copy(path, "damaged", &identity)?
+            } else {
+                None
+            };
+            inc.events.push(Event::DamagedRecords {
+                path: path.clone(),
+                count: damaged,
+                kept,
+            });
+        }
+        if let Tail::Torn {
+            offset,
+            len,
+            interrupted,
+        } = scan.tail
+            && locked
+        {
+            // Keep a copy unless it looks like what an interrupted append leaves.
+            let kept = if interrupted {
+                None
+            } else {
+                let mut identity = j.header.clone();
+                identity.extend_from_slice(&(j.offset + offset).to_le_bytes());
+                identity.extend_from_slice(&len.to_le_bytes());
+                self.keep_copy(path, "torn", &identity)?
+            };
+            let file = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| StoreError::io("open", path, e))?;
+            file.set_len(good_end)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| StoreError::io("truncate the torn tail of", path, e))?;
+            inc.events.push(Event::TornTail {
+                path: path.clone(),
+                offset: j.offset + offset,
+                len,
+                kept,
+            });
+        }
+        j.offset = good_end;
+        if let Ok(Some(meta)) = fsio::stat(path) {
+            j.id = FileId::of(&meta);
+        }
+        if table_based && !read.is_empty() {
+            let mut all = CacheData::clone(&cursor.journal_data);
+            all.merge(read.clone());
+            cursor.journal_data = Arc::new(all);
+            self.publish_journal(cursor, inc);
+        }
+        inc.data.merge(read);
+        Ok(())
+    }
+}

@@ -1,0 +1,182 @@
+//! [`super::Inspection`] of a table (format 4): walked in key order a block at a time, each
+//! entry decoded once, the journal's records merged in; counted from the table's directory;
+//! a key looked up in each scope the table holds; checked whole by `check_table`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::ops::ControlFlow;
+
+use cache_format::table::{TKey, check_table};
+use cache_format::{Entry, Fingerprint, Scope};
+
+use super::Inspection;
+use crate::tablefile::TableFile;
+
+impl Inspection {
+    /// Every entry of the table with the journal's records merged, then the journal's keys
+    /// the table lacks; the entries that could not be read, one line each.
+    pub(super) fn walk_table(
+        &self,
+        t: &TableFile,
+        visit: &mut dyn FnMut(&Scope, &str, &Entry) -> ControlFlow<()>,
+    ) -> (Vec<String>, u64) {
+        let mut problems = Vec::new();
+        let mut stored = 0u64;
+        let mut seen: HashSet<TKey> = HashSet::new();
+        let mut stopped = false;
+        let dir = match t.directory() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                problems.push(format!("{}: the directory: {e}", self.path.display()));
+                None
+            }
+        };
+        if let Some(dir) = &dir {
+            match t.cursor(&TKey([0; 48])) {
+                Ok(cursor) => {
+                    for item in cursor {
+                        let (key, r) = match item {
+                            Ok(item) => item,
+                            Err(e) => {
+                                problems.push(format!("{}: {e}", self.path.display()));
+                                break;
+                            }
+                        };
+                        stored += 1;
+                        let (Some(ns), Some(s)) = (
+                            dir.names.get(&key.namespace()),
+                            dir.scopes.get(&key.scope()),
+                        ) else {
+                            problems.push(format!(
+                                "{}: the entry {key:?} is of a scope or namespace the directory does not list",
+                                self.path.display()
+                            ));
+                            continue;
+                        };
+                        let read = t
+                            .entry_bytes(&r)
+                            .and_then(|b| Ok(t.decode_entry(&key, ns, &b)?));
+                        let mut entry = match read {
+                            Ok(e) => e,
+                            Err(e) => {
+                                problems.push(format!(
+                                    "{}: the entry {} of namespace {ns:?} at offset {}: {e}",
+                                    self.path.display(),
+                                    key.key(),
+                                    r.offset
+                                ));
+                                continue;
+                            }
+                        };
+                        if let Some(j) = self.journal_data.get(&s.scope, ns, &key.key()) {
+                            entry.merge(j.clone());
+                            seen.insert(key);
+                        }
+                        if visit(&s.scope, ns, &entry).is_break() {
+                            stopped = true;
+                            break;
+                        }
+                    }
+                }
+                Err(e) => problems.push(format!("{}: {e}", self.path.display())),
+            }
+        }
+        if !stopped {
+            for (scope, ns, entry) in self.journal_data.entries() {
+                let key = TKey::of(scope, ns, &entry.fingerprint());
+                if seen.contains(&key) || matches!(t.locate(&key), Ok(Some(_))) {
+                    continue;
+                }
+                if visit(scope, ns, entry).is_break() {
+                    break;
+                }
+            }
+        }
+        (problems, stored)
+    }
+
+    /// Entries per scope and namespace: the table's directory, and the journal's keys the
+    /// table lacks.
+    pub(super) fn counts_table(
+        &self,
+        t: &TableFile,
+    ) -> (BTreeMap<Scope, BTreeMap<String, usize>>, Option<String>) {
+        let mut counts: BTreeMap<Scope, BTreeMap<String, usize>> = BTreeMap::new();
+        let dir = match t.directory() {
+            Ok(d) => d,
+            Err(e) => {
+                return (
+                    counts,
+                    Some(format!("{}: the directory: {e}", self.path.display())),
+                );
+            }
+        };
+        for s in dir.scopes.values() {
+            let by_ns = counts.entry(s.scope.clone()).or_default();
+            for (h, n) in &s.counts {
+                let name = dir.names.get(h).cloned().unwrap_or_else(|| h.to_hex());
+                *by_ns.entry(name).or_default() += *n as usize;
+            }
+        }
+        for (scope, ns, entry) in self.journal_data.entries() {
+            let key = TKey::of(scope, ns, &entry.fingerprint());
+            if matches!(t.locate(&key), Ok(None)) {
+                *counts
+                    .entry(scope.clone())
+                    .or_default()
+                    .entry(ns.to_owned())
+                    .or_default() += 1;
+            }
+        }
+        (counts, None)
+    }
+
+    /// The entries for key `fp` of `ns`, one per scope: a lookup in each scope the table
+    /// holds, the journal's merged in.
+    pub(super) fn find_table(
+        &self,
+        t: &TableFile,
+        ns: &str,
+        fp: &Fingerprint,
+    ) -> Vec<(Scope, Entry)> {
+        let mut found: Vec<(Scope, Entry)> = Vec::new();
+        if let Ok(dir) = t.directory() {
+            for s in dir.scopes.values() {
+                let key = TKey::of(&s.scope, ns, fp);
+                if let Ok(Some(bytes)) = t.get(&key)
+                    && let Ok(e) = t.decode_entry(&key, ns, &bytes)
+                {
+                    found.push((s.scope.clone(), e));
+                }
+            }
+        }
+        for (scope, data) in self.journal_data.scopes() {
+            if let Some(j) = data.namespace(ns).and_then(|n| n.get(fp)) {
+                match found.iter_mut().find(|(s, _)| s == scope) {
+                    Some((_, e)) => e.merge(j.clone()),
+                    None => found.push((scope.clone(), j.clone())),
+                }
+            }
+        }
+        found
+    }
+
+    /// Every byte the table uses checked (`check_table`), and the journal's new keys counted.
+    pub(super) fn check_table(&self, t: &TableFile) -> (usize, Vec<String>) {
+        let report = check_table(t, |_, _, _| ControlFlow::Continue(()));
+        let mut problems: Vec<String> = report
+            .problems
+            .iter()
+            .map(|p| format!("{}: {p}", self.path.display()))
+            .collect();
+        let mut entries = usize::try_from(report.entries).unwrap_or(usize::MAX);
+        for (scope, ns, entry) in self.journal_data.entries() {
+            let key = TKey::of(scope, ns, &entry.fingerprint());
+            match t.locate(&key) {
+                Ok(None) => entries += 1,
+                Ok(Some(_)) => {}
+                Err(e) => problems.push(format!("{}: {e}", self.path.display())),
+            }
+        }
+        (entries, problems)
+    }
+}
