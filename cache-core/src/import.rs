@@ -1,6 +1,7 @@
 //! One import policy for JSON lines (the export format), shared by `tunecache import`, the
 //! library and the Python package: all lines or none; each entry held as its encoded bytes
-//! (a [`SnapshotBuilder`] per version the lines say), never the text and the model at once;
+//! (a [`Spill`] per version the lines say: in memory up to a bound, then in a file), never
+//! the text and the model at once;
 //! timestamps from the future set to the present; lines at the cache's application and
 //! schema (or saying none) taken as they are, older ones migrated through the registry (the
 //! same gate and steps as every read), another application's or a newer schema's refused;
@@ -11,11 +12,12 @@ use std::collections::BTreeMap;
 use std::io::BufRead;
 
 use cache_format::json::{ImportOrigin, JsonLineError, Version, read_lines_each};
-use cache_format::{CacheData, FormatError, FormatVersion, Limits, SnapshotBuilder};
+use cache_format::{CacheData, FormatError, FormatVersion, Limits};
 use cache_migrate::{MigrateError, Migrations};
 
 use crate::error::{Refusal, StoreError};
 use crate::namespace::Namespace;
+use crate::spill::Spill;
 
 /// Why an import took nothing. Every message names the input.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +32,14 @@ pub enum ImportError {
         input: String,
         /// What is wrong.
         error: FormatError,
+    },
+    /// The entries could not be held (the spill file beside the cache: a full disk).
+    #[error("{input}: {error}; nothing was imported")]
+    Spill {
+        /// The input's name.
+        input: String,
+        /// What failed.
+        error: Box<StoreError>,
     },
     /// Lines of another application.
     #[error(
@@ -94,51 +104,69 @@ pub enum ImportError {
 }
 
 /// JSON lines read and grouped by the version each line says; not yet through the gate.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ImportLines {
     input: String,
-    groups: BTreeMap<Version, SnapshotBuilder>,
+    groups: BTreeMap<Version, Spill>,
+    /// Where spill files go.
+    dir: std::path::PathBuf,
 }
 
 impl ImportLines {
-    /// Reads every line of `reader` (named `input` in messages), a line at a time.
+    /// Reads every line of `reader` (named `input` in messages), a line at a time; entries
+    /// past the memory bound spill to a file in the system's temporary folder.
     pub fn read(
         reader: impl BufRead,
         input: &str,
         origin: ImportOrigin,
     ) -> Result<ImportLines, ImportError> {
+        Self::read_in(reader, input, origin, &std::env::temp_dir())
+    }
+
+    /// [`ImportLines::read`], spilling entries past the memory bound to a file in `dir` (the
+    /// folder of the cache they go into).
+    pub fn read_in(
+        reader: impl BufRead,
+        input: &str,
+        origin: ImportOrigin,
+        dir: &std::path::Path,
+    ) -> Result<ImportLines, ImportError> {
         let now = cache_format::now_millis();
-        let mut groups: BTreeMap<Version, SnapshotBuilder> = BTreeMap::new();
-        let mut unreadable = None;
+        let mut groups: BTreeMap<Version, Spill> = BTreeMap::new();
+        let mut failed = None;
         read_lines_each(reader, input, origin, |version, scope, ns, mut entry| {
+            if failed.is_some() {
+                return;
+            }
             // Timestamps from the future are set to the present, as every writer does.
             entry.clamp_future(now);
             let group = match groups.get_mut(version) {
                 Some(group) => group,
-                None => groups.entry(version.clone()).or_default(),
+                None => groups
+                    .entry(version.clone())
+                    .or_insert_with(|| Spill::new(dir)),
             };
             if let Err(e) = group.merge(scope, ns, entry) {
-                unreadable.get_or_insert(e);
+                failed = Some(e);
             }
         })?;
-        if let Some(error) = unreadable {
-            return Err(ImportError::Unreadable {
-                input: input.to_owned(),
-                error,
-            });
+        if let Some(error) = failed {
+            return Err(spilled(input, error));
         }
         Ok(ImportLines {
             input: input.to_owned(),
             groups,
+            dir: dir.to_owned(),
         })
     }
 
     /// Entries another format's importer read (they say no version: they are taken at the
     /// cache's schema), through the same checks as lines.
-    pub fn from_entries(input: &str, entries: SnapshotBuilder) -> ImportLines {
+    pub fn from_entries(input: &str, entries: Spill) -> ImportLines {
         ImportLines {
             input: input.to_owned(),
             groups: BTreeMap::from([(None, entries)]),
+            dir: std::env::temp_dir(),
         }
     }
 
@@ -157,14 +185,11 @@ impl ImportLines {
         self,
         registry: &Migrations,
         limits: &Limits,
-    ) -> Result<SnapshotBuilder, ImportError> {
+    ) -> Result<Spill, ImportError> {
         let input = self.input;
-        let unreadable = |error| ImportError::Unreadable {
-            input: input.clone(),
-            error,
-        };
+        let unreadable = |error| spilled(&input, error);
         let (app, schema) = (registry.app(), registry.current());
-        let mut data: Option<SnapshotBuilder> = None;
+        let mut data: Option<Spill> = None;
         let mut migrated = CacheData::new();
         for (version, group) in self.groups {
             match version {
@@ -206,7 +231,7 @@ impl ImportLines {
                 }
             }
         }
-        let mut data = data.unwrap_or_default();
+        let mut data = data.unwrap_or_else(|| Spill::new(&self.dir));
         for (scope, ns, entry) in migrated.entries() {
             data.merge(scope, ns, entry.clone()).map_err(unreadable)?;
         }
@@ -234,15 +259,27 @@ fn migrate(
     .map(|up| up.data)
 }
 
+/// An error of the spill as an import's: one that does not decode is unreadable; one of the
+/// file holding it is said as such.
+fn spilled(input: &str, error: StoreError) -> ImportError {
+    match error {
+        StoreError::Format { source, .. } => ImportError::Unreadable {
+            input: input.to_owned(),
+            error: source,
+        },
+        other => ImportError::Spill {
+            input: input.to_owned(),
+            error: Box::new(other),
+        },
+    }
+}
+
 /// All or nothing: a bad namespace name, or an entry no reader would accept, refuses the whole
 /// import (the first in the cache's order is named).
-fn check_all(data: &SnapshotBuilder, input: &str, limits: &Limits) -> Result<(), ImportError> {
-    let unreadable = |error| ImportError::Unreadable {
-        input: input.to_owned(),
-        error,
-    };
+fn check_all(data: &Spill, input: &str, limits: &Limits) -> Result<(), ImportError> {
+    let unreadable = |error| spilled(input, error);
     let mut failure = None;
-    data.try_for_each(|scope, ns, entry| -> Result<(), FormatError> {
+    data.try_for_each(|scope, ns, entry| -> Result<(), StoreError> {
         if failure.is_some() {
             return Ok(());
         }

@@ -34,6 +34,7 @@ mod memory;
 mod migrate;
 mod namespace;
 mod record;
+mod spill;
 mod store;
 mod tablefile;
 mod tier;
@@ -56,6 +57,7 @@ pub use record::{
     AppendOptions, Appended, append_to_file, merge_built_into_file, merge_into_file,
     write_new_cache,
 };
+pub use spill::Spill;
 pub use store::Store;
 pub use tier::{Fill, FleetClaim, FleetLease, Tier, TierContext, TierHealth, TierLink, TierSource};
 

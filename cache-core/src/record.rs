@@ -7,7 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cache_format::{CacheData, Entry, Limits, Scope, SnapshotBuilder};
+use cache_format::{CacheData, Entry, Limits, Scope};
+
+use crate::spill::Spill;
 use cache_migrate::Migrations;
 
 use crate::cache::check_entry;
@@ -126,15 +128,16 @@ pub fn merge_into_file(
     merge_batch(path, registry, Batch::Model(batch), options)
 }
 
-/// [`merge_into_file`] of entries held as their bytes by a [`SnapshotBuilder`] (an import of
-/// a million lines need not hold them as the model). The caller has checked every entry with
+/// [`merge_into_file`] of entries held as their bytes by a [`Spill`] (an import of a million
+/// lines holds an index, not the entries). The caller has checked every entry with
 /// [`check_entry`] and set timestamps from the future to the present. Into a file with nothing
-/// in it yet (no snapshot, no entries in a journal) the builder's bytes are written as they
-/// are; anything else is merged as [`merge_into_file`] merges, from the entries decoded.
+/// in it yet the entries are written as a new table, streamed from the spill; into a table,
+/// a few are merged as [`merge_into_file`] merges, many folded into it as one commit, each
+/// read from the spill as the fold reaches it.
 pub fn merge_built_into_file(
     path: &Path,
     registry: &Migrations,
-    built: SnapshotBuilder,
+    built: Spill,
     options: &AppendOptions,
 ) -> Result<usize, StoreError> {
     merge_batch(path, registry, Batch::Built(built), options)
@@ -143,7 +146,7 @@ pub fn merge_built_into_file(
 /// The entries [`merge_batch`] writes.
 enum Batch {
     Model(CacheData),
-    Built(SnapshotBuilder),
+    Built(Spill),
 }
 
 fn merge_batch(
@@ -172,14 +175,19 @@ fn merge_batch(
     let salvaged = std::mem::take(&mut read.salvaged);
     let mut batch = match batch {
         Batch::Built(built) if !disk.has_snapshot() && salvaged.is_empty() => {
-            // Nothing to merge with: the builder's entries are the new table.
-            disk.write_built(&built, read.events).map_err(failure)?;
+            // Nothing to merge with: the spill's entries are the new table.
+            disk.write_spilled(&built, read.events).map_err(failure)?;
             return Ok(count);
         }
-        Batch::Built(built) => built.into_data().map_err(|source| StoreError::Format {
-            path: path.to_owned(),
-            source,
-        })?,
+        Batch::Built(built)
+            if !rewrite && salvaged.is_empty() && disk.takes_spill(built.encoded_len()) =>
+        {
+            // Many entries into a table: one fold, each entry read from the spill as the fold
+            // reaches its key (an entry the table holds as merging would leave it is kept).
+            disk.fold_spilled(&built).map_err(failure)?;
+            return Ok(count);
+        }
+        Batch::Built(built) => built.into_data()?,
         Batch::Model(data) => data,
     };
     // Entries the file already holds as merging would leave them change nothing and are not

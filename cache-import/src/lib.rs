@@ -12,7 +12,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use cache_core::ImportLines;
-use cache_core::cache_format::{Entry, Fields, Scope, SnapshotBuilder};
+use cache_core::Spill;
+use cache_core::cache_format::{Entry, Fields, Scope};
 
 mod files;
 mod kernel_tuner;
@@ -89,6 +90,9 @@ pub struct ImportOptions {
     pub scope: Fields,
     /// The namespace, where the format's default does not fit (vLLM: `vllm/fused_moe`).
     pub namespace: Option<String>,
+    /// Where entries past the memory bound spill to a file (the folder of the cache they go
+    /// into); `None`: the system's temporary folder.
+    pub spill_dir: Option<std::path::PathBuf>,
 }
 
 /// Why an import took nothing: the file, the line when one is to blame, and what is wrong.
@@ -181,7 +185,10 @@ pub fn read_entries(
     options: &ImportOptions,
 ) -> Result<(ImportLines, ImportSummary), ImportSourceError> {
     let now = cache_core::cache_format::now_millis();
-    let mut entries = SnapshotBuilder::new();
+    let mut entries = match &options.spill_dir {
+        Some(dir) => Spill::new(dir),
+        None => Spill::in_temp(),
+    };
     let mut unreadable = None;
     let summary = import(format, path, options, &mut |scope, ns, mut entry| {
         entry.clamp_future(now);
@@ -192,7 +199,7 @@ pub fn read_entries(
     if let Some(e) = unreadable {
         return Err(ImportSourceError::whole(
             path,
-            format!("an entry could not be encoded ({e})"),
+            format!("an entry could not be held ({e})"),
         ));
     }
     let source = path.display().to_string();

@@ -310,9 +310,9 @@ impl PyCache {
                 )?;
                 built
                     .into_data()
-                    .map_err(|error| cache_core::ImportError::Unreadable {
+                    .map_err(|error| cache_core::ImportError::Spill {
                         input: source.to_owned(),
-                        error,
+                        error: Box::new(error),
                     })
             })
             .map_err(|e| errors::import(&e))?;

@@ -28,19 +28,16 @@ pub(crate) fn read(
             known.join(", ")
         ))
     })?;
-    let options = ImportOptions { scope, namespace };
+    let options = ImportOptions {
+        scope,
+        namespace,
+        ..ImportOptions::default()
+    };
     let (lines, summary) = cache_import::read_entries(format, path, &options)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let source = path.display().to_string();
-    let refuse = |error| {
-        errors::import(&cache_core::ImportError::Unreadable {
-            input: source.clone(),
-            error,
-        })
-    };
     let built = lines
         .into_entries(registry, &Limits::default())
         .map_err(|e| errors::import(&e))?;
-    let data = built.into_data().map_err(refuse)?;
+    let data = built.into_data().map_err(|e| errors::store(&e))?;
     Ok((data, summary))
 }

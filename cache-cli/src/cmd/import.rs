@@ -116,10 +116,11 @@ impl ImportArgs {
     /// memory, and each entry is held as its encoded bytes (a builder per version the lines
     /// say), not as the model, which is about twice the size. Another tool's files are read
     /// the same way, each entry encoded as the importer hands it over.
-    fn read(&self) -> anyhow::Result<Read> {
+    fn read(&self, spill_dir: &std::path::Path) -> anyhow::Result<Read> {
         let Some(name) = &self.from else {
             let (input, source) = self.open()?;
-            let lines = ImportLines::read(input, &source, ImportOrigin::MarkImported)?;
+            let lines =
+                ImportLines::read_in(input, &source, ImportOrigin::MarkImported, spill_dir)?;
             return Ok(Read {
                 lines,
                 source,
@@ -141,6 +142,7 @@ impl ImportArgs {
         })?;
         let mut options = ImportOptions {
             namespace: self.namespace.clone(),
+            spill_dir: Some(spill_dir.to_owned()),
             ..Default::default()
         };
         if let Some(text) = &self.scope {
@@ -158,12 +160,17 @@ impl ImportArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         let path = ctx.path()?;
         ctx.check_writable("import")?;
+        // Entries past the memory bound spill to a file beside the cache (its disk).
+        let spill_dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() && p.is_dir() => p.to_owned(),
+            _ => std::env::temp_dir(),
+        };
         let Read {
             lines,
             source,
             files,
             notes,
-        } = self.read()?;
+        } = self.read(&spill_dir)?;
         for note in &notes {
             crate::output::say(format_args!("note: {note}"));
         }

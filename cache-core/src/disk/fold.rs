@@ -15,6 +15,7 @@ use super::write::keyed;
 use super::{Base, Disk, Event, Failure, TableState};
 use crate::error::StoreError;
 use crate::fsio::{self, FileId};
+use crate::spill::Spill;
 use crate::tablefile;
 
 impl Disk {
@@ -22,19 +23,26 @@ impl Disk {
     /// `deadline` passed first, and nothing was written.
     pub(super) fn fold(
         &mut self,
-        batch: &CacheData,
+        batch: FoldBatch<'_>,
         deadline: Option<Instant>,
     ) -> Result<Option<Vec<Event>>, Failure> {
         let state = self.cursor.table().cloned().expect("a fold needs a table");
-        let mut all = CacheData::clone(&self.cursor.journal_data);
-        all.merge(batch.clone());
-        let keyed = keyed(&all);
+        let journal = std::sync::Arc::clone(&self.cursor.journal_data);
+        let (model, spill) = match batch {
+            FoldBatch::Model(data) => {
+                let mut all = CacheData::clone(&journal);
+                all.merge(data.clone());
+                (all, None)
+            }
+            FoldBatch::Spill(spill) => (CacheData::clone(&journal), Some(spill)),
+        };
+        let keyed = fold_items(&model, spill);
         let items: Vec<Item<'_>> = keyed
             .iter()
-            .map(|(key, scope, ns, _)| Item {
-                key: *key,
-                scope,
-                ns,
+            .map(|f| Item {
+                key: f.key,
+                scope: f.scope,
+                ns: f.ns,
             })
             .collect();
         let path = self.paths.snapshot.clone();
@@ -45,8 +53,9 @@ impl Disk {
             if i.is_multiple_of(256) && deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(TableError::Io(std::io::ErrorKind::TimedOut.into()));
             }
-            let (key, _, ns, new) = &keyed[i];
-            merged_change(key, ns, new, old, &limits, &mut damaged)
+            let item = &keyed[i];
+            let new = item.entry(spill, &limits)?;
+            merged_change(&item.key, item.ns, &new, old, &limits, &mut damaged)
         };
         let mut at = start;
         let outcome = state.table.update(
@@ -66,7 +75,11 @@ impl Disk {
                     "tunecache: a fold of {} met damage ({e}); rebuilding",
                     path.display()
                 );
-                return self.rebuild(batch).map(Some);
+                let mut all = model;
+                if let Some(spill) = spill {
+                    all.merge(spill.to_data()?);
+                }
+                return self.rebuild(&all).map(Some);
             }
             Err(TableError::Io(e)) => {
                 let _ = file.set_len(start).and_then(|()| file.sync_all());
@@ -185,4 +198,119 @@ fn merged_change(
     // What is written must be readable: an entry over a reader's bounds stays out.
     tbl::decode_entry(key, ns, &bytes, limits)?;
     Ok(Change::Put(bytes))
+}
+
+impl Disk {
+    /// Whether entries taking `bytes` go into the table as a fold straight from their spill:
+    /// the file is a table and they are more than the journal takes.
+    pub(crate) fn takes_spill(&self, bytes: u64) -> bool {
+        self.cursor.table().is_some() && bytes > self.options.compact_min_bytes
+    }
+
+    /// Folds a spill's entries (and the journal) into the table as one commit.
+    pub(crate) fn fold_spilled(&mut self, spill: &Spill) -> Result<Vec<Event>, Failure> {
+        Ok(self
+            .fold(FoldBatch::Spill(spill), None)?
+            .expect("a fold without a deadline finishes"))
+    }
+
+    /// Writes a spill's entries as the new table (a new lineage), streamed in key order, and
+    /// removes the journal, under the lock.
+    pub(crate) fn write_spilled(
+        &mut self,
+        spill: &Spill,
+        events: Vec<Event>,
+    ) -> Result<Vec<Event>, Failure> {
+        let path = self.paths.snapshot.clone();
+        let limits = self.options.limits;
+        let builder = tbl::TableBuilder::new(self.registry.app(), self.registry.current(), None);
+        let mut out = tablefile::NewTable::create(&path, builder)?;
+        for (key, scope, ns, place) in spill.in_table_order() {
+            let bytes = spill.bytes(place)?;
+            tbl::decode_entry(&key, ns, &bytes, &limits)
+                .map_err(|e| tablefile::format_error(&path, e))?;
+            out.add(key, scope, ns, &bytes)?;
+        }
+        self.commit_new_table(out, events)
+    }
+}
+
+/// What a fold takes in beside the journal.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FoldBatch<'a> {
+    /// Entries as the model (a save's batch).
+    Model(&'a CacheData),
+    /// Entries spilled (a large import), read one at a time.
+    Spill(&'a Spill),
+}
+
+/// One key of a fold: the entry the journal (and a model batch) has for it, and where a
+/// spilled batch's entry for it is.
+struct FoldItem<'a> {
+    key: tbl::TKey,
+    scope: &'a cache_format::Scope,
+    ns: &'a str,
+    held: Option<&'a Entry>,
+    spilled: Option<(u64, u32)>,
+}
+
+impl FoldItem<'_> {
+    /// The entry this item brings: the held one joined with the spilled one.
+    fn entry(&self, spill: Option<&Spill>, limits: &Limits) -> Result<Entry, TableError> {
+        let spilled = match (self.spilled, spill) {
+            (Some(place), Some(spill)) => {
+                let bytes = spill
+                    .bytes(place)
+                    .map_err(|e| TableError::Io(std::io::Error::other(e.to_string())))?;
+                Some(tbl::decode_entry(&self.key, self.ns, &bytes, limits)?)
+            }
+            _ => None,
+        };
+        Ok(match (self.held, spilled) {
+            (Some(h), Some(mut s)) => {
+                s.merge(h.clone());
+                s
+            }
+            (Some(h), None) => h.clone(),
+            (None, Some(s)) => s,
+            (None, None) => unreachable!("an item brings an entry"),
+        })
+    }
+}
+
+/// The keys of `model` and of `spill` in key order, each once.
+fn fold_items<'a>(model: &'a CacheData, spill: Option<&'a Spill>) -> Vec<FoldItem<'a>> {
+    let held = keyed(model);
+    let spilled = spill.map(Spill::in_table_order).unwrap_or_default();
+    let mut out = Vec::with_capacity(held.len() + spilled.len());
+    let (mut a, mut b) = (held.into_iter().peekable(), spilled.into_iter().peekable());
+    loop {
+        let take_a = match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(x), Some(y)) => x.0 <= y.0,
+        };
+        if take_a {
+            let (key, scope, ns, e) = a.next().expect("peeked");
+            let spilled = b.next_if(|y| y.0 == key).map(|y| y.3);
+            out.push(FoldItem {
+                key,
+                scope,
+                ns,
+                held: Some(e),
+                spilled,
+            });
+        } else {
+            let (key, scope, ns, place) = b.next().expect("peeked");
+            out.push(FoldItem {
+                key,
+                scope,
+                ns,
+                held: None,
+                spilled: Some(place),
+            });
+        }
+    }
+    out
 }

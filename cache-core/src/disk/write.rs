@@ -45,7 +45,7 @@ impl Disk {
                 .options
                 .compaction_budget
                 .and_then(|b| std::time::Instant::now().checked_add(b));
-            if let Some(events) = self.fold(batch, deadline)? {
+            if let Some(events) = self.fold(super::fold::FoldBatch::Model(batch), deadline)? {
                 return Ok(events);
             }
             tracing::info!(

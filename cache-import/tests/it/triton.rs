@@ -10,7 +10,7 @@ fn tritons_own_files_become_the_adapters_entries() {
     let scope = Fields::from([("device".to_owned(), Value::from("NVIDIA H200"))]);
     let options = ImportOptions {
         scope: scope.clone(),
-        namespace: None,
+        ..ImportOptions::default()
     };
     let (data, summary) =
         read_with(Format::Triton, &fixture("real/triton"), &options).expect("imports");
