@@ -193,6 +193,33 @@ impl AtomicFile {
     }
 }
 
+impl AtomicFile {
+    /// Puts the new contents in place only if nothing is at the target: a hard link from the
+    /// temporary file (which fails if the target exists), then the temporary removed and the
+    /// folder synced. Something that appeared at the target meanwhile is left as it is and
+    /// refused. For writers of new files (`tunecache merge -o`, a bundle, an export), which
+    /// never replace anything.
+    pub fn commit_new(mut self) -> Result<(), StoreError> {
+        let out = self.out.take().expect("committed once");
+        let file = out
+            .into_inner()
+            .map_err(|e| StoreError::io("write", &self.tmp, e.into_error()))?;
+        if self.durable {
+            file.sync_all()
+                .map_err(|e| StoreError::io("sync", &self.tmp, e))?;
+        }
+        drop(file);
+        fs::hard_link(&self.tmp, &self.target)
+            .map_err(|e| StoreError::io("create", &self.target, e))?;
+        let _ = fs::remove_file(&self.tmp);
+        self.tmp = PathBuf::new();
+        if self.durable {
+            sync_dir(&parent_dir(&self.target))?;
+        }
+        Ok(())
+    }
+}
+
 impl Drop for AtomicFile {
     fn drop(&mut self) {
         if !self.tmp.as_os_str().is_empty() {

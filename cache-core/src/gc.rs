@@ -88,23 +88,16 @@ pub fn gc_file(
         Failure::Retry(e) => e,
     };
     let read = disk.read_updates(true).map_err(failure)?;
-    let mut all = disk.read_all(true).map_err(failure)?;
-    let salvaged = std::mem::take(&mut all.salvaged);
-    let mut data = all.data;
-    data.merge(salvaged);
-    data.merge(read.salvaged);
-    report.entries_before = data.len();
-
-    let (kept, by_age, by_size, bytes) = prune(&data, registry, policy.max_age, policy.max_bytes);
-    report.dropped_by_age = by_age;
-    report.dropped_by_size = by_size;
-    report.entries_after = kept.len();
-    report.bytes_after = bytes;
-    if !policy.dry_run && (by_age + by_size > 0 || read.needs_rewrite) {
-        let lineage = disk.table().map(|t| t.lineage());
-        disk.write_table_of(&kept, read.events, lineage)
-            .map_err(failure)?;
-    } else if !policy.dry_run {
+    let streams = disk.table().is_some()
+        && !read.needs_rewrite
+        && read.salvaged.is_empty()
+        && !(policy.dry_run && disk.journal_holds_entries());
+    if streams {
+        gc_table(&mut disk, policy, &mut report).map_err(failure)?;
+    } else {
+        gc_whole(&mut disk, registry, policy, read, &mut report).map_err(failure)?;
+    }
+    if !policy.dry_run {
         report.bytes_after = size(&paths.snapshot) + size(&paths.journal);
     }
     report.claims_removed = prune_claims(path, policy.dry_run);
@@ -113,6 +106,65 @@ pub fn gc_file(
     }
     drop(lock);
     Ok(report)
+}
+
+/// [`gc_file`] of a table (under the lock): the journal folded in, then the table rewritten
+/// without what the limits drop, streamed as a compaction streams it (memory: the keys, not
+/// the entries). A dry run plans the drops and writes nothing.
+fn gc_table(disk: &mut Disk, policy: &GcPolicy, report: &mut GcReport) -> Result<(), Failure> {
+    if !policy.dry_run {
+        disk.fold_journal()?;
+    }
+    let retention = Retention {
+        max_age: policy.max_age,
+        max_bytes: policy.max_bytes,
+    };
+    let Some(rewrite) = disk.rewrite_with(retention) else {
+        return Ok(());
+    };
+    let entries = usize::try_from(rewrite.entries()).unwrap_or(usize::MAX);
+    report.entries_before = entries;
+    let drops = rewrite.retention_drops(&std::sync::atomic::AtomicBool::new(false))?;
+    report.dropped_by_age = drops.by_age;
+    report.dropped_by_size = drops.keys.len() - drops.by_age;
+    report.entries_after = entries - drops.keys.len();
+    report.bytes_after = drops.bytes_after.unwrap_or(report.bytes_before);
+    if policy.dry_run || drops.keys.is_empty() {
+        return Ok(());
+    }
+    match rewrite.run_locked()? {
+        crate::disk::Compacted::Done { .. } => Ok(()),
+        crate::disk::Compacted::Dropped(why) => {
+            Err(StoreError::io("rewrite", &disk.paths.snapshot, std::io::Error::other(why)).into())
+        }
+    }
+}
+
+/// [`gc_file`] of a file of an older format, or one needing repair: one read of everything,
+/// one new table.
+fn gc_whole(
+    disk: &mut Disk,
+    registry: &Migrations,
+    policy: &GcPolicy,
+    read: crate::disk::Incoming,
+    report: &mut GcReport,
+) -> Result<(), Failure> {
+    let mut all = disk.read_all(true)?;
+    let salvaged = std::mem::take(&mut all.salvaged);
+    let mut data = all.data;
+    data.merge(salvaged);
+    data.merge(read.salvaged);
+    report.entries_before = data.len();
+    let (kept, by_age, by_size, bytes) = prune(&data, registry, policy.max_age, policy.max_bytes);
+    report.dropped_by_age = by_age;
+    report.dropped_by_size = by_size;
+    report.entries_after = kept.len();
+    report.bytes_after = bytes;
+    if !policy.dry_run && (by_age + by_size > 0 || read.needs_rewrite) {
+        let lineage = disk.table().map(|t| t.lineage());
+        disk.write_table_of(&kept, read.events, lineage)?;
+    }
+    Ok(())
 }
 
 /// How long entries are kept, and how large a snapshot may grow: applied by a `Cache` at each
@@ -226,13 +278,13 @@ fn encoded_len(registry: &Migrations, data: &CacheData) -> u64 {
 /// What a size and age limit drop, decided from each entry's scope, time and size alone (for
 /// a rewrite that streams the table): the same order as [`prune`] (stale scopes first, then
 /// the oldest), by an estimate of each entry's share of the table (its bytes and its record
-/// in a leaf) on top of `fixed` bytes. Returns the indices of `items` to drop, and how many of
-/// them went for age.
+/// in a leaf) on top of `fixed` bytes. Returns the indices of `items` to drop, how many of
+/// them went for age, and the estimated size of what is kept.
 pub(crate) fn plan_drops(
     items: &[(Fingerprint, u64, u64)],
     fixed: u64,
     retention: &Retention,
-) -> (std::collections::HashSet<usize>, usize) {
+) -> (std::collections::HashSet<usize>, usize, u64) {
     let mut newest: std::collections::HashMap<Fingerprint, u64> = std::collections::HashMap::new();
     for (s, at, _) in items {
         let n = newest.entry(*s).or_insert(0);
@@ -273,7 +325,7 @@ pub(crate) fn plan_drops(
             }
         }
     }
-    (drop, by_age)
+    (drop, by_age, total)
 }
 
 /// Removes the claim files that no process holds (each is locked first, so a claim held by a

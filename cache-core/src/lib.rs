@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 
 mod artifact;
+mod bundle;
 mod cache;
 mod claim;
 mod config;
@@ -38,8 +39,10 @@ mod spill;
 mod store;
 mod tablefile;
 mod tier;
+mod writer;
 
 pub use artifact::{ARTIFACT_HEADER_LEN, ArtifactStore, Blob, BlobCheck, BlobInfo, Eviction};
+pub use bundle::{BundleCheck, BundleWritten, check_bundle, open_bundle, write_bundle};
 pub use cache::system::ENV_SYSTEM_PATH;
 pub use cache::{Cache, Health, Imported, MemoryLookup, Mode, check_entry};
 pub use claim::{Claim, ClaimGuard};
@@ -49,17 +52,17 @@ pub use flight::{Follower, Join, Leader, SingleFlight};
 pub use fork_safe::GlobalLock;
 pub use gc::{GcPolicy, GcReport, Retention, STALE_SCOPE_AFTER, gc_file};
 pub use import::{ImportError, ImportLines};
-pub use inspect::{GateVerdict, Inspection, JournalInfo, SnapshotInfo, inspect};
+pub use inspect::{
+    GateVerdict, InKeyOrder, Inspection, JournalInfo, KeyedEntry, SnapshotInfo, inspect,
+};
 pub use memory::MemoryStore;
 pub use migrate::{MigrateOptions, MigrateOutcome, migrate_file};
 pub use namespace::{MAX_NAMESPACE_LEN, MAX_NAMESPACES, Namespace};
-pub use record::{
-    AppendOptions, Appended, append_to_file, merge_built_into_file, merge_into_file,
-    write_new_cache,
-};
+pub use record::{AppendOptions, Appended, append_to_file, merge_built_into_file, merge_into_file};
 pub use spill::Spill;
 pub use store::Store;
 pub use tier::{Fill, FleetClaim, FleetLease, Tier, TierContext, TierHealth, TierLink, TierSource};
+pub use writer::{TableWriter, write_new_cache};
 
 /// The file primitives every part of tunecache writes and locks with (the output cache, the
 /// CLI's bundle writer, the artifact store): one atomic write, one lock.

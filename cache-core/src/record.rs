@@ -200,39 +200,3 @@ fn merge_batch(
     disk.write_merging(&batch, rewrite).map_err(failure)?;
     Ok(count)
 }
-
-/// Writes `data` as a new cache file at `path` (a snapshot, no journal) for tools that produce
-/// one (`tunecache merge`): encoded deterministically (the same entries always give the same
-/// bytes), checked as every reader checks it, then written to a temporary file, synced and
-/// renamed into place. Anything already at `path` is left alone and refused: this writes new
-/// files, it does not take part in a live cache's locking. Returns the number of bytes written.
-pub fn write_new_cache(
-    path: &Path,
-    registry: &Migrations,
-    data: &CacheData,
-    limits: &Limits,
-) -> Result<u64, StoreError> {
-    if crate::fsio::stat(path)?.is_some() {
-        return Err(StoreError::io(
-            "create",
-            path,
-            std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                "a file is already there (remove it first)",
-            ),
-        ));
-    }
-    for (scope, ns, entry) in data.entries() {
-        check_entry(scope, ns, entry, limits).map_err(|reason| StoreError::Refused {
-            namespace: ns.to_owned(),
-            reason,
-        })?;
-    }
-    let bytes = cache_format::encode_snapshot(registry.app(), registry.current(), data);
-    cache_format::read_snapshot(&bytes, limits).map_err(|source| StoreError::Format {
-        path: path.to_owned(),
-        source,
-    })?;
-    crate::fsio::write_atomic(path, &bytes)?;
-    Ok(bytes.len() as u64)
-}

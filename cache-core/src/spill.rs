@@ -212,7 +212,7 @@ impl Spill {
 
 /// A file in `dir` that nobody else can see: created under a name nobody else uses, removed at
 /// once (the descriptor keeps it until it is closed or the process dies).
-fn anonymous_file(dir: &Path) -> Result<File, StoreError> {
+pub(crate) fn anonymous_file(dir: &Path) -> Result<File, StoreError> {
     let path = dir.join(format!(
         ".tunecache-spill.{}.{:016x}",
         std::process::id(),

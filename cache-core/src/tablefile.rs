@@ -243,3 +243,12 @@ pub(crate) fn format_error(path: &Path, e: FormatError) -> StoreError {
         source: e,
     }
 }
+
+impl Written {
+    /// Puts the table in place only if nothing is at the path (see
+    /// [`AtomicFile::commit_new`]); returns the table's first commit.
+    pub(crate) fn commit_new(self) -> Result<cache_format::table::Commit, StoreError> {
+        self.out.commit_new()?;
+        Ok(self.commit)
+    }
+}

@@ -176,8 +176,8 @@ pub fn import(
     Ok(summary)
 }
 
-/// Reads `path` as `format` into entries held encoded (a [`SnapshotBuilder`], not the model,
-/// as JSON lines are held), timestamps from the future set to the present, ready for the
+/// Reads `path` as `format` into entries held encoded (a [`Spill`]: in memory while small, in
+/// an unnamed file beside the cache past that, as JSON lines are held), timestamps from the future set to the present, ready for the
 /// same version gate and checks as JSON lines ([`ImportLines::into_entries`]).
 pub fn read_entries(
     format: Format,

@@ -10,9 +10,12 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
 
 use cache_core::cache_migrate::Migrations;
-use cache_core::{AppendOptions, GateVerdict, merge_into_file};
-use cache_format::bundle::{Manifest, encode_bundle, manifest_of, manifest_problems, read_bundle};
-use cache_format::{CacheData, Limits, Scope, encode_snapshot, read_snapshot};
+use cache_core::{
+    AppendOptions, BundleCheck, Inspection, Spill, check_bundle, merge_built_into_file,
+    open_bundle, write_bundle,
+};
+use cache_format::bundle::Manifest;
+use cache_format::{Limits, Scope};
 
 use crate::context::{Context, saving};
 use crate::exit;
@@ -157,123 +160,59 @@ impl CreateArgs {
     fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         let path = ctx.path()?;
         let found = ctx.inspect_as_read(&path)?;
-        let Some(header) = found.snapshot.header.clone() else {
+        let Some((app, schema)) = ctx.version_as_read(&found) else {
             bail!("{}: no readable snapshot to bundle", path.display());
         };
-        let schema = match (&found.gate, ctx.registry(&header.app)) {
-            (Some(GateVerdict::Migrates { to, .. }), Some(_)) => *to,
-            _ => header.schema,
-        };
         let want = scope_filter(self.scope.as_deref())?;
-        let mut data = CacheData::new();
-        for (scope, ns, entry) in found.data().entries() {
-            if want.as_ref().is_some_and(|w| w != scope)
-                || !(self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == ns))
-            {
-                continue;
-            }
-            data.insert(scope, ns, entry.clone());
+        let created =
+            match std::env::var("SOURCE_DATE_EPOCH") {
+                Ok(v) => Some(v.trim().parse::<u64>().with_context(|| {
+                    format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds")
+                })?),
+                Err(_) => None,
+            };
+        // Streamed: the cache's entries in key order, filtered, into the bundle's table.
+        let entries = found
+            .in_key_order()
+            .filter(|(_, scope, ns, _)| {
+                want.as_ref().is_none_or(|w| w == scope)
+                    && (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == ns))
+            })
+            .map(|(_, scope, ns, entry)| (scope, ns, entry));
+        if self.output.file_name().is_none() {
+            bail!("the output needs a file name: {}", self.output.display());
         }
-        let snapshot = encode_snapshot(&header.app, schema, &data);
-        let created = match std::env::var("SOURCE_DATE_EPOCH") {
-            Ok(v) => v
-                .trim()
-                .parse::<u64>()
-                .with_context(|| format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds"))?,
-            Err(_) => {
-                data.entries()
-                    .map(|(_, _, e)| e.recorded_at())
-                    .max()
-                    .unwrap_or(0)
-                    / 1000
-            }
-        };
-        let manifest = manifest_of(
-            &data,
-            &header.app,
-            schema,
-            &snapshot,
+        let written = write_bundle(
+            &self.output,
+            &Migrations::new(app, schema),
+            entries,
             created,
             &self.producer,
-        );
-        let bytes = encode_bundle(&manifest, &snapshot);
-        // Read back before writing: never ship bytes a reader refuses.
-        read_bundle(&bytes, &Limits::default())
-            .and_then(|b| read_snapshot(b.snapshot, &Limits::default()).map(|_| ()))
-            .context("the bundle would not read back; nothing was written")?;
-        write_atomically(&self.output, &bytes)?;
+            &Limits::default(),
+        )
+        .with_context(|| format!("the bundle was not written to {}", self.output.display()))?;
         let mut report = empty_report(&self.output);
-        report.bytes = Some(bytes.len() as u64);
-        report.manifest = Some(manifest);
+        report.bytes = Some(written.bytes);
+        report.manifest = Some(written.manifest);
         out.report(&report, ctx.json)?;
         Ok(exit::OK)
     }
 }
 
-/// Writes `bytes` to `path` atomically and durably (the core's one atomic write: a new
-/// temporary file beside it, synced, renamed into place, the folder synced); something other
-/// than a regular file at `path` (a FIFO, a device) is refused, never replaced.
-fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    if path.file_name().is_none() {
-        anyhow::bail!("the output needs a file name: {}", path.display());
-    }
-    cache_core::file::write_atomic(path, bytes)
-        .with_context(|| format!("cannot write {}", path.display()))
-}
-
-/// A bundle's bytes, the problems found, and (if it could be read) its manifest and entries.
-type Checked = (Vec<u8>, Vec<String>, Option<(Manifest, CacheData)>);
-
-/// Reads and checks a bundle whole: framing, checksums, manifest hash, the snapshot's
-/// envelope, every entry decoded, and the manifest's counts against them. Returns the bundle's
-/// bytes and data with the problems found (empty: sound).
-fn check(path: &Path) -> anyhow::Result<Checked> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let limits = Limits::default();
-    let mut problems = Vec::new();
-    let bundle = match read_bundle(&bytes, &limits) {
-        Ok(b) => b,
-        Err(e) => {
-            problems.push(e.to_string());
-            return Ok((bytes.clone(), problems, None));
-        }
-    };
-    let snap = match read_snapshot(bundle.snapshot, &limits) {
-        Ok(s) => s,
-        Err(e) => {
-            problems.push(format!("its snapshot: {e}"));
-            return Ok((bytes.clone(), problems, None));
-        }
-    };
-    // Decoded through the version gate at the snapshot's own versions (no migration).
-    let as_stored = Migrations::new(snap.header.app.clone(), snap.header.schema);
-    let decoded = cache_core::cache_migrate::upgrade_snapshot(&as_stored, &snap, &limits);
-    let data = match decoded {
-        Ok(d) => d.data,
-        Err(e) => {
-            problems.push(format!("its entries: {e}"));
-            return Ok((bytes.clone(), problems, None));
-        }
-    };
-    // Every field the manifest states is checked against what the snapshot holds: a manifest
-    // re-checksummed to say something else is damage.
-    let header = (
-        snap.header.app.as_str(),
-        snap.header.schema,
-        snap.format.number(),
-    );
-    problems.extend(manifest_problems(&bundle.manifest, &bundle, header, &data));
-    let manifest = bundle.manifest.clone();
-    Ok((bytes.clone(), problems, Some((manifest, data))))
+/// Checks a bundle whole (every checksum, the manifest against the entries, every entry
+/// decoded), streamed: a bundle of any size is never held in memory.
+fn check(path: &Path) -> anyhow::Result<BundleCheck> {
+    check_bundle(path, &Limits::default())
+        .with_context(|| format!("cannot read {}", path.display()))
 }
 
 fn verify(ctx: &Context<'_>, path: &Path, out: &mut Out) -> anyhow::Result<u8> {
-    let (bytes, problems, read) = check(path)?;
+    let checked = check(path)?;
     let mut report = empty_report(path);
-    report.bytes = Some(bytes.len() as u64);
-    report.ok = problems.is_empty();
-    report.problems = problems;
-    report.manifest = read.map(|(m, _)| m);
+    report.bytes = Some(checked.bytes);
+    report.ok = checked.problems.is_empty();
+    report.problems = checked.problems;
+    report.manifest = checked.manifest;
     out.report(&report, ctx.json)?;
     Ok(if report.ok { exit::OK } else { exit::PROBLEMS })
 }
@@ -284,13 +223,13 @@ impl InspectArgs {
             Some(s) => Scope::new(parse_fields("--scope", s)?),
             None => gpu_tuner::cpu::scope(),
         };
-        let (bytes, problems, read) = check(&self.bundle)?;
+        let checked = check(&self.bundle)?;
         let mut report = empty_report(&self.bundle);
-        report.bytes = Some(bytes.len() as u64);
-        report.ok = problems.is_empty();
-        report.problems = problems;
-        if let Some((manifest, data)) = read {
-            for (scope, _) in data.scopes() {
+        report.bytes = Some(checked.bytes);
+        report.ok = checked.problems.is_empty();
+        report.problems = checked.problems;
+        if let Some(manifest) = checked.manifest {
+            for (scope, entries) in &checked.scopes {
                 let differing = here
                     .fields()
                     .iter()
@@ -312,12 +251,7 @@ impl InspectArgs {
                 report.scopes.push(ScopeMatch {
                     fingerprint: scope.fingerprint().to_hex(),
                     fields: scope.to_string(),
-                    entries: data
-                        .scopes()
-                        .find(|(s, _)| *s == scope)
-                        .map_or(0, |(_, sd)| {
-                            sd.namespaces().map(|(_, e)| e.len() as u64).sum()
-                        }),
+                    entries: *entries,
                     matches: differing.is_empty(),
                     differing,
                 });
@@ -333,15 +267,15 @@ impl ImportArgs {
     fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         let path = ctx.path()?;
         ctx.check_writable("bundle import")?;
-        let (bytes, problems, read) = check(&self.bundle)?;
-        if !problems.is_empty() {
+        let checked = check(&self.bundle)?;
+        if !checked.problems.is_empty() {
             bail!(
                 "{} is damaged ({}); nothing was imported",
                 self.bundle.display(),
-                problems.join("; ")
+                checked.problems.join("; ")
             );
         }
-        let (manifest, checked) = read.context("an unreadable bundle")?;
+        let manifest = checked.manifest.context("an unreadable bundle")?;
         let given = match &self.migrations {
             Some(f) => Some(ctx.migration_file(f)?),
             None => None,
@@ -359,7 +293,7 @@ impl ImportArgs {
             );
         }
         let mut report = empty_report(&self.bundle);
-        report.bytes = Some(bytes.len() as u64);
+        report.bytes = Some(checked.bytes);
         if manifest.schema > schema {
             say(format_args!(
                 "{} is at schema {}, newer than the cache's {schema}: left alone, nothing was imported (upgrade the tool, or migrate the cache)",
@@ -375,22 +309,17 @@ impl ImportArgs {
             return Ok(exit::OK);
         }
         let registry = self.registry(ctx, given, &app, schema, manifest.schema)?;
-        // The check decoded every entry at the bundle's own schema: reuse that unless a
-        // migration is due.
-        let incoming = if manifest.schema == schema {
-            checked
-        } else {
-            let bundle = read_bundle(&bytes, &Limits::default())?;
-            let snap = read_snapshot(bundle.snapshot, &Limits::default())?;
-            cache_core::cache_migrate::upgrade_snapshot(&registry, &snap, &Limits::default())
-                .with_context(|| format!("{}: nothing was imported", self.bundle.display()))?
-                .data
-        };
-        drop(bytes);
+        let (_, mut incoming) = open_bundle(&self.bundle, &Limits::default(), Some(&registry))
+            .with_context(|| format!("cannot read {}", self.bundle.display()))?;
+        if manifest.schema != schema {
+            incoming
+                .migrate_in_memory(&registry, &Limits::default())
+                .with_context(|| format!("{}: nothing was imported", self.bundle.display()))?;
+        }
         let existing = if path.exists() {
-            ctx.inspect_as_read(&path)?.data()
+            Some(ctx.inspect_as_read(&path)?)
         } else {
-            CacheData::new()
+            None
         };
         let mut counts = ImportCounts {
             path: path.clone(),
@@ -398,14 +327,27 @@ impl ImportArgs {
             migrated_from: (manifest.schema != schema).then_some(manifest.schema),
             ..ImportCounts::default()
         };
-        let take = self.select(existing, incoming, &mut counts);
+        // Streamed: each of the bundle's entries looked up in the cache, what the policy takes
+        // gathered in a spill beside the cache (an index in memory), then one write.
+        let spill_dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() && p.is_dir() => p.to_owned(),
+            _ => std::env::temp_dir(),
+        };
+        let mut take = Spill::new(&spill_dir);
+        for (_, scope, ns, entry) in incoming.in_key_order() {
+            if !self.select(existing.as_ref(), &scope, &ns, &entry, &mut counts) {
+                continue;
+            }
+            take.merge(&scope, &ns, entry)?;
+        }
+        drop(incoming);
         if !take.is_empty() {
             let options = AppendOptions {
                 lock_timeout: self.wait.wait,
                 ..AppendOptions::default()
             };
             saving("the bundle's entries", &path, || {
-                merge_into_file(&path, &registry, take, &options)
+                merge_built_into_file(&path, &registry, take, &options)
             })
             .with_context(|| format!("the bundle was not imported into {}", path.display()))?;
         }
@@ -444,39 +386,35 @@ impl ImportArgs {
         Ok(registry)
     }
 
-    /// What the policy takes of `incoming` into a cache holding `existing`: `fill` only the
-    /// keys it lacks, `join` every entry that adds to what it holds; counted in `counts`.
+    /// Whether the policy takes `entry` into a cache holding `existing` (`None`: no cache
+    /// yet): `fill` only keys it lacks, `join` every entry that adds to what it holds; counted
+    /// in `counts`.
     fn select(
         &self,
-        existing: CacheData,
-        incoming: CacheData,
+        existing: Option<&Inspection>,
+        scope: &Scope,
+        ns: &str,
+        entry: &cache_format::Entry,
         counts: &mut ImportCounts,
-    ) -> CacheData {
-        if existing.is_empty() {
-            counts.added = incoming.len();
-            return incoming;
-        }
-        let mut take = CacheData::new();
-        for (scope, ns, entry) in incoming.entries() {
-            match existing.get(scope, ns, &entry.fingerprint()) {
-                None => counts.added += 1,
-                Some(_) if self.policy == Policy::Fill => {
-                    counts.skipped += 1;
-                    continue;
-                }
-                Some(held) => {
-                    let mut merged = held.clone();
-                    merged.merge(entry.clone());
-                    if merged == *held {
-                        counts.skipped += 1;
-                        continue;
-                    }
-                    counts.replaced += 1;
-                }
+    ) -> bool {
+        let held = existing.and_then(|e| e.get(scope, ns, &entry.fingerprint()));
+        match held {
+            None => counts.added += 1,
+            Some(_) if self.policy == Policy::Fill => {
+                counts.skipped += 1;
+                return false;
             }
-            take.insert(scope, ns, entry.clone());
+            Some(held) => {
+                let mut merged = held.clone();
+                merged.merge(entry.clone());
+                if merged == held {
+                    counts.skipped += 1;
+                    return false;
+                }
+                counts.replaced += 1;
+            }
         }
-        take
+        true
     }
 }
 

@@ -11,7 +11,8 @@ use anyhow::bail;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use cache_format::{CacheData, Candidate, CandidateId, Entry, Fingerprint, Outcome, Scope};
+use cache_core::KeyedEntry;
+use cache_format::{Candidate, CandidateId, Entry, Outcome};
 
 use crate::context::Context;
 use crate::exit;
@@ -117,8 +118,8 @@ impl DiffArgs {
                 vb.1
             );
         }
-        let (a, b) = (a.data(), b.data());
-        let mut report = diff(&a, &b);
+        // Streamed: both caches in key order, joined key by key.
+        let mut report = diff(a.in_key_order(), b.in_key_order());
         report.a = self.a;
         report.b = self.b;
         report.failed_on = self
@@ -138,33 +139,30 @@ impl DiffArgs {
     }
 }
 
-type Keyed<'a> = BTreeMap<(Fingerprint, &'a str, Fingerprint), (&'a Scope, &'a Entry)>;
-
-fn keyed(data: &CacheData) -> Keyed<'_> {
-    data.entries()
-        .map(|(scope, ns, e)| ((scope.fingerprint(), ns, e.fingerprint()), (scope, e)))
-        .collect()
-}
-
-fn diff(a: &CacheData, b: &CacheData) -> DiffReport {
-    let (ka, kb) = (keyed(a), keyed(b));
+/// The diff of two caches' entries, each given in table-key order.
+fn diff(a: impl Iterator<Item = KeyedEntry>, b: impl Iterator<Item = KeyedEntry>) -> DiffReport {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
     let mut counts: BTreeMap<Category, usize> = BTreeMap::new();
     let mut changes = Vec::new();
     let mut log_sum = 0.0;
     let mut n_ratios = 0usize;
-    let mut all: Vec<&(Fingerprint, &str, Fingerprint)> = ka.keys().chain(kb.keys()).collect();
-    all.sort();
-    all.dedup();
-    for k in all {
-        let (ea, eb) = (ka.get(k), kb.get(k));
-        let (scope, ns, entry) = match (ea, eb) {
-            (Some((s, e)), _) | (None, Some((s, e))) => (*s, k.1, *e),
+    loop {
+        let key = match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some(x), None) => x.0,
+            (None, Some(y)) => y.0,
+            (Some(x), Some(y)) => x.0.min(y.0),
+        };
+        let ea = a.next_if(|k| k.0 == key);
+        let eb = b.next_if(|k| k.0 == key);
+        let (scope, ns, entry) = match (&ea, &eb) {
+            (Some((_, s, ns, e)), _) | (None, Some((_, s, ns, e))) => (s, ns, e),
             (None, None) => continue,
         };
-        let category = match (ea, eb) {
+        let category = match (&ea, &eb) {
             (Some(_), None) => Category::OnlyInA,
             (None, Some(_)) => Category::OnlyInB,
-            (Some((_, x)), Some((_, y))) => {
+            (Some((.., x)), Some((.., y))) => {
                 let (wa, wb) = (x.best(), y.best());
                 if let (Some(wa), Some(wb)) =
                     (wa.and_then(Candidate::stats), wb.and_then(Candidate::stats))
@@ -183,13 +181,13 @@ fn diff(a: &CacheData, b: &CacheData) -> DiffReport {
             continue;
         }
         let (wa, wb) = (
-            ea.and_then(|(_, e)| e.best()),
-            eb.and_then(|(_, e)| e.best()),
+            ea.as_ref().and_then(|(.., e)| e.best()),
+            eb.as_ref().and_then(|(.., e)| e.best()),
         );
         changes.push(Change {
             category,
             scope: scope.to_string(),
-            namespace: ns.to_owned(),
+            namespace: ns.clone(),
             key: entry.key().to_string(),
             winner_a: wa.map(|c| c.id.label()),
             winner_b: wb.map(|c| c.id.label()),
@@ -287,7 +285,7 @@ impl Report for DiffReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cache_format::{Fields, Key, Origin, Stats, Value};
+    use cache_format::{Fields, Fingerprint, Key, Origin, Stats, Value};
 
     fn entry(set: u8, cands: &[(&str, Option<(f64, f64)>)]) -> Entry {
         let key = Key::new(Fields::from([("m".to_owned(), Value::Int(1))]));

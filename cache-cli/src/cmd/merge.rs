@@ -2,22 +2,27 @@
 //! `Entry::merge`), after filters, written as a new file whose bytes do not depend on the order
 //! or grouping of the inputs; with a report of the keys whose winners differ between inputs.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 use serde::Serialize;
 
+use cache_core::TableWriter;
 use cache_core::cache_migrate::Migrations;
-use cache_core::write_new_cache;
-use cache_format::{CacheData, Entry, Fingerprint, Limits, Outcome, Scope, now_millis};
+use cache_format::{Entry, Limits, Outcome, Scope, now_millis};
 
 use crate::context::Context;
 use crate::exit;
 use crate::options::nonneg_f64;
 use crate::output::{Out, Report};
 use crate::render::{fmt_ns, scope_filter};
+
+/// The filters, parsed once.
+struct Filters {
+    scope: Option<Scope>,
+    oldest: Option<u64>,
+}
 
 /// The arguments of `tunecache merge`.
 #[derive(Debug, Args)]
@@ -71,57 +76,51 @@ struct MergeReport {
     conflicts: Vec<Conflict>,
 }
 
-type KeyId = (Fingerprint, String, Fingerprint);
-
-/// Each key's winner in each input that has it: its scope, namespace and key as text.
-type Winners = BTreeMap<KeyId, (Scope, String, String, Vec<Winner>)>;
-
-/// The keys whose inputs disagree on the winner, and how far apart their times are (the
+/// The conflict of one key, if its inputs' winners differ: how far apart their times are (the
 /// slowest winner's median over the fastest).
-fn conflicts(winners: Winners) -> Vec<Conflict> {
-    winners
-        .into_values()
-        .filter(|(_, _, _, w)| {
-            w.iter()
-                .any(|x| w.first().is_some_and(|first| first.winner != x.winner))
-        })
-        .map(|(scope, namespace, key, winners)| {
-            let fastest = winners
-                .iter()
-                .map(|w| w.median_ns)
-                .fold(f64::INFINITY, f64::min);
-            let slowest = winners.iter().map(|w| w.median_ns).fold(0.0, f64::max);
-            Conflict {
-                scope: scope.to_string(),
-                namespace,
-                key,
-                ratio: if fastest > 0.0 {
-                    slowest / fastest
-                } else {
-                    1.0
-                },
-                winners,
-            }
-        })
-        .collect()
+fn conflict(scope: &Scope, namespace: &str, key: String, winners: Vec<Winner>) -> Option<Conflict> {
+    let differ = winners.iter().any(|x| {
+        winners
+            .first()
+            .is_some_and(|first| first.winner != x.winner)
+    });
+    if !differ {
+        return None;
+    }
+    let fastest = winners
+        .iter()
+        .map(|w| w.median_ns)
+        .fold(f64::INFINITY, f64::min);
+    let slowest = winners.iter().map(|w| w.median_ns).fold(0.0, f64::max);
+    Some(Conflict {
+        scope: scope.to_string(),
+        namespace: namespace.to_owned(),
+        key,
+        ratio: if fastest > 0.0 {
+            slowest / fastest
+        } else {
+            1.0
+        },
+        winners,
+    })
 }
 
 impl MergeArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
-        let scope = scope_filter(self.scope.as_deref())?;
-        let oldest = self
-            .max_age
-            .map(|days| now_millis().saturating_sub((days * 86_400_000.0) as u64));
+        let filters = Filters {
+            scope: scope_filter(self.scope.as_deref())?,
+            oldest: self
+                .max_age
+                .map(|days| now_millis().saturating_sub((days * 86_400_000.0) as u64)),
+        };
         let mut target: Option<(String, u32)> = None;
-        let mut merged = CacheData::new();
-        let mut inputs = Vec::new();
-        let mut winners: Winners = BTreeMap::new();
-        for (i, path) in self.inputs.iter().enumerate() {
+        let mut found = Vec::new();
+        for path in &self.inputs {
             if path == &self.output {
                 bail!("{} is both an input and the output", path.display());
             }
-            let found = ctx.inspect_as_read(path)?;
-            let Some((app, schema)) = ctx.version_as_read(&found) else {
+            let inspection = ctx.inspect_as_read(path)?;
+            let Some((app, schema)) = ctx.version_as_read(&inspection) else {
                 bail!("{}: no readable snapshot to merge", path.display());
             };
             match &target {
@@ -134,62 +133,79 @@ impl MergeArgs {
                 ),
                 Some(_) => {}
             }
-            let mut kept = 0;
-            for (s, ns, entry) in found.data().entries() {
-                let keep_scope = scope.as_ref().is_none_or(|want| want == s);
-                let keep_ns = self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == ns);
-                let keep_age = oldest.is_none_or(|t| entry.recorded_at() >= t);
-                if !(keep_scope && keep_ns && keep_age) {
+            found.push(inspection);
+        }
+        let (app, schema) = target.context("no input")?;
+        let mut writer = TableWriter::create(
+            &self.output,
+            &Migrations::new(app.clone(), schema),
+            &Limits::default(),
+        )
+        .with_context(|| format!("the merge was not written to {}", self.output.display()))?;
+        // Streamed: every input's entries in key order, the same key from each joined.
+        let mut walks: Vec<_> = found.iter().map(|f| f.in_key_order().peekable()).collect();
+        let mut kept = vec![0usize; walks.len()];
+        let mut conflicts = Vec::new();
+        let mut entries = 0usize;
+        while let Some(key) = walks.iter_mut().filter_map(|w| w.peek().map(|k| k.0)).min() {
+            let mut merged: Option<(Scope, String, Entry)> = None;
+            let mut winners = Vec::new();
+            for (i, walk) in walks.iter_mut().enumerate() {
+                let Some((_, s, ns, entry)) = walk.next_if(|k| k.0 == key) else {
                     continue;
-                }
-                let Some(entry) = self.with_enough_samples(entry) else {
+                };
+                let Some(entry) = self.kept(&filters, &s, &ns, &entry) else {
                     continue;
                 };
                 if let Some(c) = entry.best()
                     && let Some(stats) = c.stats()
                 {
-                    winners
-                        .entry((s.fingerprint(), ns.to_owned(), entry.fingerprint()))
-                        .or_insert_with(|| {
-                            (
-                                s.clone(),
-                                ns.to_owned(),
-                                entry.key().to_string(),
-                                Vec::new(),
-                            )
-                        })
-                        .3
-                        .push(Winner {
-                            input: i,
-                            winner: c.id.label(),
-                            median_ns: stats.median_ns,
-                        });
+                    winners.push(Winner {
+                        input: i,
+                        winner: c.id.label(),
+                        median_ns: stats.median_ns,
+                    });
                 }
-                merged.insert(s, ns, entry);
-                kept += 1;
+                kept[i] += 1;
+                match &mut merged {
+                    Some((_, _, m)) => m.merge(entry),
+                    None => merged = Some((s, ns, entry)),
+                }
             }
-            inputs.push((path.clone(), kept));
+            let Some((scope, ns, entry)) = merged else {
+                continue;
+            };
+            conflicts.extend(conflict(&scope, &ns, entry.key().to_string(), winners));
+            writer.add(&scope, &ns, &entry).with_context(|| {
+                format!("the merge was not written to {}", self.output.display())
+            })?;
+            entries += 1;
         }
-        let (app, schema) = target.context("no input")?;
-        let bytes = write_new_cache(
-            &self.output,
-            &Migrations::new(app.clone(), schema),
-            &merged,
-            &Limits::default(),
-        )
-        .with_context(|| format!("the merge was not written to {}", self.output.display()))?;
-        let conflicts = conflicts(winners);
+        let bytes = writer
+            .finish()
+            .with_context(|| format!("the merge was not written to {}", self.output.display()))?;
         let report = MergeReport {
             output: self.output,
             app,
             schema,
-            inputs,
-            entries: merged.len(),
+            inputs: self.inputs.iter().cloned().zip(kept).collect(),
+            entries,
             bytes,
             conflicts,
         };
         out.report(&report, ctx.json)?;
         Ok(exit::OK)
+    }
+
+    /// `entry` (of namespace `ns` in `scope`) as the filters keep it, or `None`.
+    fn kept(&self, filters: &Filters, scope: &Scope, ns: &str, entry: &Entry) -> Option<Entry> {
+        let keep_scope = filters.scope.as_ref().is_none_or(|w| w == scope);
+        let keep_ns = self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == ns);
+        let keep_age = filters.oldest.is_none_or(|t| entry.recorded_at() >= t);
+        if !(keep_scope && keep_ns && keep_age) {
+            return None;
+        }
+        self.with_enough_samples(entry)
     }
 
     /// `entry` without the measurements below `--min-samples` (`None`: nothing left).

@@ -140,19 +140,31 @@ fn push(
     if !crate::shared::writable() {
         bail!("TUNECACHE_REMOTE_MODE=read: `tunecache remote push` writes to the server");
     }
-    let data = ctx.inspect_as_read(path)?.data();
-    let published = tier
-        .publish(&data, wait)
-        .with_context(|| format!("nothing was published to {}", tier.describe()))?;
-    report.published = Some(published.written);
-    report.already_there = Some(published.unchanged);
-    report.not_published = Some(published.left + published.refused as usize);
+    // Streamed: the cache's entries in key order, published a few thousand at a time, all
+    // within one wait.
+    let found = ctx.inspect_as_read(path)?;
+    let deadline = std::time::Instant::now() + wait;
+    let (mut written, mut unchanged, mut left, mut failed) = (0, 0, 0, 0);
+    let mut chunk = cache_format::CacheData::new();
+    let mut walk = found.in_key_order().peekable();
+    while walk.peek().is_some() {
+        for (_, scope, ns, entry) in walk.by_ref().take(4096) {
+            chunk.insert(&scope, &ns, entry);
+        }
+        let remaining = deadline.saturating_duration_since(std::time::Instant::now());
+        let published = tier
+            .publish(&std::mem::take(&mut chunk), remaining)
+            .with_context(|| format!("nothing more was published to {}", tier.describe()))?;
+        written += published.written;
+        unchanged += published.unchanged;
+        left += published.left + published.refused as usize;
+        failed += published.left;
+    }
+    report.published = Some(written);
+    report.already_there = Some(unchanged);
+    report.not_published = Some(left);
     report.rejected = tier.health().rejected;
-    Ok(if published.left > 0 {
-        exit::ERROR
-    } else {
-        exit::OK
-    })
+    Ok(if failed > 0 { exit::ERROR } else { exit::OK })
 }
 
 fn pull(

@@ -302,7 +302,10 @@ fn a_redis_cluster_serves_as_the_shared_tier_without_crossslot() {
     assert_eq!(second.status.code(), Some(0), "{}", text(&second));
     let report: serde_json::Value = serde_json::from_slice(&second.stdout).expect("JSON");
     for ns in ["matmul", "reduce"] {
-        assert_eq!(report["namespaces"][ns]["keys_tuned"], 0, "{report:#}");
+        // Every key came from the cluster; one whose winner ran far slower here than recorded
+        // (a loaded 2-core machine can do that) is distrusted and tuned here, by design.
+        let n = |f: &str| report["namespaces"][ns][f].as_u64().unwrap_or(0);
+        assert_eq!(n("keys_tuned"), n("remote_distrusted"), "{report:#}");
     }
     // A key listing scans every primary.
     let stats = with_remote(

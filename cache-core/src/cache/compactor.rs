@@ -50,7 +50,7 @@ impl Shared {
                         return;
                     };
                     match result {
-                        Ok(Compacted::Done { dropped }) => {
+                        Ok(Compacted::Done { dropped, .. }) => {
                             shared.notify(Notice::compacted(dropped));
                         }
                         Ok(Compacted::Dropped(why)) => {

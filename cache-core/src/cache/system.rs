@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use cache_format::bundle::{BUNDLE_MARKER, locate_table, read_bundle};
+use cache_format::bundle::{BUNDLE_MARKER, read_bundle};
 use cache_format::table::{TKey, Table};
 use cache_format::{Entry, Fingerprint, Limits, Scope};
 use cache_migrate::Migrations;
@@ -210,8 +210,8 @@ fn open(
         .map_err(|e| e.to_string())?;
     let is_bundle = prefix.len() > 12 && prefix[2..10] == *BUNDLE_MARKER.as_bytes();
     let region = if is_bundle {
-        match locate(&file, &prefix, len).map_err(|e| e.to_string())? {
-            Some(region) => Some(region),
+        match crate::bundle::locate(&file, len).map_err(|e| e.to_string())? {
+            Some(found) => Some((found.offset, found.len)),
             None => return read_whole(&file, len, limits, registry, scope),
         }
     } else if cache_format::table::is_table(&prefix) {
@@ -241,49 +241,6 @@ fn open(
         return Ok(Opened::Whole(of_scope(&up.data, scope)));
     }
     Ok(Opened::Table(Box::new(table)))
-}
-
-/// Where the table of a version 3 bundle is; `None` for an older bundle (read whole).
-fn locate(
-    file: &std::fs::File,
-    prefix: &[u8],
-    len: u64,
-) -> Result<Option<(u64, u64)>, cache_format::FormatError> {
-    let mut head = prefix.to_vec();
-    loop {
-        match locate_table(&head) {
-            Ok(Ok((offset, size))) if offset + size <= len => return Ok(Some((offset, size))),
-            Ok(Ok(_)) => {
-                return Err(cache_format::FormatError::Truncated {
-                    what: "bundle",
-                    offset: 0,
-                    needed: len + 1,
-                    available: len,
-                });
-            }
-            Ok(Err(needed)) if needed > head.len() as u64 && needed <= len.min(64 << 20) => {
-                head = vec![0u8; needed as usize];
-                file.read_exact_at(&mut head, 0).map_err(|_| {
-                    cache_format::FormatError::Truncated {
-                        what: "bundle",
-                        offset: 0,
-                        needed,
-                        available: len,
-                    }
-                })?;
-            }
-            Ok(Err(needed)) => {
-                return Err(cache_format::FormatError::Truncated {
-                    what: "bundle",
-                    offset: 0,
-                    needed,
-                    available: len,
-                });
-            }
-            Err(cache_format::FormatError::Malformed { .. }) => return Ok(None),
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 /// A system file of an older format (or bundle version), read whole.

@@ -40,12 +40,42 @@ pub(crate) enum Compacted {
     Done {
         /// Entries a retention limit dropped.
         dropped: usize,
+        /// Of them, those dropped for their age.
+        by_age: usize,
     },
     /// Nothing changed, for this reason.
     Dropped(&'static str),
 }
 
+/// The entries a retention limit drops from a rewrite.
+#[derive(Debug, Default)]
+pub(crate) struct Drops {
+    /// Their keys.
+    pub(crate) keys: std::collections::HashSet<TKey>,
+    /// How many of them went for their age (the rest for the size limit).
+    pub(crate) by_age: usize,
+    /// The estimated size of the table without them (`None`: no limit was applied).
+    pub(crate) bytes_after: Option<u64>,
+}
+
 impl Disk {
+    /// A rewrite of the table under `retention` whether or not one is due (`tunecache gc`):
+    /// `None` when the file is not a table.
+    pub(crate) fn rewrite_with(&self, retention: crate::gc::Retention) -> Option<Compaction> {
+        let state = self.cursor.table()?;
+        let mut options = self.options;
+        options.retention = retention;
+        options.compaction_budget = None;
+        Some(Compaction {
+            paths: self.paths.clone(),
+            app: self.registry.app().to_owned(),
+            schema: self.registry.current(),
+            options,
+            table: Arc::clone(&state.table),
+            id: state.id,
+        })
+    }
+
     /// A rewrite of the table, if one is due: the bytes no commit refers to any more passed
     /// `ratio` times the live ones and `min_bytes` (the builder's `compaction`), or a retention
     /// limit's size is passed.
@@ -74,6 +104,11 @@ impl Disk {
 }
 
 impl Compaction {
+    /// Entries in the table to be copied.
+    pub(crate) fn entries(&self) -> u64 {
+        self.table.commit().entries
+    }
+
     /// Runs the rewrite; `stop` says to give up (the cache is closing), and `lock_timeout`
     /// bounds the wait for the lock before the catch-up.
     pub(crate) fn run(
@@ -81,10 +116,42 @@ impl Compaction {
         stop: &AtomicBool,
         lock_timeout: Duration,
     ) -> Result<Compacted, StoreError> {
+        let (written, drops) = match self.copy(stop)? {
+            Ok(copied) => copied,
+            Err(why) => return Ok(Compacted::Dropped(why)),
+        };
+        let _lock = match CacheLock::acquire(&self.paths.lock, &self.paths.dir, lock_timeout) {
+            Ok(lock) => lock,
+            Err(StoreError::LockTimeout { .. }) => {
+                return Ok(Compacted::Dropped("the lock stayed busy"));
+            }
+            Err(e) => return Err(e),
+        };
+        self.install(written, drops)
+    }
+
+    /// [`Compaction::run`] for a caller that holds the lock already (`tunecache gc`): the copy
+    /// and the install, with nothing to catch up with.
+    pub(crate) fn run_locked(self) -> Result<Compacted, StoreError> {
+        let stop = AtomicBool::new(false);
+        let (written, drops) = match self.copy(&stop)? {
+            Ok(copied) => copied,
+            Err(why) => return Ok(Compacted::Dropped(why)),
+        };
+        self.install(written, drops)
+    }
+
+    /// The copy (see the module docs), without the lock: the new file and what retention
+    /// dropped from it, or why it was given up.
+    fn copy(
+        &self,
+        stop: &AtomicBool,
+    ) -> Result<Result<(tablefile::Written, Drops), &'static str>, StoreError> {
         let started = std::time::Instant::now();
         let budget = self.options.compaction_budget;
         let give_up =
             || stop.load(Ordering::Relaxed) || budget.is_some_and(|b| started.elapsed() > b);
+        let closing = "the cache is closing, or the rewrite ran past its budget";
         let path = self.paths.snapshot.clone();
         let t = &self.table;
         let from = tbl::Rewritten {
@@ -92,7 +159,6 @@ impl Compaction {
             seq: t.commit().seq,
         };
         let drops = self.retention_drops(stop)?;
-        let dropped = drops.len();
         let mut builder = TableBuilder::new(&self.app, self.schema, Some(t.lineage()));
         builder.rewritten_from(from);
         let mut out = NewTable::create(&path, builder)?;
@@ -104,14 +170,12 @@ impl Compaction {
             .map_err(|e| tablefile::table_error(&path, e))?;
         for (n, item) in cursor.enumerate() {
             if n % 4096 == 0 && give_up() {
-                return Ok(Compacted::Dropped(
-                    "the cache is closing, or the rewrite ran past its budget",
-                ));
+                return Ok(Err(closing));
             }
             // A damaged block stops the copy: the next fold meets it and rewrites what is
             // readable, keeping a copy of the damage.
             let (key, r) = item.map_err(|e| tablefile::table_error(&path, e))?;
-            if drops.contains(&key) {
+            if drops.keys.contains(&key) {
                 continue;
             }
             let bytes = t
@@ -121,58 +185,59 @@ impl Compaction {
                 dir.names.get(&key.namespace()),
                 dir.scopes.get(&key.scope()),
             ) else {
-                return Ok(Compacted::Dropped(
-                    "an entry of a scope the directory lacks",
-                ));
+                return Ok(Err("an entry of a scope the directory lacks"));
             };
             out.add(key, &s.scope, ns, &bytes)?;
         }
-        let mut written = out.written()?;
+        let written = out.written()?;
         if give_up() {
-            return Ok(Compacted::Dropped(
-                "the cache is closing, or the rewrite ran past its budget",
-            ));
+            return Ok(Err(closing));
         }
-        let _lock = match CacheLock::acquire(&self.paths.lock, &self.paths.dir, lock_timeout) {
-            Ok(lock) => lock,
-            Err(StoreError::LockTimeout { .. }) => {
-                return Ok(Compacted::Dropped("the lock stayed busy"));
-            }
-            Err(e) => return Err(e),
-        };
+        Ok(Ok((written, drops)))
+    }
+
+    /// Under the lock: checks that the file is still the one copied, applies the commits made
+    /// during the copy, and puts the copy in place.
+    fn install(
+        &self,
+        mut written: tablefile::Written,
+        drops: Drops,
+    ) -> Result<Compacted, StoreError> {
+        let path = &self.paths.snapshot;
+        let t = &self.table;
         // The file must still be the one copied, perhaps with more commits.
-        let Some(meta) = fsio::stat(&path)? else {
+        let Some(meta) = fsio::stat(path)? else {
             return Ok(Compacted::Dropped("the cache file was removed"));
         };
         if !self.id.same_file(&FileId::of(&meta)) {
             return Ok(Compacted::Dropped("the cache file was replaced meanwhile"));
         }
         let now = tablefile::open(Arc::clone(t.source().file()), &self.options.limits)
-            .map_err(|e| tablefile::table_error(&path, e))?;
+            .map_err(|e| tablefile::table_error(path, e))?;
         if now.lineage() != t.lineage() {
             return Ok(Compacted::Dropped("the cache file was rewritten in place"));
         }
         if now.commit().seq != t.commit().seq {
             let Some(changed) = now
                 .changes_since(t.commit().seq, CATCH_UP)
-                .map_err(|e| tablefile::table_error(&path, e))?
+                .map_err(|e| tablefile::table_error(path, e))?
             else {
                 return Ok(Compacted::Dropped("too many commits to catch up with"));
             };
             self.catch_up(&mut written, &now, &changed)?;
         }
         written.commit()?;
-        Ok(Compacted::Done { dropped })
+        Ok(Compacted::Done {
+            dropped: drops.keys.len(),
+            by_age: drops.by_age,
+        })
     }
 
     /// The keys a retention limit drops, from a first walk (each entry decoded for its time).
-    fn retention_drops(
-        &self,
-        stop: &AtomicBool,
-    ) -> Result<std::collections::HashSet<TKey>, StoreError> {
+    pub(crate) fn retention_drops(&self, stop: &AtomicBool) -> Result<Drops, StoreError> {
         let retention = self.options.retention;
         if retention == crate::gc::Retention::default() {
-            return Ok(Default::default());
+            return Ok(Drops::default());
         }
         let t = &self.table;
         let path = &self.paths.snapshot;
@@ -201,8 +266,12 @@ impl Compaction {
             items.push((key.scope(), entry.recorded_at(), u64::from(r.len)));
         }
         let fixed = t.head().blocks_at + u64::from(t.commit().dir.len) + 1024;
-        let (drops, _) = crate::gc::plan_drops(&items, fixed, &retention);
-        Ok(drops.into_iter().map(|i| keys[i]).collect())
+        let (drops, by_age, bytes_after) = crate::gc::plan_drops(&items, fixed, &retention);
+        Ok(Drops {
+            keys: drops.into_iter().map(|i| keys[i]).collect(),
+            by_age,
+            bytes_after: Some(bytes_after),
+        })
     }
 
     /// Applies the commits made during the copy (the keys `changed`, as `now` has them) to the

@@ -207,6 +207,21 @@ impl Disk {
         self.cursor.table().is_some() && bytes > self.options.compact_min_bytes
     }
 
+    /// Folds the journal's records into the table as one commit (nothing when it has none).
+    pub(crate) fn fold_journal(&mut self) -> Result<Vec<Event>, Failure> {
+        if self.cursor.journal_data.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .fold(FoldBatch::Model(&CacheData::new()), None)?
+            .expect("a fold without a deadline finishes"))
+    }
+
+    /// Whether the journal holds entries not folded into the table yet.
+    pub(crate) fn journal_holds_entries(&self) -> bool {
+        !self.cursor.journal_data.is_empty()
+    }
+
     /// Folds a spill's entries (and the journal) into the table as one commit.
     pub(crate) fn fold_spilled(&mut self, spill: &Spill) -> Result<Vec<Event>, Failure> {
         Ok(self

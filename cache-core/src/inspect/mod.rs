@@ -19,9 +19,11 @@ use cache_format::{
 };
 use cache_migrate::{Gate, MigrateError, Migrations};
 
+mod ordered;
 mod read;
 mod table;
 
+pub use ordered::{InKeyOrder, KeyedEntry};
 pub use read::inspect;
 
 /// What was found in the snapshot file.
@@ -68,6 +70,8 @@ pub struct Inspection {
     payload: Option<(Vec<u8>, std::ops::Range<usize>)>,
     /// The table (format 4), read a block at a time.
     table: Option<std::sync::Arc<crate::tablefile::TableFile>>,
+    /// A file of an older format decoded whole, once [`Inspection::get`] asks.
+    whole: std::sync::OnceLock<CacheData>,
     /// The entries of the current journal's records, decoded (a journal is small).
     journal_data: CacheData,
     /// Every entry, once [`Inspection::migrate_in_memory`] has turned them into what this
@@ -361,6 +365,34 @@ impl Inspection {
             }
         }
         found
+    }
+
+    /// The entry for key `fp` of `ns` in `scope`, if the cache has one: one lookup in a table
+    /// (with the journal's records merged); a file of an older format is decoded whole once, at
+    /// the first call, and kept.
+    pub fn get(&self, scope: &Scope, ns: &str, fp: &Fingerprint) -> Option<Entry> {
+        if let Some(data) = &self.migrated {
+            return data.get(scope, ns, fp).cloned();
+        }
+        if let Some(t) = &self.table {
+            let key = cache_format::table::TKey::of(scope, ns, fp);
+            let mut found = t
+                .get(&key)
+                .ok()
+                .flatten()
+                .and_then(|b| t.decode_entry(&key, ns, &b).ok());
+            if let Some(j) = self.journal_data.get(scope, ns, fp) {
+                match &mut found {
+                    Some(e) => e.merge(j.clone()),
+                    None => found = Some(j.clone()),
+                }
+            }
+            return found;
+        }
+        self.whole
+            .get_or_init(|| self.data())
+            .get(scope, ns, fp)
+            .cloned()
     }
 
     /// Every readable entry, whole (for callers that need them all at once; the others walk

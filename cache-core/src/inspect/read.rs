@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use cache_format::raw::decode_payload;
+use cache_format::table::ReadAt as _;
 use cache_format::{
     CacheData, Limits, Tail, read_journal_header, read_snapshot_framing, scan_records,
 };
@@ -46,26 +47,80 @@ pub fn inspect(
     Ok(out)
 }
 
+impl Inspection {
+    /// Nothing read yet, for the cache at `paths`.
+    fn empty(paths: &Paths, limits: &Limits) -> Inspection {
+        Inspection {
+            path: paths.snapshot.clone(),
+            journal_path: paths.journal.clone(),
+            snapshot: SnapshotInfo::default(),
+            journal: JournalInfo::default(),
+            payload: None,
+            table: None,
+            whole: std::sync::OnceLock::new(),
+            journal_data: CacheData::new(),
+            migrated: None,
+            limits: *limits,
+            problems: Vec::new(),
+            notes: Vec::new(),
+            gate: None,
+        }
+    }
+
+    /// Takes `t` as the file read, its header and gate as what it says.
+    fn set_table(&mut self, t: crate::tablefile::TableFile, registry: Option<&Migrations>) {
+        let head = t.head();
+        self.gate = Some(GateVerdict::of(registry, &head.app, head.schema));
+        let scopes = t.directory().map_or(0, |d| d.scopes.len() as u64);
+        self.snapshot.format = Some(cache_format::FormatVersion::V4);
+        self.snapshot.header = Some(cache_format::Header {
+            app: head.app.clone(),
+            schema: head.schema,
+            generation: t.lineage(),
+            entries: t.commit().entries,
+            scopes,
+        });
+        self.table = Some(std::sync::Arc::new(t));
+    }
+
+    /// The table inside a bundle at `path`, as stored (no journal).
+    pub(crate) fn of_table(
+        path: &Path,
+        t: crate::tablefile::TableFile,
+        limits: &Limits,
+        registry: Option<&Migrations>,
+    ) -> Inspection {
+        let mut out = Inspection::empty(&Paths::new(path.to_owned()), limits);
+        out.snapshot.bytes = t.source().size().ok();
+        out.set_table(t, registry);
+        out
+    }
+
+    /// Entries decoded from a snapshot inside a bundle at `path`, as stored.
+    pub(crate) fn of_data(
+        path: &Path,
+        header: &cache_format::Header,
+        format: cache_format::FormatVersion,
+        data: CacheData,
+        limits: &Limits,
+        registry: Option<&Migrations>,
+    ) -> Inspection {
+        let mut out = Inspection::empty(&Paths::new(path.to_owned()), limits);
+        out.snapshot.format = Some(format);
+        out.snapshot.header = Some(header.clone());
+        out.gate = Some(GateVerdict::of(registry, &header.app, header.schema));
+        out.journal_data = data;
+        out
+    }
+}
+
 fn inspect_once(
     paths: &Paths,
     limits: &Limits,
     registry: Option<&Migrations>,
 ) -> Result<Inspection, StoreError> {
     let path = &paths.snapshot;
-    let mut out = Inspection {
-        path: paths.snapshot.clone(),
-        journal_path: paths.journal.clone(),
-        snapshot: SnapshotInfo::default(),
-        journal: JournalInfo::default(),
-        payload: None,
-        table: None,
-        journal_data: CacheData::new(),
-        migrated: None,
-        limits: *limits,
-        problems: Vec::new(),
-        notes: Vec::new(),
-        gate: None,
-    };
+    let mut out = Inspection::empty(paths, limits);
     let mut generation = None;
     if let Some(file) = crate::fsio::open_regular(path)?
         && crate::tablefile::starts_as_table(&file).map_err(|e| StoreError::io("read", path, e))?
@@ -78,17 +133,7 @@ fn inspect_once(
         out.snapshot.format = Some(cache_format::FormatVersion::V4);
         match crate::tablefile::open(std::sync::Arc::new(file), limits) {
             Ok(t) => {
-                let head = t.head();
                 generation = Some(t.lineage());
-                out.gate = Some(GateVerdict::of(registry, &head.app, head.schema));
-                let scopes = t.directory().map_or(0, |d| d.scopes.len() as u64);
-                out.snapshot.header = Some(cache_format::Header {
-                    app: head.app.clone(),
-                    schema: head.schema,
-                    generation: t.lineage(),
-                    entries: t.commit().entries,
-                    scopes,
-                });
                 let torn = crate::tablefile::torn_len(&t);
                 if torn > 0 {
                     out.notes.push(format!(
@@ -96,7 +141,7 @@ fn inspect_once(
                         path.display()
                     ));
                 }
-                out.table = Some(std::sync::Arc::new(t));
+                out.set_table(t, registry);
             }
             Err(e) => out.problems.push(format!("{}: {e}", path.display())),
         }

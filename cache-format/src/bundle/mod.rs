@@ -7,14 +7,16 @@
 //! which a whole check ([`read_bundle`]) verifies. Encoding is deterministic: the same entries
 //! and manifest always give the same bytes.
 
-use std::collections::BTreeMap;
+mod manifest;
 
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+pub(crate) use manifest::sha256_hex;
+pub use manifest::{
+    Manifest, ManifestBuilder, ManifestScope, Sha256Stream, manifest_of, manifest_problems,
+    problems_against,
+};
 
 use crate::envelope::{write_checksummed, write_str};
 use crate::error::FormatError;
-use crate::model::CacheData;
 use crate::scan::Limits;
 
 /// The marker a bundle starts with.
@@ -23,246 +25,6 @@ pub const BUNDLE_MARKER: &str = "TCBUNDLE";
 /// The bundle container's version (independent of the inner file's format version): 3, a
 /// table inside.
 pub const BUNDLE_VERSION: u64 = 3;
-
-/// What a bundle holds, readable without decoding its entries.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Manifest {
-    /// The tool that wrote it, e.g. `tunecache 0.1.0`.
-    pub tool: String,
-    /// The bundle container's version.
-    pub bundle_format: u64,
-    /// The snapshot's container format version.
-    pub cache_format: u32,
-    /// The application whose schema the entries follow.
-    pub app: String,
-    /// Its schema version.
-    pub schema: u32,
-    /// When it was made, in seconds since the Unix epoch (`SOURCE_DATE_EPOCH` if set, else
-    /// the latest entry's time: the same inputs give the same bytes).
-    pub created: u64,
-    /// Who made it (a name the producer chose, e.g. a CI job).
-    pub producer: String,
-    /// Number of entries.
-    pub entries: u64,
-    /// The earliest and latest time an entry was recorded (milliseconds since the epoch).
-    pub time_range: Option<(u64, u64)>,
-    /// Per scope, in fingerprint order.
-    pub scopes: Vec<ManifestScope>,
-    /// SHA-256 of the snapshot bytes, lower-case hex.
-    pub payload_sha256: String,
-}
-
-/// One scope of a [`Manifest`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ManifestScope {
-    /// Its fingerprint (32 hex digits).
-    pub fingerprint: String,
-    /// Its fields, as JSON text (e.g. `{"device":"H100","driver":"550"}`).
-    pub fields: String,
-    /// Entries of this scope.
-    pub entries: u64,
-    /// Entries per namespace.
-    pub namespaces: BTreeMap<String, u64>,
-    /// The candidate-set checksums its entries were measured against.
-    pub candidate_sets: Vec<String>,
-}
-
-/// One scope's fields as text, entries per namespace, and candidate sets.
-type ScopeTally = (
-    String,
-    BTreeMap<String, u64>,
-    std::collections::BTreeSet<crate::fingerprint::Fingerprint>,
-);
-
-/// A manifest put together one entry at a time (entries in any order, each once), holding
-/// per scope its counts and candidate sets, never the entries.
-#[derive(Debug, Default)]
-pub struct ManifestBuilder {
-    scopes: BTreeMap<crate::fingerprint::Fingerprint, ScopeTally>,
-    entries: u64,
-    range: Option<(u64, u64)>,
-}
-
-impl ManifestBuilder {
-    /// Counts `entry` of namespace `ns` in `scope`.
-    pub fn add(&mut self, scope: &crate::model::Scope, ns: &str, entry: &crate::model::Entry) {
-        let (_, namespaces, sets) = self
-            .scopes
-            .entry(scope.fingerprint())
-            .or_insert_with(|| (scope.to_string(), BTreeMap::new(), Default::default()));
-        *namespaces.entry(ns.to_owned()).or_default() += 1;
-        sets.insert(entry.candidate_set());
-        self.entries += 1;
-        let t = entry.recorded_at();
-        self.range = Some(self.range.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
-    }
-
-    /// The manifest of an inner file whose bytes hash to `sha256` (lower-case hex), of `app`
-    /// at `schema` in container `format`.
-    pub fn finish(
-        self,
-        app: &str,
-        schema: u32,
-        format: u32,
-        sha256: String,
-        created: u64,
-        producer: &str,
-    ) -> Manifest {
-        let scopes = self
-            .scopes
-            .into_iter()
-            .map(|(fp, (fields, namespaces, sets))| ManifestScope {
-                fingerprint: fp.to_hex(),
-                fields,
-                entries: namespaces.values().sum(),
-                namespaces,
-                candidate_sets: sets.iter().map(|s| s.to_hex()).collect(),
-            })
-            .collect();
-        Manifest {
-            tool: format!("tunecache {}", env!("CARGO_PKG_VERSION")),
-            bundle_format: if format >= 4 { BUNDLE_VERSION } else { 2 },
-            cache_format: format,
-            app: app.to_owned(),
-            schema,
-            created,
-            producer: producer.to_owned(),
-            entries: self.entries,
-            time_range: self.range,
-            scopes,
-            payload_sha256: sha256,
-        }
-    }
-}
-
-/// The manifest of `inner` (the bytes of a cache file holding `data`: a table, or a format 3
-/// snapshot).
-pub fn manifest_of(
-    data: &CacheData,
-    app: &str,
-    schema: u32,
-    inner: &[u8],
-    created: u64,
-    producer: &str,
-) -> Manifest {
-    let mut b = ManifestBuilder::default();
-    for (scope, ns, e) in data.entries() {
-        b.add(scope, ns, e);
-    }
-    let format = if crate::table::is_table(inner) {
-        crate::FORMAT_VERSION
-    } else {
-        crate::ENVELOPE_VERSION
-    };
-    b.finish(app, schema, format, sha256_hex(inner), created, producer)
-}
-
-/// Every way `manifest` misstates the snapshot it came with (`data`, decoded from `snapshot`,
-/// whose header says `app`, `schema` and `format`; the framing said `version`): it must be
-/// exactly the manifest [`manifest_of`] makes of them, but for the free fields (`tool`,
-/// `created`, `producer`). Empty: the manifest is true. Any line is damage.
-pub fn manifest_problems(
-    manifest: &Manifest,
-    bundle: &Bundle<'_>,
-    header: (&str, u32, u32),
-    data: &CacheData,
-) -> Vec<String> {
-    let (app, schema, format) = header;
-    let mut b = ManifestBuilder::default();
-    for (scope, ns, e) in data.entries() {
-        b.add(scope, ns, e);
-    }
-    let truth = b.finish(
-        app,
-        schema,
-        format,
-        manifest.payload_sha256.clone(),
-        manifest.created,
-        &manifest.producer,
-    );
-    problems_against(manifest, &truth, bundle.version)
-}
-
-/// Every way `manifest` differs from `truth` (what the entries make of it) but for the free
-/// fields; `version`: the container's version, as its framing says.
-pub fn problems_against(manifest: &Manifest, truth: &Manifest, version: u64) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut differ = |what: &str, says: String, is: String| {
-        if says != is {
-            let cut = |t: String| {
-                if t.len() <= 200 {
-                    return t;
-                }
-                let mut end = 200;
-                while !t.is_char_boundary(end) {
-                    end -= 1;
-                }
-                format!("{}…", &t[..end])
-            };
-            problems.push(format!(
-                "the manifest's {what} is {}, the bundle's is {}",
-                cut(says),
-                cut(is)
-            ));
-        }
-    };
-    differ(
-        "bundle format",
-        manifest.bundle_format.to_string(),
-        version.to_string(),
-    );
-    differ(
-        "cache format",
-        manifest.cache_format.to_string(),
-        truth.cache_format.to_string(),
-    );
-    differ(
-        "application",
-        format!("{:?}", manifest.app),
-        format!("{:?}", truth.app),
-    );
-    differ(
-        "schema",
-        manifest.schema.to_string(),
-        truth.schema.to_string(),
-    );
-    differ(
-        "entry count",
-        manifest.entries.to_string(),
-        truth.entries.to_string(),
-    );
-    differ(
-        "time range",
-        format!("{:?}", manifest.time_range),
-        format!("{:?}", truth.time_range),
-    );
-    if manifest.scopes.len() != truth.scopes.len() {
-        differ(
-            "number of scopes",
-            manifest.scopes.len().to_string(),
-            truth.scopes.len().to_string(),
-        );
-    } else {
-        for (says, is) in manifest.scopes.iter().zip(&truth.scopes) {
-            if says != is {
-                differ(
-                    &format!("scope {}", says.fingerprint),
-                    format!("{says:?}"),
-                    format!("{is:?}"),
-                );
-            }
-        }
-    }
-    problems
-}
-
-/// SHA-256 of `bytes`, lower-case hex.
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// Encodes a bundle: one msgpack array of six items, `[ "TCBUNDLE", version, bin32(manifest
 /// JSON), crc32, bin32(inner file), crc32 ]` (FORMAT.md, "Bundles"): version 3 around a table,
@@ -299,24 +61,35 @@ fn head_of(manifest: &Manifest, inner_len: u64, version: u64) -> Vec<u8> {
     out
 }
 
+/// A version 3 bundle's manifest and where its table is: the offset and length of the table's
+/// bytes (whose CRC-32 and SHA-256 only a whole read checks: a lookup checks each block it
+/// reads).
+#[derive(Debug, Clone)]
+pub struct Located {
+    /// The manifest (its CRC checked, and its `bundle_format` the framing's).
+    pub manifest: Manifest,
+    /// Where the table starts in the bundle.
+    pub offset: u64,
+    /// The table's length.
+    pub len: u64,
+}
+
 /// Where the table of a version 3 bundle is, from the bundle's first bytes (`prefix`: at
-/// least its framing and manifest): the offset and length of the table's bytes, and the
-/// CRC-32 the bundle stores for them (checked only by a whole read: a lookup checks each block
-/// it reads). `Ok(Err(needed))`: read `needed` bytes first. A bundle of another version is
-/// an error (read it whole with [`read_bundle`]).
-pub fn locate_table(prefix: &[u8]) -> Result<Result<(u64, u64), u64>, FormatError> {
+/// least its framing and manifest). `Ok(Err(needed))`: read `needed` bytes first. A bundle of
+/// another version is a `Malformed` error (read it whole with [`read_bundle`]).
+pub fn locate_table(prefix: &[u8]) -> Result<Result<Located, u64>, FormatError> {
     const WHAT: &str = "bundle";
     let mut rd = prefix;
     let more = |n: usize| Ok(Err(n as u64));
     if prefix.len() < 16 {
         return more(16);
     }
-    if rmp::decode::read_array_len(&mut rd).ok() != Some(6) {
-        return Err(FormatError::NotTunecache {
-            what: WHAT,
-            marker: BUNDLE_MARKER,
-        });
-    }
+    // The marker and version come first in every version (version 1 wrote an array header of
+    // four), so they are read before the length is held against the version.
+    let items = rmp::decode::read_array_len(&mut rd).map_err(|_| FormatError::NotTunecache {
+        what: WHAT,
+        marker: BUNDLE_MARKER,
+    })?;
     let mut buf = [0u8; 16];
     match rmp::decode::read_str(&mut rd, &mut buf) {
         Ok(m) if m == BUNDLE_MARKER => {}
@@ -342,12 +115,16 @@ pub fn locate_table(prefix: &[u8]) -> Result<Result<(u64, u64), u64>, FormatErro
             format!("a version {version} bundle holds no table (read it whole)"),
         ));
     }
+    if items != 6 {
+        return Err(FormatError::malformed(
+            WHAT,
+            0,
+            format!("a version 3 bundle is an array of 6 items, not {items}"),
+        ));
+    }
     let at = prefix.len() - rd.len();
     if rd.len() < 5 {
         return more(at + 5);
-    }
-    if rd[0] != 0xc6 {
-        return Err(FormatError::malformed("bundle manifest", at, "not a bin32"));
     }
     let manifest = u32::from_be_bytes([rd[1], rd[2], rd[3], rd[4]]) as usize;
     // The manifest, its CRC (0xce + 4), then the table's bin32 header.
@@ -355,7 +132,8 @@ pub fn locate_table(prefix: &[u8]) -> Result<Result<(u64, u64), u64>, FormatErro
     if prefix.len() < header_at + 5 {
         return more(header_at + 5);
     }
-    let h = &prefix[header_at..header_at + 5];
+    let json = checksummed(prefix, &mut rd, "bundle manifest")?;
+    let h = &rd[..5];
     if h[0] != 0xc6 {
         return Err(FormatError::malformed(
             "bundle snapshot",
@@ -364,7 +142,22 @@ pub fn locate_table(prefix: &[u8]) -> Result<Result<(u64, u64), u64>, FormatErro
         ));
     }
     let len = u64::from(u32::from_be_bytes([h[1], h[2], h[3], h[4]]));
-    Ok(Ok(((header_at + 5) as u64, len)))
+    let manifest: Manifest =
+        serde_json::from_slice(json).map_err(|e| FormatError::invalid("bundle manifest", e))?;
+    if manifest.bundle_format != version {
+        return Err(FormatError::invalid(
+            "bundle",
+            format_args!(
+                "the framing says version {version}, the manifest {}",
+                manifest.bundle_format
+            ),
+        ));
+    }
+    Ok(Ok(Located {
+        manifest,
+        offset: (header_at + 5) as u64,
+        len,
+    }))
 }
 
 /// A bundle whose framing, both checksums and the manifest's SHA-256 were verified; the
@@ -508,6 +301,7 @@ mod tests {
     use super::*;
     use crate::candidate::{Candidate, Stats};
     use crate::fingerprint::Fingerprint;
+    use crate::model::CacheData;
     use crate::model::{Entry, Key, Origin, Scope};
     use crate::value::{Fields, Value};
 
@@ -558,5 +352,45 @@ mod tests {
                 "cut at {cut}"
             );
         }
+    }
+
+    #[test]
+    fn locate_table_sends_older_versions_to_the_whole_reader_and_refuses_foreign_bytes() {
+        // Version 2 (a snapshot inside) and version 1's framing (an array header of four):
+        // `Malformed`, which a caller takes as "read it whole".
+        let v2 = sample();
+        assert!(matches!(
+            locate_table(&v2),
+            Err(FormatError::Malformed { .. })
+        ));
+        let mut v1 = v2.clone();
+        v1[0] = 0x94;
+        v1[10] = 1;
+        assert_eq!(&v1[2..10], BUNDLE_MARKER.as_bytes());
+        assert!(
+            matches!(locate_table(&v1), Err(FormatError::Malformed { .. })),
+            "{:?}",
+            locate_table(&v1)
+        );
+        // A version 3 framing with the wrong number of items is damage, not an old bundle.
+        let mut v3 = v2.clone();
+        v3[10] = 3;
+        v3[0] = 0x95;
+        assert!(matches!(
+            locate_table(&v3),
+            Err(FormatError::Malformed { .. })
+        ));
+        // Not a bundle at all, and a newer one.
+        assert!(matches!(
+            locate_table(&[0x93; 32]),
+            Err(FormatError::NotTunecache { .. })
+        ));
+        let mut newer = v2.clone();
+        newer[10] = 9;
+        assert!(matches!(
+            locate_table(&newer),
+            Err(FormatError::NewerFormat { found: 9, .. })
+        ));
+        assert!(matches!(locate_table(&v2[..8]), Ok(Err(16))));
     }
 }
