@@ -76,8 +76,11 @@ pub(crate) fn entries_for(
     key: &Key,
     scope: Option<&Scope>,
 ) -> Vec<(Scope, Entry)> {
-    found
-        .find(namespace, &key.fingerprint())
+    let (entries, unreadable) = found.find_checked(namespace, &key.fingerprint());
+    for problem in unreadable {
+        crate::output::say(problem);
+    }
+    entries
         .into_iter()
         .filter(|(s, _)| scope.is_none_or(|want| want == s))
         .collect()

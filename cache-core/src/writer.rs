@@ -53,13 +53,14 @@ impl TableWriter {
     /// reader would accept is [`StoreError::Refused`]); its key must be greater than every
     /// key added before.
     pub fn add(&mut self, scope: &Scope, ns: &str, entry: &Entry) -> Result<(), StoreError> {
-        crate::cache::check_entry(scope, ns, entry, &self.limits).map_err(|reason| {
-            StoreError::Refused {
+        let key = Self::key_of(scope, ns, entry);
+        let bytes = cache_format::table::encode_entry(entry);
+        crate::cache::check_encoded(scope, ns, entry, &key, &bytes, &self.limits).map_err(
+            |reason| StoreError::Refused {
                 namespace: ns.to_owned(),
                 reason,
-            }
-        })?;
-        let key = Self::key_of(scope, ns, entry);
+            },
+        )?;
         if self.last.is_some_and(|last| last >= key) {
             return Err(crate::tablefile::format_error(
                 &self.path,
@@ -70,7 +71,6 @@ impl TableWriter {
             ));
         }
         self.last = Some(key);
-        let bytes = cache_format::table::encode_entry(entry);
         self.out.add(key, scope, ns, &bytes)
     }
 

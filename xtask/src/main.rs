@@ -17,7 +17,7 @@
 //! Each task is a module; the project root is found from `CARGO_MANIFEST_DIR`.
 #![allow(clippy::print_stdout, reason = "a command-line tool reports on stdout")]
 
-mod bench_report;
+mod bench;
 mod capi;
 mod docs;
 mod golden;
@@ -68,8 +68,8 @@ fn main() -> ExitCode {
         Some("header") => capi::header(&project_root(), &args[1..]),
         Some("capi") => capi::install(&project_root(), &args[1..]),
         Some("test") => test::run(&project_root(), &args[1..]),
-        Some("bench-report") => bench_report::run(&project_root(), &args[1..]),
-        Some("bench-gen") => bench_report::generate(&args[1..]),
+        Some("bench-report") => bench::run(&project_root(), &args[1..]),
+        Some("bench-gen") => bench::generate(&args[1..]),
         Some("-h" | "--help") | None => {
             eprintln!("{USAGE}");
             return ExitCode::from(if args.is_empty() { 2 } else { 0 });

@@ -7,6 +7,7 @@ mod diff;
 mod explain;
 mod gc;
 mod imports;
+mod large;
 mod lookalikes;
 mod merge;
 mod migrate;

@@ -181,6 +181,7 @@ mod queue;
 pub(crate) mod system;
 mod tiers;
 
+pub(crate) use queue::check_encoded;
 pub use queue::{Imported, check_entry};
 mod saver;
 

@@ -333,6 +333,23 @@ impl Inspection {
     /// The entries recorded for the key fingerprint `fp` in namespace `ns`, one per scope it
     /// was recorded in: only those entries are decoded.
     pub fn find(&self, ns: &str, fp: &Fingerprint) -> Vec<(Scope, Entry)> {
+        self.find_checked(ns, fp).0
+    }
+
+    /// [`Inspection::find`], with a line for each entry of the key the file holds but that
+    /// cannot be read (a damaged block: a miss, not an error), naming the file and the entry.
+    pub fn find_checked(&self, ns: &str, fp: &Fingerprint) -> (Vec<(Scope, Entry)>, Vec<String>) {
+        let mut problems = Vec::new();
+        let found = self.find_inner(ns, fp, &mut problems);
+        (found, problems)
+    }
+
+    fn find_inner(
+        &self,
+        ns: &str,
+        fp: &Fingerprint,
+        problems: &mut Vec<String>,
+    ) -> Vec<(Scope, Entry)> {
         let mut found: Vec<(Scope, Entry)> = Vec::new();
         if let Some(data) = &self.migrated {
             for (scope, data) in data.scopes() {
@@ -343,7 +360,7 @@ impl Inspection {
             return found;
         }
         if let Some(t) = &self.table {
-            return self.find_table(t, ns, fp);
+            return self.find_table(t, ns, fp, problems);
         }
         if let Some(payload) = self.payload_bytes() {
             let _ = walk_payload(payload, &self.limits, |scope, name, bytes| {

@@ -137,17 +137,31 @@ impl Inspection {
         t: &TableFile,
         ns: &str,
         fp: &Fingerprint,
+        problems: &mut Vec<String>,
     ) -> Vec<(Scope, Entry)> {
         let mut found: Vec<(Scope, Entry)> = Vec::new();
-        if let Ok(dir) = t.directory() {
-            for s in dir.scopes.values() {
-                let key = TKey::of(&s.scope, ns, fp);
-                if let Ok(Some(bytes)) = t.get(&key)
-                    && let Ok(e) = t.decode_entry(&key, ns, &bytes)
-                {
-                    found.push((s.scope.clone(), e));
+        let unreadable = |e: &dyn std::fmt::Display| {
+            format!(
+                "{}: the entry {} of namespace {ns:?} cannot be read: {e}",
+                self.path.display(),
+                fp.to_hex()
+            )
+        };
+        match t.directory() {
+            Ok(dir) => {
+                for s in dir.scopes.values() {
+                    let key = TKey::of(&s.scope, ns, fp);
+                    match t.get(&key) {
+                        Ok(Some(bytes)) => match t.decode_entry(&key, ns, &bytes) {
+                            Ok(e) => found.push((s.scope.clone(), e)),
+                            Err(e) => problems.push(unreadable(&e)),
+                        },
+                        Ok(None) => {}
+                        Err(e) => problems.push(unreadable(&e)),
+                    }
                 }
             }
+            Err(e) => problems.push(format!("{}: {e}", self.path.display())),
         }
         for (scope, data) in self.journal_data.scopes() {
             if let Some(j) = data.namespace(ns).and_then(|n| n.get(fp)) {

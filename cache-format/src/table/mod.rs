@@ -82,6 +82,23 @@ pub fn decode_entry(
     read::decode_entry_at(key, ns, bytes, limits)
 }
 
+/// Whether a table's reader accepts `bytes` as the entry filed under `key` in namespace `ns`
+/// ([`decode_entry`]'s checks), without building the entry when the quick check
+/// (`fastcheck`, within the bounds an entry of a payload has) can tell; otherwise the
+/// decoder's answer, with its message. A writer checks what it is about to write with it.
+pub fn check_entry(
+    key: &TKey,
+    ns: &str,
+    bytes: &[u8],
+    limits: &crate::scan::Limits,
+) -> Result<(), FormatError> {
+    let bounds = crate::fastcheck::Bounds::in_payload(limits);
+    match crate::fastcheck::entry_facts_prefix(bytes, &bounds) {
+        Some((facts, len)) if len == bytes.len() && facts.fingerprint == key.key() => Ok(()),
+        _ => decode_entry(key, ns, bytes, limits).map(|_| ()),
+    }
+}
+
 /// A table's key: the scope's fingerprint, the namespace's hash and the key's fingerprint,
 /// 48 bytes compared bytewise. The entries of one scope are contiguous, and within it those
 /// of one namespace.

@@ -432,6 +432,9 @@ pub(crate) fn decode_entry_at(
             "trailing bytes after the entry",
         ));
     }
+    // The caps a payload's census applies inside an entry (its candidates, the fields of its
+    // key and params): an entry a table holds is one a journal record could hold.
+    crate::census::check_entry(bytes, limits)?;
     let entry = crate::stream::decode_entry(bytes, ns)?;
     if entry.candidates().len() as u64 > limits.max_candidates {
         return Err(FormatError::TooMany {
