@@ -95,11 +95,16 @@ pub fn migrate_file(
             options.lock_timeout,
         )?)
     };
-    // A snapshot whose steps are all declarative migrates entry by entry into the new
-    // snapshot's bytes (its journal's records merged in): the decoded model is never held, so
-    // a large file needs about twice its size in memory. Anything that path declines is read
-    // the usual way below.
+    // A format 3 snapshot whose steps are all declarative migrates entry by entry into the new
+    // table's bytes (its journal's records merged in): the decoded model is never held, so a
+    // large file needs about twice its size in memory. A table walks its entries in place
+    // into a spill: an index in memory. Anything either path declines is read the usual way
+    // below.
     if let Some(outcome) = migrate_streamed(&mut disk, registry, options, lock.is_some())? {
+        return Ok(outcome);
+    }
+    // A table likewise, entry by entry into a spill, then written in key order.
+    if let Some(outcome) = migrate_table(&mut disk, lock.is_some())? {
         return Ok(outcome);
     }
     // A read that repairs nothing: an unusable file must be reported, not moved aside.
@@ -196,6 +201,29 @@ fn migrate_streamed(
     };
     Ok(Some(MigrateOutcome::Migrated {
         report: streamed.report,
+        written,
+        backups,
+        entries,
+    }))
+}
+
+/// The streamed path of [`migrate_file`] for a table (`Disk::migrate_table_streamed`),
+/// writing (`write`: the lock is held) what it made; `None` when it declines.
+fn migrate_table(disk: &mut Disk, write: bool) -> Result<Option<MigrateOutcome>, StoreError> {
+    let Some(migration) = disk.migrate_table_streamed().map_err(failure)? else {
+        return Ok(None);
+    };
+    let entries = usize::try_from(migration.spill.len()).unwrap_or(usize::MAX);
+    let (written, backups) = if write {
+        let events = disk
+            .write_spilled(&migration.spill, Vec::new())
+            .map_err(failure)?;
+        (true, backups_of(events))
+    } else {
+        (false, Vec::new())
+    };
+    Ok(Some(MigrateOutcome::Migrated {
+        report: migration.report,
         written,
         backups,
         entries,

@@ -116,6 +116,14 @@ impl Spill {
         cache_format::raw::decode_entry(&bytes, ns).map_err(spill_error)
     }
 
+    /// Whether it holds an entry for key `fp` of namespace `ns` in `scope`.
+    pub(crate) fn holds(&self, scope: &Scope, ns: &str, fp: &Fingerprint) -> bool {
+        self.index
+            .get(scope)
+            .and_then(|n| n.get(ns))
+            .is_some_and(|e| e.contains_key(fp))
+    }
+
     /// Merges `entry` into namespace `ns` of `scope` ([`Entry::merge`]): encoded now if its key
     /// is new there, otherwise the held entry is read back, merged and encoded again.
     pub fn merge(&mut self, scope: &Scope, ns: &str, entry: Entry) -> Result<(), StoreError> {

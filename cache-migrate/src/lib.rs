@@ -24,7 +24,7 @@ pub use registry::{
     FORMAT_STEPS, FormatStep, Gate, MigrationFile, Migrations, Step, StepFn, StepSpec,
 };
 pub use report::{Change, Collision, Report, StepReport};
-pub use typed::{Streamed, upgrade_streamed};
+pub use typed::{EntryMigration, Streamed, upgrade_streamed};
 pub use upgrade::{Upgraded, upgrade, upgrade_snapshot};
 
 /// The two appliers `upgrade` chooses between, for the tests that check they agree (the

@@ -217,6 +217,62 @@ fn candidate_op(
     Ok(changed)
 }
 
+/// Declarative steps applied one entry at a time, for a reader that walks a file's entries in
+/// place (a table, in key order): each entry as the typed path ([`upgrade_streamed`]) migrates
+/// it, and the same report. The caller declines what that path declines: keys that collide
+/// after the steps, and (when [`EntryMigration::grew`]) entries past a reader's bounds.
+pub struct EntryMigration<'r> {
+    chain: Chain<'r>,
+    registry: &'r Migrations,
+    from: u32,
+    stored: u64,
+}
+
+impl std::fmt::Debug for EntryMigration<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntryMigration")
+            .field("from", &self.from)
+            .field("to", &self.registry.current())
+            .field("stored", &self.stored)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'r> EntryMigration<'r> {
+    /// The steps from schema `from` to `registry`'s current one; `None` unless every one of
+    /// them is declarative.
+    pub fn new(registry: &'r Migrations, from: u32) -> Option<Self> {
+        Some(EntryMigration {
+            chain: Chain::new(registry, from)?,
+            registry,
+            from,
+            stored: 0,
+        })
+    }
+
+    /// One entry of namespace `ns`, migrated: `Some(Some((ns, entry)))`, `Some(None)` when a
+    /// step drops its namespace, `None` when an operation declines (or leaves an empty
+    /// namespace name): the whole path must then be taken, which reports why.
+    pub fn migrate(&mut self, ns: &str, entry: Entry) -> Option<Option<(String, Entry)>> {
+        self.stored += 1;
+        match self.chain.migrate(ns, entry).ok()? {
+            Some((ns, _)) if ns.is_empty() => None,
+            out => Some(out),
+        }
+    }
+
+    /// Whether an operation that adds fields changed an entry (the caller then checks the
+    /// migrated entries against the reader's bounds).
+    pub fn grew(&self) -> bool {
+        self.chain.grew()
+    }
+
+    /// What the steps did to the entries given so far.
+    pub fn report(&self) -> Report {
+        self.chain.report(self.registry, self.from, self.stored)
+    }
+}
+
 /// Migrates `payload` (a current-format payload at schema `from`) through `registry`'s steps
 /// on the typed model, or `None` where it declines: not every step is declarative, the data
 /// does not decode as it is, or the result could differ from [`crate::upgrade_view`]'s (an

@@ -37,6 +37,7 @@ mod options;
 mod repair;
 mod streamed;
 mod table;
+mod table_migration;
 mod write;
 
 pub(crate) use compact::Compacted;

@@ -62,8 +62,28 @@ impl Disk {
                 migrated_from: None,
             })));
         }
-        // An older schema: its keys may change, so it is read whole and migrated, and the
-        // next save writes it again at the current schema.
+        // An older schema: its keys may change, so it is read whole and migrated (entry by
+        // entry where the steps allow), and the next save writes it again at the current
+        // schema.
+        if let Some((data, report)) = super::table_migration::migrate_in_memory(
+            &self.registry,
+            schema,
+            &table,
+            &self.options.limits,
+        ) {
+            inc.data = data;
+            inc.whole = true;
+            inc.needs_rewrite = true;
+            inc.events.push(Event::Migrated {
+                path: path.clone(),
+                report,
+            });
+            return Ok(Loaded::Base(Base::Table(TableState {
+                id,
+                table,
+                migrated_from: Some(schema),
+            })));
+        }
         let raw = match read_whole(&table) {
             Ok(raw) => raw,
             Err(e) => return Ok(Loaded::Unusable(e.into())),

@@ -10,3 +10,4 @@ mod merge;
 mod roundtrip;
 mod strategies;
 mod table;
+mod table_python;

@@ -44,7 +44,7 @@ fn tkey(scope: &Scope, ns: &str, e: &Entry) -> TKey {
 }
 
 /// Applies one batch to `file` as a writer would: the appended bytes, then the slot.
-fn apply(
+pub(crate) fn apply(
     file: &mut Vec<u8>,
     items: &[Item<'_>],
     mut decide: impl FnMut(usize, Option<&[u8]>) -> Change,

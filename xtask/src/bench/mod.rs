@@ -9,7 +9,7 @@
 //! alone, what Python costs before any cache is touched), a C program's `tc_open` and
 //! `tc_get` (when `cargo xtask capi --release` has installed the library under
 //! `target/capi`), and Python's first lookup through a bundle of the whole cache used as a
-//! system tier (an empty local file). Timings on a shared machine are noisy: compare cells of
+//! system tier (an empty local file); each the median of five runs. Timings on a shared machine are noisy: compare cells of
 //! one run, not runs.
 
 mod files;
@@ -50,6 +50,9 @@ fn secs(s: f64) -> String {
         format!("{s:.2} s")
     }
 }
+
+/// Runs of each one-key row (the cell is their median).
+const RUNS: usize = 5;
 
 /// The rows of the report, in order (each column has one cell per row).
 const ROWS: &[&str] = &[
@@ -184,12 +187,17 @@ fn column(n: usize, case: &Path, tools: &Tools<'_>) -> anyhow::Result<Vec<String
         cmd
     };
     let get = ["get", "-n", "matmul", "-k", &key];
-    col.push(measure(&mut tc(&cache, &get))?.cell());
-    col.push(measure(&mut tc(&legacy, &get))?.cell());
+    col.push(median_of(RUNS, || tc(&cache, &get))?.cell());
+    col.push(median_of(RUNS, || tc(&legacy, &get))?.cell());
     let db = case.join("baseline.sqlite");
     col.push(if files::sqlite(&db, n)? {
         let sql = format!("SELECT length(v) FROM t WHERE ns = 'matmul' AND k = '{key}';");
-        measure(Command::new("sqlite3").arg(&db).arg(sql))?.cell()
+        median_of(RUNS, || {
+            let mut cmd = Command::new("sqlite3");
+            cmd.arg(&db).arg(&sql);
+            cmd
+        })?
+        .cell()
     } else {
         "no sqlite3".to_owned()
     });
@@ -198,33 +206,47 @@ fn column(n: usize, case: &Path, tools: &Tools<'_>) -> anyhow::Result<Vec<String
                   assert c.get('matmul', json.loads(sys.argv[3])) is not None";
     match tools.python {
         Some(py) => {
-            col.push(measure(Command::new(py).args(["-c", "import tunecache"]))?.cell());
             col.push(
-                measure(
-                    Command::new(py)
-                        .args(["-c", py_get])
+                median_of(RUNS, || {
+                    let mut cmd = Command::new(py);
+                    cmd.args(["-c", "import tunecache"]);
+                    cmd
+                })?
+                .cell(),
+            );
+            col.push(
+                median_of(RUNS, || {
+                    let mut cmd = Command::new(py);
+                    cmd.args(["-c", py_get])
                         .arg(&cache)
-                        .args([files::SCOPE_JSON, &key]),
-                )?
+                        .args([files::SCOPE_JSON, &key]);
+                    cmd
+                })?
                 .cell(),
             );
         }
         None => col.extend(["no python with tunecache".to_owned(), String::new()]),
     }
     col.push(match tools.c_lookup {
-        Some(c) => measure(Command::new(c).arg(&cache).args([files::SCOPE_JSON, &key]))?.cell(),
+        Some(c) => median_of(RUNS, || {
+            let mut cmd = Command::new(c);
+            cmd.arg(&cache).args([files::SCOPE_JSON, &key]);
+            cmd
+        })?
+        .cell(),
         None => "no target/capi (cargo xtask capi --release)".to_owned(),
     });
     let bundle = case.join("all.tcb");
     let created = measure(tc(&cache, &["bundle", "create", "-o"]).arg(&bundle))?;
     col.push(match tools.python {
-        Some(py) => measure(
-            Command::new(py)
-                .args(["-c", py_get])
+        Some(py) => median_of(RUNS, || {
+            let mut cmd = Command::new(py);
+            cmd.args(["-c", py_get])
                 .arg(case.join("empty.tcache"))
                 .args([files::SCOPE_JSON, &key])
-                .env("TUNECACHE_SYSTEM_PATH", &bundle),
-        )?
+                .env("TUNECACHE_SYSTEM_PATH", &bundle);
+            cmd
+        })?
         .cell(),
         None => String::new(),
     });
@@ -374,6 +396,27 @@ fn python(root: &Path) -> Option<PathBuf> {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
+    })
+}
+
+/// The median of `runs` runs of the command `make` gives (wall and CPU each), the largest
+/// peak memory, and whether every run succeeded: for the one-key rows, whose few milliseconds
+/// a single run measures poorly on a shared machine.
+fn median_of(runs: usize, make: impl Fn() -> Command) -> anyhow::Result<Cost> {
+    let mut costs = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        costs.push(measure(&mut make())?);
+    }
+    let median = |f: fn(&Cost) -> f64| {
+        let mut v: Vec<f64> = costs.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok(Cost {
+        wall: median(|c| c.wall),
+        cpu: median(|c| c.cpu),
+        rss_mb: costs.iter().map(|c| c.rss_mb).fold(0.0, f64::max),
+        ok: costs.iter().all(|c| c.ok),
     })
 }
 
