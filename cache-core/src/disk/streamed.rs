@@ -31,6 +31,15 @@ impl Disk {
     /// a read of that snapshot would leave it, so writing the result keeps a backup if asked.
     pub(crate) fn migrate_streamed(&mut self) -> Result<Option<StreamedMigration>, Failure> {
         let limits = self.options.limits;
+        // A table is not read here (its own path walks it in place): its first bytes say so.
+        if let Some(file) = crate::fsio::open_regular(&self.paths.snapshot)? {
+            let mut prefix = [0u8; 16];
+            use std::os::unix::fs::FileExt as _;
+            if file.read_exact_at(&mut prefix, 0).is_ok() && cache_format::table::is_table(&prefix)
+            {
+                return Ok(None);
+            }
+        }
         let Some((Ok(bytes), id)) = read_with_id(&self.paths.snapshot, limits.max_file_bytes)?
         else {
             return Ok(None);

@@ -30,6 +30,7 @@ fn child_process_entry() {
         "migrate-fsize" => migrate_fsize(path, num(0)),
         "env-open" => env_open(),
         "system-reader" => system_reader(path, &args),
+        "opener" => opener(path, num(0)),
         other => panic!("unknown child role {other}"),
     }
 }
@@ -225,4 +226,29 @@ fn system_reader(path: PathBuf, args: &[String]) {
     cache.put(ns(), entry(1, 1));
     cache.flush().expect("the user's own file");
     say!("done");
+}
+
+/// Opens the cache read-only again and again for `millis` ms while others write, compact and
+/// are killed: each open must read the file (no error, nothing quarantined), and every entry it
+/// lists must read back. Prints how many opens it made; panics (a non-zero exit) otherwise.
+fn opener(path: PathBuf, millis: u64) {
+    let until = Instant::now() + Duration::from_millis(millis);
+    let mut opens = 0u64;
+    while Instant::now() < until {
+        let cache = builder(&path).read_only(true).refresh_interval(None).open();
+        let health = cache.health();
+        assert_eq!(health.mode, cache_core::Mode::ReadOnly, "{health:?}");
+        assert!(
+            health.quarantined.is_empty() && health.last_error.is_none(),
+            "{health:?}"
+        );
+        for (n, e) in cache.entries() {
+            assert!(
+                cache.get(n, &e.fingerprint()).is_some(),
+                "an entry listed does not read back"
+            );
+        }
+        opens += 1;
+    }
+    say!("opens {opens}");
 }
