@@ -286,3 +286,43 @@ fn tune_distrusts_winners_far_slower_here_than_the_server_says() {
         assert!(best["median_ns"].as_f64().expect("timed") > 1.0, "{line}");
     }
 }
+
+/// Hardening IV, case 2: `TUNECACHE_REMOTE_CA` naming a FIFO blocked every command for ever,
+/// and `/dev/zero` was read until memory ran out. It is read as every path is: a regular file
+/// only, bounded; anything else is a clear error naming it, at once.
+#[test]
+fn a_ca_file_that_is_a_fifo_or_a_device_is_refused_at_once() {
+    let dir = tempfile::tempdir().expect("dir");
+    let fifo = dir.path().join("ca.pem");
+    let c = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("path");
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    let big = dir.path().join("big.pem");
+    std::fs::write(&big, vec![b'A'; 5 << 20]).expect("write");
+    for ca in [fifo.as_path(), Path::new("/dev/zero"), big.as_path()] {
+        let mut child = command(EXE, &dir.path().join("c.tcache"), &["remote", "ping"])
+            .env("TUNECACHE_REMOTE", "rediss://127.0.0.1:1")
+            .env("TUNECACHE_REMOTE_CA", ca)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run tunecache");
+        let started = std::time::Instant::now();
+        while child.try_wait().expect("wait").is_none() {
+            if started.elapsed() > std::time::Duration::from_secs(20) {
+                let _ = child.kill();
+                panic!("{}: the command did not end", ca.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let o = child.wait_with_output().expect("output");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{}: {err}", ca.display());
+        assert!(
+            err.contains("TUNECACHE_REMOTE_CA") && err.contains(&*ca.to_string_lossy()),
+            "{}: {err}",
+            ca.display()
+        );
+    }
+}

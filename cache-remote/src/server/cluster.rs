@@ -42,14 +42,24 @@ impl RedisClusterRemote {
         // when to try again.
         // The cluster client connects with a timeout fixed when it is built (not the call's
         // deadline): keep it short.
-        let client = ClusterClient::builder(urls.iter().map(|u| u.trim().to_owned()))
+        #[cfg_attr(not(feature = "tls"), allow(unused_mut, reason = "set only for TLS"))]
+        let mut builder = ClusterClient::builder(urls.iter().map(|u| u.trim().to_owned()))
             .retries(0)
-            .connection_timeout(CONNECT_TIMEOUT)
-            .build()
-            .map_err(|e| ConfigError::BadCluster {
-                address: describe.clone(),
-                detail: format!("{:?}", e.kind()),
-            })?;
+            .connection_timeout(CONNECT_TIMEOUT);
+        // `rediss://` nodes trust `TUNECACHE_REMOTE_CA`'s authorities, as a single node does.
+        #[cfg(feature = "tls")]
+        if urls.iter().any(|u| u.trim().starts_with("rediss://"))
+            && let Some(root_cert) = super::read_ca()?
+        {
+            builder = builder.certs(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root_cert),
+            });
+        }
+        let client = builder.build().map_err(|e| ConfigError::BadCluster {
+            address: describe.clone(),
+            detail: format!("{:?}", e.kind()),
+        })?;
         Ok(RedisClusterRemote {
             client,
             describe,

@@ -151,6 +151,41 @@ pub fn connect(address: &str) -> Result<Arc<dyn Remote>, ConfigError> {
     Ok(Arc::new(RedisRemote::open(address.trim())?))
 }
 
+/// The largest certificate authorities' file read (a system bundle is about 200 KiB).
+const MAX_CA_BYTES: u64 = 4 << 20;
+
+/// The PEM bytes of the file `TUNECACHE_REMOTE_CA` names, if it is set: read as every path
+/// tunecache reads is (a regular file only, never a FIFO, a device or a procfs file, which
+/// could block or never end; at most 4 MiB).
+#[cfg_attr(not(feature = "tls"), allow(dead_code, reason = "read only for TLS"))]
+fn read_ca() -> Result<Option<Vec<u8>>, ConfigError> {
+    use std::io::Read as _;
+    let Some(path) = std::env::var_os(ENV_REMOTE_CA) else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(path);
+    let unreadable = |source: std::io::Error| ConfigError::CaUnreadable {
+        path: path.clone(),
+        source,
+    };
+    let file = match cache_core::file::open_regular(&path) {
+        Ok(Some(file)) => file,
+        Ok(None) => return Err(unreadable(std::io::ErrorKind::NotFound.into())),
+        Err(e) => return Err(unreadable(std::io::Error::other(e.to_string()))),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_CA_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > MAX_CA_BYTES {
+        return Err(unreadable(std::io::Error::other(format!(
+            "larger than {} MiB: not a file of certificates",
+            MAX_CA_BYTES >> 20
+        ))));
+    }
+    Ok(Some(bytes))
+}
+
 #[cfg(feature = "cluster")]
 fn cluster(nodes: &[&str]) -> Result<Arc<dyn Remote>, ConfigError> {
     Ok(Arc::new(RedisClusterRemote::open(nodes)?))

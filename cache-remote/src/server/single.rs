@@ -6,7 +6,7 @@ use redis::IntoConnectionInfo;
 
 use super::pool::Pool;
 use super::reply;
-use super::{ConfigError, ENV_REMOTE_CA, redact};
+use super::{ConfigError, redact};
 use crate::store::{Read, Remote, RemoteError, Swap, Swapped};
 
 /// A Redis server as a [`Remote`].
@@ -245,15 +245,7 @@ fn bounded(
 fn tls_client(info: redis::ConnectionInfo, describe: &str) -> Result<redis::Client, ConfigError> {
     // The process-wide provider, if the program has not chosen one (then its choice stands).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let root_cert = match std::env::var_os(ENV_REMOTE_CA) {
-        Some(path) => Some(
-            std::fs::read(&path).map_err(|source| ConfigError::CaUnreadable {
-                path: path.into(),
-                source,
-            })?,
-        ),
-        None => None,
-    };
+    let root_cert = super::read_ca()?;
     redis::Client::build_with_tls(
         info,
         redis::TlsCertificates {
@@ -269,7 +261,6 @@ fn tls_client(info: redis::ConnectionInfo, describe: &str) -> Result<redis::Clie
 
 #[cfg(not(feature = "tls"))]
 fn tls_client(_: redis::ConnectionInfo, describe: &str) -> Result<redis::Client, ConfigError> {
-    let _ = ENV_REMOTE_CA;
     Err(ConfigError::NoTls {
         address: describe.to_owned(),
     })
