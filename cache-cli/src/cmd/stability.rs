@@ -54,6 +54,14 @@ struct NamespaceOut {
     geomean_regret: f64,
     worst_flip_rate: f64,
     keys: Vec<KeyOut>,
+    /// Stored keys that could not be measured here, with why (left out of the figures).
+    skipped: Vec<SkippedOut>,
+}
+
+#[derive(Debug, Serialize)]
+struct SkippedOut {
+    key: String,
+    why: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -188,6 +196,14 @@ fn namespace_out(r: &StabilityReport) -> NamespaceOut {
                 regret: k.regret,
             })
             .collect(),
+        skipped: r
+            .skipped
+            .iter()
+            .map(|(key, why)| SkippedOut {
+                key: key.clone(),
+                why: why.to_string(),
+            })
+            .collect(),
     }
 }
 
@@ -200,8 +216,17 @@ impl Report for StabilityOut {
         ))?;
         for ns in &self.namespaces {
             out.line("")?;
+            for k in &ns.skipped {
+                out.line(format!(
+                    "{}: skipped {} (cannot be measured here: {})",
+                    ns.namespace, k.key, k.why
+                ))?;
+            }
             if ns.keys.is_empty() {
-                out.line(format!("{}: no stored key of this machine", ns.namespace))?;
+                out.line(format!(
+                    "{}: no stored key measured on this machine",
+                    ns.namespace
+                ))?;
                 continue;
             }
             out.line(format!(

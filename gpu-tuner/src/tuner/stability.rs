@@ -38,8 +38,11 @@ pub struct KeyStability {
 pub struct StabilityReport {
     /// The namespace.
     pub namespace: String,
-    /// Per key, in the order asked.
+    /// Per key measured, in the order asked.
     pub keys: Vec<KeyStability>,
+    /// The keys that could not be measured here (no candidate prepares, the problem cannot be
+    /// made, every candidate fails), each with why: left out of the figures, not an error.
+    pub skipped: Vec<(String, TuneError)>,
 }
 
 impl StabilityReport {
@@ -57,14 +60,25 @@ impl StabilityReport {
 
 impl<O: Operation> Tuned<O> {
     /// Measures each of `keys` `runs` times (at least two) and reports how stable its stored
-    /// winner is. Records nothing; a key no candidate of which can run is an error.
+    /// winner is. Records nothing; a key that cannot be measured here is skipped and listed
+    /// with why ([`StabilityReport::skipped`]), and the others are still measured.
     pub fn stability(&self, keys: &[O::Key], runs: usize) -> Result<StabilityReport, TuneError> {
         let mut report = StabilityReport {
             namespace: self.inner.namespace().to_owned(),
             keys: Vec::with_capacity(keys.len()),
+            skipped: Vec::new(),
         };
         for key in keys {
-            report.keys.push(self.key_stability(key, runs.max(2))?);
+            match self.key_stability(key, runs.max(2)) {
+                Ok(k) => report.keys.push(k),
+                Err(e) => {
+                    let name = self.inner.cache_key(key).map_or_else(
+                        |_| "(a key that does not encode)".to_owned(),
+                        |k| k.to_string(),
+                    );
+                    report.skipped.push((name, e));
+                }
+            }
         }
         Ok(report)
     }

@@ -59,7 +59,10 @@ impl Operation for Noisy {
     fn prepare(&self, c: &CandidateId, key: &Case) -> Result<(u32, String), String> {
         Ok((key.case, c.algorithm.clone()))
     }
-    fn problem(&self, _key: &Case) -> Result<(), String> {
+    fn problem(&self, key: &Case) -> Result<(), String> {
+        if key.case == 9 {
+            return Err("case 9 does not fit this machine".into());
+        }
         Ok(())
     }
     fn run(&self, _h: &(u32, String), _p: &mut ()) -> Result<(), String> {
@@ -127,4 +130,29 @@ fn stability_reports_the_flip_rate_and_regret_the_injected_noise_implies() {
         .get(tuned.namespace(), &wrong.key.fingerprint())
         .expect("stored");
     assert_eq!(stored.best().expect("measured").id.algorithm, "b");
+}
+
+/// Hardening IV, case 13: one stored key that cannot be measured here made the whole report an
+/// error; it is skipped, said with why, and the other keys are still measured.
+#[test]
+fn a_key_that_cannot_be_measured_is_skipped_and_the_others_reported() {
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = open(&dir.path().join("c.tcache"));
+    let op = Noisy {
+        noise: 0.0,
+        state: AtomicU64::new(1),
+    };
+    let tuned = Tuner::new(Arc::clone(&cache))
+        .register(op, quick())
+        .expect("register");
+    tuned.get(&Case { case: 3 }).expect("tuned");
+    let report = tuned
+        .stability(&[Case { case: 9 }, Case { case: 3 }], 3)
+        .expect("a report");
+    assert_eq!(report.keys.len(), 1, "{report:?}");
+    assert_eq!(report.keys[0].stored, Some(CandidateId::new("a", &[])));
+    assert_eq!(report.skipped.len(), 1, "{report:?}");
+    let (key, why) = &report.skipped[0];
+    assert!(key.contains('9'), "{key}");
+    assert!(why.to_string().contains("does not fit"), "{why}");
 }
