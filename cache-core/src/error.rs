@@ -99,6 +99,23 @@ pub(crate) enum Cause {
 }
 
 impl StoreError {
+    /// The condition this error is an instance of, for saying it once: its kind (and, for an
+    /// OS error, the action and the OS error's kind), never its text, which names temporary
+    /// files (a full disk would otherwise be a new condition at every attempt).
+    pub fn condition(&self) -> String {
+        match self {
+            StoreError::LockTimeout { .. } => "lock-timeout".to_owned(),
+            StoreError::Io { action, source, .. } => format!("io:{action}:{:?}", source.kind()),
+            StoreError::Format { path, .. } => format!("format:{}", path.display()),
+            StoreError::Migrate { path, .. } => format!("migrate:{}", path.display()),
+            StoreError::NotPersistent { .. } => "not-persistent".to_owned(),
+            StoreError::FlushTimeout(_) => "flush-timeout".to_owned(),
+            StoreError::InvalidNamespace { .. } => "namespace".to_owned(),
+            StoreError::Refused { .. } => "refused".to_owned(),
+            StoreError::NotAFile { path, .. } => format!("not-a-file:{}", path.display()),
+        }
+    }
+
     /// The error for a file that cannot be used, carrying the typed cause.
     pub(crate) fn unusable(path: impl Into<PathBuf>, cause: Cause) -> Self {
         let path = path.into();

@@ -24,7 +24,7 @@ mod value;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use cache_core::cache_format::Fingerprint;
@@ -160,6 +160,7 @@ impl OutputCacheBuilder {
             wait: self.wait,
             flights: SingleFlight::new(),
             counters: Counters::default(),
+            said: Mutex::default(),
             _session: session,
         })
     }
@@ -175,6 +176,8 @@ pub struct OutputCache {
     wait: Duration,
     flights: SingleFlight<Fingerprint, Arc<Output>>,
     counters: Counters,
+    /// The conditions of failed stores already warned about (cleared once one is stored).
+    said: Mutex<std::collections::HashSet<String>>,
     // Last: dropped after the store, so the directory is removed after everything in it.
     _session: Option<Session>,
 }
@@ -310,14 +313,28 @@ impl OutputCache {
         };
         let header = value::encode_header(value, codec, data.len() as u64);
         match self.store.put_parts(key, &[&header, data]) {
-            Ok(true) => true,
+            Ok(true) => {
+                let mut said = self.said.lock().unwrap_or_else(PoisonError::into_inner);
+                if !said.is_empty() {
+                    said.clear();
+                }
+                true
+            }
             Ok(false) => {
                 bump(&self.counters.not_stored);
                 false
             }
             Err(e) => {
                 bump(&self.counters.not_stored);
-                tracing::warn!("tunecache outputs: a value was not stored: {e}");
+                // Once per condition (a full disk is one, whichever temporary file failed),
+                // until a value is stored again.
+                let mut said = self.said.lock().unwrap_or_else(PoisonError::into_inner);
+                if said.insert(e.condition()) {
+                    drop(said);
+                    tracing::warn!(
+                        "tunecache outputs: a value was not stored: {e} (said once until values are stored again)"
+                    );
+                }
                 false
             }
         }

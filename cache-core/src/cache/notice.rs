@@ -116,20 +116,10 @@ impl Notice {
     /// OS error, its kind), never its text: that names temporary files, so a full disk would
     /// otherwise warn on every retry.
     pub(super) fn save_failed(e: &StoreError) -> Self {
-        let key = match e {
-            StoreError::LockTimeout { .. } => "save:lock-timeout".to_owned(),
-            StoreError::Io { action, source, .. } => {
-                format!("save:io:{action}:{:?}", source.kind())
-            }
-            StoreError::Format { path, .. } => format!("save:format:{}", path.display()),
-            StoreError::Migrate { path, .. } => format!("save:migrate:{}", path.display()),
-            StoreError::NotPersistent { .. } => "save:not-persistent".to_owned(),
-            StoreError::FlushTimeout(_) => "save:flush-timeout".to_owned(),
-            StoreError::InvalidNamespace { .. } => "save:namespace".to_owned(),
-            StoreError::Refused { .. } => "save:refused".to_owned(),
-            StoreError::NotAFile { path, .. } => format!("save:not-a-file:{}", path.display()),
-        };
-        Notice::warn(key, format!("tunecache could not save yet: {e}"))
+        Notice::warn(
+            format!("save:{}", e.condition()),
+            format!("tunecache could not save yet: {e}"),
+        )
     }
 
     /// A background rewrite of the file put its copy in place.

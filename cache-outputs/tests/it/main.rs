@@ -5,6 +5,7 @@ mod children;
 mod concurrency;
 mod keys;
 mod store;
+mod warnings;
 
 use cache_outputs::{Arg, DType, KeyBuilder, Tensor, TensorRef};
 
