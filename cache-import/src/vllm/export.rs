@@ -42,6 +42,19 @@ pub enum ExportError {
     /// Nothing of the namespace is in the cache.
     #[error("the cache holds no entries of namespace {0:?}; nothing was written")]
     Empty(String),
+    /// Two groups of entries (two scopes with one `device_name`, keys `{"E":8}` and
+    /// `{"E":"8"}`) would be written to one file with different contents.
+    #[error(
+        "{file}: two groups of entries would be written to this one file with different configs (two scopes with the same device name, or key fields that differ only in type); nothing was written"
+    )]
+    Collision {
+        /// The relative path.
+        file: String,
+    },
+    /// A folder on the way to a file inside the export directory is a symbolic link (or not a
+    /// folder): the export writes only inside the directory it was given.
+    #[error("{}: is not a folder of the export directory (a symbolic link, or a file); nothing was written", .0.display())]
+    NotInside(PathBuf),
 }
 
 /// What an export wrote.
@@ -112,90 +125,22 @@ pub fn render(
         return Err(ExportError::Empty(namespace.to_owned()));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok((out, verbatim))
-}
-
-/// Writes [`render`]'s files under `dir`: all of them, or none if one would replace a file
-/// with other contents (checked before anything is written, and again as each is written: a
-/// file that appears meanwhile is left alone).
-pub fn export(data: &CacheData, namespace: &str, dir: &Path) -> Result<ExportSummary, ExportError> {
-    let (files, verbatim) = render(data, namespace)?;
-    let io = |path: &Path, e: &dyn std::fmt::Display| ExportError::Io {
-        path: path.to_owned(),
-        error: e.to_string(),
-    };
-    let mut unchanged = 0;
-    let mut to_write = Vec::new();
-    for (rel, text) in &files {
-        let path = dir.join(rel);
-        match std::fs::symlink_metadata(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => to_write.push((path, text)),
-            Err(e) => return Err(io(&path, &e)),
-            Ok(meta) if !meta.is_file() => return Err(ExportError::Exists(path)),
-            Ok(_) => {
-                let same = std::fs::read(&path).map_err(|e| io(&path, &e))? == text.as_bytes();
-                if !same {
-                    return Err(ExportError::Exists(path));
-                }
-                unchanged += 1;
+    // Two groups with one file name: the same text is one file; different texts cannot both
+    // be written.
+    let mut i = 1;
+    while i < out.len() {
+        if out[i].0 == out[i - 1].0 {
+            if out[i].1 != out[i - 1].1 {
+                return Err(ExportError::Collision {
+                    file: out[i].0.clone(),
+                });
             }
+            out.remove(i);
+        } else {
+            i += 1;
         }
     }
-    for (path, text) in to_write {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| io(parent, &e))?;
-        }
-        write_new(&path, text.as_bytes())?;
-    }
-    Ok(ExportSummary {
-        files: files.len(),
-        verbatim,
-        unchanged,
-    })
-}
-
-/// Writes a file that was not there when the export looked: the bytes go to a temporary file
-/// beside it, synced, which is then hard-linked to the name. A link never replaces a file, so
-/// one that appeared there meanwhile is left alone (`Exists`) where a rename would replace
-/// it. Where the file system has no hard links, the file is created new in place (never
-/// replacing either, but not atomically).
-fn write_new(path: &Path, bytes: &[u8]) -> Result<(), ExportError> {
-    use std::io::Write as _;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let io = |path: &Path, e: std::io::Error| match e.kind() {
-        std::io::ErrorKind::AlreadyExists => ExportError::Exists(path.to_owned()),
-        _ => ExportError::Io {
-            path: path.to_owned(),
-            error: e.to_string(),
-        },
-    };
-    let create = |p: &Path| -> std::io::Result<()> {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(p)?;
-        file.write_all(bytes)?;
-        file.sync_all()
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(
-        ".{name}.tmp.{}.{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let linked = create(&tmp).and_then(|()| std::fs::hard_link(&tmp, path));
-    let _ = std::fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-            create(path).map_err(|e| io(path, e))
-        }
-        Err(e) => Err(io(path, e)),
-    }
+    Ok((out, verbatim))
 }
 
 /// The winners of `namespace`, grouped by file: per entry, its best `@config` candidate
@@ -487,30 +432,6 @@ mod tests {
         let file = ConfigFile::read(Path::new("f.json"), "E=1,N=2.json", text).expect("reads");
         let configs: BTreeMap<i64, Fields> = file.configs.iter().cloned().collect();
         layout_of(text).write(&file.doc, &configs)
-    }
-
-    #[test]
-    fn a_new_file_never_replaces_one_that_appeared_and_leaves_no_temporary() {
-        let dir = std::env::temp_dir().join(format!("tc-write-new-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("E=1,N=2,device_name=X.json");
-        let _ = std::fs::remove_file(&path);
-        write_new(&path, b"{}\n").expect("written");
-        assert_eq!(std::fs::read(&path).expect("read"), b"{}\n");
-        // Appeared between the export's look and its write: refused, left as it is.
-        std::fs::write(&path, "theirs").expect("write");
-        assert!(matches!(
-            write_new(&path, b"ours"),
-            Err(ExportError::Exists(_))
-        ));
-        assert_eq!(std::fs::read_to_string(&path).expect("read"), "theirs");
-        let left: Vec<_> = std::fs::read_dir(&dir)
-            .expect("dir")
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
-        assert_eq!(left.len(), 1, "no temporary left: {left:?}");
-        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[test]

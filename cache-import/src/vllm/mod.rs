@@ -22,8 +22,10 @@ use crate::tree::{Json, Node, parse};
 use crate::{Format, ImportOptions, ImportSourceError, ImportSummary, scope_with};
 
 mod export;
+mod write;
 
-pub use export::{ExportError, ExportSummary, export, render};
+pub use export::{ExportError, ExportSummary, render};
+pub use write::export;
 
 /// The candidate every shipped config is recorded as.
 pub const CONFIG_ALGORITHM: &str = "@config";

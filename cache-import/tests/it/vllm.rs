@@ -279,3 +279,106 @@ fn special_files_and_foreign_names_are_never_read_and_kept_paths_never_escape() 
         "mine"
     );
 }
+
+fn chosen_entry(e: i64, m: i64, warps: i64) -> Entry {
+    let key = Key::new(Fields::from([
+        ("N".to_owned(), Value::Int(14336)),
+        ("E".to_owned(), Value::Int(e)),
+        ("M".to_owned(), Value::Int(m)),
+    ]));
+    let params = Fields::from([("num_warps".to_owned(), Value::Int(warps))]);
+    Entry::new(
+        key,
+        Fingerprint::default(),
+        Origin::Measured("t".into()),
+        1,
+        [Candidate::chosen("@config", params, "test")],
+    )
+}
+
+fn device(name: &str, extra: Option<(&str, &str)>) -> Scope {
+    let mut fields = Fields::from([("device_name".to_owned(), Value::from(name))]);
+    if let Some((k, v)) = extra {
+        fields.insert(k.to_owned(), Value::from(v));
+    }
+    Scope::new(fields)
+}
+
+/// Hardening IV, case 6: two scopes with one device name map to one file; the export wrote
+/// one of them and then said "nothing was written". Now it refuses before writing anything.
+#[test]
+fn two_groups_for_one_file_are_refused_before_anything_is_written() {
+    let mut data = CacheData::new();
+    data.insert(
+        &device("NVIDIA_H200", None),
+        "vllm/fused_moe",
+        chosen_entry(8, 1, 4),
+    );
+    data.insert(
+        &device("NVIDIA_H200", Some(("driver", "560"))),
+        "vllm/fused_moe",
+        chosen_entry(8, 1, 8),
+    );
+    data.insert(
+        &device("NVIDIA_A100", None),
+        "vllm/fused_moe",
+        chosen_entry(8, 1, 4),
+    );
+    let out = tempfile::tempdir().expect("tmp");
+    let e = export(&data, "vllm/fused_moe", out.path()).expect_err("a collision");
+    assert!(
+        matches!(e, cache_import::vllm::ExportError::Collision { ref file } if file.contains("NVIDIA_H200")),
+        "{e}"
+    );
+    assert!(e.to_string().contains("nothing was written"), "{e}");
+    assert_eq!(
+        std::fs::read_dir(out.path()).expect("dir").count(),
+        0,
+        "nothing was written"
+    );
+    // The same configs under both scopes are one file.
+    let mut same = CacheData::new();
+    same.insert(
+        &device("NVIDIA_H200", None),
+        "vllm/fused_moe",
+        chosen_entry(8, 1, 4),
+    );
+    same.insert(
+        &device("NVIDIA_H200", Some(("driver", "560"))),
+        "vllm/fused_moe",
+        chosen_entry(8, 1, 4),
+    );
+    let written = export(&same, "vllm/fused_moe", out.path()).expect("one file");
+    assert_eq!(written.files, 1);
+}
+
+/// Hardening IV, case 7: a folder inside the export directory that is a symbolic link to
+/// elsewhere took the export's files outside it. Now refused, nothing written anywhere.
+#[test]
+fn a_symbolic_link_inside_the_export_directory_is_not_followed() {
+    let src = fixture("real/sglang");
+    let (data, _) = read(Format::Sglang, &src).expect("imports");
+    let (files, _) = render(&data, "sglang/fused_moe").expect("renders");
+    let folder = files
+        .iter()
+        .find_map(|(rel, _)| rel.split_once('/').map(|(d, _)| d.to_owned()))
+        .expect("the fixture has a version folder");
+    let out = tempfile::tempdir().expect("tmp");
+    let elsewhere = tempfile::tempdir().expect("tmp");
+    std::os::unix::fs::symlink(elsewhere.path(), out.path().join(&folder)).expect("link");
+    let e = export(&data, "sglang/fused_moe", out.path()).expect_err("refused");
+    assert!(
+        matches!(e, cache_import::vllm::ExportError::NotInside(_)),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_dir(elsewhere.path()).expect("dir").count(),
+        0,
+        "nothing outside the export directory"
+    );
+    assert_eq!(
+        std::fs::read_dir(out.path()).expect("dir").count(),
+        1,
+        "only the link the user made"
+    );
+}
