@@ -62,6 +62,14 @@ pub(crate) fn claim_file(dir: &Path, ns: Namespace, fp: &Fingerprint) -> PathBuf
             }
         })
         .collect();
+    // A file name has at most 255 bytes: a long namespace keeps its first 100 characters and
+    // a digest of the whole name (still a claim file's name, see `is_claim_file`).
+    let safe = if safe.len() > 120 {
+        let digest = cache_format::table::namespace_hash(ns.name());
+        format!("{}_{}", &safe[..100], &digest.to_hex()[..16])
+    } else {
+        safe
+    };
     dir.join(format!("{safe}-{}.lock", fp.to_hex()))
 }
 
@@ -105,6 +113,25 @@ pub(crate) fn claim(path: &Path, ns: Namespace, fp: &Fingerprint, wait: Duration
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    /// Hardening IV, case 10: a namespace of real kernel names (up to 512 bytes) gets a claim
+    /// file whose name fits a file system's 255 bytes and is still known as a claim file; two
+    /// long names that share their start get two files.
+    fn a_long_namespace_gets_a_short_claim_file_name() {
+        let long = |tail: &str| {
+            Namespace::new(&format!("triton/{}{tail}", "k".repeat(480))).expect("valid")
+        };
+        let fp = Fingerprint([0xcd; 16]);
+        let (a, b) = (
+            claim_file(Path::new("/c.claims"), long("a"), &fp),
+            claim_file(Path::new("/c.claims"), long("b"), &fp),
+        );
+        let name = a.file_name().and_then(|n| n.to_str()).expect("name");
+        assert!(name.len() <= 160, "{} bytes", name.len());
+        assert!(is_claim_file(name), "{name}");
+        assert_ne!(a, b);
+    }
 
     #[test]
     fn claim_files_are_named_by_a_safe_namespace_and_the_fingerprint() {

@@ -10,8 +10,10 @@ use crate::fork_safe::GlobalLock;
 /// Most distinct namespace names one process may intern (they are never freed).
 pub const MAX_NAMESPACES: usize = 1 << 16;
 
-/// Longest namespace name accepted, in bytes.
-pub const MAX_NAMESPACE_LEN: usize = 128;
+/// Longest namespace name accepted, in bytes: room for real kernel names (Triton names its
+/// cache files after kernels of 150 characters and more, and its adapter's namespace is
+/// `triton/<name>`). Readers bound names by nothing else; a claim file shortens a long one.
+pub const MAX_NAMESPACE_LEN: usize = 512;
 
 /// An operation family, such as `matmul` or `conv_fwd`, interned for the process.
 ///
@@ -27,12 +29,12 @@ pub struct Namespace {
 static TABLE: GlobalLock<BTreeMap<&'static str, u32>> = GlobalLock::new(BTreeMap::new());
 
 impl Namespace {
-    /// Interns `name`: 1 to 128 bytes, no control characters.
+    /// Interns `name`: 1 to 512 bytes, no control characters.
     pub fn new(name: &str) -> Result<Namespace, StoreError> {
         if name.is_empty() || name.len() > MAX_NAMESPACE_LEN || name.chars().any(char::is_control) {
             return Err(StoreError::InvalidNamespace {
                 name: name.chars().take(MAX_NAMESPACE_LEN + 1).collect(),
-                reason: "a namespace name has 1 to 128 bytes and no control characters",
+                reason: "a namespace name has 1 to 512 bytes and no control characters",
             });
         }
         // A poisoned table is still a valid table: interning never leaves it half-updated.

@@ -306,7 +306,7 @@ int tc_mode(struct tc_cache *cache);
 // `cache` is null or was returned by `tc_open`; `out` valid for a write.
 int tc_len(struct tc_cache *cache, size_t *out);
 
-// The namespace `name` (an operation family such as `conv_fwd`: 1 to 128 bytes, no control
+// The namespace `name` (an operation family such as `conv_fwd`: 1 to 512 bytes, no control
 // characters) of `cache`, for byte keys of exactly `key_size` bytes (0: any length). Asking
 // again for the same name and size returns the same handle. Make it once and keep it: the
 // handle stays valid for the life of the process.

@@ -384,7 +384,7 @@ pub unsafe extern "C" fn tc_len(cache: *mut tc_cache, out: *mut usize) -> c_int 
     })
 }
 
-/// The namespace `name` (an operation family such as `conv_fwd`: 1 to 128 bytes, no control
+/// The namespace `name` (an operation family such as `conv_fwd`: 1 to 512 bytes, no control
 /// characters) of `cache`, for byte keys of exactly `key_size` bytes (0: any length). Asking
 /// again for the same name and size returns the same handle. Make it once and keep it: the
 /// handle stays valid for the life of the process.

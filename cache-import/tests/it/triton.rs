@@ -115,3 +115,35 @@ fn a_damaged_triton_file_is_refused_with_its_line() {
         assert_eq!(err.line, Some(line), "{err}");
     }
 }
+
+/// Hardening IV, case 10: Triton names its files after kernels of 150 characters and more;
+/// the 128-byte namespace limit refused the whole directory. Such a kernel is read, and its
+/// entries go into a cache through `read_entries`' checks and `Namespace::new`.
+#[test]
+fn a_kernel_with_a_long_real_name_is_taken_in() {
+    let good =
+        std::fs::read_to_string(fixture("hand/triton/ABCDEF/matmul.autotune.json")).expect("read");
+    let kernel = format!(
+        "triton_red_fused__native_batch_norm_legit_functional_add_addmm_{}_sum_0",
+        "convolution_backward_native_batch_norm_backward_threshold_backward_".repeat(2)
+    );
+    assert!(kernel.len() >= 150, "{}", kernel.len());
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::create_dir(dir.path().join("H")).expect("dir");
+    std::fs::write(dir.path().join(format!("H/{kernel}.autotune.json")), good).expect("write");
+    let (lines, summary) = cache_import::read_entries(
+        Format::Triton,
+        dir.path(),
+        &cache_import::ImportOptions::default(),
+    )
+    .expect("read");
+    assert_eq!(summary.files, 1);
+    let registry = cache_core::cache_migrate::Migrations::new("app", 1);
+    let spill = lines
+        .into_entries(&registry, &cache_core::cache_format::Limits::default())
+        .expect("every entry passes the checks");
+    let data = spill.into_data().expect("entries");
+    let (_, ns, _) = data.entries().next().expect("one entry");
+    assert_eq!(ns, format!("triton/{kernel}"));
+    cache_core::Namespace::new(ns).expect("a namespace this long is valid");
+}
