@@ -94,7 +94,9 @@ typedef struct tc_fields tc_fields;
 typedef struct tc_ns tc_ns;
 
 // Options of `tc_open`. Zero every field (`memset`, or `= {0}`) and set `size` to
-// `sizeof(tc_options)`; a zero field means "the default". Later versions only append fields.
+// `sizeof(tc_options)`; a zero field means "the default". Later versions only append fields:
+// a caller compiled against an older, shorter struct is read as far as its `size`, the rest
+// taken as the default.
 typedef struct tc_options {
   // `sizeof(tc_options)` as the caller compiled it.
   uint32_t size;

@@ -29,7 +29,9 @@ const CACHE_MAGIC: u64 = u64::from_be_bytes(*b"tccache1");
 const NS_MAGIC: u64 = u64::from_be_bytes(*b"tcnames1");
 
 /// Options of `tc_open`. Zero every field (`memset`, or `= {0}`) and set `size` to
-/// `sizeof(tc_options)`; a zero field means "the default". Later versions only append fields.
+/// `sizeof(tc_options)`; a zero field means "the default". Later versions only append fields:
+/// a caller compiled against an older, shorter struct is read as far as its `size`, the rest
+/// taken as the default.
 #[repr(C)]
 #[derive(Debug)]
 pub struct tc_options {
@@ -172,16 +174,10 @@ unsafe fn build(
     let options = if options.is_null() {
         None
     } else {
-        // SAFETY: a tc_options the caller filled.
-        let o = unsafe { &*options };
-        if (o.size as usize) < std::mem::size_of::<tc_options>() {
-            return Err(Failure::new(
-                TC_E_ARG,
-                format!("options.size is {}; set it to sizeof(tc_options)", o.size),
-            ));
-        }
-        Some(o)
+        // SAFETY: a tc_options the caller filled, at least its `size` (checked next).
+        Some(unsafe { read_options(options) }?)
     };
+    let options = options.as_ref();
     let registry = match options.map(|o| o.migrations_json) {
         // SAFETY: as documented.
         Some(text) if !text.is_null() => registry(app, schema, unsafe {
@@ -206,6 +202,56 @@ unsafe fn build(
         remote = unsafe { opt_str_arg(o.remote, "options.remote") }?;
     }
     Ok(builder.remote_or_warn(remote).open())
+}
+
+/// The caller's `tc_options`, as long as its `size` says it is: `size` is read first, then the
+/// whole fields it covers are copied (a caller compiled against an older, shorter struct has
+/// the defaults for the fields it lacks), never a byte past it. A size that cannot hold `size`
+/// itself is refused.
+///
+/// # Safety
+/// `options` points to at least 4 readable bytes, and to `size` bytes of a `tc_options`.
+unsafe fn read_options(options: *const tc_options) -> Result<tc_options, Failure> {
+    // SAFETY: `size` is the first field, and the caller's struct has it.
+    let size = unsafe { std::ptr::read(options.cast::<u32>()) } as usize;
+    if size < std::mem::size_of::<u32>() {
+        return Err(Failure::new(
+            TC_E_ARG,
+            format!("options.size is {size}; set it to sizeof(tc_options)"),
+        ));
+    }
+    // The fields the caller's struct holds whole (a size cutting a field leaves it out).
+    let ends = [
+        std::mem::offset_of!(tc_options, read_only) + 4,
+        std::mem::offset_of!(tc_options, save_delay_ms) + 4,
+        std::mem::offset_of!(tc_options, lock_timeout_ms) + 4,
+        std::mem::offset_of!(tc_options, migrations_json) + std::mem::size_of::<*const c_char>(),
+        std::mem::offset_of!(tc_options, remote) + std::mem::size_of::<*const c_char>(),
+    ];
+    let whole = ends
+        .iter()
+        .copied()
+        .filter(|end| *end <= size)
+        .max()
+        .unwrap_or(4);
+    let mut out = tc_options {
+        size: size as u32,
+        read_only: 0,
+        save_delay_ms: 0,
+        lock_timeout_ms: 0,
+        migrations_json: std::ptr::null(),
+        remote: std::ptr::null(),
+    };
+    // SAFETY: `whole` bytes of the caller's struct are readable (its size says so) and fit
+    // `out`; both are `tc_options` layouts up to there, and `out` is a distinct local.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            options.cast::<u8>(),
+            std::ptr::from_mut(&mut out).cast::<u8>(),
+            whole.min(std::mem::size_of::<tc_options>()),
+        );
+    }
+    Ok(out)
 }
 
 fn registry(app: &str, schema: u32, text: &str) -> Result<Migrations, Failure> {

@@ -11,21 +11,42 @@ use rustc_hash::FxBuildHasher;
 use crate::fields::byte_key;
 
 const SHARDS: usize = 16;
-/// Keys remembered per shard; a full shard starts over (the memo is only a shortcut).
-const SHARD_CAPACITY: usize = 1 << 16;
+/// Key bytes remembered per shard (4 MiB: 64 MiB in all, whatever the keys' sizes); a full
+/// shard starts over (the memo is only a shortcut). Each key counts its bytes and about 64
+/// more for its slot.
+const SHARD_BYTES: usize = 4 << 20;
+/// What a remembered key costs beside its bytes (its box, fingerprint and table slot).
+const PER_KEY: usize = 64;
 
-type Shard = Mutex<HashMap<Box<[u8]>, Fingerprint, FxBuildHasher>>;
+/// One shard: the keys and the bytes they hold.
+#[derive(Default)]
+struct Memo {
+    map: HashMap<Box<[u8]>, Fingerprint, FxBuildHasher>,
+    bytes: usize,
+}
+
+impl std::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memo")
+            .field("keys", &self.map.len())
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
+type Shard = Mutex<Memo>;
 
 /// Byte key → fingerprint, sharded by a hash of the bytes so threads rarely share a lock.
 #[derive(Debug)]
 pub(crate) struct ByteMemo {
     shards: Box<[Shard]>,
+    /// Bytes a shard may hold.
     capacity: usize,
 }
 
 impl ByteMemo {
     pub(crate) fn new() -> Self {
-        Self::with_capacity(SHARD_CAPACITY)
+        Self::with_capacity(SHARD_BYTES)
     }
 
     fn with_capacity(capacity: usize) -> Self {
@@ -41,16 +62,25 @@ impl ByteMemo {
         if let Some(fp) = shard
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .map
             .get(bytes)
         {
             return *fp;
         }
         let fp = Fingerprint::of_key(&byte_key(bytes));
-        let mut map = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        if map.len() >= self.capacity {
-            map.clear();
+        let cost = bytes.len() + PER_KEY;
+        if cost > self.capacity {
+            // A key larger than a shard is not remembered at all.
+            return fp;
         }
-        map.insert(bytes.into(), fp);
+        let mut memo = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        if memo.bytes + cost > self.capacity {
+            memo.map.clear();
+            memo.bytes = 0;
+        }
+        if memo.map.insert(bytes.into(), fp).is_none() {
+            memo.bytes += cost;
+        }
         fp
     }
 }
@@ -71,17 +101,49 @@ mod tests {
 
     #[test]
     fn a_full_shard_starts_over_and_stays_right() {
-        let memo = ByteMemo::with_capacity(64);
+        let memo = ByteMemo::with_capacity(64 * (4 + PER_KEY));
         for i in 0..(64 * SHARDS + 1000) as u32 {
             memo.fingerprint(&i.to_le_bytes());
         }
         let total: usize = memo
             .shards
             .iter()
-            .map(|s| s.lock().expect("lock").len())
+            .map(|s| s.lock().expect("lock").map.len())
             .sum();
         assert!(total <= 64 * SHARDS, "bounded: {total}");
         let key = 7u32.to_le_bytes();
         assert_eq!(memo.fingerprint(&key), Fingerprint::of_key(&byte_key(&key)));
+    }
+
+    /// Hardening IV, case 15: the memo was bounded by count, so 8,000 lookups of 64 KiB keys
+    /// held 506 MB. It is bounded in bytes: large keys never hold more than the shards'
+    /// bytes, and a key larger than a shard is answered without being remembered.
+    #[test]
+    fn the_memo_is_bounded_in_bytes_whatever_the_keys_sizes() {
+        let capacity = 256 << 10;
+        let memo = ByteMemo::with_capacity(capacity);
+        for i in 0..300u32 {
+            let mut key = vec![0u8; 64 << 10];
+            key[..4].copy_from_slice(&i.to_le_bytes());
+            assert_eq!(memo.fingerprint(&key), Fingerprint::of_key(&byte_key(&key)));
+        }
+        let held: usize = memo
+            .shards
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .expect("lock")
+                    .map
+                    .keys()
+                    .map(|k| k.len())
+                    .sum::<usize>()
+            })
+            .sum();
+        assert!(held <= SHARDS * capacity, "{held} bytes held");
+        let huge = vec![1u8; capacity + 1];
+        assert_eq!(
+            memo.fingerprint(&huge),
+            Fingerprint::of_key(&byte_key(&huge))
+        );
     }
 }

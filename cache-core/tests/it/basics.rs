@@ -148,7 +148,10 @@ fn another_process_results_arrive_by_refresh() {
 fn bad_namespace_names_are_refused() {
     assert!(Namespace::new("").is_err());
     assert!(Namespace::new(&"x".repeat(513)).is_err());
-    assert!(Namespace::new(&"x".repeat(512)).is_ok(), "real kernel names fit");
+    assert!(
+        Namespace::new(&"x".repeat(512)).is_ok(),
+        "real kernel names fit"
+    );
     assert!(Namespace::new("a\nb").is_err());
     assert_eq!(
         Namespace::new("conv_fwd").expect("ok"),

@@ -66,6 +66,19 @@ int main(int argc, char** argv) {
     options.remote = NULL;
   }
 
+  {
+    /* A caller compiled against an older, shorter tc_options (only size and read_only):
+       what it has is read, the rest is the default; nothing past its struct is read (the
+       sanitizer build would see it). A size that cannot hold `size` itself is refused. */
+    struct { uint32_t size; uint32_t read_only; } older = { 8, 1 };
+    tc_cache* old_caller = NULL;
+    EXPECT(tc_open("app", 1, NULL, path, (const tc_options*)(const void*)&older, &old_caller), TC_OK);
+    EXPECT(tc_mode(old_caller), TC_MODE_READ_ONLY);
+    EXPECT(tc_close(old_caller), TC_OK);
+    uint32_t tiny = 2;
+    EXPECT(tc_open("app", 1, NULL, path, (const tc_options*)(const void*)&tiny, &old_caller), TC_E_ARG);
+  }
+
   /* An unusable location degrades to memory, with a warning. */
   tc_cache* memory = NULL;
   EXPECT(tc_open("app", 1, NULL, "/proc/self/status/x.tcache", NULL, &memory), TC_OK);
