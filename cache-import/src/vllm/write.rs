@@ -34,8 +34,13 @@ pub fn export(data: &CacheData, namespace: &str, dir: &Path) -> Result<ExportSum
             }
         }
     }
-    // All or nothing: what this export made is removed again if a later write fails.
+    // All or nothing: what this export made is removed again if a later write fails. The
+    // export directory itself is the caller's to name (made if missing, with its parents).
     let mut made = Made::default();
+    if !to_write.is_empty() && std::fs::symlink_metadata(dir).is_err() {
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, &e))?;
+        made.folders.push(dir.to_owned());
+    }
     for (path, text) in to_write {
         let written =
             make_folders(dir, &path, &mut made).and_then(|()| write_new(&path, text.as_bytes()));
