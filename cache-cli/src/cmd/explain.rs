@@ -1,9 +1,9 @@
-//! `tunecache explain -n NS -k KEY`: for one key, which tiers (the file, the shared tier) and
-//! scopes have it, and why each entry would or would not be used here: another scope (and
-//! which of its fields differ), a changed candidate set, a winner that is not a current
-//! candidate, every candidate failed. Exit 4 when nothing would be used; then also what a
-//! tuner would predict for it from the tuned keys of its namespace here, and which of them
-//! voted (`gpu_tuner::predict`).
+//! `tunecache explain -n NS -k KEY`: for one key, which tiers (the file, the system files, the
+//! shared tier) and scopes have it, and why each entry would or would not be used here:
+//! another scope (and which of its fields differ), a changed candidate set, a winner that is
+//! not a current candidate, every candidate failed. Exit 4 when nothing would be used; then
+//! also what a tuner would predict for it from the tuned keys of its namespace here, and which
+//! of them voted (`gpu_tuner::predict`).
 
 use clap::Args;
 use serde::Serialize;
@@ -107,8 +107,17 @@ impl ExplainArgs {
         for (scope, entry) in &local {
             found.push(self.judge("file", &here, set, scope, entry));
         }
-        // A cache reads the shared tier only when its own scope misses locally.
-        if !local.iter().any(|(s, _)| *s == here) {
+        // A cache asks its system files, then the shared tier, only when its own scope misses
+        // in the tiers above.
+        let mut missed = !local.iter().any(|(s, _)| *s == here);
+        if missed {
+            for (path, scope, entry) in &lookup.system {
+                let tier = format!("system file {}", path.display());
+                found.push(self.judge(&tier, &here, set, scope, entry));
+                missed &= *scope != here;
+            }
+        }
+        if missed {
             for (scope, entry) in lookup.remote_entries(ctx)? {
                 found.push(self.judge("shared tier", &here, set, &scope, &entry));
             }

@@ -1,12 +1,12 @@
 //! `tunecache get`: the ranked candidates recorded for one key, in every scope (or one);
 //! exit 4 if there are none.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use serde::Serialize;
 
-use cache_core::Inspection;
+use cache_core::{GateVerdict, Inspection};
 use cache_format::json::{JsonRecord, record};
 use cache_format::{Entry, Key, Limits, Outcome, Scope, Value};
 
@@ -42,6 +42,9 @@ pub(crate) struct Lookup {
     pub(crate) namespace: String,
     pub(crate) key: Key,
     pub(crate) scope: Option<Scope>,
+    /// What the system files (`TUNECACHE_SYSTEM_PATH`) hold for the key, each with its file:
+    /// the tier a cache asks after its own file.
+    pub(crate) system: Vec<(PathBuf, Scope, Entry)>,
     /// What the shared tier had, when the file had nothing (read through, as a cache would;
     /// the file is not changed).
     remote: Vec<(Scope, Entry)>,
@@ -54,9 +57,12 @@ impl Lookup {
         scope: &ScopeFilter,
     ) -> anyhow::Result<Self> {
         let path = ctx.path()?;
-        // A machine with no cache file yet (the first thing a new machine of a fleet does)
-        // still reads the shared tier: the file is then an empty one.
-        let no_file = !path.exists() && std::env::var_os(cache_remote::ENV_REMOTE).is_some();
+        // A machine with no cache file yet (the first thing a new machine of a fleet does, or
+        // one that only has shipped bundles) still reads the lower tiers: the file is then an
+        // empty one.
+        let lower_tiers = std::env::var_os(cache_remote::ENV_REMOTE).is_some()
+            || std::env::var_os(cache_core::ENV_SYSTEM_PATH).is_some_and(|p| !p.is_empty());
+        let no_file = !path.exists() && lower_tiers;
         let found = if no_file {
             cache_core::inspect(&path, &Limits::default(), None)?
         } else {
@@ -67,12 +73,74 @@ impl Lookup {
             namespace: key.namespace.clone(),
             key: Key::new(parse_fields("--key", &key.key)?),
             scope: scope_filter(scope.scope.as_deref())?,
+            system: Vec::new(),
             remote: Vec::new(),
         };
+        lookup.system = lookup.read_system(ctx);
         if lookup.entries().is_empty() {
             lookup.remote = lookup.read_through(ctx)?;
         }
         Ok(lookup)
+    }
+
+    /// The key in each system file (`TUNECACHE_SYSTEM_PATH`, in order), as a cache's system
+    /// tier reads them: a bundle or a cache file of this file's application (an older schema
+    /// shown migrated where this tool knows the steps); one that cannot be used is said and
+    /// passed by.
+    fn read_system(&self, ctx: &Context<'_>) -> Vec<(PathBuf, Scope, Entry)> {
+        let Some(paths) = std::env::var_os(cache_core::ENV_SYSTEM_PATH) else {
+            return Vec::new();
+        };
+        let app = self
+            .found
+            .snapshot
+            .header
+            .as_ref()
+            .map_or_else(|| ctx.app(), |h| h.app.clone());
+        let registry = ctx.registry(&app);
+        let limits = Limits::default();
+        let mut out = Vec::new();
+        for path in std::env::split_paths(&paths).filter(|p| !p.as_os_str().is_empty()) {
+            let opened = cache_core::open_bundle(&path, &limits, registry)
+                .map(|(_, found)| found)
+                .or_else(|_| cache_core::inspect(&path, &limits, registry));
+            let mut found = match opened {
+                Ok(found) => found,
+                Err(e) => {
+                    say(format_args!(
+                        "the system file {} is not used: {e}",
+                        path.display()
+                    ));
+                    continue;
+                }
+            };
+            let usable = match (&found.gate, found.snapshot.header.as_ref()) {
+                (_, Some(h)) if h.app != app => Err(format!("it is {}'s, not {app}'s", h.app)),
+                (Some(GateVerdict::Refused { error, .. }), _) => Err(error.to_string()),
+                (Some(GateVerdict::Migrates { .. }), _) => match registry {
+                    Some(r) => found
+                        .migrate_in_memory(r, &limits)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string()),
+                    None => Err("its schema is older and this tool has no steps for it".into()),
+                },
+                (None, None) => Err("it holds no readable cache".into()),
+                _ => Ok(()),
+            };
+            if let Err(why) = usable {
+                say(format_args!(
+                    "the system file {} is not used: {why}",
+                    path.display()
+                ));
+                continue;
+            }
+            for (scope, entry) in
+                entries_for(&found, &self.namespace, &self.key, self.scope.as_ref())
+            {
+                out.push((path.clone(), scope, entry));
+            }
+        }
+        out
     }
 
     /// A local miss: the key in the shared tier, if `TUNECACHE_REMOTE` names one.
@@ -145,11 +213,26 @@ impl Lookup {
         self.read_through(ctx)
     }
 
+    /// What a lookup answers: the file's entries, else the system files', else the shared
+    /// tier's (the order a cache asks its tiers in).
     pub(crate) fn entries(&self) -> Vec<(Scope, Entry)> {
-        if !self.remote.is_empty() {
-            return self.remote.clone();
+        let local = entries_for(&self.found, &self.namespace, &self.key, self.scope.as_ref());
+        if !local.is_empty() {
+            return local;
         }
-        entries_for(&self.found, &self.namespace, &self.key, self.scope.as_ref())
+        if let Some((path, ..)) = self.system.first() {
+            say(format_args!(
+                "not in {}; read from the system file {}",
+                self.found.path.display(),
+                path.display()
+            ));
+            return self
+                .system
+                .iter()
+                .map(|(_, s, e)| (s.clone(), e.clone()))
+                .collect();
+        }
+        self.remote.clone()
     }
 
     /// Says on stderr that nothing was found, and gives the exit code for it.

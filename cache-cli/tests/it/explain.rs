@@ -156,3 +156,83 @@ fn a_key_no_tier_has_shows_its_prediction_and_the_keys_that_voted() {
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert!(r.get("prediction").is_none(), "{r:#}");
 }
+
+/// Hardening IV, case 11: with `TUNECACHE_SYSTEM_PATH` naming a bundle, a cache (and `tune`)
+/// serves the key from it, but `get` and `explain` said it missed (exit 4), and with no user
+/// file yet `explain` failed "no such cache file". Both see the tiers a lookup would.
+#[test]
+fn get_and_explain_see_the_system_files_a_lookup_would() {
+    let dir = tempfile::tempdir().expect("dir");
+    let shipped = dir.path().join("shipped.tcache");
+    write_cache(
+        &shipped,
+        scope("560"),
+        vec![entry(1, 0, &[("x", Some((100.0, 5.0)))])],
+    );
+    let bundle = dir.path().join("shipped.tcb");
+    let made = tunecache(
+        &shipped,
+        &["bundle", "create", "-o", bundle.to_str().expect("utf-8")],
+    );
+    assert_eq!(
+        made.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    // A machine with no cache file of its own.
+    let mine = dir.path().join("mine.tcache");
+    let here = r#"{"device":"H100","driver":"560"}"#;
+    let run = |args: &[&str], system: bool| {
+        let mut cmd = test_support::cli::command(crate::EXE, &mine, args);
+        if system {
+            cmd.env("TUNECACHE_SYSTEM_PATH", &bundle);
+        }
+        cmd.output().expect("run tunecache")
+    };
+    let get = ["get", "-n", "mm", "-k", r#"{"id":1}"#];
+    let o = run(&get, true);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("read from the system file"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_ne!(run(&get, false).status.code(), Some(0), "no tier has it");
+    let explain = [
+        "--json",
+        "explain",
+        "-n",
+        "mm",
+        "-k",
+        r#"{"id":1}"#,
+        "--scope",
+        here,
+    ];
+    let o = run(&explain, true);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let used = r["found"]
+        .as_array()
+        .expect("found")
+        .iter()
+        .find(|f| f["used"] == true)
+        .expect("one entry is used");
+    assert!(
+        used["tier"]
+            .as_str()
+            .expect("tier")
+            .starts_with("system file"),
+        "{r:#}"
+    );
+}
