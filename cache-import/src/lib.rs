@@ -190,12 +190,32 @@ pub fn read_entries(
         None => Spill::in_temp(),
     };
     let mut unreadable = None;
+    let mut refused: Option<ImportSourceError> = None;
+    let limits = cache_core::cache_format::Limits::default();
     let summary = import(format, path, options, &mut |scope, ns, mut entry| {
+        if refused.is_some() {
+            return;
+        }
+        // Checked here, where the file it came from is known, so a refusal names it (the
+        // cache's own checks after the version gate would name only what was imported).
+        if let Some(why) = refusal(scope, ns, &entry, &limits) {
+            refused = Some(ImportSourceError::whole(
+                &source_file(path, &entry),
+                format!(
+                    "the entry {} of namespace {ns:?} is refused: {why}",
+                    entry.key()
+                ),
+            ));
+            return;
+        }
         entry.clamp_future(now);
         if let Err(e) = entries.merge(scope, ns, entry) {
             unreadable.get_or_insert(e);
         }
     })?;
+    if let Some(e) = refused {
+        return Err(e);
+    }
     if let Some(e) = unreadable {
         return Err(ImportSourceError::whole(
             path,
@@ -204,6 +224,34 @@ pub fn read_entries(
     }
     let source = path.display().to_string();
     Ok((ImportLines::from_entries(&source, entries), summary))
+}
+
+/// Why a reader would not take `entry` of namespace `ns` in `scope` (the namespace's name, or
+/// the entry's checks), if it would not.
+fn refusal(
+    scope: &Scope,
+    ns: &str,
+    entry: &cache_core::cache_format::Entry,
+    limits: &cache_core::cache_format::Limits,
+) -> Option<String> {
+    if let Err(e) = cache_core::Namespace::new(ns) {
+        return Some(e.to_string());
+    }
+    cache_core::check_entry(scope, ns, entry, limits)
+        .err()
+        .map(|r| r.to_string())
+}
+
+/// The file an imported entry came from: its origin says `<format> <path under the source>`
+/// (every importer writes it so); the source itself where it does not.
+fn source_file(root: &Path, entry: &cache_core::cache_format::Entry) -> PathBuf {
+    match entry.origin() {
+        cache_core::cache_format::Origin::Imported(text) => match text.split_once(' ') {
+            Some((_, rel)) if !rel.is_empty() && root.is_dir() => root.join(rel),
+            _ => root.to_owned(),
+        },
+        _ => root.to_owned(),
+    }
 }
 
 /// `scope` with the options' fields added where the source gave none.

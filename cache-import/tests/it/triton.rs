@@ -147,3 +147,30 @@ fn a_kernel_with_a_long_real_name_is_taken_in() {
     assert_eq!(ns, format!("triton/{kernel}"));
     cache_core::Namespace::new(ns).expect("a namespace this long is valid");
 }
+
+/// Hardening IV, case 9: an entry the cache's checks refuse (a p50 of 1e303 ms is infinite in
+/// nanoseconds) was named by the directory imported, not its file. The refusal names the file.
+#[test]
+fn a_refused_entry_names_its_file() {
+    let good =
+        std::fs::read_to_string(fixture("hand/triton/ABCDEF/matmul.autotune.json")).expect("read");
+    let bad = good.replacen("[0.25, 0.2, 0.3]", "[1e303, 1e303, 1e303]", 1);
+    assert_ne!(bad, good);
+    let dir = tempfile::tempdir().expect("tmp");
+    for sub in ["A", "B"] {
+        std::fs::create_dir(dir.path().join(sub)).expect("dir");
+    }
+    std::fs::write(dir.path().join("A/fine.autotune.json"), &good).expect("write");
+    std::fs::write(dir.path().join("B/huge.autotune.json"), bad).expect("write");
+    let err = cache_import::read_entries(
+        Format::Triton,
+        dir.path(),
+        &cache_import::ImportOptions::default(),
+    )
+    .expect_err("refused");
+    assert!(
+        err.file.ends_with("B/huge.autotune.json"),
+        "names the file: {err}"
+    );
+    assert!(err.to_string().contains("refused"), "{err}");
+}
