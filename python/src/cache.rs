@@ -209,35 +209,9 @@ impl PyCache {
     ) -> PyResult<PyEntry> {
         let fields = to_fields(key, "key")?;
         let ns = self::namespace(namespace)?;
-        let params = params_of(params)?;
-        if algorithm.is_empty() {
-            return Err(PyValueError::new_err("algorithm must not be empty"));
-        }
-        let outcome = match (failed, median_ns) {
-            (Some(reason), None) => Outcome::Failed(reason),
-            (None, Some(median)) => Outcome::Measured(Stats {
-                median_ns: median,
-                min_ns: min_ns.unwrap_or(median),
-                spread_ns,
-                samples,
-            }),
-            (Some(_), Some(_)) => {
-                return Err(PyValueError::new_err(
-                    "give either median_ns (measured) or failed (a reason), not both",
-                ));
-            }
-            (None, None) => {
-                return Err(PyValueError::new_err(
-                    "give median_ns (measured) or failed (a reason)",
-                ));
-            }
-        };
-        let mut candidate = Candidate::new(CandidateId::with_params(algorithm, params), outcome);
-        candidate.tuning_ns = tuning_ns;
-        candidate.policy = match policy {
-            Some(p) if !p.is_none() => Some(to_fields(p, "policy")?),
-            _ => None,
-        };
+        let candidate = new_candidate(
+            algorithm, params, median_ns, min_ns, spread_ns, samples, failed, tuning_ns, policy,
+        )?;
         let key = Key::new(fields);
         let fp = key.fingerprint();
         let cache = self.get_cache()?;
@@ -260,6 +234,46 @@ impl PyCache {
         let entry = lookup(py, &cache, ns, &fp)
             .ok_or_else(|| CacheError::new_err("the entry just recorded is not in memory"))?;
         Ok(PyEntry { entry })
+    }
+
+    /// What `put` with these arguments would refuse, without recording anything: a bad
+    /// namespace, key or params, or an entry no reader would accept (`RefusedEntryError`,
+    /// `ValueError`, as `put` raises them). For all-or-nothing imports that check every item
+    /// before recording the first.
+    #[pyo3(signature = (namespace, key, algorithm, params=None, *, median_ns=None, min_ns=None, spread_ns=0.0, samples=1, failed=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn check_put(
+        &self,
+        namespace: &str,
+        key: &Bound<'_, PyAny>,
+        algorithm: &str,
+        params: Option<&Bound<'_, PyAny>>,
+        median_ns: Option<f64>,
+        min_ns: Option<f64>,
+        spread_ns: f64,
+        samples: u32,
+        failed: Option<String>,
+    ) -> PyResult<()> {
+        let fields = to_fields(key, "key")?;
+        let ns = self::namespace(namespace)?;
+        let candidate = new_candidate(
+            algorithm, params, median_ns, min_ns, spread_ns, samples, failed, None, None,
+        )?;
+        let entry = Entry::new(
+            Key::new(fields),
+            Fingerprint::default(),
+            Origin::here(),
+            now_millis(),
+            [candidate],
+        );
+        let cache = self.get_cache()?;
+        let limits = cache_core::cache_format::Limits::default();
+        cache_core::check_entry(cache.scope(), ns.name(), &entry, &limits).map_err(|reason| {
+            errors::store(&cache_core::StoreError::Refused {
+                namespace: namespace.to_owned(),
+                reason,
+            })
+        })
     }
 
     /// Every entry of this cache's scope, optionally of one namespace only.
@@ -559,4 +573,49 @@ fn lookup(py: Python<'_>, cache: &Cache, ns: Namespace, fp: &Fingerprint) -> Opt
         MemoryLookup::Miss => None,
         MemoryLookup::NeedsIo => py.detach(|| cache.get(ns, fp)),
     }
+}
+
+/// The candidate `put` records: a measurement (`median_ns`, ...) or a failure (`failed`).
+#[allow(clippy::too_many_arguments)]
+fn new_candidate(
+    algorithm: &str,
+    params: Option<&Bound<'_, PyAny>>,
+    median_ns: Option<f64>,
+    min_ns: Option<f64>,
+    spread_ns: f64,
+    samples: u32,
+    failed: Option<String>,
+    tuning_ns: Option<u64>,
+    policy: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Candidate> {
+    let params = params_of(params)?;
+    if algorithm.is_empty() {
+        return Err(PyValueError::new_err("algorithm must not be empty"));
+    }
+    let outcome = match (failed, median_ns) {
+        (Some(reason), None) => Outcome::Failed(reason),
+        (None, Some(median)) => Outcome::Measured(Stats {
+            median_ns: median,
+            min_ns: min_ns.unwrap_or(median),
+            spread_ns,
+            samples,
+        }),
+        (Some(_), Some(_)) => {
+            return Err(PyValueError::new_err(
+                "give either median_ns (measured) or failed (a reason), not both",
+            ));
+        }
+        (None, None) => {
+            return Err(PyValueError::new_err(
+                "give median_ns (measured) or failed (a reason)",
+            ));
+        }
+    };
+    let mut candidate = Candidate::new(CandidateId::with_params(algorithm, params), outcome);
+    candidate.tuning_ns = tuning_ns;
+    candidate.policy = match policy {
+        Some(p) if !p.is_none() => Some(to_fields(p, "policy")?),
+        _ => None,
+    };
+    Ok(candidate)
 }

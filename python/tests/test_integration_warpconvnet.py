@@ -169,6 +169,47 @@ def test_a_damaged_file_is_refused_whole_naming_it(tmp_path, wcn_env, damage, me
     assert len(c) == 0
 
 
+def _triple(algo, params, metric):
+    return {"__t__": "T", "d": [algo, params, metric]}
+
+
+_DEEP: object = 1
+for _ in range(30):
+    _DEEP = [_DEEP]
+
+
+@pytest.mark.parametrize(
+    "namespace, item, message",
+    [
+        ("ns", [{"a": 1}, [_triple("algo", {}, 1e303)]], "non-finite"),
+        ("ns", [{"a": 1}, [_triple("algo", {"deep": _DEEP}, 1.0)]], "nests"),
+        ("ns", [{"a": 1}, [_triple("", {}, 1.0)]], "algorithm must not be empty"),
+        ("bad\nns", [{"a": 1}, [_triple("algo", {}, 1.0)]], "namespace"),
+    ],
+)
+def test_a_bad_item_refuses_the_whole_file_naming_it_and_the_item(tmp_path, wcn_env, namespace, item, message):
+    """Hardening IV, case 8: the entries before a bad item were kept, and the error did not name
+    the file. All or nothing, naming the file and the item."""
+    import msgpack
+
+    from tunecache.integrations import _wcn_format as fmt, warpconvnet as adapter
+    import tunecache
+
+    good = [[{"a": i}, [_triple("algo", {}, 1.0 + i)]] for i in range(100)]
+    namespaces = {"ns": good + [item]} if namespace == "ns" else {"ns": good, namespace: [item]}
+    path = tmp_path / "bad.msgpack"
+    path.write_bytes(msgpack.packb({"namespaces": namespaces, "version": 18.0}))
+    c = tunecache.Cache("warpconvnet", schema=18, path=tmp_path / "x.tcache")
+    with pytest.raises(fmt.FormatError, match=message) as e:
+        adapter.import_file(str(path), c)
+    where = "item 100" if namespace == "ns" else "item 0"
+    assert str(path) in str(e.value) and where in str(e.value), str(e.value)
+    assert len(c) == 0, "nothing was kept"
+    with pytest.raises(Exception, match=str(path)):
+        c.import_from("warpconvnet", path)
+    assert len(c) == 0
+
+
 def test_special_and_hostile_files_are_refused_without_hanging(tmp_path, wcn_env):
     import msgpack
 

@@ -139,6 +139,19 @@ class Cache:
         candidates: Iterable[tuple[str, Mapping[str, Any]]] | None = None,
         policy: Mapping[str, Any] | None = None,
     ) -> Entry: ...
+    def check_put(
+        self,
+        namespace: str,
+        key: Mapping[str, Any],
+        algorithm: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        median_ns: float | None = None,
+        min_ns: float | None = None,
+        spread_ns: float = 0.0,
+        samples: int = 1,
+        failed: str | None = None,
+    ) -> None: ...
     def entries(self, namespace: str | None = None) -> list[tuple[str, Entry]]: ...
     def __len__(self) -> int: ...
     def import_lines(self, text: str, source: str = ..., keep_origin: bool = False) -> int: ...

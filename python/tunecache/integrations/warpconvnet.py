@@ -270,6 +270,17 @@ def import_file(path: str, cache: Any = None, version: Optional[int] = None) -> 
         cache = Cache(APP, schema=version, scope=_scope())
     elif cache.schema != version:
         raise fmt.FormatError(f"{path}: migrated to version {version}, but the cache is at schema {cache.schema}")
+    # All or nothing: every item is checked as a put would check it before the first is
+    # recorded, and a refusal names the file and the item.
+    counts: dict[str, int] = {}
+    for ns, key, _, cands in batch:
+        item = counts.get(ns, 0)
+        counts[ns] = item + 1
+        for algo, params, timing in cands:
+            try:
+                cache._rust.check_put(ns, key, algo, params, **timing)
+            except Exception as e:  # noqa: BLE001 - every refusal becomes the file's error
+                raise fmt.FormatError(f"{path}: namespace {ns!r} item {item}: {e}; nothing was imported") from e
     changed = 0
     for ns, key, _, cands in batch:
         entry = cache.get(ns, key)
