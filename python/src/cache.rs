@@ -549,6 +549,12 @@ impl PyCache {
         crate::health::health(py, &*self.get_cache()?)
     }
 
+    /// The mode alone (`persistent`, `read-only`, `memory`): what the exit flushes ask, with
+    /// nothing made or imported on the way (a signal handler may run it).
+    fn mode(&self) -> PyResult<&'static str> {
+        Ok(crate::health::mode_name(self.get_cache()?.health().mode))
+    }
+
     fn __repr__(&self) -> String {
         match self.cache.load_full() {
             Some(c) => format!(

@@ -5,18 +5,20 @@ use cache_remote::RemoteCache as _;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+/// A mode as Python sees it.
+pub(crate) fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Persistent => "persistent",
+        Mode::ReadOnly => "read-only",
+        Mode::Memory => "memory",
+    }
+}
+
 /// `Cache.health()`.
 pub(crate) fn health<'py>(py: Python<'py>, cache: &Cache) -> PyResult<Bound<'py, PyDict>> {
     let h = cache.health();
     let d = PyDict::new(py);
-    d.set_item(
-        "mode",
-        match h.mode {
-            Mode::Persistent => "persistent",
-            Mode::ReadOnly => "read-only",
-            Mode::Memory => "memory",
-        },
-    )?;
+    d.set_item("mode", mode_name(h.mode))?;
     d.set_item("path", h.path)?;
     d.set_item("reason", h.reason)?;
     d.set_item("last_error", h.last_error)?;

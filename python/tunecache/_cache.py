@@ -7,7 +7,8 @@
   and opens its own on first use.
 - Picklable by configuration: a worker process that unpickles a ``Cache`` opens the same file.
 - Results are flushed (bounded) at interpreter exit, and on SIGTERM once
-  :func:`flush_on_sigterm` was called.
+  :func:`flush_on_sigterm` was called; in a process ``multiprocessing`` started (whose end
+  skips atexit, and which a pool terminates with SIGTERM) both are armed on first use.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ class Cache:
         self._c: Any = None
         self._c = self._open()
         _live.add(self)
+        _arm_in_worker()
 
     def _open(self) -> Any:
         cfg = self._config
@@ -143,6 +145,7 @@ class Cache:
             # A forked child: open our own.
             c = self._c = self._open()
             self._invalidate()
+            _arm_in_worker()
         return c
 
     def _invalidate(self) -> None:
@@ -181,6 +184,8 @@ class Cache:
         candidate-set checksum; ``policy`` says how it was measured (a dict: ``timer``,
         ``samples``, ...; results of policies that differ are never ranked against each
         other)."""
+        if _armed_pid != os.getpid():
+            _arm_in_worker()
         try:
             entry = self._rust.put(
                 namespace,
@@ -431,23 +436,79 @@ os.register_at_fork(
 def flush_all(timeout: float = EXIT_FLUSH_TIMEOUT) -> None:
     """Flushes every open cache of this process, each waiting at most ``timeout`` seconds;
     failures are logged, never raised."""
-    for cache in list(_live):
-        c = cache._c
-        if c is None or cache._closed:
-            continue
-        try:
-            if c.health()["mode"] != "persistent":
+    # Not inside itself: a SIGTERM that arrives while an exit flush runs on this thread waits
+    # for it (see `flush_on_sigterm`) instead of flushing again from the middle of it.
+    if getattr(_flushing, "active", False):
+        return
+    _flushing.active = True
+    try:
+        for cache in list(_live):
+            c = cache._c
+            if c is None or cache._closed:
                 continue
-            c.flush(timeout)
-        except Exception as e:  # noqa: BLE001 - at exit, report and go on
-            log.warning("tunecache: results of %s are not all on disk: %s", cache.app, e)
-    emit_warnings()
+            try:
+                if c.mode() != "persistent":
+                    continue
+                c.flush(timeout)
+            except Exception as e:  # noqa: BLE001 - at exit, report and go on
+                log.warning("tunecache: results of %s are not all on disk: %s", cache.app, e)
+        emit_warnings()
+    finally:
+        _flushing.active = False
+    pending = _sigterm_pending
+    if pending is not None:
+        _end_as_sigterm(*pending)
 
 
 atexit.register(flush_all)
 
+# The process a worker's exit hooks were armed in (see `_arm_in_worker`).
+_armed_pid: int | None = None
+
+
+def _arm_in_worker() -> None:
+    """In a process that ``multiprocessing`` started (a ``Process``, a ``Pool`` worker, under
+    fork, spawn or forkserver), whose end skips ``atexit`` (``os._exit``) and whose pool
+    terminates it with SIGTERM: flush every cache when it ends. A multiprocessing finalizer
+    runs at the end of the child's ``_bootstrap``; SIGTERM gets :func:`flush_on_sigterm`'s
+    handler, but only while SIGTERM is at its default (a handler someone installed is left
+    alone) and from the main thread. Once per process; nothing outside such a child."""
+    global _armed_pid
+    if _armed_pid == os.getpid():
+        return
+    import sys
+
+    mp = sys.modules.get("multiprocessing")
+    if mp is None or mp.parent_process() is None:
+        return
+    _armed_pid = os.getpid()
+    from multiprocessing import util
+
+    util.Finalize(None, flush_all, exitpriority=100)
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        flush_on_sigterm()
+
 _sigterm_lock = threading.Lock()
 _sigterm_previous: Any = None
+# A SIGTERM received during a flush, acted on when the flush ends.
+_sigterm_pending: Any = None
+# Whether this thread is inside `flush_all`.
+_flushing = threading.local()
+
+
+def _end_as_sigterm(signum: int, frame: Any) -> None:
+    """After the SIGTERM flush: what the handler before ours did, or the default (the process
+    ends of SIGTERM)."""
+    global _sigterm_pending
+    _sigterm_pending = None
+    prev = _sigterm_previous
+    if callable(prev):
+        prev(signum, frame)
+    elif prev == signal.SIG_IGN:
+        return
+    else:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def flush_on_sigterm(timeout: float = EXIT_FLUSH_TIMEOUT) -> None:
@@ -463,15 +524,16 @@ def flush_on_sigterm(timeout: float = EXIT_FLUSH_TIMEOUT) -> None:
         _sigterm_previous = previous
 
         def handler(signum: int, frame: Any) -> None:
-            flush_all(timeout)
-            prev = _sigterm_previous
-            if callable(prev):
-                prev(signum, frame)
-            elif prev == signal.SIG_IGN:
+            global _sigterm_pending
+            # A SIGTERM that arrives while a flush runs on this thread (an exit flush, or the
+            # first SIGTERM's: a pool terminating its workers can send two) must not flush
+            # again from the middle of it, which could wait on itself for ever: it is kept,
+            # and acted on when that flush ends.
+            if getattr(_flushing, "active", False):
+                _sigterm_pending = (signum, frame)
                 return
-            else:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                os.kill(os.getpid(), signal.SIGTERM)
+            flush_all(timeout)
+            _end_as_sigterm(signum, frame)
 
         handler._tunecache = True  # type: ignore[attr-defined]
         signal.signal(signal.SIGTERM, handler)
