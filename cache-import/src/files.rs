@@ -15,7 +15,16 @@ pub const MAX_SOURCE_BYTES: u64 = 1 << 30;
 /// The bytes of a regular file, with its modification time (Unix milliseconds).
 pub(crate) fn read_text(path: &Path) -> Result<(String, u64), ImportSourceError> {
     let (file, mtime) = open(path)?;
-    let mut bytes = Vec::new();
+    // A regular file's size is known before it is read: one past the bound is refused
+    // without reading a byte (the bounded read below still holds if it grows meanwhile).
+    let size = file.metadata().map_or(0, |m| m.len());
+    if size > MAX_SOURCE_BYTES {
+        return Err(ImportSourceError::whole(
+            path,
+            format!("is larger than {MAX_SOURCE_BYTES} bytes"),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
     file.take(MAX_SOURCE_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| ImportSourceError::whole(path, format!("cannot be read: {e}")))?;

@@ -39,7 +39,15 @@ pub(crate) fn import(
     )?;
     for path in &paths {
         let (text, mtime) = read_text(path)?;
-        let doc = parse(&closed(&text)).map_err(|e| ImportSourceError::at(path, e.line, e.what))?;
+        // A complete document is read as it is; only one that does not parse is closed as
+        // Kernel Tuner closes it (a complete one without "cache" was called "text after the
+        // end of the document").
+        let doc = match parse(&text) {
+            Ok(doc) => doc,
+            Err(_) => {
+                parse(&closed(&text)).map_err(|e| ImportSourceError::at(path, e.line, e.what))?
+            }
+        };
         let origin = Origin::Imported(format!("kernel-tuner {}", relative(root, path)));
         let (scope, ns, entry) = read_doc(path, &doc, options, origin, mtime, summary)?;
         sink(&scope, &ns, entry);

@@ -61,6 +61,17 @@ pub(crate) fn import(
         let version = doc.int("version").ok_or_else(|| {
             ImportSourceError::at(path, 1, "has no version (not XLA autotune results)")
         })?;
+        // The versions whose layout is known (IMPORTS.md): another is not read as if it were
+        // one of them.
+        if !(1..=3).contains(&version) {
+            return Err(ImportSourceError::at(
+                path,
+                doc.line,
+                format!(
+                    "has version {version}; versions 1 to 3 of XLA's autotune results are read"
+                ),
+            ));
+        }
         let origin = Origin::Imported(format!("xla {}", relative(root, path)));
         let mut entries = 0;
         for list in ["results", "dots", "convs"] {

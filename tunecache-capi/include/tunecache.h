@@ -173,11 +173,11 @@ typedef struct tc_candidate {
 typedef struct tc_measurement {
   // Median time, nanoseconds (finite, >= 0).
   double median_ns;
-  // Fastest sample, nanoseconds (0: the median).
+  // Fastest sample, nanoseconds (0: the median; at most the median).
   double min_ns;
   // Spread (interquartile range), nanoseconds.
   double spread_ns;
-  // Samples behind the statistics.
+  // Samples behind the statistics (at least 1).
   uint32_t samples;
   // Time spent preparing and measuring the candidate, nanoseconds (0: unknown): what a
   // later hit saves.

@@ -19,11 +19,11 @@ use crate::text::{opt_str_arg, str_arg};
 pub struct tc_measurement {
     /// Median time, nanoseconds (finite, >= 0).
     pub median_ns: f64,
-    /// Fastest sample, nanoseconds (0: the median).
+    /// Fastest sample, nanoseconds (0: the median; at most the median).
     pub min_ns: f64,
     /// Spread (interquartile range), nanoseconds.
     pub spread_ns: f64,
-    /// Samples behind the statistics.
+    /// Samples behind the statistics (at least 1).
     pub samples: u32,
     /// Time spent preparing and measuring the candidate, nanoseconds (0: unknown): what a
     /// later hit saves.
@@ -63,6 +63,24 @@ unsafe fn candidate(
                         format!("measurement.{what} is {v}; a time is finite and >= 0"),
                     ));
                 }
+            }
+            // What every reader of a shared tier refuses is refused here, where the caller
+            // can be told: a fastest sample slower than the median, and a measurement of no
+            // samples (0 is what a winner shipped without figures reports).
+            if min > m.median_ns {
+                return Err(Failure::new(
+                    TC_E_ARG,
+                    format!(
+                        "measurement.min_ns ({min}) is greater than median_ns ({}): the fastest sample is at most the median",
+                        m.median_ns
+                    ),
+                ));
+            }
+            if m.samples == 0 {
+                return Err(Failure::new(
+                    TC_E_ARG,
+                    "measurement.samples is 0; a measurement has at least one sample",
+                ));
             }
             Outcome::Measured(Stats {
                 median_ns: m.median_ns,

@@ -299,7 +299,15 @@ fn a_ca_file_that_is_a_fifo_or_a_device_is_refused_at_once() {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
     let big = dir.path().join("big.pem");
     std::fs::write(&big, vec![b'A'; 5 << 20]).expect("write");
-    for ca in [fifo.as_path(), Path::new("/dev/zero"), big.as_path()] {
+    // A file with no certificate in it: said now, not later as an unknown issuer.
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").expect("write");
+    for ca in [
+        fifo.as_path(),
+        Path::new("/dev/zero"),
+        big.as_path(),
+        empty.as_path(),
+    ] {
         let mut child = command(EXE, &dir.path().join("c.tcache"), &["remote", "ping"])
             .env("TUNECACHE_REMOTE", "rediss://127.0.0.1:1")
             .env("TUNECACHE_REMOTE_CA", ca)

@@ -210,6 +210,13 @@ fn a_damaged_kernel_tuner_file_is_refused_with_its_line() {
             9,
             "expected",
         ),
+        // Complete JSON without "cache" (hardening IV, "seen once": it was called "text after
+        // the end of the document").
+        (
+            "{\"device_name\": \"x\", \"kernel_name\": \"k\"}".to_owned(),
+            1,
+            "has no \"cache\"",
+        ),
     ] {
         let dir = tempfile::tempdir().expect("tmp");
         std::fs::write(dir.path().join("k.json"), bad).expect("write");

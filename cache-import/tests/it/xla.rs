@@ -90,3 +90,21 @@ fn binary_and_damaged_results_are_refused_with_file_and_line() {
         assert_eq!(err.line, Some(line), "{err}");
     }
 }
+
+/// Hardening IV ("seen once"): a file saying `version: 99` was read as version 3. A version
+/// whose layout is not known is refused, naming the file and the version.
+#[test]
+fn an_unknown_version_is_refused() {
+    let text =
+        std::fs::read_to_string(fixture("real/xla/test_autotune_cache.textproto")).expect("read");
+    let dir = tempfile::tempdir().expect("tmp");
+    let bad = dir.path().join("r.textproto");
+    let replaced = text.replacen("version: 3", "version: 99", 1);
+    assert_ne!(replaced, text, "the fixture says version 3");
+    std::fs::write(&bad, replaced).expect("write");
+    let err = read(Format::Xla, dir.path()).expect_err("refused");
+    assert!(
+        err.to_string().contains("r.textproto") && err.to_string().contains("version 99"),
+        "{err}"
+    );
+}

@@ -154,6 +154,10 @@ pub fn connect(address: &str) -> Result<Arc<dyn Remote>, ConfigError> {
 /// The largest certificate authorities' file read (a system bundle is about 200 KiB).
 const MAX_CA_BYTES: u64 = 4 << 20;
 
+/// What a PEM certificate starts with.
+#[cfg_attr(not(feature = "tls"), allow(dead_code, reason = "read only for TLS"))]
+const CERTIFICATE: &str = "-----BEGIN CERTIFICATE-----";
+
 /// The PEM bytes of the file `TUNECACHE_REMOTE_CA` names, if it is set: read as every path
 /// tunecache reads is (a regular file only, never a FIFO, a device or a procfs file, which
 /// could block or never end; at most 4 MiB).
@@ -182,6 +186,15 @@ fn read_ca() -> Result<Option<Vec<u8>>, ConfigError> {
             "larger than {} MiB: not a file of certificates",
             MAX_CA_BYTES >> 20
         ))));
+    }
+    // Said now, not as an unknown issuer at the first connection.
+    if !bytes
+        .windows(CERTIFICATE.len())
+        .any(|w| w == CERTIFICATE.as_bytes())
+    {
+        return Err(unreadable(std::io::Error::other(
+            "it holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+        )));
     }
     Ok(Some(bytes))
 }

@@ -163,6 +163,14 @@ int main(int argc, char** argv) {
   m.median_ns = INFINITY;
   EXPECT(tc_record(ns, &key, sizeof key, "tiled", NULL, &m), TC_E_ARG);
   m.median_ns = 1500.0;
+  /* What a shared tier's readers refuse is refused here: a fastest sample slower than the
+     median, and a measurement of no samples (0 means a shipped winner). */
+  m.min_ns = 1600.0;
+  EXPECT(tc_record(ns, &key, sizeof key, "tiled", NULL, &m), TC_E_ARG);
+  m.min_ns = 0.0;
+  m.samples = 0;
+  EXPECT(tc_record(ns, &key, sizeof key, "tiled", NULL, &m), TC_E_ARG);
+  m.samples = 10;
   tc_fields* params = tc_fields_new();
   EXPECT(tc_fields_int(params, "tile", 128), TC_OK);
   EXPECT(tc_record(ns, &key, sizeof key, "a-rather-long-algorithm-name", params, &m), TC_OK);
