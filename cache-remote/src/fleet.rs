@@ -16,6 +16,17 @@ use crate::lease::{self, HeldLease, LeaseOp, LeaseReply};
 use crate::renewer::Renewal;
 use crate::store::Remote;
 use crate::tier::CacheTier;
+
+/// How long a holder that kept this process waiting a whole wait is not waited on again: the
+/// longest lease tunecache trusts (a holder that died holds its keys at most that long).
+const STALL_MEMORY: Duration = Duration::from_secs(600);
+
+/// Whether to wait on a lease holder that last kept this process waiting a whole wait at
+/// `stalled_at` (if ever): not within [`STALL_MEMORY`], so a dead holder's (or a squatter's)
+/// leases cost one wait, not one per key (a tune of 27 keys waited 590 s).
+pub(crate) fn waits_on(stalled_at: Option<Instant>, now: Instant) -> bool {
+    stalled_at.is_none_or(|at| now.saturating_duration_since(at) >= STALL_MEMORY)
+}
 use crate::value::Expect;
 
 /// The longest pause between two looks at a key another process is measuring.
@@ -170,6 +181,11 @@ impl CacheTier {
                 },
             };
             last_holder.clone_from(&holder);
+            if !waits_on(self.stalled_at(&holder), Instant::now()) {
+                return FleetClaim::Alone(format!(
+                    "{holder} already kept this process waiting a whole wait on another key: measuring here"
+                ));
+            }
             if before.is_none() {
                 Counters::bump(&policy.counters.lease_waits, 1);
             } else if self.published_since(before.as_ref(), entry.as_deref(), ns, fp) {
@@ -178,12 +194,36 @@ impl CacheTier {
             before = Some(entry);
             let left = give_up.saturating_duration_since(Instant::now());
             if left.is_zero() {
+                self.note_stalled(holder.clone());
                 return FleetClaim::Alone(format!(
                     "waited {wait:?} for {holder}, which is still measuring this key"
                 ));
             }
             std::thread::sleep(pause.min(left));
             pause = (pause * 2).min(MAX_POLL);
+        }
+    }
+
+    /// When `holder` last kept this process waiting a whole wait, if it did.
+    fn stalled_at(&self, holder: &str) -> Option<Instant> {
+        self.stalled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(holder)
+            .copied()
+    }
+
+    /// Remembers that `holder` kept this process waiting a whole wait (the oldest forgotten
+    /// past a bound, so a server full of squatted leases cannot grow it).
+    fn note_stalled(&self, holder: String) {
+        let mut stalled = self
+            .stalled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        stalled.retain(|_, at| now.duration_since(*at) < STALL_MEMORY);
+        if stalled.len() < 1024 {
+            stalled.insert(holder, now);
         }
     }
 
@@ -288,5 +328,24 @@ impl CacheTier {
             budget: policy.options.budget,
             renewal,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_that_stalled_is_not_waited_on_again_until_the_memory_ends() {
+        let now = Instant::now();
+        assert!(waits_on(None, now), "a holder never seen is waited on");
+        assert!(!waits_on(Some(now), now));
+        assert!(!waits_on(
+            Some(now),
+            now + STALL_MEMORY - Duration::from_millis(1)
+        ));
+        assert!(waits_on(Some(now), now + STALL_MEMORY));
+        // A clock that went back (a stall noted "after" now) still does not wait.
+        assert!(!waits_on(Some(now + Duration::from_secs(5)), now));
     }
 }

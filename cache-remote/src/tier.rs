@@ -33,6 +33,9 @@ pub(crate) struct CacheTier {
     link: TierLink,
     /// Keys the remote lacked, and when it was last asked.
     negative: Mutex<HashMap<(Namespace, Fingerprint), Instant>>,
+    /// Lease holders that kept this process waiting a whole wait, and when (see
+    /// `fleet::waits_on`).
+    pub(crate) stalled: Mutex<HashMap<String, Instant>>,
     publisher: Publisher,
     renewer: Arc<Renewer>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -312,6 +315,7 @@ impl TierSource for RemoteSource {
             scope: ctx.scope.clone(),
             link: ctx.link.clone(),
             negative: Mutex::new(HashMap::new()),
+            stalled: Mutex::new(HashMap::new()),
             publisher: Publisher::default(),
             renewer: Arc::default(),
             thread: Mutex::new(None),

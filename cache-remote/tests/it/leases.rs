@@ -444,3 +444,58 @@ fn the_publication_that_writes_a_leased_key_releases_its_lease() {
     drop(lease);
     assert_eq!(server.get_raw(&lease_key(&remote_key(96))), None);
 }
+
+/// Hardening IV, case 3: leases in tunecache's own format with a long time to live (left by a
+/// holder that died with a long lease, or written by anyone) made each key wait the whole wait,
+/// one after another (590 s for a tune of 27 keys). A holder that already kept this process
+/// waiting a whole wait is not waited on again: the second key is measured here at once.
+#[test]
+fn a_holder_that_kept_this_process_waiting_once_is_not_waited_on_again() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let r = RedisRemote::open(&server.url()).expect("address");
+    let squatter = other_holder(9);
+    let ttl = Duration::from_secs(300);
+    for id in [30, 31, 32] {
+        let k = lease_key(&remote_key(id));
+        assert_eq!(
+            r.lease(
+                &k,
+                LeaseOp::Acquire {
+                    value: &squatter,
+                    ttl
+                },
+                soon()
+            ),
+            Ok(LeaseReply::Done)
+        );
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = cache(
+        &dir.path().join("a.tcache"),
+        &server.url(),
+        options(300_000),
+    );
+    let wait = Duration::from_millis(800);
+    let t = Instant::now();
+    let first = c.fleet_claim(ns(), &key(30).fingerprint(), wait);
+    assert!(t.elapsed() >= wait, "the first key is waited on");
+    assert!(
+        matches!(&first, FleetClaim::Alone(why) if why.contains("waited")),
+        "{first:?}"
+    );
+    for id in [31, 32] {
+        let t = Instant::now();
+        let claim = c.fleet_claim(ns(), &key(id).fingerprint(), wait);
+        assert!(
+            matches!(&claim, FleetClaim::Alone(why) if why.contains("already kept this process waiting")),
+            "{claim:?}"
+        );
+        assert!(
+            t.elapsed() < wait,
+            "key {id} is not waited on: {:?}",
+            t.elapsed()
+        );
+    }
+}
