@@ -2,12 +2,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use cache_core::cache_format::{
-    CacheData, Candidate, CandidateId, Entry, Fields, Fingerprint, Key, Origin, Outcome, Scope,
-    Stats, now_millis,
+    CacheData, Entry, Fields, Fingerprint, Key, Origin, Scope, now_millis,
 };
 use cache_core::cache_migrate::Migrations;
 use cache_core::{Cache, Claim, MemoryLookup, Mode, Namespace, Store};
@@ -16,27 +14,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::args::{namespace, new_candidate, secs};
 use crate::entry::{PyClaim, PyEntry, PyFleetClaim, candidate_set};
 use crate::keys::{fields_to_py, to_fields};
 use crate::{CacheError, errors};
-
-fn namespace(name: &str) -> PyResult<Namespace> {
-    Namespace::new(name).map_err(|e| errors::store(&e))
-}
-
-pub(crate) fn params_of(params: Option<&Bound<'_, PyAny>>) -> PyResult<Fields> {
-    match params {
-        None => Ok(Fields::new()),
-        Some(p) if p.is_none() => Ok(Fields::new()),
-        Some(p) => to_fields(p, "params"),
-    }
-}
-
-fn secs(timeout: f64, what: &str) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(timeout).map_err(|_| {
-        PyValueError::new_err(format!("{what} must be a finite number of seconds ≥ 0"))
-    })
-}
 
 /// A persistent autotune cache (the Rust `cache_core::Cache`). The Python class
 /// `tunecache.Cache` wraps it; see its documentation.
@@ -579,49 +560,4 @@ fn lookup(py: Python<'_>, cache: &Cache, ns: Namespace, fp: &Fingerprint) -> Opt
         MemoryLookup::Miss => None,
         MemoryLookup::NeedsIo => py.detach(|| cache.get(ns, fp)),
     }
-}
-
-/// The candidate `put` records: a measurement (`median_ns`, ...) or a failure (`failed`).
-#[allow(clippy::too_many_arguments)]
-fn new_candidate(
-    algorithm: &str,
-    params: Option<&Bound<'_, PyAny>>,
-    median_ns: Option<f64>,
-    min_ns: Option<f64>,
-    spread_ns: f64,
-    samples: u32,
-    failed: Option<String>,
-    tuning_ns: Option<u64>,
-    policy: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Candidate> {
-    let params = params_of(params)?;
-    if algorithm.is_empty() {
-        return Err(PyValueError::new_err("algorithm must not be empty"));
-    }
-    let outcome = match (failed, median_ns) {
-        (Some(reason), None) => Outcome::Failed(reason),
-        (None, Some(median)) => Outcome::Measured(Stats {
-            median_ns: median,
-            min_ns: min_ns.unwrap_or(median),
-            spread_ns,
-            samples,
-        }),
-        (Some(_), Some(_)) => {
-            return Err(PyValueError::new_err(
-                "give either median_ns (measured) or failed (a reason), not both",
-            ));
-        }
-        (None, None) => {
-            return Err(PyValueError::new_err(
-                "give median_ns (measured) or failed (a reason)",
-            ));
-        }
-    };
-    let mut candidate = Candidate::new(CandidateId::with_params(algorithm, params), outcome);
-    candidate.tuning_ns = tuning_ns;
-    candidate.policy = match policy {
-        Some(p) if !p.is_none() => Some(to_fields(p, "policy")?),
-        _ => None,
-    };
-    Ok(candidate)
 }

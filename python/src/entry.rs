@@ -8,7 +8,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::cache::params_of;
+use crate::args::params_of;
 use crate::keys::{fields_to_py, to_fields};
 
 /// The checksum of a candidate set: an iterable of `(algorithm, params)` pairs.

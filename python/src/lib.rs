@@ -7,6 +7,7 @@
 //! to Python's `logging`. The GIL is released around file, lock, network, migration and
 //! hashing work, not around in-memory hits.
 
+mod args;
 mod cache;
 mod entry;
 mod errors;
