@@ -235,6 +235,51 @@ pub(crate) fn slower_than<O: Operation>(
     Ok(Some(best / median_ns))
 }
 
+/// Whether a shared tier's winner that ran slower here than its recorded median is explained
+/// by this machine being slower now (contention, another clock) rather than by a false figure:
+/// held against the entry's runner-up, timed here in the same moments, the winner keeps within
+/// `slack` of the ratio the two have on record. A false figure (a slow candidate recorded as
+/// fast) does not: the runner-up beats it here by far more than the record says.
+pub(crate) fn contention_explains(
+    (winner_here, runner_here): (f64, f64),
+    (winner_stored, runner_stored): (f64, f64),
+    slack: f64,
+) -> bool {
+    let valid = |x: f64| x.is_finite() && x > 0.0;
+    if ![winner_here, runner_here, winner_stored, runner_stored]
+        .into_iter()
+        .all(valid)
+    {
+        return false;
+    }
+    winner_here / runner_here <= (winner_stored / runner_stored) * slack
+}
+
+/// The fastest per-run time of the winner and of the runner-up over three rounds, each round
+/// timing one then the other (so both see the same load), each sample lengthened to outlast
+/// `min_sample` as [`slower_than`] does.
+pub(crate) fn interleaved_best<O: Operation>(
+    op: &O,
+    problem: &mut O::Problem,
+    (winner, runner): (&O::Handle, &O::Handle),
+    min_sample: Duration,
+) -> Result<(f64, f64), String> {
+    let mut iterations = [1u32, 1u32];
+    let mut best = [f64::INFINITY, f64::INFINITY];
+    for _ in 0..3 {
+        for (i, handle) in [winner, runner].into_iter().enumerate() {
+            let took = op.time(handle, problem, iterations[i])?;
+            let per_run = took.as_nanos() as f64 / f64::from(iterations[i]);
+            best[i] = best[i].min(per_run);
+            if took < min_sample {
+                let runs = min_sample.as_nanos() as f64 / per_run.max(1.0);
+                iterations[i] = runs.ceil().clamp(1.0, 10_000.0) as u32;
+            }
+        }
+    }
+    Ok((best[0], best[1]))
+}
+
 /// Stops every live candidate whose fastest sample is already `ratio` times the best median
 /// so far (over this measurement and `best_known`, what was stored).
 fn stop_the_slow(all: &mut [Contender], best_known: Option<f64>, ratio: f64) {
@@ -369,5 +414,19 @@ mod tests {
         assert_eq!(st.spread_ns, 1.0);
         let mut even = vec![1.0, 2.0, 3.0, 4.0];
         assert_eq!(summarise(&mut even).median_ns, 2.5);
+    }
+
+    #[test]
+    fn contention_explains_a_uniform_slowdown_and_not_a_false_figure() {
+        // Both three times slower here than recorded, in the same proportion: contention.
+        assert!(contention_explains((300.0, 600.0), (100.0, 200.0), 3.0));
+        // The winner a little worse against the runner-up than on record: still within slack.
+        assert!(contention_explains((500.0, 600.0), (100.0, 200.0), 3.0));
+        // A slow candidate recorded as fast (1 ns against the runner-up's 200): here it is
+        // slower than the runner-up, thousands of times its recorded ratio.
+        assert!(!contention_explains((300.0, 200.0), (1.0, 200.0), 3.0));
+        // Figures that cannot be compared explain nothing.
+        assert!(!contention_explains((300.0, 0.0), (100.0, 200.0), 3.0));
+        assert!(!contention_explains((f64::NAN, 1.0), (100.0, 200.0), 3.0));
     }
 }

@@ -15,7 +15,7 @@ use cache_core::cache_format::{
 
 use super::plan::ranked_current;
 use super::{Choice, MissPolicy, TuneError, TunedInner, lock};
-use crate::measure::slower_than;
+use crate::measure::{contention_explains, interleaved_best, slower_than};
 use crate::operation::Operation;
 use crate::predict::{Prediction, Predictor};
 
@@ -205,16 +205,22 @@ impl<O: Operation> TunedInner<O> {
             // The verification run is timed: the first sample, free.
             let first = self.op.time(handle, &mut problem, 1)?;
             self.op.verify(handle, &mut problem)?;
-            match stored {
-                Some(median) => slower_than(
-                    &self.op,
-                    (handle, &mut problem),
-                    first,
-                    median,
-                    self.config.remote_slack,
-                    self.config.measure.min_sample,
-                ),
-                None => Ok(None),
+            let Some(median) = stored else {
+                return Ok(None);
+            };
+            let slow = slower_than(
+                &self.op,
+                (handle, &mut problem),
+                first,
+                median,
+                self.config.remote_slack,
+                self.config.measure.min_sample,
+            )?;
+            match slow {
+                Some(ratio) if !self.contention(entry, spec, key, handle, &mut problem) => {
+                    Ok(Some(ratio))
+                }
+                _ => Ok(None),
             }
         });
         match checked {
@@ -229,6 +235,55 @@ impl<O: Operation> TunedInner<O> {
                 );
                 Checked::Failed(e)
             }
+        }
+    }
+
+    /// Whether a winner from a shared tier that ran slower here than recorded did so because
+    /// this machine is slower now: it is timed against the entry's runner-up here, in the
+    /// same moments ([`contention_explains`]). Without a measured runner-up that prepares
+    /// here, nothing explains it.
+    fn contention(
+        &self,
+        entry: &Entry,
+        spec: &CandidateId,
+        key: &O::Key,
+        handle: &O::Handle,
+        problem: &mut O::Problem,
+    ) -> bool {
+        let stats_of = |id: &CandidateId| {
+            entry
+                .candidates()
+                .iter()
+                .find(|c| c.id == *id)
+                .and_then(|c| c.stats())
+                .map(|s| s.median_ns)
+        };
+        let Some(winner_stored) = stats_of(spec) else {
+            return false;
+        };
+        let Some((runner, runner_stored)) = entry
+            .candidates()
+            .iter()
+            .filter(|c| c.id != *spec)
+            .find_map(|c| c.stats().map(|s| (c.id.clone(), s.median_ns)))
+        else {
+            return false;
+        };
+        let Ok(runner_handle) = self.op.prepare(&runner, key) else {
+            return false;
+        };
+        match interleaved_best(
+            &self.op,
+            problem,
+            (handle, &runner_handle),
+            self.config.measure.min_sample,
+        ) {
+            Ok(here) => contention_explains(
+                here,
+                (winner_stored, runner_stored),
+                self.config.remote_slack,
+            ),
+            Err(_) => false,
         }
     }
 
