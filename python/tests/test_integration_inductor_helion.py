@@ -83,6 +83,31 @@ def test_the_pth_hook_installs_the_backend_in_worker_processes_only_when_asked(t
     assert inductor(tmp_path, "pth", TORCHINDUCTOR_CACHE_DIR=wiped + "2", TC_SITE=str(site), TUNECACHE_INDUCTOR="0")["hits"] == 0
 
 
+def test_the_pth_file_is_written_whole_and_never_through_a_link_or_over_a_file(tmp_path):
+    """Hardening IV ("seen once"): write_pth followed a link at its name and wrote in place."""
+    import pytest
+
+    from tunecache.integrations import inductor as adapter
+
+    site = tmp_path / "site"
+    site.mkdir()
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("theirs")
+    (site / "tunecache-inductor.pth").symlink_to(elsewhere)
+    with pytest.raises(FileExistsError, match="left alone"):
+        adapter.write_pth(site)
+    assert elsewhere.read_text() == "theirs", "the link's target is untouched"
+    (site / "tunecache-inductor.pth").unlink()
+    (site / "tunecache-inductor.pth").write_text("import something_else\n")
+    with pytest.raises(FileExistsError):
+        adapter.write_pth(site)
+    assert (site / "tunecache-inductor.pth").read_text() == "import something_else\n"
+    (site / "tunecache-inductor.pth").unlink()
+    first = adapter.write_pth(site)
+    assert adapter.write_pth(site) == first, "written again: the same file, kept"
+    assert sorted(p.name for p in site.iterdir()) == ["tunecache-inductor.pth"], "no temporary left"
+
+
 def test_a_damaged_inductor_value_is_a_miss_with_one_warning(tmp_path, caplog):
     from tunecache.integrations import inductor as adapter
 

@@ -72,63 +72,7 @@ impl Server {
         let mut server = Server::start()?;
         server.kill();
         let dir = crate::temp_dir();
-        let openssl = |args: &[&str]| {
-            Command::new("openssl")
-                .args(args)
-                .current_dir(dir.path())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        let made = openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=tunecache test CA",
-        ]) && openssl(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ]) && std::fs::write(
-            dir.path().join("ext"),
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        )
-        .is_ok()
-            && openssl(&[
-                "x509",
-                "-req",
-                "-in",
-                "server.csr",
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                "server.crt",
-                "-days",
-                "2",
-                "-extfile",
-                "ext",
-            ]);
-        if !made {
+        if !make_certificates(dir.path()) {
             crate::skip::missing(
                 "openssl",
                 "the TLS test makes its certificates with the openssl command",
@@ -322,11 +266,36 @@ pub struct Cluster {
     /// The nodes.
     pub nodes: Vec<Server>,
     _dir: tempfile::TempDir,
+    /// With [`Cluster::start_tls`]: the CA and the nodes' certificate.
+    certs: Option<tempfile::TempDir>,
 }
 
 impl Cluster {
     /// Starts one, or says why not (as [`Server::start`]).
     pub fn start() -> Option<Cluster> {
+        Cluster::start_with(None)
+    }
+
+    /// [`Cluster::start`] speaking TLS only (client ports and the cluster bus), every node
+    /// with one certificate signed by one fresh CA ([`Cluster::ca_file`]).
+    pub fn start_tls() -> Option<Cluster> {
+        let certs = crate::temp_dir();
+        if !make_certificates(certs.path()) {
+            crate::skip::missing(
+                "openssl",
+                "the TLS test makes its certificates with the openssl command",
+            );
+            return None;
+        }
+        Cluster::start_with(Some(certs))
+    }
+
+    /// With [`Cluster::start_tls`]: the CA certificate (PEM) that signed the nodes'.
+    pub fn ca_file(&self) -> Option<std::path::PathBuf> {
+        self.certs.as_ref().map(|d| d.path().join("ca.crt"))
+    }
+
+    fn start_with(certs: Option<tempfile::TempDir>) -> Option<Cluster> {
         let dir = crate::temp_dir();
         let mut nodes = Vec::new();
         for _ in 0..3 {
@@ -340,32 +309,53 @@ impl Cluster {
                 "--cluster-node-timeout".into(),
                 "2000".into(),
             ];
+            if let Some(certs) = &certs {
+                let own = crate::temp_dir();
+                for f in ["ca.crt", "server.crt", "server.key"] {
+                    std::fs::copy(certs.path().join(f), own.path().join(f)).expect("certificate");
+                }
+                node.tls = Some(own);
+                node.extra.extend(["--tls-cluster".into(), "yes".into()]);
+            }
             node.spawn();
             nodes.push(node);
         }
-        let mut create = Command::new("redis-cli");
-        create.arg("--cluster").arg("create");
-        for n in &nodes {
-            create.arg(format!("127.0.0.1:{}", n.port));
-        }
+        let ca = certs.as_ref().map(|c| c.path().join("ca.crt"));
+        let cli = |args: &[&str]| {
+            let mut cmd = Command::new("redis-cli");
+            if let Some(ca) = &ca {
+                cmd.args(["--tls", "--cacert"]).arg(ca);
+            }
+            cmd.args(args);
+            cmd
+        };
+        let ports: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let mut create = cli(&["--cluster", "create"]);
         let made = create
+            .args(&ports)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
         assert!(made, "redis-cli --cluster create failed");
-        let cluster = Cluster { nodes, _dir: dir };
+        let cluster = Cluster {
+            nodes,
+            _dir: dir,
+            certs,
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if cluster.nodes.iter().all(|n| {
-                n.admin().is_some_and(|mut c| {
-                    redis::cmd("CLUSTER")
-                        .arg("INFO")
-                        .query::<String>(&mut c)
-                        .is_ok_and(|i| i.contains("cluster_state:ok"))
-                })
-            }) {
+            let ok = cluster.nodes.iter().all(|n| {
+                let port = n.port.to_string();
+                cli(&["-h", "127.0.0.1", "-p", &port, "CLUSTER", "INFO"])
+                    .output()
+                    .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("cluster_state:ok"))
+            });
+            if ok {
                 return Some(cluster);
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -392,4 +382,61 @@ impl Cluster {
             })
             .collect()
     }
+}
+
+/// Writes `ca.crt` (a fresh CA), `server.crt` and `server.key` (for `localhost` and
+/// 127.0.0.1, signed by it) into `dir` with the `openssl` command; false if it cannot.
+fn make_certificates(dir: &std::path::Path) -> bool {
+    let openssl = |args: &[&str]| {
+        Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=tunecache test CA",
+    ]) && openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]) && std::fs::write(dir.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1").is_ok()
+        && openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "ext",
+        ])
 }

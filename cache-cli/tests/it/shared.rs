@@ -409,3 +409,49 @@ fn remote_stats_lists_the_leases_held() {
     );
     assert_eq!(server.get_raw(&theirs), Some(b"not ours".to_vec()));
 }
+
+/// Hardening IV, case 12: a Redis Cluster given as comma-separated `rediss://` nodes ignored
+/// `TUNECACHE_REMOTE_CA` (UnknownIssuer) while a single node honoured it. Every node of a
+/// TLS cluster is reached with the CA's trust, and without it none is.
+#[test]
+fn a_tls_cluster_trusts_the_ca_file_as_a_single_node_does() {
+    let Some(cluster) = test_support::redis_server::Cluster::start_tls() else {
+        return;
+    };
+    let ca = cluster.ca_file().expect("a CA");
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("a.tcache");
+    let run = |args: &[&str], with_ca: bool| {
+        let mut cmd = command(EXE, &file, args);
+        cmd.env("TUNECACHE_REMOTE", cluster.url());
+        if with_ca {
+            cmd.env("TUNECACHE_REMOTE_CA", &ca);
+        }
+        cmd.stdin(std::process::Stdio::null())
+            .output()
+            .expect("run")
+    };
+    let ping = run(&["remote", "ping"], true);
+    assert_eq!(ping.status.code(), Some(0), "{}", text(&ping));
+    let put = run(
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            r#"{"m":1}"#,
+            "--algo",
+            "tiled",
+            "--median-ns",
+            "100",
+        ],
+        true,
+    );
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put));
+    let pulled = run(&["--json", "remote", "pull"], true);
+    assert_eq!(pulled.status.code(), Some(0), "{}", text(&pulled));
+    let r: serde_json::Value = serde_json::from_slice(&pulled.stdout).expect("JSON");
+    assert_eq!(r["pulled"], 1, "{r:#}");
+    let untrusted = run(&["remote", "ping"], false);
+    assert_ne!(untrusted.status.code(), Some(0), "{}", text(&untrusted));
+}

@@ -114,8 +114,37 @@ def installed() -> bool:
 
 def write_pth(site_packages: str | os.PathLike[str]) -> str:
     """Writes ``tunecache-inductor.pth`` into ``site_packages`` (opt-in, for compile workers);
-    returns its path. Remove the file to undo."""
+    returns its path. Remove the file to undo. Written whole and linked into place; one already
+    there is kept; anything else at that name (a link, another file) raises
+    ``FileExistsError`` and is left alone."""
     path = os.path.join(os.fspath(site_packages), PTH_NAME)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("import tunecache.integrations._inductor_boot\n")
+    text = b"import tunecache.integrations._inductor_boot\n"
+    # Never through a link, never over another file: a regular file with these bytes is
+    # already done; anything else at the name is the user's and is refused. The file is
+    # written whole beside the name, then linked to it (a link never replaces anything).
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        import stat
+
+        if stat.S_ISREG(st.st_mode):
+            with open(path, "rb") as f:
+                if f.read(len(text) + 1) == text:
+                    return path
+        raise FileExistsError(f"{path} exists and is not the file tunecache writes; left alone")
+    tmp = os.path.join(os.fspath(site_packages), f".{PTH_NAME}.tmp.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
     return path
