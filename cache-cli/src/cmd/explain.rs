@@ -111,7 +111,13 @@ impl ExplainArgs {
         // in the tiers above.
         let mut missed = !local.iter().any(|(s, _)| *s == here);
         if missed {
-            for (path, scope, entry) in &lookup.system {
+            // Read by the lookup only if the file had nothing in any scope.
+            let system = if local.is_empty() {
+                lookup.system.clone()
+            } else {
+                lookup.read_system(ctx)
+            };
+            for (path, scope, entry) in &system {
                 let tier = format!("system file {}", path.display());
                 found.push(self.judge(&tier, &here, set, scope, entry));
                 missed &= *scope != here;

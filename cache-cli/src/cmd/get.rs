@@ -76,9 +76,12 @@ impl Lookup {
             system: Vec::new(),
             remote: Vec::new(),
         };
-        lookup.system = lookup.read_system(ctx);
-        if lookup.entries().is_empty() {
-            lookup.remote = lookup.read_through(ctx)?;
+        // The lower tiers only on a miss in the file, as a cache asks them.
+        if lookup.local_entries().is_empty() {
+            lookup.system = lookup.read_system(ctx);
+            if lookup.system.is_empty() {
+                lookup.remote = lookup.read_through(ctx)?;
+            }
         }
         Ok(lookup)
     }
@@ -87,7 +90,7 @@ impl Lookup {
     /// tier reads them: a bundle or a cache file of this file's application (an older schema
     /// shown migrated where this tool knows the steps); one that cannot be used is said and
     /// passed by.
-    fn read_system(&self, ctx: &Context<'_>) -> Vec<(PathBuf, Scope, Entry)> {
+    pub(crate) fn read_system(&self, ctx: &Context<'_>) -> Vec<(PathBuf, Scope, Entry)> {
         let Some(paths) = std::env::var_os(cache_core::ENV_SYSTEM_PATH) else {
             return Vec::new();
         };

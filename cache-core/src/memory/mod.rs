@@ -183,26 +183,13 @@ impl MemoryStore {
     /// be absent from the file is complete.
     pub fn merge_many(&self, entries: impl IntoIterator<Item = (Namespace, Entry)>) -> usize {
         let backed = self.backed.load(std::sync::atomic::Ordering::Acquire);
-        self.update(entries, |held, entry| match held {
-            Some(Held::Ready {
-                entry: old,
-                complete,
-            }) => {
-                let mut merged = Entry::clone(old);
-                merged.merge(entry);
-                (merged != **old).then(|| Held::Ready {
-                    entry: Arc::new(merged),
-                    complete: *complete,
+        self.update(entries, |held, entry| {
+            merged_into(held, entry, |entry| {
+                Some(Held::Ready {
+                    entry: Arc::new(entry),
+                    complete: !backed,
                 })
-            }
-            Some(Held::Absent) => Some(Held::Ready {
-                entry: Arc::new(entry),
-                complete: true,
-            }),
-            None => Some(Held::Ready {
-                entry: Arc::new(entry),
-                complete: !backed,
-            }),
+            })
         })
     }
 
@@ -213,24 +200,7 @@ impl MemoryStore {
         &self,
         entries: impl IntoIterator<Item = (Namespace, Entry)>,
     ) -> usize {
-        self.update(entries, |held, entry| match held {
-            Some(Held::Ready {
-                entry: old,
-                complete,
-            }) => {
-                let mut merged = Entry::clone(old);
-                merged.merge(entry);
-                (merged != **old).then(|| Held::Ready {
-                    entry: Arc::new(merged),
-                    complete: *complete,
-                })
-            }
-            Some(Held::Absent) => Some(Held::Ready {
-                entry: Arc::new(entry),
-                complete: true,
-            }),
-            None => None,
-        })
+        self.update(entries, |held, entry| merged_into(held, entry, |_| None))
     }
 
     /// What a read of the file found for `fp` in `ns` (`None`: nothing), as of the file view
@@ -437,6 +407,34 @@ impl Store for MemoryStore {
 
     fn flush(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+/// What memory holds for a key after `entry` is merged into `held`: the merge of a ready entry
+/// (`None` if it changes nothing), the entry itself for a key known to be absent from the file
+/// (then complete), and `unknown`'s answer for a key memory knows nothing of.
+fn merged_into(
+    held: Option<&Held>,
+    entry: Entry,
+    unknown: impl FnOnce(Entry) -> Option<Held>,
+) -> Option<Held> {
+    match held {
+        Some(Held::Ready {
+            entry: old,
+            complete,
+        }) => {
+            let mut merged = Entry::clone(old);
+            merged.merge(entry);
+            (merged != **old).then(|| Held::Ready {
+                entry: Arc::new(merged),
+                complete: *complete,
+            })
+        }
+        Some(Held::Absent) => Some(Held::Ready {
+            entry: Arc::new(entry),
+            complete: true,
+        }),
+        None => unknown(entry),
     }
 }
 

@@ -125,48 +125,25 @@ fn make_folders(dir: &Path, path: &Path, made: &mut Made) -> Result<(), ExportEr
     Ok(())
 }
 
-/// Writes a file that was not there when the export looked: the bytes go to a temporary file
-/// beside it, synced, which is then hard-linked to the name. A link never replaces a file, so
-/// one that appeared there meanwhile is left alone (`Exists`) where a rename would replace
-/// it. Where the file system has no hard links, the file is created new in place (never
-/// replacing either, but not atomically).
+/// Writes a file that was not there when the export looked, through the core's create-new
+/// writer (`AtomicFile::commit_new`: the bytes to a temporary beside it, synced, then linked
+/// to the name): a file that appeared there meanwhile is left alone (`Exists`).
 fn write_new(path: &Path, bytes: &[u8]) -> Result<(), ExportError> {
-    use std::io::Write as _;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let io = |path: &Path, e: std::io::Error| match e.kind() {
-        std::io::ErrorKind::AlreadyExists => ExportError::Exists(path.to_owned()),
+    let io = |e: cache_core::StoreError| match &e {
+        cache_core::StoreError::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::AlreadyExists =>
+        {
+            ExportError::Exists(path.to_owned())
+        }
+        cache_core::StoreError::NotAFile { .. } => ExportError::Exists(path.to_owned()),
         _ => ExportError::Io {
             path: path.to_owned(),
             error: e.to_string(),
         },
     };
-    let create = |p: &Path| -> std::io::Result<()> {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(p)?;
-        file.write_all(bytes)?;
-        file.sync_all()
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(
-        ".{name}.tmp.{}.{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let linked = create(&tmp).and_then(|()| std::fs::hard_link(&tmp, path));
-    let _ = std::fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-            create(path).map_err(|e| io(path, e))
-        }
-        Err(e) => Err(io(path, e)),
-    }
+    let mut file = cache_core::file::AtomicFile::create(path, true).map_err(io)?;
+    file.write_all(bytes).map_err(io)?;
+    file.commit_new().map_err(io)
 }
 
 #[cfg(test)]

@@ -1,13 +1,17 @@
 //! Small durable-file helpers: atomic replace, directory sync, bounded reads, file identity.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom};
 
 use cache_format::FormatError;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::StoreError;
+
+mod atomic;
+
+pub use atomic::{AtomicFile, write_atomic};
 
 /// Identifies one version of a file: a replaced file (rename over it) gets a new inode, an
 /// appended one a new length.
@@ -78,7 +82,7 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     }
 }
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+pub(super) static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A number no other call (in this process or another) is likely to give: a journal's nonce,
 /// which tells it from the next journal a folder may create with the same inode number.
@@ -105,134 +109,6 @@ pub(crate) fn tmp_prefix(target: &Path) -> String {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     format!(".{}.tmp.", name.trim_end_matches('.'))
-}
-
-/// A file being written to replace `target` atomically: a temporary file beside it (created
-/// new, never opened if something is there), renamed over `target` by [`AtomicFile::commit`].
-/// With `durable`, the file is synced before the rename and the folder after it, so the new
-/// contents survive a crash once `commit` returns. Dropped without a commit, the temporary
-/// file is removed and `target` is untouched.
-#[derive(Debug)]
-pub struct AtomicFile {
-    tmp: PathBuf,
-    target: PathBuf,
-    out: Option<io::BufWriter<File>>,
-    durable: bool,
-}
-
-impl AtomicFile {
-    /// Starts replacing `target`. Fails with `NotAFile` if something other than a regular
-    /// file is there (a device, a FIFO, a folder): those are never replaced.
-    pub fn create(target: &Path, durable: bool) -> Result<AtomicFile, StoreError> {
-        check_regular(target)?;
-        let tmp = parent_dir(target).join(format!(
-            "{}{}.{}",
-            tmp_prefix(target),
-            std::process::id(),
-            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(|e| StoreError::io("create", &tmp, e))?;
-        Ok(AtomicFile {
-            out: Some(io::BufWriter::with_capacity(1 << 16, file)),
-            tmp,
-            target: target.to_owned(),
-            durable,
-        })
-    }
-
-    /// Appends `bytes` to the new contents.
-    pub fn write_all(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
-        let out = self.out.as_mut().expect("written only before commit");
-        out.write_all(bytes)
-            .map_err(|e| StoreError::io("write", &self.tmp, e))
-    }
-
-    /// Overwrites `bytes` at `offset` of what was written so far (a table's first commit slot,
-    /// written once the blocks it names are).
-    pub fn write_at(&mut self, offset: u64, bytes: &[u8]) -> Result<(), StoreError> {
-        use std::os::unix::fs::FileExt;
-        let out = self.out.as_mut().expect("written only before commit");
-        out.flush()
-            .and_then(|()| out.get_ref().write_all_at(bytes, offset))
-            .map_err(|e| StoreError::io("write", &self.tmp, e))
-    }
-
-    /// Writes out what is buffered and syncs the temporary file; returns it, to read back or
-    /// write at offsets before it is put in place.
-    pub(crate) fn synced(&mut self) -> Result<&File, StoreError> {
-        let out = self.out.as_mut().expect("written only before commit");
-        out.flush()
-            .and_then(|()| out.get_ref().sync_all())
-            .map_err(|e| StoreError::io("write", &self.tmp, e))?;
-        Ok(out.get_ref())
-    }
-
-    /// Puts the new contents in place (see the type's docs).
-    pub fn commit(mut self) -> Result<(), StoreError> {
-        let out = self.out.take().expect("committed once");
-        let file = out
-            .into_inner()
-            .map_err(|e| StoreError::io("write", &self.tmp, e.into_error()))?;
-        if self.durable {
-            file.sync_all()
-                .map_err(|e| StoreError::io("sync", &self.tmp, e))?;
-        }
-        drop(file);
-        fs::rename(&self.tmp, &self.target)
-            .map_err(|e| StoreError::io("rename into place", &self.target, e))?;
-        self.tmp = PathBuf::new();
-        if self.durable {
-            sync_dir(&parent_dir(&self.target))?;
-        }
-        Ok(())
-    }
-}
-
-impl AtomicFile {
-    /// Puts the new contents in place only if nothing is at the target: a hard link from the
-    /// temporary file (which fails if the target exists), then the temporary removed and the
-    /// folder synced. Something that appeared at the target meanwhile is left as it is and
-    /// refused. For writers of new files (`tunecache merge -o`, a bundle, an export), which
-    /// never replace anything.
-    pub fn commit_new(mut self) -> Result<(), StoreError> {
-        let out = self.out.take().expect("committed once");
-        let file = out
-            .into_inner()
-            .map_err(|e| StoreError::io("write", &self.tmp, e.into_error()))?;
-        if self.durable {
-            file.sync_all()
-                .map_err(|e| StoreError::io("sync", &self.tmp, e))?;
-        }
-        drop(file);
-        fs::hard_link(&self.tmp, &self.target)
-            .map_err(|e| StoreError::io("create", &self.target, e))?;
-        let _ = fs::remove_file(&self.tmp);
-        self.tmp = PathBuf::new();
-        if self.durable {
-            sync_dir(&parent_dir(&self.target))?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for AtomicFile {
-    fn drop(&mut self) {
-        if !self.tmp.as_os_str().is_empty() {
-            let _ = fs::remove_file(&self.tmp);
-        }
-    }
-}
-
-/// Replaces `target` with `bytes` atomically and durably (an [`AtomicFile`]).
-pub fn write_atomic(target: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let mut file = AtomicFile::create(target, true)?;
-    file.write_all(bytes)?;
-    file.commit()
 }
 
 /// The file a temporary file of tunecache's was to replace, from the temporary's name
