@@ -2,11 +2,9 @@
 //! Run with `cargo run -p cache-core --example quickstart`.
 #![allow(clippy::print_stdout, reason = "an example reports what it did")]
 
-use cache_core::cache_format::{
-    Candidate, Entry, Fields, Fingerprint, Key, Origin, Stats, now_millis,
-};
+use cache_core::cache_format::{Candidate, Fields, Key, Stats};
 use cache_core::cache_migrate::Migrations;
-use cache_core::{Cache, Namespace, Store};
+use cache_core::{Cache, Namespace, Store, measured_entry};
 
 #[derive(serde::Serialize)]
 struct MatmulKey {
@@ -36,16 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 samples: 15,
             };
             let tiled = Candidate::measured("tiled", Fields::new(), stats);
-            cache.put(
-                matmul,
-                Entry::new(
-                    key,
-                    Fingerprint::default(),
-                    Origin::here(),
-                    now_millis(),
-                    [tiled],
-                ),
-            );
+            cache.put(matmul, measured_entry(key, [tiled]));
             println!(
                 "miss: recorded in {}",
                 cache

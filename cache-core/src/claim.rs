@@ -5,9 +5,15 @@
 //! "Claim files"). The kernel releases it when the holder drops it or dies, so a killed tuner
 //! never leaves a key claimed. The files themselves hold no data; deleting one that nobody holds
 //! is harmless, which is what a later `gc` does.
+//!
+//! A cache with no file to share claims through (memory only, read-only, a claims folder that
+//! cannot be written) claims the key among the threads of its process instead
+//! ([`LocalClaims`]), so every binding gets one claim from the core, whatever the cache.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use cache_format::Fingerprint;
 
@@ -19,27 +25,90 @@ use crate::namespace::Namespace;
 /// The outcome of [`crate::Cache::claim`].
 #[derive(Debug)]
 pub enum Claim {
-    /// This process holds the key until the guard is dropped; other processes wait for it.
+    /// This caller holds the key until the guard is dropped; other callers wait for it.
     Held(ClaimGuard),
-    /// Another process held the key for longer than the wait.
+    /// Another holder kept the key for longer than the wait.
     Busy,
-    /// There is no file to share (a memory-only or read-only cache, or the claims folder
-    /// cannot be written): the threads of this process are all there is.
-    Unshared,
 }
 
 /// A held claim on one key; released on drop (or when the process dies).
 #[derive(Debug)]
 pub struct ClaimGuard {
-    _lock: FileLock,
+    held: Held,
 }
 
-/// The descriptor the claim's lock is on. A process that forks while holding claims has its
-/// child close its copies (and never unlock them: the lock is shared with the parent), so a
-/// child outliving a killed parent does not keep the key claimed (the C ABI does).
-impl std::os::fd::AsRawFd for ClaimGuard {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self._lock.as_raw_fd()
+#[derive(Debug)]
+enum Held {
+    /// A claim file's lock: across processes.
+    File(FileLock),
+    /// A key of the cache's in-process table.
+    Local(Arc<LocalClaims>, (Namespace, Fingerprint)),
+}
+
+impl ClaimGuard {
+    /// Whether the claim holds across the processes sharing the file (else only among this
+    /// process's threads: the cache has no file to share claims through). A holder of a
+    /// shared claim reads what other processes saved before measuring.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.held, Held::File(_))
+    }
+
+    /// The descriptor a shared claim's lock is on. A process that forks while holding claims
+    /// has its child close its copies (and never unlock them: the lock is shared with the
+    /// parent), so a child outliving a killed parent does not keep the key claimed (the C ABI
+    /// does).
+    pub fn lock_fd(&self) -> Option<std::os::fd::RawFd> {
+        match &self.held {
+            Held::File(lock) => Some(std::os::fd::AsRawFd::as_raw_fd(lock)),
+            Held::Local(..) => None,
+        }
+    }
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        if let Held::Local(table, key) = &self.held {
+            table.release(key);
+        }
+    }
+}
+
+/// The keys claimed among the threads of one process, for a cache with no file to share
+/// claims through.
+#[derive(Debug, Default)]
+pub(crate) struct LocalClaims {
+    held: Mutex<HashSet<(Namespace, Fingerprint)>>,
+    freed: Condvar,
+}
+
+impl LocalClaims {
+    /// Takes `key`, waiting at most `wait` for its holder.
+    pub(crate) fn take(self: &Arc<Self>, key: (Namespace, Fingerprint), wait: Duration) -> Claim {
+        let deadline = Instant::now() + wait;
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        while held.contains(&key) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Claim::Busy;
+            }
+            held = self
+                .freed
+                .wait_timeout(held, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        held.insert(key);
+        Claim::Held(ClaimGuard {
+            held: Held::Local(Arc::clone(self), key),
+        })
+    }
+
+    fn release(&self, key: &(Namespace, Fingerprint)) {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+        self.freed.notify_all();
     }
 }
 
@@ -90,22 +159,30 @@ pub(crate) fn is_claim_file(name: &str) -> bool {
         && fp.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-/// Takes the claim of `(ns, fp)` for the cache file `path`, waiting at most `wait`.
-pub(crate) fn claim(path: &Path, ns: Namespace, fp: &Fingerprint, wait: Duration) -> Claim {
+/// Takes the claim of `(ns, fp)` for the cache file `path`, waiting at most `wait`; `None`
+/// if no claim file can be used (the caller claims the key in-process instead).
+pub(crate) fn claim_file_lock(
+    path: &Path,
+    ns: Namespace,
+    fp: &Fingerprint,
+    wait: Duration,
+) -> Option<Claim> {
     let dir = claims_dir(path);
     if let Err(e) = std::fs::create_dir_all(&dir) {
         tracing::debug!(
             "tunecache: no cross-process claim for a key: cannot create {}: {e}",
             dir.display()
         );
-        return Claim::Unshared;
+        return None;
     }
     match FileLock::acquire(&claim_file(&dir, ns, fp), wait) {
-        Ok(lock) => Claim::Held(ClaimGuard { _lock: lock }),
-        Err(StoreError::LockTimeout { .. }) => Claim::Busy,
+        Ok(lock) => Some(Claim::Held(ClaimGuard {
+            held: Held::File(lock),
+        })),
+        Err(StoreError::LockTimeout { .. }) => Some(Claim::Busy),
         Err(e) => {
             tracing::debug!("tunecache: no cross-process claim for a key: {e}");
-            Claim::Unshared
+            None
         }
     }
 }
@@ -173,25 +250,59 @@ mod tests {
     fn a_claim_excludes_another_until_dropped() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("c.tcache");
-        let ns = Namespace::new("matmul").expect("valid");
-        let fp = Fingerprint([1; 16]);
-        let held = claim(&path, ns, &fp, Duration::ZERO);
-        assert!(matches!(held, Claim::Held(_)));
-        assert!(matches!(
-            claim(&path, ns, &fp, Duration::from_millis(20)),
-            Claim::Busy
-        ));
-        assert!(
-            matches!(
-                claim(&path, ns, &Fingerprint([2; 16]), Duration::ZERO),
-                Claim::Held(_)
-            ),
-            "another key is free"
-        );
+        let file = |fp: &Fingerprint, wait| {
+            claim_file_lock(&path, ns(), fp, wait).expect("a claims folder")
+        };
+        let local = Arc::new(LocalClaims::default());
+        let in_process = |fp: &Fingerprint, wait| local.take((ns(), *fp), wait);
+        for (kind, take) in [
+            ("file", &file as &dyn Fn(&Fingerprint, Duration) -> Claim),
+            ("in-process", &in_process),
+        ] {
+            let fp = Fingerprint([1; 16]);
+            let held = take(&fp, Duration::ZERO);
+            let Claim::Held(guard) = &held else {
+                panic!("{kind}: {held:?}");
+            };
+            assert_eq!(guard.is_shared(), kind == "file");
+            assert_eq!(guard.lock_fd().is_some(), kind == "file");
+            assert!(
+                matches!(take(&fp, Duration::from_millis(20)), Claim::Busy),
+                "{kind}"
+            );
+            assert!(
+                matches!(take(&Fingerprint([2; 16]), Duration::ZERO), Claim::Held(_)),
+                "{kind}: another key is free"
+            );
+            drop(held);
+            assert!(
+                matches!(take(&fp, Duration::ZERO), Claim::Held(_)),
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_in_process_claim_lets_a_waiter_in_when_it_is_dropped() {
+        let local = Arc::new(LocalClaims::default());
+        let fp = Fingerprint([3; 16]);
+        let held = local.take((ns(), fp), Duration::ZERO);
+        let waiter = {
+            let local = Arc::clone(&local);
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let got = local.take((ns(), fp), Duration::from_secs(10));
+                (matches!(got, Claim::Held(_)), t.elapsed())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
         drop(held);
-        assert!(matches!(
-            claim(&path, ns, &fp, Duration::ZERO),
-            Claim::Held(_)
-        ));
+        let (held_then, waited) = waiter.join().expect("waiter");
+        assert!(held_then);
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
+    }
+
+    fn ns() -> Namespace {
+        Namespace::new("matmul").expect("valid")
     }
 }

@@ -358,10 +358,13 @@ impl Switches {
     /// Reads both from the environment. A value other than 1/0, true/false, yes/no, on/off
     /// (any case) or empty is an error naming the variable. (A library `Cache` warns and
     /// ignores such a value instead, since it must open whatever happens.)
-    pub fn from_env() -> Result<Self, String> {
+    pub fn from_env() -> Result<Self, SwitchError> {
         let read = |name: &'static str| match std::env::var(name) {
             Err(_) => Ok(false),
-            Ok(v) => parse_bool(&v).ok_or_else(|| invalid_switch(name, &v)),
+            Ok(v) => parse_bool(&v).ok_or(SwitchError {
+                name,
+                value: v.clone(),
+            }),
         };
         Ok(Switches {
             disabled: read(ENV_DISABLE)?,
@@ -370,8 +373,22 @@ impl Switches {
     }
 }
 
-fn invalid_switch(name: &str, value: &str) -> String {
-    format!("{name}={value:?}: expected 1/0, true/false, yes/no or on/off")
+fn invalid_switch(name: &'static str, value: &str) -> String {
+    SwitchError {
+        name,
+        value: value.to_owned(),
+    }
+    .to_string()
+}
+
+/// A switch variable set to a value that is not a yes or a no ([`Switches::from_env`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}={value:?}: expected 1/0, true/false, yes/no or on/off")]
+pub struct SwitchError {
+    /// The variable.
+    pub name: &'static str,
+    /// Its value.
+    pub value: String,
 }
 
 fn parse_bool(v: &str) -> Option<bool> {

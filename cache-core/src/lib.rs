@@ -28,6 +28,7 @@ mod flight;
 mod fork_safe;
 mod fsio;
 mod gc;
+mod host;
 mod import;
 mod inspect;
 mod lock;
@@ -46,11 +47,14 @@ pub use bundle::{BundleCheck, BundleWritten, check_bundle, open_bundle, write_bu
 pub use cache::system::ENV_SYSTEM_PATH;
 pub use cache::{Cache, Health, Imported, MemoryLookup, Mode, check_entry};
 pub use claim::{Claim, ClaimGuard};
-pub use config::{CacheBuilder, Location, MemoryOnly, Switches, default_dir, file_name};
+pub use config::{
+    CacheBuilder, Location, MemoryOnly, SwitchError, Switches, default_dir, file_name,
+};
 pub use error::{Refusal, StoreError};
 pub use flight::{Follower, Join, Leader, SingleFlight};
 pub use fork_safe::GlobalLock;
 pub use gc::{GcPolicy, GcReport, Retention, STALE_SCOPE_AFTER, gc_file};
+pub use host::{host_name, measured_entry, measured_here};
 pub use import::{ImportError, ImportLines};
 pub use inspect::{
     GateVerdict, InKeyOrder, Inspection, JournalInfo, KeyedEntry, SnapshotInfo, inspect,
@@ -61,7 +65,7 @@ pub use namespace::{MAX_NAMESPACE_LEN, MAX_NAMESPACES, Namespace};
 pub use record::{AppendOptions, Appended, append_to_file, merge_built_into_file, merge_into_file};
 pub use spill::Spill;
 pub use store::Store;
-pub use tier::{Fill, FleetClaim, FleetLease, Tier, TierContext, TierHealth, TierLink, TierSource};
+pub use tier::{Fill, Tier, TierContext, TierHealth, TierLink, TierSource};
 pub use writer::{TableWriter, write_new_cache};
 
 /// The file primitives every part of tunecache writes and locks with (the output cache, the

@@ -247,7 +247,7 @@ fn spill_error(source: FormatError) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cache_format::{Candidate, Fields, Key, Origin, Stats, Value};
+    use cache_format::{Candidate, Fields, Key, Stats, Value};
 
     fn entry(id: i64, algo: &str) -> Entry {
         let key = Key::new(Fields::from([("id".to_owned(), Value::Int(id))]));
@@ -260,7 +260,7 @@ mod tests {
         Entry::new(
             key,
             Fingerprint::default(),
-            Origin::here(),
+            crate::measured_here(),
             1,
             [Candidate::measured(algo, Fields::new(), stats)],
         )

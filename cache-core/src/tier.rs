@@ -52,72 +52,12 @@ pub trait Tier: Send + Sync + fmt::Debug {
         let _ = keys;
     }
 
-    /// Fleet coordination before this cache measures a key that neither it nor any tier has
-    /// (cache-remote's shared tier: a lease per key, see [`FleetClaim`]); `this` is this tier,
-    /// for a guard that outlives the call. `None`: this tier does not coordinate.
-    fn fleet_claim(
-        &self,
-        this: &Arc<dyn Tier>,
-        ns: Namespace,
-        fp: &Fingerprint,
-        wait: Duration,
-    ) -> Option<FleetClaim> {
-        let _ = (this, ns, fp, wait);
-        None
-    }
-
-    /// The fleet's entries for the keys `fps` of `ns`: what this tier holds for them now,
-    /// after publishing what this cache recorded (waiting at most `timeout`), so the answer
-    /// includes this process's own measurements; one per key, aligned with `fps`, `None` where
-    /// the tier lacks the key. `None`: this tier holds no fleet view (it is not shared);
-    /// `Some(Err)`: it could not be read (unavailable, frozen), within its budget.
-    fn fleet_view(
-        &self,
-        ns: Namespace,
-        fps: &[Fingerprint],
-        timeout: Duration,
-    ) -> Option<Result<Vec<Option<Entry>>, String>> {
-        let _ = (ns, fps, timeout);
-        None
-    }
-
     /// Its counters and state.
     fn health(&self) -> TierHealth;
 
     /// The cache is closing: a tier that writes makes one last attempt, bounded by its own
     /// budget, then stops its threads.
     fn close(&self) {}
-
-    /// For callers that know the concrete type (cache-remote's extension methods).
-    fn as_any(&self) -> &dyn Any;
-}
-
-/// What [`crate::Cache::fleet_claim`] gives: whether this process measures a key for every
-/// process sharing a tier, or another did.
-#[derive(Debug)]
-pub enum FleetClaim {
-    /// This process measures the key for the fleet. What the tier already held for it is in
-    /// the cache now (look again before measuring). Finish the lease once the results are
-    /// recorded: it publishes them, then lets the others go on.
-    Lead(Box<dyn FleetLease>),
-    /// Another process published the key while this one waited: its entry is in the cache.
-    Published {
-        /// Who measured it.
-        by: String,
-    },
-    /// No coordination for this key: measure it here. Why (no tier coordinates, read-only,
-    /// the server unavailable, a lease tunecache did not write, the wait ran out).
-    Alone(String),
-}
-
-/// A key held for the fleet ([`FleetClaim::Lead`]); dropping it lets the others go on.
-pub trait FleetLease: Send + fmt::Debug {
-    /// Whether it was lost while held (expired, or taken by another): the fleet may measure
-    /// the key twice.
-    fn lost(&self) -> bool;
-
-    /// Publishes what the cache recorded (waiting at most `timeout`), then lets it go.
-    fn finish(self: Box<Self>, timeout: Duration) -> Result<(), String>;
 }
 
 /// What a [`crate::Cache`] does with an entry a tier returned.
@@ -175,10 +115,10 @@ impl TierLink {
         TierLink { shared }
     }
 
-    /// The entry the cache holds for `fp` in `ns` (its memory: at most one bounded read of an
-    /// entry still kept in the file).
+    /// The entry the cache holds for `fp` in `ns`: its memory, or at most one bounded read of
+    /// an entry still kept in the file.
     pub fn get(&self, ns: Namespace, fp: &Fingerprint) -> Option<Arc<Entry>> {
-        self.shared.upgrade()?.memory.get(ns, fp)
+        self.shared.upgrade()?.local(ns, fp)
     }
 
     /// Merges entries into the cache's memory and, for a persistent cache, its file; they are
@@ -205,7 +145,11 @@ pub struct TierContext<'a> {
     pub link: TierLink,
     pub(crate) use_env: bool,
     pub(crate) warnings: Vec<String>,
+    pub(crate) handles: Vec<Handle>,
 }
+
+/// A value a tier gave its cache to hand out by type ([`TierContext::provide`]).
+pub(crate) type Handle = Arc<dyn Any + Send + Sync>;
 
 impl fmt::Debug for TierContext<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -229,6 +173,13 @@ impl TierContext<'_> {
     /// A warning about the tier's configuration, logged once when the cache opens.
     pub fn warn(&mut self, text: impl Into<String>) {
         self.warnings.push(text.into());
+    }
+
+    /// Gives the cache a handle to what only this tier does (its crate's own type: leases,
+    /// pulls, counters), which callers find by type with [`crate::Cache::handle`]. A feature
+    /// of one tier lives behind that handle, never as a method of `Cache` or [`Tier`].
+    pub fn provide<T: Send + Sync + 'static>(&mut self, handle: Arc<T>) {
+        self.handles.push(handle);
     }
 }
 

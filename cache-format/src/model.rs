@@ -106,15 +106,10 @@ pub enum Origin {
 }
 
 impl Origin {
-    /// `measured on <host> by pid <pid>` for the running process.
-    pub fn here() -> Self {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .ok()
-            .filter(|h| !h.is_empty())
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .unwrap_or_else(|| "unknown-host".to_owned());
-        Origin::Measured(format!("{host} pid {}", std::process::id()))
+    /// Measured by process `pid` on `host` (`<host> pid <pid>`). The crate does no I/O: the
+    /// caller knows its host (cache-core's `measured_here`).
+    pub fn measured_by(host: &str, pid: u32) -> Self {
+        Origin::Measured(format!("{host} pid {pid}"))
     }
 
     /// The kind as written in files: `measured`, `imported` or `remote`.

@@ -19,7 +19,7 @@ mod upgrade;
 mod view;
 
 pub use error::MigrateError;
-pub use ops::Op;
+pub use ops::{ApplyError, Op};
 pub use registry::{
     FORMAT_STEPS, FormatStep, Gate, MigrationFile, Migrations, Step, StepFn, StepSpec,
 };

@@ -121,8 +121,8 @@ fn each_candidate(
     view: &mut PayloadView,
     namespace: &Option<String>,
     algorithm: &Option<String>,
-    mut f: impl FnMut(&mut Raw) -> Result<bool, String>,
-) -> Result<u64, String> {
+    mut f: impl FnMut(&mut Raw) -> Result<bool, ApplyError>,
+) -> Result<u64, ApplyError> {
     let mut touched = 0;
     for (ns, entry) in view.entries_mut() {
         if !in_ns(namespace, ns) {
@@ -149,8 +149,8 @@ fn each_candidate(
 fn each_key(
     view: &mut PayloadView,
     namespace: &Option<String>,
-    mut f: impl FnMut(&mut Raw) -> Result<bool, String>,
-) -> Result<u64, String> {
+    mut f: impl FnMut(&mut Raw) -> Result<bool, ApplyError>,
+) -> Result<u64, ApplyError> {
     let mut touched = 0;
     for (ns, entry) in view.entries_mut() {
         if !in_ns(namespace, ns) {
@@ -163,14 +163,21 @@ fn each_key(
     Ok(touched)
 }
 
-fn rename_in_map(map: &mut Raw, from: &str, to: &str, what: &str) -> Result<bool, String> {
+fn rename_in_map(
+    map: &mut Raw,
+    from: &str,
+    to: &str,
+    what: &'static str,
+) -> Result<bool, ApplyError> {
     if field(map, from).is_none() {
         return Ok(false);
     }
     if field(map, to).is_some() {
-        return Err(format!(
-            "cannot rename {what} {from:?} to {to:?}: {to:?} is already there"
-        ));
+        return Err(ApplyError::RenameOnto {
+            what,
+            from: from.to_owned(),
+            to: to.to_owned(),
+        });
     }
     let value = remove_field(map, from).expect("checked above");
     set_field(map, to, value);
@@ -179,7 +186,7 @@ fn rename_in_map(map: &mut Raw, from: &str, to: &str, what: &str) -> Result<bool
 
 impl Op {
     /// Applies the operation to `view` and says what it changed.
-    pub fn apply(&self, view: &mut PayloadView) -> Result<Change, String> {
+    pub fn apply(&self, view: &mut PayloadView) -> Result<Change, ApplyError> {
         let n = match self {
             Op::RenameAlgorithm {
                 from,
@@ -348,4 +355,19 @@ impl fmt::Display for Op {
             Err(_) => write!(f, "{self:?}"),
         }
     }
+}
+
+/// Why an [`Op`] could not be applied: the step fails, and the file is left as it was.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    /// A rename whose new name is already there (renaming would lose one of the two).
+    #[error("cannot rename {what} {from:?} to {to:?}: {to:?} is already there")]
+    RenameOnto {
+        /// What was renamed: `param`, `key field`.
+        what: &'static str,
+        /// The old name.
+        from: String,
+        /// The new name, already present.
+        to: String,
+    },
 }

@@ -91,7 +91,7 @@ impl Step {
                 .iter()
                 .map(|op| op.apply(view))
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(failed)?,
+                .map_err(|e| failed(e.to_string()))?,
         };
         // A coded step may have produced two namespaces of one name: merge them.
         view.normalize();

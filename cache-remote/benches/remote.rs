@@ -209,9 +209,12 @@ fn lease_benches(
             *fresh += 1;
             let fp = key(*fresh).fingerprint();
             assert!(absent.get(ns, &fp).is_none());
-            let claim = absent.fleet_claim(ns, &fp, Duration::from_secs(1));
+            let claim = absent
+                .remote()
+                .expect("remote")
+                .claim(ns, &fp, Duration::from_secs(1));
             assert!(
-                matches!(claim, cache_core::FleetClaim::Lead(_)),
+                matches!(claim, cache_remote::FleetClaim::Lead(_)),
                 "{claim:?}"
             );
         })
@@ -235,9 +238,11 @@ fn lease_benches(
             *fresh += 1;
             let k = key(*fresh);
             assert!(absent.get(ns, &k.fingerprint()).is_none());
-            let cache_core::FleetClaim::Lead(lease) =
-                absent.fleet_claim(ns, &k.fingerprint(), Duration::from_secs(1))
-            else {
+            let cache_remote::FleetClaim::Lead(lease) = absent.remote().expect("remote").claim(
+                ns,
+                &k.fingerprint(),
+                Duration::from_secs(1),
+            ) else {
                 panic!("leads");
             };
             absent.put(ns, entry(*fresh));

@@ -11,8 +11,9 @@
 //!   counters, and publishing by the one merge rule through a bounded compare-and-set loop.
 //! - A [`cache_core::Cache`] gets the tier from [`RemoteBuilder::remote`] (a
 //!   [`cache_core::Tier`]: read on a local miss, never on a hit; what is measured here is
-//!   published from a thread of its own); [`RemoteCache`] adds what only a shared tier does
-//!   (pull, wait for publishing, its counters). [`SharedTier`] is the same tier for tools
+//!   published from a thread of its own); what only a shared tier does (pull, wait for
+//!   publishing, its counters, fleet leases and the fleet's view) is behind its
+//!   [`RemoteHandle`], found with [`RemoteCache::remote`]. [`SharedTier`] is the same tier for tools
 //!   without a cache (the CLI).
 //!
 //! ```no_run
@@ -27,6 +28,7 @@
 
 mod breaker;
 mod fleet;
+mod handle;
 mod health;
 mod layout;
 mod lease;
@@ -39,12 +41,14 @@ mod publisher;
 mod renewer;
 mod server;
 mod shared;
+mod source;
 mod store;
 mod tier;
 mod value;
 
 pub use breaker::BreakerState;
-pub use fleet::LeaseGuard;
+pub use fleet::{Alone, FinishError, FleetClaim, LeaseGuard};
+pub use handle::{RemoteCache, RemoteHandle};
 pub use health::RemoteHealth;
 pub use layout::{KEY_SALT, remote_key};
 pub use lease::{LeaseOp, LeaseReply, lease_key};
@@ -57,8 +61,9 @@ pub use options::{
 pub use server::RedisClusterRemote;
 pub use server::{ConfigError, ENV_REMOTE, ENV_REMOTE_CA, RedisRemote, connect, from_env, redact};
 pub use shared::{Published, Pulled, SharedTier};
+pub use source::{RemoteBuilder, RemoteSource};
 pub use store::{Fence, Read, Remote, RemoteError, Swap, Swapped};
-pub use tier::{RemoteBuilder, RemoteCache, RemoteSource};
+pub use tier::ViewError;
 pub use value::encode_value;
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

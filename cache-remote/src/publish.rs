@@ -309,7 +309,13 @@ mod tests {
             c.measured_at = *at;
             c
         });
-        Entry::new(key, Fingerprint::default(), Origin::here(), 5, cs)
+        Entry::new(
+            key,
+            Fingerprint::default(),
+            cache_core::measured_here(),
+            5,
+            cs,
+        )
     }
 
     #[test]

@@ -183,10 +183,10 @@ impl Publisher {
 
 /// The publisher thread of `tier`.
 pub(crate) fn run(tier: Arc<CacheTier>, delay: Duration) {
-    let publisher = tier.publisher();
+    let publisher = &tier.publisher;
     loop {
         let mut q = publisher.lock();
-        let force = match next(&q, Instant::now(), delay, tier.policy().retry_at()) {
+        let force = match next(&q, Instant::now(), delay, tier.policy.retry_at()) {
             Next::Stop => {
                 q.running = false;
                 q.served = q.requested;
@@ -212,11 +212,11 @@ pub(crate) fn run(tier: Arc<CacheTier>, delay: Duration) {
         drop(q);
         let entries: Vec<(Namespace, Entry)> = keys
             .iter()
-            .filter_map(|(ns, fp)| tier.link().get(*ns, fp).map(|e| (*ns, Entry::clone(&e))))
+            .filter_map(|(ns, fp)| tier.link.get(*ns, fp).map(|e| (*ns, Entry::clone(&e))))
             .collect();
         let outcome = tier.publish(entries, force);
         if !outcome.folded.is_empty() {
-            tier.link().absorb(outcome.folded);
+            tier.link.absorb(outcome.folded);
         }
         let mut q = publisher.lock();
         if !outcome.left.is_empty() {

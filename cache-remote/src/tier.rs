@@ -1,65 +1,53 @@
-//! The shared tier as a tier of a [`Cache`]: read on a local miss (one round trip within the
-//! budget; a key the server lacked is not asked again for a while), and what is recorded
-//! here published by a thread of its own ([`crate::publisher`]). [`RemoteBuilder`] gives a
-//! builder a shared tier, [`RemoteCache`] the calls only a shared tier has.
+//! The shared tier as a tier of a [`cache_core::Cache`]: read on a local miss (one round trip
+//! within the budget; a key the server lacked is not asked again for a while), and what is
+//! recorded here published by a thread of its own ([`crate::publisher`]). Opened by
+//! [`crate::RemoteSource`]; what only it does is reached through [`crate::RemoteHandle`].
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cache_core::{
-    Cache, CacheBuilder, Fill, Namespace, Tier, TierContext, TierHealth, TierLink, TierSource,
-};
+use cache_core::{Fill, Namespace, Tier, TierHealth, TierLink};
 use cache_format::{Entry, Fingerprint, Scope};
 
+use crate::fleet::Leases;
 use crate::health::{Counters, RemoteHealth};
-use crate::options::{RemoteMode, RemoteOptions};
 use crate::policy::Policy;
 use crate::publish::PublishOutcome;
-use crate::publisher::{self, Publisher};
-use crate::renewer::Renewer;
-use crate::store::{Remote, RemoteError};
+use crate::publisher::Publisher;
+use crate::store::RemoteError;
 use crate::value::Expect;
 
 /// Past this many remembered misses, the negative cache starts over.
 const NEGATIVE_MAX: usize = 100_000;
 
-/// A cache's shared tier.
+/// A cache's shared tier. Its parts are the jobs of their own modules: the policy around the
+/// store, the publisher's queue, the leases this process holds.
 #[derive(Debug)]
 pub(crate) struct CacheTier {
-    policy: Policy,
-    scope: Scope,
-    link: TierLink,
+    pub(crate) policy: Policy,
+    pub(crate) scope: Scope,
+    pub(crate) link: TierLink,
     /// Keys the remote lacked, and when it was last asked.
     negative: Mutex<HashMap<(Namespace, Fingerprint), Instant>>,
-    /// Lease holders that kept this process waiting a whole wait, and when (see
-    /// `fleet::waits_on`).
-    pub(crate) stalled: Mutex<HashMap<String, Instant>>,
-    publisher: Publisher,
-    renewer: Arc<Renewer>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    pub(crate) leases: Leases,
+    pub(crate) publisher: Publisher,
+    /// The publisher's thread, once started.
+    pub(crate) thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl CacheTier {
-    pub(crate) fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
-    pub(crate) fn publisher(&self) -> &Publisher {
-        &self.publisher
-    }
-
-    pub(crate) fn renewer(&self) -> &Arc<Renewer> {
-        &self.renewer
-    }
-
-    pub(crate) fn link(&self) -> &TierLink {
-        &self.link
-    }
-
-    pub(crate) fn scope(&self) -> &Scope {
-        &self.scope
+    /// The tier of one cache, its publisher not started.
+    pub(crate) fn new(policy: Policy, scope: Scope, link: TierLink) -> Self {
+        CacheTier {
+            policy,
+            scope,
+            link,
+            negative: Mutex::new(HashMap::new()),
+            leases: Leases::default(),
+            publisher: Publisher::default(),
+            thread: Mutex::new(None),
+        }
     }
 
     /// Publishes entries of the cache's scope within the publish budget.
@@ -141,32 +129,41 @@ impl CacheTier {
             .collect()
     }
 
-    /// See [`Tier::fleet_view`]: what this cache recorded is published first (within
-    /// `timeout`; a failure is no reason not to read), then the keys are read in one round
-    /// trip within the budget, the negative cache skipped.
-    fn view(
+    /// See [`crate::RemoteHandle::view`]: what this cache holds for the keys is offered to
+    /// the publisher and published (within `timeout`; a failure is no reason not to read),
+    /// then the keys are read in one round trip within the budget, the negative cache skipped.
+    pub(crate) fn view(
         &self,
         ns: Namespace,
         fps: &[Fingerprint],
         timeout: Duration,
-    ) -> Result<Vec<Option<Entry>>, String> {
+    ) -> Result<Vec<Option<Entry>>, ViewError> {
+        if self.policy.writes() {
+            // Even entries of an earlier run that never reached the tier join the fleet's.
+            let held: Vec<(Namespace, Fingerprint)> = fps
+                .iter()
+                .filter(|fp| self.link.get(ns, fp).is_some())
+                .map(|fp| (ns, *fp))
+                .collect();
+            self.publisher.queue(&held);
+        }
         if let Err(e) = self.publisher.publish_within(timeout) {
             tracing::debug!("tunecache: the fleet's view is read before this cache published: {e}");
         }
         let budget = self.policy.options.budget;
+        let tier = || self.policy.describe.clone();
         if !self.policy.allow(budget) {
-            return Err(format!("{} is unavailable", self.policy.describe));
+            return Err(ViewError::Unavailable { tier: tier() });
         }
         let values = self
             .read(ns, fps, Instant::now() + budget)
-            .ok_or_else(|| format!("{} could not be read", self.policy.describe))?;
+            .ok_or_else(|| ViewError::Unread { tier: tier() })?;
         if values.len() != fps.len() {
-            return Err(format!(
-                "{} answered {} of {} keys",
-                self.policy.describe,
-                values.len(),
-                fps.len()
-            ));
+            return Err(ViewError::Short {
+                tier: tier(),
+                got: values.len(),
+                asked: fps.len(),
+            });
         }
         Ok(self.checked(ns, fps, values))
     }
@@ -197,7 +194,10 @@ impl CacheTier {
     }
 
     /// Every entry of the cache's scope on the server, checked, by namespace.
-    fn pull_scope(&self, deadline: Instant) -> Result<Vec<(Namespace, Entry)>, RemoteError> {
+    pub(crate) fn pull_scope(
+        &self,
+        deadline: Instant,
+    ) -> Result<Vec<(Namespace, Entry)>, RemoteError> {
         let pattern = self.policy.layout.scope_pattern(&self.scope);
         let keys = self.policy.scan(&pattern, deadline)?;
         Ok(self
@@ -208,7 +208,7 @@ impl CacheTier {
             .collect())
     }
 
-    fn remote_health(&self) -> RemoteHealth {
+    pub(crate) fn remote_health(&self) -> RemoteHealth {
         self.policy.health(self.publisher.pending())
     }
 }
@@ -240,31 +240,12 @@ impl Tier for CacheTier {
         }
     }
 
-    fn fleet_claim(
-        &self,
-        this: &Arc<dyn Tier>,
-        ns: Namespace,
-        fp: &Fingerprint,
-        wait: Duration,
-    ) -> Option<cache_core::FleetClaim> {
-        Some(CacheTier::fleet_claim(self, Arc::clone(this), ns, fp, wait))
-    }
-
-    fn fleet_view(
-        &self,
-        ns: Namespace,
-        fps: &[Fingerprint],
-        timeout: Duration,
-    ) -> Option<Result<Vec<Option<Entry>>, String>> {
-        Some(self.view(ns, fps, timeout))
-    }
-
     fn health(&self) -> TierHealth {
         self.remote_health().to_tier_health()
     }
 
     fn close(&self) {
-        self.renewer.shutdown();
+        self.leases.renewer.shutdown();
         let Some(handle) = crate::lock(&self.thread).take() else {
             return;
         };
@@ -274,161 +255,33 @@ impl Tier for CacheTier {
             let _ = handle.join();
         }
     }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
-/// A shared tier waiting for its cache (what [`RemoteBuilder`] gives the builder).
-#[derive(Debug, Clone)]
-pub struct RemoteSource {
-    remote: Arc<dyn Remote>,
-    options: RemoteOptions,
-}
-
-impl RemoteSource {
-    /// The shared tier on `remote`, used as `options` say (`TUNECACHE_REMOTE_MODE` and
-    /// `TUNECACHE_REMOTE_TIMEOUT_MS` override the mode and the budget).
-    pub fn new(remote: Arc<dyn Remote>, options: RemoteOptions) -> Self {
-        RemoteSource { remote, options }
-    }
-}
-
-impl TierSource for RemoteSource {
-    fn open(&self, ctx: &mut TierContext<'_>) -> Option<Arc<dyn Tier>> {
-        let (options, warnings) = self.options.clone().with_env(|name| ctx.env(name));
-        for w in warnings {
-            ctx.warn(w);
-        }
-        if options.mode == RemoteMode::Off {
-            return None;
-        }
-        let writes = options.writes();
-        let tier = Arc::new(CacheTier {
-            policy: Policy::new(
-                Arc::clone(&self.remote),
-                options,
-                Arc::clone(ctx.registry),
-                *ctx.limits,
-            ),
-            scope: ctx.scope.clone(),
-            link: ctx.link.clone(),
-            negative: Mutex::new(HashMap::new()),
-            stalled: Mutex::new(HashMap::new()),
-            publisher: Publisher::default(),
-            renewer: Arc::default(),
-            thread: Mutex::new(None),
-        });
-        if writes {
-            tier.publisher.set_running(true);
-            let worker = Arc::clone(&tier);
-            let delay = ctx.save_delay;
-            match std::thread::Builder::new()
-                .name("tunecache-publisher".into())
-                .spawn(move || publisher::run(worker, delay))
-            {
-                Ok(handle) => *crate::lock(&tier.thread) = Some(handle),
-                Err(e) => {
-                    tier.publisher.set_running(false);
-                    ctx.warn(format!(
-                        "tunecache could not start its publisher thread: {e}; results are not \
-                         published to the shared tier"
-                    ));
-                }
-            }
-        }
-        Some(tier)
-    }
-}
-
-/// A shared tier for a [`CacheBuilder`].
-pub trait RemoteBuilder: Sized {
-    /// A shared tier on `remote` behind the file (e.g. a [`crate::RedisRemote`]), with the
-    /// default [`RemoteOptions`]: read on a local miss, published to in the background.
-    fn remote(self, remote: Arc<dyn Remote>) -> Self {
-        self.remote_with(remote, RemoteOptions::default())
-    }
-
-    /// [`RemoteBuilder::remote`] used as `options` say.
-    fn remote_with(self, remote: Arc<dyn Remote>, options: RemoteOptions) -> Self;
-
-    /// The shared tier named by `TUNECACHE_REMOTE`, if set. A value that is not a usable
-    /// address is an error naming the variable (the password left out).
-    fn remote_from_env(self) -> Result<Self, crate::ConfigError> {
-        Ok(match crate::from_env()? {
-            Some(remote) => self.remote(remote),
-            None => self,
-        })
-    }
-
-    /// The shared tier at `address`, or else the one `TUNECACHE_REMOTE` names; an address
-    /// that is not usable leaves the cache without one, with a warning (what an embedding
-    /// that must open anyway, the Python package and the C ABI, does).
-    fn remote_or_warn(self, address: Option<&str>) -> Self {
-        let remote = match address {
-            Some(address) => crate::connect(address).map(Some),
-            None => crate::from_env(),
-        };
-        match remote {
-            Ok(Some(r)) => self.remote(r),
-            Ok(None) => self,
-            Err(e) => {
-                tracing::warn!("tunecache: no shared tier: {e}");
-                self
-            }
-        }
-    }
-}
-
-impl RemoteBuilder for CacheBuilder {
-    fn remote_with(self, remote: Arc<dyn Remote>, options: RemoteOptions) -> Self {
-        self.tier(RemoteSource::new(remote, options))
-    }
-}
-
-/// What only a shared tier does, on a [`Cache`] that has one.
-pub trait RemoteCache {
-    /// The shared tier's counters, if the cache has one.
-    fn remote_health(&self) -> Option<RemoteHealth>;
-
-    /// Reads every entry of this cache's scope that the shared tier holds and merges them in
-    /// (kept in the file as well); returns how many it held. For warming a fresh machine at
-    /// start-up, or converging with what other machines published since. Without a shared
-    /// tier, `Ok(0)`.
-    fn pull_remote(&self, timeout: Duration) -> Result<usize, RemoteError>;
-
-    /// Waits at most `timeout` until what was recorded so far is published to the shared
-    /// tier (a command-line tool before it exits). Without a writable one, `Ok` at once.
-    fn publish_within(&self, timeout: Duration) -> Result<(), RemoteError>;
-}
-
-fn shared_tier(cache: &Cache) -> Option<&CacheTier> {
-    cache
-        .tiers()
-        .iter()
-        .find_map(|t| t.as_any().downcast_ref::<CacheTier>())
-}
-
-impl RemoteCache for Cache {
-    fn remote_health(&self) -> Option<RemoteHealth> {
-        shared_tier(self).map(CacheTier::remote_health)
-    }
-
-    fn pull_remote(&self, timeout: Duration) -> Result<usize, RemoteError> {
-        let Some(tier) = shared_tier(self) else {
-            return Ok(0);
-        };
-        let pulled = tier.pull_scope(Instant::now() + timeout)?;
-        let n = pulled.len();
-        tier.link.absorb(pulled);
-        Ok(n)
-    }
-
-    fn publish_within(&self, timeout: Duration) -> Result<(), RemoteError> {
-        match shared_tier(self) {
-            Some(tier) => tier.publisher.publish_within(timeout),
-            None => Ok(()),
-        }
-    }
+/// Why the fleet's entries could not be read ([`crate::RemoteHandle::view`]): only this
+/// cache's own entries are known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ViewError {
+    /// The tier is off the path (its server failed, and the breaker keeps it off until a
+    /// probe finds it back).
+    #[error("{tier} is unavailable")]
+    Unavailable {
+        /// Where the tier is (never a password).
+        tier: String,
+    },
+    /// The read failed or ran out of time.
+    #[error("{tier} could not be read")]
+    Unread {
+        /// Where the tier is.
+        tier: String,
+    },
+    /// The server answered for fewer keys than asked.
+    #[error("{tier} answered {got} of {asked} keys")]
+    Short {
+        /// Where the tier is.
+        tier: String,
+        /// Keys answered.
+        got: usize,
+        /// Keys asked.
+        asked: usize,
+    },
 }

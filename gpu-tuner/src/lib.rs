@@ -17,6 +17,7 @@ mod bucket;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod fleet;
 mod measure;
 mod operation;
 pub mod predict;
@@ -25,7 +26,7 @@ mod tuner;
 pub use bucket::{Bucketing, Rule};
 pub use cache_core::cache_format::CandidateId;
 pub use measure::MeasureConfig;
-pub use operation::Operation;
+pub use operation::{OpError, Operation};
 pub use tuner::{
     Choice, Consistency, DEFAULT_VOLATILE_SCOPE_FIELDS, KeyStability, MissPolicy, OpConfig,
     Progress, RemotePolicy, StabilityReport, SyncReport, TuneError, TuneStats, Tuned, Tuner,

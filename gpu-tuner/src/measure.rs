@@ -1,6 +1,7 @@
 //! Measuring the candidates of one key: verify each, warm up, take samples interleaved across
 //! candidates, stop early those clearly losing, and summarise.
 
+use crate::OpError;
 use std::time::{Duration, Instant};
 
 use cache_core::cache_format::Stats;
@@ -110,7 +111,7 @@ pub(crate) fn measure_all<O: Operation>(
             }
             let started = Instant::now();
             if let Err(e) = op.time(handle, problem, c.iterations) {
-                c.error = Some(e);
+                c.error = Some(e.to_string());
                 c.done = true;
             }
             c.spent += started.elapsed();
@@ -136,7 +137,7 @@ pub(crate) fn measure_all<O: Operation>(
                     .samples
                     .push(t.as_nanos() as f64 / f64::from(c.iterations)),
                 Err(e) => {
-                    c.error = Some(e);
+                    c.error = Some(e.to_string());
                     c.done = true;
                 }
             }
@@ -186,7 +187,7 @@ fn first_run<O: Operation>(
         });
     let (iterations, error) = match checked {
         Ok(n) => (n, None),
-        Err(e) => (1, Some(e)),
+        Err(e) => (1, Some(e.to_string())),
     };
     Contender {
         iterations,
@@ -211,7 +212,7 @@ pub(crate) fn slower_than<O: Operation>(
     median_ns: f64,
     slack: f64,
     min_sample: Duration,
-) -> Result<Option<f64>, String> {
+) -> Result<Option<f64>, OpError> {
     if median_ns.is_nan() || median_ns <= 0.0 {
         // No reader accepts such a figure from a shared tier; nothing to compare with.
         return Ok(None);
@@ -327,16 +328,16 @@ mod tests {
             &self,
             _: &cache_core::cache_format::CandidateId,
             _: &u32,
-        ) -> Result<f64, String> {
+        ) -> Result<f64, OpError> {
             Ok(0.0)
         }
-        fn problem(&self, _: &u32) -> Result<(), String> {
+        fn problem(&self, _: &u32) -> Result<(), OpError> {
             Ok(())
         }
-        fn run(&self, _: &f64, _: &mut ()) -> Result<(), String> {
+        fn run(&self, _: &f64, _: &mut ()) -> Result<(), OpError> {
             Ok(())
         }
-        fn time(&self, base_ns: &f64, _: &mut (), iterations: u32) -> Result<Duration, String> {
+        fn time(&self, base_ns: &f64, _: &mut (), iterations: u32) -> Result<Duration, OpError> {
             let n = self
                 .calls
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -12,8 +12,8 @@ use serde::Serialize;
 /// The tuner calls [`Operation::prepare`] to get a ready-to-run handle for a candidate (e.g.
 /// compile and load a kernel), [`Operation::problem`] once per key to set up inputs to measure
 /// on, [`Operation::verify`] once per candidate to check its result, and [`Operation::time`]
-/// to take samples. Errors are strings: a candidate that fails to prepare, verify or run is
-/// recorded as failed and never chosen.
+/// to take samples. A candidate that fails to prepare, verify or run ([`OpError`]) is
+/// recorded as failed, with the error's text, and never chosen.
 pub trait Operation: Send + Sync + 'static {
     /// The problem signature, e.g. `{m, n, k, dtype}`. Its serialized fields are the cache key.
     type Key: Serialize + Clone + Eq + Hash + Send + Sync + 'static;
@@ -48,17 +48,17 @@ pub trait Operation: Send + Sync + 'static {
     }
 
     /// Makes a ready-to-run handle (compile, load).
-    fn prepare(&self, candidate: &CandidateId, key: &Self::Key) -> Result<Self::Handle, String>;
+    fn prepare(&self, candidate: &CandidateId, key: &Self::Key) -> Result<Self::Handle, OpError>;
 
     /// Sets up inputs for measuring `key`.
-    fn problem(&self, key: &Self::Key) -> Result<Self::Problem, String>;
+    fn problem(&self, key: &Self::Key) -> Result<Self::Problem, OpError>;
 
     /// Runs once, to completion.
-    fn run(&self, handle: &Self::Handle, problem: &mut Self::Problem) -> Result<(), String>;
+    fn run(&self, handle: &Self::Handle, problem: &mut Self::Problem) -> Result<(), OpError>;
 
     /// Checks the result of the last run (a candidate that computes the wrong answer must
     /// never win).
-    fn verify(&self, _handle: &Self::Handle, _problem: &mut Self::Problem) -> Result<(), String> {
+    fn verify(&self, _handle: &Self::Handle, _problem: &mut Self::Problem) -> Result<(), OpError> {
         Ok(())
     }
 
@@ -69,11 +69,48 @@ pub trait Operation: Send + Sync + 'static {
         handle: &Self::Handle,
         problem: &mut Self::Problem,
         iterations: u32,
-    ) -> Result<Duration, String> {
+    ) -> Result<Duration, OpError> {
         let start = Instant::now();
         for _ in 0..iterations {
             self.run(handle, problem)?;
         }
         Ok(start.elapsed())
+    }
+}
+
+/// Why an [`Operation`] could not prepare, set up, run, verify or time a candidate: the
+/// candidate is recorded as failed with this text. Any error converts into it with `?`
+/// (`String` and `&str` too), and [`OpError::source_error`] gives it back to downcast. Like
+/// `anyhow::Error`, it is not itself a `std::error::Error`, so that conversion can exist.
+pub struct OpError(Box<dyn std::error::Error + Send + Sync>);
+
+impl OpError {
+    /// The error an operation gave.
+    pub fn source_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl<E: Into<Box<dyn std::error::Error + Send + Sync>>> From<E> for OpError {
+    fn from(error: E) -> Self {
+        OpError(error.into())
+    }
+}
+
+impl std::fmt::Display for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::fmt::Debug for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl From<OpError> for String {
+    fn from(error: OpError) -> Self {
+        error.to_string()
     }
 }

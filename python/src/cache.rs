@@ -4,9 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwapOption;
-use cache_core::cache_format::{
-    CacheData, Entry, Fields, Fingerprint, Key, Origin, Scope, now_millis,
-};
+use cache_core::cache_format::{CacheData, Entry, Fields, Fingerprint, Key, Scope, now_millis};
 use cache_core::cache_migrate::Migrations;
 use cache_core::{Cache, Claim, MemoryLookup, Mode, Namespace, Store};
 use cache_remote::{RemoteBuilder as _, RemoteCache as _};
@@ -208,7 +206,13 @@ impl PyCache {
                 |e| e.candidate_set(),
             ),
         };
-        let entry = Entry::new(key, set, Origin::here(), now_millis(), [candidate]);
+        let entry = Entry::new(
+            key,
+            set,
+            cache_core::measured_here(),
+            now_millis(),
+            [candidate],
+        );
         py.detach(|| cache.try_put(ns, entry))
             .map_err(|e| errors::store(&e))?;
         self.generation.fetch_add(1, Ordering::Relaxed);
@@ -243,7 +247,7 @@ impl PyCache {
         let entry = Entry::new(
             Key::new(fields),
             Fingerprint::default(),
-            Origin::here(),
+            cache_core::measured_here(),
             now_millis(),
             [candidate],
         );
@@ -370,9 +374,10 @@ impl PyCache {
         Ok(self.get_cache()?.len())
     }
 
-    /// Takes the claim of `key`: while held, other processes sharing the file that ask for it
-    /// wait (at most `wait` seconds). Returns a `Claim` whose `state` is `"held"`, `"busy"`
-    /// (another process held it longer than `wait`) or `"unshared"` (no file to share).
+    /// Takes the claim of `key`: while held, other processes sharing the file (or, with no
+    /// file to share, other threads of this process) that ask for it wait (at most `wait`
+    /// seconds). Returns a `Claim` whose `state` is `"held"` (`shared` says whether across
+    /// processes) or `"busy"` (another holder kept it longer than `wait`).
     fn claim(
         &self,
         py: Python<'_>,
@@ -387,16 +392,14 @@ impl PyCache {
         let claim = py.detach(|| cache.claim(ns, &fp, wait));
         Ok(match claim {
             Claim::Held(guard) => PyClaim {
+                shared: guard.is_shared(),
                 guard: std::sync::Mutex::new(Some(guard)),
                 state: "held",
             },
             Claim::Busy => PyClaim {
+                shared: false,
                 guard: std::sync::Mutex::new(None),
                 state: "busy",
-            },
-            Claim::Unshared => PyClaim {
-                guard: std::sync::Mutex::new(None),
-                state: "unshared",
             },
         })
     }
@@ -415,7 +418,10 @@ impl PyCache {
         let ns = self::namespace(namespace)?;
         let wait = secs(wait, "wait")?;
         let cache = self.get_cache()?;
-        let claim = py.detach(|| cache.fleet_claim(ns, &fp, wait));
+        let claim = match cache.remote() {
+            Some(remote) => py.detach(|| remote.claim(ns, &fp, wait)),
+            None => return Ok(PyFleetClaim::alone("no shared tier")),
+        };
         self.generation.fetch_add(1, Ordering::Relaxed);
         Ok(PyFleetClaim::new(claim))
     }
@@ -439,7 +445,10 @@ impl PyCache {
         let ns = self::namespace(namespace)?;
         let timeout = secs(timeout, "timeout")?;
         let cache = self.get_cache()?;
-        let view = py.detach(|| cache.fleet_view(ns, &fps, timeout));
+        let Some(remote) = cache.remote() else {
+            return Ok(None);
+        };
+        let view = py.detach(|| remote.view(ns, &fps, timeout));
         self.generation.fetch_add(1, Ordering::Relaxed);
         Ok(match view {
             Ok(view) => Some(

@@ -241,14 +241,22 @@ impl PyCandidate {
 pub(crate) struct PyClaim {
     pub(crate) guard: std::sync::Mutex<Option<ClaimGuard>>,
     pub(crate) state: &'static str,
+    pub(crate) shared: bool,
 }
 
 #[pymethods]
 impl PyClaim {
-    /// `"held"`, `"busy"` or `"unshared"`.
+    /// `"held"` or `"busy"`.
     #[getter]
     fn state(&self) -> &'static str {
         self.state
+    }
+
+    /// Whether a held claim holds across the processes sharing the file (`False`: only
+    /// among this process's threads, for a cache with no file to share claims through).
+    #[getter]
+    fn shared(&self) -> bool {
+        self.shared
     }
 
     /// Lets other processes have the key.
@@ -278,17 +286,17 @@ impl PyClaim {
 /// (no coordination: measure it here; `detail` says why).
 #[pyclass(frozen, module = "tunecache._tunecache", name = "FleetClaim")]
 pub(crate) struct PyFleetClaim {
-    pub(crate) lease: std::sync::Mutex<Option<Box<dyn cache_core::FleetLease>>>,
+    pub(crate) lease: std::sync::Mutex<Option<cache_remote::LeaseGuard>>,
     pub(crate) state: &'static str,
     pub(crate) detail: String,
 }
 
 impl PyFleetClaim {
-    pub(crate) fn new(claim: cache_core::FleetClaim) -> Self {
+    pub(crate) fn new(claim: cache_remote::FleetClaim) -> Self {
         let (state, detail, lease) = match claim {
-            cache_core::FleetClaim::Lead(lease) => ("lead", String::new(), Some(lease)),
-            cache_core::FleetClaim::Published { by } => ("published", by, None),
-            cache_core::FleetClaim::Alone(why) => ("alone", why, None),
+            cache_remote::FleetClaim::Lead(lease) => ("lead", String::new(), Some(lease)),
+            cache_remote::FleetClaim::Published { by } => ("published", by, None),
+            cache_remote::FleetClaim::Alone(why) => ("alone", why.to_string(), None),
         };
         PyFleetClaim {
             lease: std::sync::Mutex::new(lease),
@@ -297,7 +305,16 @@ impl PyFleetClaim {
         }
     }
 
-    fn take(&self) -> Option<Box<dyn cache_core::FleetLease>> {
+    /// No coordination, for `why`.
+    pub(crate) fn alone(why: &str) -> Self {
+        PyFleetClaim {
+            lease: std::sync::Mutex::new(None),
+            state: "alone",
+            detail: why.to_owned(),
+        }
+    }
+
+    fn take(&self) -> Option<cache_remote::LeaseGuard> {
         self.lease.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }
@@ -326,7 +343,7 @@ impl PyFleetClaim {
         match self.take() {
             Some(lease) => py
                 .detach(move || lease.finish(timeout))
-                .map_err(crate::CacheError::new_err),
+                .map_err(|e| crate::CacheError::new_err(e.to_string())),
             None => Ok(()),
         }
     }

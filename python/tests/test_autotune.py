@@ -149,9 +149,12 @@ def test_a_grown_candidate_set_measures_only_the_new_one(tmp_path):
     c.close()
 
 
-def test_four_threads_tune_each_key_once(tmp_path):
+@pytest.mark.parametrize("read_only", [False, True], ids=["claim files", "in-process claims"])
+def test_four_threads_tune_each_key_once(tmp_path, read_only):
+    # A read-only cache has no file to share claims through: the core's in-process claim
+    # still lets one thread measure each key (the package keeps no locks of its own).
     counter = tmp_path / "calls.txt"
-    c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
+    c = tunecache.Cache("tune", path=tmp_path / "c.tcache", read_only=read_only)
     op = make(c, counter)
     barrier = threading.Barrier(4)
     errors = []

@@ -15,7 +15,6 @@ import logging
 import math
 import statistics
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -180,8 +179,6 @@ class Autotuned:
         self._memo: dict[Any, Candidate] = {}
         #: Under ``consistency="fleet"``: the key of each memoized choice, for ``Cache.sync``.
         self._keys: dict[Any, Mapping[str, Any]] = {}
-        self._locks: dict[Any, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
         #: How many candidate measurements this object made (for tests and reports).
         self.measured = 0
         cache._listen(self)
@@ -301,32 +298,33 @@ class Autotuned:
                 f"{self.namespace}: no recorded winner for {dict(key)} and {why}; tune this "
                 "key before capturing or compiling, or declare default="
             )
-        with self._lock_for(memo_key):
-            best, missing = self._recorded(key)
-            unmeasured: Candidate | None = None
-            if missing:
-                claim = self.cache.claim(self.namespace, key, self.wait)
-                try:
-                    if claim.state == "held":
-                        # Another process may have tuned it while we waited.
-                        self.cache.refresh()
-                        best, missing = self._recorded(key)
-                    if missing:
-                        best, missing, unmeasured = self._tune_for_fleet(key, best, missing, args, kwargs)
-                finally:
-                    claim.release()
-            if best is None and unmeasured is not None:
-                # The timer gave nothing usable: run a candidate that works, unmeasured and
-                # not remembered, so the next call measures again.
-                return unmeasured
-            if best is None:
-                raise TuningError(
-                    f"{self.namespace}: every candidate failed for {dict(key)}; see "
-                    "cache.get(...).candidates for why"
-                )
-            best = self._fleet_winner(key, memo_key, best)
-            self._memo[memo_key] = best
-            return best
+        # The key's claim (across processes, or this process's threads when the cache has no
+        # file to share it through) makes one caller measure it while the others wait.
+        best, missing = self._recorded(key)
+        unmeasured: Candidate | None = None
+        if missing:
+            claim = self.cache.claim(self.namespace, key, self.wait)
+            try:
+                if claim.state == "held":
+                    # Another process may have tuned it while we waited.
+                    self.cache.refresh()
+                    best, missing = self._recorded(key)
+                if missing:
+                    best, missing, unmeasured = self._tune_for_fleet(key, best, missing, args, kwargs)
+            finally:
+                claim.release()
+        if best is None and unmeasured is not None:
+            # The timer gave nothing usable: run a candidate that works, unmeasured and
+            # not remembered, so the next call measures again.
+            return unmeasured
+        if best is None:
+            raise TuningError(
+                f"{self.namespace}: every candidate failed for {dict(key)}; see "
+                "cache.get(...).candidates for why"
+            )
+        best = self._fleet_winner(key, memo_key, best)
+        self._memo[memo_key] = best
+        return best
 
     def _tune_for_fleet(
         self, key: Mapping[str, Any], best: Candidate | None, missing: list[Candidate], args: Any, kwargs: Any
@@ -355,13 +353,6 @@ class Autotuned:
         finally:
             fleet.release()
         return best, missing, unmeasured
-
-    def _lock_for(self, memo_key: Any) -> threading.Lock:
-        with self._locks_guard:
-            lock = self._locks.get(memo_key)
-            if lock is None:
-                lock = self._locks[memo_key] = threading.Lock()
-            return lock
 
     def _measure(self, key: Mapping[str, Any], todo: list[Candidate], args: Any, kwargs: Any) -> Candidate | None:
         """Measures ``todo`` for ``key`` and records each result. Samples the timer gives as no

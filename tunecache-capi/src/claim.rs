@@ -1,55 +1,17 @@
-//! Claims: one tuner per key. A cache with a file claims the key across threads and processes
-//! (cache-core's claim files: an `flock` per key, which also excludes the threads of one
-//! process); one without (memory only, read-only, claims folder not writable) claims it across
-//! the threads of its handle.
+//! Claims: one tuner per key, cache-core's `Cache::claim` as it is. A cache with a file claims
+//! the key across threads and processes (claim files: an `flock` per key, which also excludes
+//! the threads of one process); one without (memory only, read-only, claims folder not
+//! writable) across the threads of the process, in the core's in-process table.
 
-use std::collections::HashSet;
 use std::ffi::{c_int, c_void};
-use std::sync::{Condvar, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use cache_core::cache_format::Fingerprint;
-use cache_core::{Claim, ClaimGuard, Namespace};
+use cache_core::{Claim, ClaimGuard};
 
 use crate::fields::tc_fields;
 use crate::handle::{ns_arg, tc_cache, tc_ns};
 use crate::key::{KeyArg, bytes_arg, fields_key_arg};
 use crate::status::{Failure, TC_BUSY, TC_E_HANDLE, TC_E_NULL, TC_OK, guard};
-
-/// The keys claimed through one handle that has no file to share claims through.
-#[derive(Debug, Default)]
-pub(crate) struct LocalClaims {
-    held: Mutex<HashSet<(Namespace, Fingerprint)>>,
-    freed: Condvar,
-}
-
-impl LocalClaims {
-    /// Takes `key`, waiting at most `wait` for its holder; false if it is still held.
-    fn take(&self, key: (Namespace, Fingerprint), wait: Duration) -> bool {
-        let deadline = Instant::now() + wait;
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        while held.contains(&key) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            held = self
-                .freed
-                .wait_timeout(held, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        held.insert(key)
-    }
-
-    fn release(&self, key: &(Namespace, Fingerprint)) {
-        self.held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key);
-        self.freed.notify_all();
-    }
-}
 
 const CLAIM_MAGIC: u64 = u64::from_be_bytes(*b"tcclaim1");
 
@@ -62,11 +24,9 @@ pub struct tc_claim {
     held: Held,
 }
 
+/// The claim, and the handle whose cache saves what the holder recorded when it is released.
 #[derive(Debug)]
-enum Held {
-    File(&'static tc_cache, ClaimGuard),
-    Local(&'static tc_cache, (Namespace, Fingerprint)),
-}
+struct Held(&'static tc_cache, ClaimGuard);
 
 fn claim(
     ns: &tc_ns,
@@ -84,20 +44,17 @@ fn claim(
     let wait = Duration::from_millis(u64::from(wait_ms));
     let held = match cache.claim(ns.ns, &fp, wait) {
         Claim::Held(guard) => {
-            // Another process may have recorded the key while we waited: read what it saved.
-            if let Err(e) = cache.refresh() {
-                tracing::debug!("tunecache: no refresh after a claim: {e}");
+            if let Some(fd) = guard.lock_fd() {
+                // Another process may have recorded the key while we waited: read what it
+                // saved.
+                if let Err(e) = cache.refresh() {
+                    tracing::debug!("tunecache: no refresh after a claim: {e}");
+                }
+                crate::fork::claim_held(fd);
             }
-            crate::fork::claim_held(std::os::fd::AsRawFd::as_raw_fd(&guard));
-            Held::File(ns.cache, guard)
+            Held(ns.cache, guard)
         }
         Claim::Busy => return Ok(TC_BUSY),
-        Claim::Unshared => {
-            if !ns.cache.claims.take((ns.ns, fp), wait) {
-                return Ok(TC_BUSY);
-            }
-            Held::Local(ns.cache, (ns.ns, fp))
-        }
     };
     let boxed = Box::new(tc_claim {
         magic: CLAIM_MAGIC,
@@ -179,20 +136,18 @@ pub unsafe extern "C" fn tc_claim_release(claim: *mut tc_claim) -> c_int {
             std::mem::forget(boxed);
             return Ok(TC_OK);
         }
-        match boxed.held {
-            // What the holder recorded is saved before the claim is free, so the next holder
-            // (in another process) reads it instead of measuring again.
-            Held::File(shell, guard) => {
-                if let Ok(cache) = shell.open_cache()
-                    && let Err(e) = cache_core::Store::flush(&*cache)
-                {
-                    tracing::warn!("tunecache: a claimed key's results are not saved yet: {e}");
-                }
-                crate::fork::claim_released(std::os::fd::AsRawFd::as_raw_fd(&guard));
-                drop(guard);
+        let Held(shell, guard) = boxed.held;
+        // What the holder recorded is saved before a shared claim is free, so the next holder
+        // (in another process) reads it instead of measuring again.
+        if let Some(fd) = guard.lock_fd() {
+            if let Ok(cache) = shell.open_cache()
+                && let Err(e) = cache_core::Store::flush(&*cache)
+            {
+                tracing::warn!("tunecache: a claimed key's results are not saved yet: {e}");
             }
-            Held::Local(cache, key) => cache.claims.release(&key),
+            crate::fork::claim_released(fd);
         }
+        drop(guard);
         Ok(TC_OK)
     })
 }

@@ -16,7 +16,6 @@ use cache_core::cache_migrate::Migrations;
 use cache_core::{Cache, Mode, Namespace, Store};
 use cache_remote::RemoteBuilder as _;
 
-use crate::claim::LocalClaims;
 use crate::fields::fields_arg;
 use crate::fork;
 use crate::memo::ByteMemo;
@@ -58,7 +57,6 @@ pub struct tc_cache {
     generation: u64,
     inner: ArcSwapOption<Cache>,
     namespaces: Mutex<Vec<&'static tc_ns>>,
-    pub(crate) claims: LocalClaims,
 }
 
 /// A namespace of one cache (`tc_namespace`): valid as long as the process lives; its calls
@@ -301,7 +299,6 @@ pub unsafe extern "C" fn tc_open(
             generation: fork::generation(),
             inner: ArcSwapOption::from_pointee(cache),
             namespaces: Mutex::new(Vec::new()),
-            claims: LocalClaims::default(),
         }));
         fork::register(shell);
         // SAFETY: checked non-null; the caller gives a writable pointer.

@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use cache_core::Store;
 use cache_core::cache_format::{
-    Candidate, CandidateId, Entry, Fields, Fingerprint, Key, Origin, Outcome, Stats, now_millis,
+    Candidate, CandidateId, Entry, Fields, Fingerprint, Key, Outcome, Stats, now_millis,
 };
 
 use crate::fields::{fields_arg, tc_fields};
@@ -132,7 +132,7 @@ unsafe fn record(
     let entry = Entry::new(
         Key::new(key.fields()),
         set,
-        Origin::here(),
+        cache_core::measured_here(),
         now_millis(),
         [candidate],
     );

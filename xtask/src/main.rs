@@ -7,6 +7,7 @@
 //! - `release`: every version bump has its migration step and golden inputs.
 //! - `docs`: every path ARCHITECTURE.md names exists.
 //! - `size`: no source file over 600 lines, no function over 100 lines outside tests.
+//! - `tidy`: no `Result<_, String>` at a public boundary.
 //! - `bench-report`: the command-line costs for caches of 1k to 1M entries, side by side with
 //!   Python msgpack on the same files.
 //! - `header`, `capi`: the C header (cbindgen; `--verify` in the test command) and an install
@@ -25,6 +26,7 @@ mod layering;
 mod release;
 mod size;
 mod test;
+mod tidy;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -47,6 +49,7 @@ tasks:
   docs       check that every file or folder ARCHITECTURE.md names exists
   size       check that no source file has over 600 lines and no function outside tests
              over 100
+  tidy       check that no public function returns Result<_, String>
   bench-report [--sizes N,N,...]  time stats, list, verify, put, export, migrate and
              import of the release binary on caches of each size (default 1k,10k,100k,1M),
              beside Python's msgpack.unpackb of the same file
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Some("release") => release::run(&project_root()),
         Some("docs") => docs::run(&project_root()),
         Some("size") => size::run(&project_root()),
+        Some("tidy") => tidy::run(&project_root()),
         Some("header") => capi::header(&project_root(), &args[1..]),
         Some("capi") => capi::install(&project_root(), &args[1..]),
         Some("test") => test::run(&project_root(), &args[1..]),

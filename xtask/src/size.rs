@@ -58,7 +58,7 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<String>> {
 }
 
 /// The Rust files of the workspace (not `target/`, not hidden folders).
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+pub(crate) fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
     for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
         let entry = entry?;
         let name = entry.file_name();
@@ -120,7 +120,7 @@ pub(crate) fn long_functions(text: &str) -> Vec<(String, usize, usize)> {
 }
 
 /// The name of the function a line starts, if it starts one.
-fn fn_name(line: &str) -> Option<&str> {
+pub(crate) fn fn_name(line: &str) -> Option<&str> {
     let mut rest = line;
     loop {
         let word_end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;

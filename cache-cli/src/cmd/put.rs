@@ -111,7 +111,7 @@ impl PutArgs {
         let key = Key::new(parse_fields("--key", &self.key.key)?);
         let scope = Scope::new(parse_fields("--scope", &self.scope)?);
         let ns = Namespace::new(&self.key.namespace)?;
-        let origin = match Origin::here() {
+        let origin = match cache_core::measured_here() {
             Origin::Measured(who) => Origin::Measured(format!("{who} via tunecache put")),
             other => other,
         };

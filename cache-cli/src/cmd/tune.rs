@@ -275,7 +275,11 @@ fn open_cache(path: &Path, scope: Scope) -> anyhow::Result<Arc<Cache>> {
 }
 
 fn tuner_with_progress(cache: &Arc<Cache>, pb: &ProgressBar) -> Tuner {
-    let tuner = Tuner::new(Arc::clone(cache));
+    // Processes sharing a tier lease each key, so one of them measures it.
+    let tuner = match gpu_tuner::fleet::of_cache(cache) {
+        Some(fleet) => Tuner::new(Arc::clone(cache)).with_fleet(fleet),
+        None => Tuner::new(Arc::clone(cache)),
+    };
     let pb = pb.clone();
     tuner.on_progress(move |event| match event {
         Progress::Tuning {

@@ -468,7 +468,7 @@ fn put_refuses_what_no_reader_could_read_and_names_the_field() {
 /// says "recorded" truthfully, every time.
 #[test]
 fn a_compaction_the_put_has_no_time_for_does_not_fail_it() {
-    use cache_core::cache_format::{Candidate, Entry, Fields, Fingerprint, Key, Origin, Stats};
+    use cache_core::cache_format::{Candidate, Entry, Fields, Fingerprint, Key, Stats};
     use cache_core::cache_migrate::Migrations;
     use cache_core::{Cache, Namespace, Store};
     let (_d, path) = file();
@@ -482,7 +482,13 @@ fn a_compaction_the_put_has_no_time_for_does_not_fail_it() {
     let entry = |i: i64| {
         let key = Key::new(Fields::from([("i".to_owned(), i.into())]));
         let c = Candidate::measured("tiled", Fields::new(), stats);
-        Entry::new(key, Fingerprint::default(), Origin::here(), 1, [c])
+        Entry::new(
+            key,
+            Fingerprint::default(),
+            cache_core::measured_here(),
+            1,
+            [c],
+        )
     };
     for half in 0..2 {
         // Never compacts: the first save writes the snapshot, later ones append.

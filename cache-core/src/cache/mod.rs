@@ -144,6 +144,10 @@ pub(crate) struct Shared {
     tiers: Vec<Arc<dyn Tier>>,
     /// The tiers that take offers of new keys (all of them but the system tier).
     offered: Vec<Arc<dyn Tier>>,
+    /// What the tiers gave to be found by type ([`Cache::handle`]).
+    handles: Vec<crate::tier::Handle>,
+    /// Claims among this process's threads, when there is no file to share them through.
+    local_claims: Arc<crate::claim::LocalClaims>,
 }
 
 /// The saver's and callers' time bounds, as the builder gave them.
@@ -237,18 +241,19 @@ impl Cache {
         self.shared.all_entries(Some(ns))
     }
 
-    /// Claims the key `fp` of `ns` across the processes that share this cache's file, waiting
-    /// at most `wait` for another holder (see [`Claim`]). A tuner takes it before measuring,
-    /// so one process measures a key while the others wait and then read its result. The
-    /// claim ends when the guard is dropped or the process dies.
+    /// Claims the key `fp` of `ns` across the processes that share this cache's file (or,
+    /// with no file to share claims through, across the threads of this process: see
+    /// [`crate::ClaimGuard::is_shared`]), waiting at most `wait` for another holder. A tuner
+    /// takes it before measuring, so one caller measures a key while the others wait and then
+    /// read its result. The claim ends when the guard is dropped or the process dies.
     pub fn claim(&self, ns: Namespace, fp: &Fingerprint, wait: Duration) -> Claim {
-        let Some(path) = self.shared.path.as_deref() else {
-            return Claim::Unshared;
+        let shared = match self.shared.path.as_deref() {
+            Some(path) if lock(&self.shared.diag).mode == Mode::Persistent => {
+                crate::claim::claim_file_lock(&crate::fsio::resolve_link(path), ns, fp, wait)
+            }
+            _ => None,
         };
-        if lock(&self.shared.diag).mode != Mode::Persistent {
-            return Claim::Unshared;
-        }
-        crate::claim::claim(&crate::fsio::resolve_link(path), ns, fp, wait)
+        shared.unwrap_or_else(|| self.shared.local_claims.take((ns, *fp), wait))
     }
 
     /// The entries recorded for `fp` in `ns` under scopes other than the current one (the
@@ -333,52 +338,14 @@ impl Cache {
         self.shared.prefetch(ns, fps)
     }
 
-    /// Before measuring a key of `ns` that neither this cache nor any tier has: the first
-    /// tier that coordinates a fleet (cache-remote's shared tier) takes the key's lease or
-    /// waits at most `wait` for the process that holds it (see [`crate::FleetClaim`]).
-    /// Without such a tier: `Alone`.
-    pub fn fleet_claim(
-        &self,
-        ns: Namespace,
-        fp: &Fingerprint,
-        wait: Duration,
-    ) -> crate::FleetClaim {
-        self.tiers()
+    /// The handle of type `T` a lower tier gave this cache when it opened (see
+    /// [`crate::TierContext::provide`]): how a tier's crate reaches what only that tier does
+    /// (cache-remote's `RemoteCache::remote`). `None` if no tier gave one.
+    pub fn handle<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        self.shared
+            .handles
             .iter()
-            .find_map(|t| t.fleet_claim(t, ns, fp, wait))
-            .unwrap_or_else(|| crate::FleetClaim::Alone("no tier coordinates a fleet".to_owned()))
-    }
-
-    /// The fleet's entries for the keys `fps` of `ns` (see [`Tier::fleet_view`]), from the
-    /// first tier that holds a fleet view: this cache's entries for them are published first
-    /// (by the merge rule: only what the tier lacks is written), then
-    /// the keys are read in one round trip, whatever memory holds. What is read is also merged
-    /// into memory and the file. One result per key, aligned with `fps` (`None`: the fleet
-    /// lacks it). An error when no tier holds a fleet view, or it could not be read: then
-    /// only this cache's own entries are known.
-    pub fn fleet_view(
-        &self,
-        ns: Namespace,
-        fps: &[Fingerprint],
-        timeout: Duration,
-    ) -> Result<Vec<Option<Arc<Entry>>>, String> {
-        // What this cache holds for the keys joins the fleet's entries first, even entries of
-        // an earlier run that never reached the tier.
-        let held: Vec<(Namespace, Fingerprint)> = fps
-            .iter()
-            .filter(|fp| self.shared.local(ns, fp).is_some())
-            .map(|fp| (ns, *fp))
-            .collect();
-        self.shared.offer(&held);
-        let view = self
-            .tiers()
-            .iter()
-            .find_map(|t| t.fleet_view(ns, fps, timeout))
-            .unwrap_or_else(|| Err("no tier is shared with a fleet".to_owned()))?;
-        let found: Vec<(Namespace, Entry)> =
-            view.iter().flatten().map(|e| (ns, e.clone())).collect();
-        self.shared.absorb_from_tier(found);
-        Ok(view.into_iter().map(|e| e.map(Arc::new)).collect())
+            .find_map(|h| Arc::clone(h).downcast::<T>().ok())
     }
 
     /// Flushes, then stops the saver. Equivalent to dropping, but reports the outcome.

@@ -267,6 +267,7 @@ fn construct(
             link: TierLink::new(weak.clone()),
             use_env: builder.uses_env(),
             warnings: Vec::new(),
+            handles: Vec::new(),
         };
         for source in builder.tier_sources() {
             if let Some(tier) = source.open(&mut ctx) {
@@ -274,6 +275,7 @@ fn construct(
             }
         }
         notes.append(&mut ctx.warnings);
+        let handles = std::mem::take(&mut ctx.handles);
         Shared {
             memory: MemoryStore::new(),
             registry: Arc::clone(registry),
@@ -296,6 +298,8 @@ fn construct(
             diag: Mutex::new(Diagnostics::new()),
             offered: tiers[first_offered..].to_vec(),
             tiers,
+            handles,
+            local_claims: Arc::default(),
         }
     });
     (shared, notes)

@@ -7,7 +7,6 @@
 //! the user's entries win. It is the first [`Tier`]: its entries are served as they are
 //! ([`Fill::Serve`]), never copied into the user's file.
 
-use std::any::Any;
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -182,10 +181,6 @@ impl Tier for SystemTier {
             available: true,
             counters,
         }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

@@ -441,7 +441,7 @@ fn merged_into(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cache_format::{Candidate, Fields, Key, Origin, Stats, Value};
+    use cache_format::{Candidate, Fields, Key, Stats, Value};
 
     fn entry(id: u64, algo: &str, median: f64) -> Entry {
         let key = Key::new(Fields::from([("id".to_owned(), Value::Int(id as i64))]));
@@ -453,7 +453,7 @@ mod tests {
         };
         let mut c = Candidate::measured(algo, Fields::new(), stats);
         c.measured_at = id + 1;
-        Entry::new(key, Fingerprint::default(), Origin::here(), 1, [c])
+        Entry::new(key, Fingerprint::default(), crate::measured_here(), 1, [c])
     }
 
     /// Many writes, one at a time and in batches, with updates of keys already stored: the

@@ -2,8 +2,8 @@
 //! that needs more is left to a `Cache`, with nothing written.
 
 use cache_core::cache_format::{
-    Candidate, Entry, Fields, Fingerprint, Limits, Origin, Scope, Stats, Value,
-    read_journal_header, scan_records,
+    Candidate, Entry, Fields, Fingerprint, Limits, Scope, Stats, Value, read_journal_header,
+    scan_records,
 };
 use cache_core::cache_migrate::{Migrations, Step};
 use cache_core::{AppendOptions, Appended, Store, StoreError, append_to_file};
@@ -153,7 +153,7 @@ fn an_append_refuses_what_no_reader_could_read() {
     let bad = Entry::new(
         key(7, 0),
         Fingerprint::default(),
-        Origin::here(),
+        cache_core::measured_here(),
         1,
         [Candidate::measured(
             "tiled",
@@ -206,7 +206,7 @@ fn inspection_streams_the_snapshot_with_the_journal_merged_in() {
     update.merge(Entry::new(
         key(1, 3),
         Fingerprint::default(),
-        Origin::here(),
+        cache_core::measured_here(),
         1,
         [Candidate::measured("other", Fields::new(), stats)],
     ));
@@ -295,7 +295,7 @@ fn merging_into_a_file_reads_once_and_writes_once() {
     nan = Entry::new(
         nan.key().clone(),
         Fingerprint::default(),
-        Origin::here(),
+        cache_core::measured_here(),
         1,
         [Candidate::measured(
             "x",

@@ -286,7 +286,7 @@ fn a_timestamp_from_the_future_cannot_pin_a_result() {
         let fresh = Entry::new(
             k.clone(),
             Fingerprint::default(),
-            Origin::here(),
+            cache_core::measured_here(),
             now_millis() + 120_000,
             [candidate(10.0, now_millis() + 120_000)],
         );
@@ -334,7 +334,7 @@ fn results_acknowledged_before_a_file_was_replaced_are_written_back() {
 
 #[test]
 fn a_compaction_applies_the_retention_limits() {
-    use cache_core::cache_format::{Candidate, Entry, Fingerprint, Origin, Stats, now_millis};
+    use cache_core::cache_format::{Candidate, Entry, Fingerprint, Stats, now_millis};
     let dir = temp_dir();
     let path = path_in(&dir, "c.tcache");
     let now = now_millis();
@@ -347,7 +347,13 @@ fn a_compaction_applies_the_retention_limits() {
         };
         let mut c = Candidate::measured("tiled", Default::default(), stats);
         c.measured_at = at;
-        Entry::new(key(1, id), Fingerprint::default(), Origin::here(), at, [c])
+        Entry::new(
+            key(1, id),
+            Fingerprint::default(),
+            cache_core::measured_here(),
+            at,
+            [c],
+        )
     };
     // By age: every save compacts (ratio 0); entries older than a day go.
     let cache = builder(&path)

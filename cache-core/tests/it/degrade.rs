@@ -408,7 +408,7 @@ fn the_writer_refuses_what_a_reader_would_refuse() {
 #[test]
 fn an_entry_no_reader_would_accept_is_refused_and_costs_the_others_nothing() {
     use cache_core::cache_format::{
-        Candidate, Entry, Fields, Fingerprint, Key, Origin, Stats, Value, now_millis,
+        Candidate, Entry, Fields, Fingerprint, Key, Stats, Value, now_millis,
     };
     capture_logs();
     let dir = temp_dir();
@@ -423,7 +423,7 @@ fn an_entry_no_reader_would_accept_is_refused_and_costs_the_others_nothing() {
     let bad_stats = Entry::new(
         crate::support::key(9, 1),
         Fingerprint::default(),
-        Origin::here(),
+        cache_core::measured_here(),
         now_millis(),
         [Candidate::measured("tiled", Fields::new(), nan)],
     );
@@ -441,7 +441,7 @@ fn an_entry_no_reader_would_accept_is_refused_and_costs_the_others_nothing() {
     let bad_key = Entry::new(
         deep_key.clone(),
         Fingerprint::default(),
-        Origin::here(),
+        cache_core::measured_here(),
         now_millis(),
         [Candidate::measured("tiled", Fields::new(), ok)],
     );
@@ -459,7 +459,7 @@ fn an_entry_no_reader_would_accept_is_refused_and_costs_the_others_nothing() {
     let negative = Entry::new(
         crate::support::key(9, 2),
         Fingerprint::default(),
-        Origin::here(),
+        cache_core::measured_here(),
         now_millis(),
         [Candidate::measured(
             "tiled",

@@ -26,7 +26,13 @@ fn entry(id: i64, median: f64) -> Entry {
     };
     let mut c = Candidate::measured("tiled", Fields::new(), stats);
     c.measured_at = 1;
-    Entry::new(key, Fingerprint::default(), Origin::here(), 1, [c])
+    Entry::new(
+        key,
+        Fingerprint::default(),
+        Origin::measured_by("test-host", 1),
+        1,
+        [c],
+    )
 }
 
 fn encoded(e: &Entry) -> Vec<u8> {

@@ -137,9 +137,9 @@ impl Remote for RedisClusterRemote {
         op: crate::LeaseOp<'_>,
         deadline: Instant,
     ) -> Result<crate::LeaseReply, RemoteError> {
-        let cmd = crate::lease::command(key, &op);
+        let cmd = super::lease::command(key, &op);
         let reply: redis::Value = self.run(deadline, 1, |c| cmd.query(c))?;
-        crate::lease::reply_of(Some(&reply))
+        super::lease::reply_of(Some(&reply))
     }
 
     fn ping(&self, deadline: Instant) -> Result<(), RemoteError> {

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 #[cfg(feature = "cluster")]
 mod cluster;
+mod lease;
 mod pool;
 mod reply;
 mod single;

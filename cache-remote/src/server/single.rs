@@ -170,11 +170,11 @@ impl Remote for RedisRemote {
         op: crate::LeaseOp<'_>,
         deadline: Instant,
     ) -> Result<crate::LeaseReply, RemoteError> {
-        let cmd = crate::lease::command(key, &op);
+        let cmd = super::lease::command(key, &op);
         let replies = self.run(deadline, |c| {
             bounded(c, std::slice::from_ref(&cmd), deadline)
         })?;
-        crate::lease::reply_of(replies.first())
+        super::lease::reply_of(replies.first())
     }
 
     /// One pipeline: the lease script, then the entry's read.
@@ -186,10 +186,10 @@ impl Remote for RedisRemote {
         read: Read,
         deadline: Instant,
     ) -> Result<(crate::LeaseReply, Option<Vec<u8>>), RemoteError> {
-        let mut cmds = vec![crate::lease::command(key, &op)];
+        let mut cmds = vec![super::lease::command(key, &op)];
         cmds.extend(reply::read_commands(entry, read));
         let replies = self.run(deadline, |c| bounded(c, &cmds, deadline))?;
-        let lease = crate::lease::reply_of(replies.first())?;
+        let lease = super::lease::reply_of(replies.first())?;
         let group: reply::Group = match replies.get(1..) {
             Some(rest) => match rest.iter().find_map(|v| match v {
                 redis::Value::ServerError(e) => Some(e.clone()),

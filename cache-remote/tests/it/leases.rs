@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cache_core::{FleetClaim, Store};
+use cache_core::Store;
 use cache_remote::{
-    LeaseOp, LeaseReply, RedisRemote, Remote, RemoteCache as _, RemoteOptions, lease_key,
+    Alone, FinishError, FleetClaim, LeaseOp, LeaseReply, RedisRemote, Remote, RemoteCache as _,
+    RemoteOptions, lease_key,
 };
 
 use crate::{cache, entry, key, ns, remote_key};
@@ -127,7 +128,10 @@ fn foreign_and_crafted_lease_keys_are_never_trusted_or_touched() {
         plant(&k);
         let before = server.cmd(&["DUMP", &k]);
         let t = Instant::now();
-        let claim = c.fleet_claim(ns(), &key(id).fingerprint(), wait);
+        let claim = c
+            .remote()
+            .expect("remote")
+            .claim(ns(), &key(id).fingerprint(), wait);
         assert!(matches!(claim, FleetClaim::Alone(_)), "{what}: {claim:?}");
         assert!(
             t.elapsed() < Duration::from_secs(1),
@@ -153,7 +157,10 @@ fn a_dead_holders_lease_expires_and_another_process_takes_the_key_over() {
     let dir = tempfile::tempdir().expect("temp dir");
     let c = cache(&dir.path().join("a.tcache"), &server.url(), options(600));
     let t = Instant::now();
-    let claim = c.fleet_claim(ns(), &key(20).fingerprint(), Duration::from_secs(10));
+    let claim =
+        c.remote()
+            .expect("remote")
+            .claim(ns(), &key(20).fingerprint(), Duration::from_secs(10));
     let took = t.elapsed();
     let FleetClaim::Lead(lease) = claim else {
         panic!("not taken over: {claim:?}");
@@ -188,7 +195,12 @@ fn a_process_waiting_on_a_lease_takes_the_leaders_published_entry() {
     let leader = cache(&dir.path().join("a.tcache"), &server.url(), options(5_000));
     let follower = cache(&dir.path().join("b.tcache"), &server.url(), options(5_000));
     let fp = key(30).fingerprint();
-    let FleetClaim::Lead(lease) = leader.fleet_claim(ns(), &fp, Duration::from_secs(1)) else {
+    let FleetClaim::Lead(lease) =
+        leader
+            .remote()
+            .expect("remote")
+            .claim(ns(), &fp, Duration::from_secs(1))
+    else {
         panic!("the first claim leads");
     };
     let measuring = std::thread::spawn(move || {
@@ -198,7 +210,10 @@ fn a_process_waiting_on_a_lease_takes_the_leaders_published_entry() {
         leader
     });
     let t = Instant::now();
-    let claim = follower.fleet_claim(ns(), &fp, Duration::from_secs(10));
+    let claim = follower
+        .remote()
+        .expect("remote")
+        .claim(ns(), &fp, Duration::from_secs(10));
     assert!(matches!(claim, FleetClaim::Published { .. }), "{claim:?}");
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     let got = follower
@@ -220,7 +235,11 @@ fn a_frozen_server_costs_a_claim_its_budget_and_nothing_more() {
     server.signal(libc::SIGSTOP);
     let t = Instant::now();
     for id in 40..50 {
-        let claim = c.fleet_claim(ns(), &key(id).fingerprint(), Duration::from_secs(30));
+        let claim = c.remote().expect("remote").claim(
+            ns(),
+            &key(id).fingerprint(),
+            Duration::from_secs(30),
+        );
         assert!(matches!(claim, FleetClaim::Alone(_)), "{claim:?}");
     }
     let took = t.elapsed();
@@ -302,7 +321,9 @@ fn a_lease_given_back_at_once_is_released_at_once() {
     let c = cache(&dir.path().join("a.tcache"), &server.url(), options(10_000));
     for id in 70..80 {
         let FleetClaim::Lead(lease) =
-            c.fleet_claim(ns(), &key(id).fingerprint(), Duration::from_secs(1))
+            c.remote()
+                .expect("remote")
+                .claim(ns(), &key(id).fingerprint(), Duration::from_secs(1))
         else {
             panic!("leads");
         };
@@ -318,8 +339,12 @@ fn a_lease_given_back_at_once_is_released_at_once() {
 }
 
 /// Takes the lease of key `id` in `c`, which must lead.
-fn lead(c: &cache_core::Cache, id: u64) -> Box<dyn cache_core::FleetLease> {
-    match c.fleet_claim(ns(), &key(id).fingerprint(), Duration::from_secs(1)) {
+fn lead(c: &cache_core::Cache, id: u64) -> cache_remote::LeaseGuard {
+    match c
+        .remote()
+        .expect("remote")
+        .claim(ns(), &key(id).fingerprint(), Duration::from_secs(1))
+    {
         FleetClaim::Lead(lease) => lease,
         other => panic!("key {id}: {other:?}"),
     }
@@ -361,7 +386,7 @@ fn a_holder_that_lost_its_lease_cannot_publish_over_the_key() {
         .expect("published");
     late.put(ns(), entry(90, "late", 10.0));
     let refused = late_lease.finish(Duration::from_secs(2));
-    assert!(refused.is_err_and(|e| e.contains("lost")));
+    assert!(matches!(refused, Err(FinishError::Lost { .. })));
     let reader = open("reader.tcache");
     assert_eq!(on_server(&reader, 90), ["taker"]);
     let kept = late.get(ns(), &key(90).fingerprint()).expect("kept here");
@@ -479,17 +504,23 @@ fn a_holder_that_kept_this_process_waiting_once_is_not_waited_on_again() {
     );
     let wait = Duration::from_millis(800);
     let t = Instant::now();
-    let first = c.fleet_claim(ns(), &key(30).fingerprint(), wait);
+    let first = c
+        .remote()
+        .expect("remote")
+        .claim(ns(), &key(30).fingerprint(), wait);
     assert!(t.elapsed() >= wait, "the first key is waited on");
     assert!(
-        matches!(&first, FleetClaim::Alone(why) if why.contains("waited")),
+        matches!(&first, FleetClaim::Alone(Alone::WaitedOut { .. })),
         "{first:?}"
     );
     for id in [31, 32] {
         let t = Instant::now();
-        let claim = c.fleet_claim(ns(), &key(id).fingerprint(), wait);
+        let claim = c
+            .remote()
+            .expect("remote")
+            .claim(ns(), &key(id).fingerprint(), wait);
         assert!(
-            matches!(&claim, FleetClaim::Alone(why) if why.contains("already kept this process waiting")),
+            matches!(&claim, FleetClaim::Alone(Alone::Stalled { .. })),
             "{claim:?}"
         );
         assert!(

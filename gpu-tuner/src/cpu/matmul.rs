@@ -2,6 +2,7 @@
 //! on the shape: a naive triple loop, the cache-friendly i-k-j order, blocked i-k-j with tiles
 //! from 16 to 128, and a variant that transposes B for contiguous dot products.
 
+use crate::OpError;
 use cache_core::cache_format::Fields;
 use serde::Serialize;
 
@@ -94,7 +95,7 @@ impl Operation for Matmul {
             .is_none_or(|t| t <= 2 * i64::from(key.m.max(key.n).max(key.k)))
     }
 
-    fn prepare(&self, candidate: &CandidateId, _key: &MatmulKey) -> Result<MatmulKernel, String> {
+    fn prepare(&self, candidate: &CandidateId, _key: &MatmulKey) -> Result<MatmulKernel, OpError> {
         match (candidate.algorithm.as_str(), candidate.int("tile")) {
             ("naive", None) => Ok(MatmulKernel::Naive),
             ("ikj", None) => Ok(MatmulKernel::Ikj),
@@ -102,17 +103,17 @@ impl Operation for Matmul {
                 Ok(MatmulKernel::Blocked(t as usize))
             }
             ("transposed", None) => Ok(MatmulKernel::Transposed),
-            _ => Err(format!("no CPU matmul kernel {candidate}")),
+            _ => Err(format!("no CPU matmul kernel {candidate}").into()),
         }
     }
 
-    fn problem(&self, key: &MatmulKey) -> Result<MatmulProblem, String> {
+    fn problem(&self, key: &MatmulKey) -> Result<MatmulProblem, OpError> {
         let (m, n, k) = (key.m as usize, key.n as usize, key.k as usize);
         if m == 0 || n == 0 || k == 0 {
             return Err("empty matrix".into());
         }
         if m.saturating_mul(n).saturating_mul(k) > 1 << 33 {
-            return Err(format!("{m}x{n}x{k} is too large to measure on the CPU"));
+            return Err(format!("{m}x{n}x{k} is too large to measure on the CPU").into());
         }
         let a = fill(m * k, 1);
         let b = fill(k * n, 2);
@@ -140,7 +141,7 @@ impl Operation for Matmul {
         })
     }
 
-    fn run(&self, kernel: &MatmulKernel, p: &mut MatmulProblem) -> Result<(), String> {
+    fn run(&self, kernel: &MatmulKernel, p: &mut MatmulProblem) -> Result<(), OpError> {
         let (m, n, k) = (p.m, p.n, p.k);
         let (a, b, c) = (&p.a, &p.b, &mut p.c);
         match *kernel {
@@ -218,11 +219,11 @@ impl Operation for Matmul {
         Ok(())
     }
 
-    fn verify(&self, _kernel: &MatmulKernel, p: &mut MatmulProblem) -> Result<(), String> {
+    fn verify(&self, _kernel: &MatmulKernel, p: &mut MatmulProblem) -> Result<(), OpError> {
         let tolerance = 1e-4 * p.scale + 1e-4;
         for (idx, (got, want)) in p.c.iter().zip(&p.reference).enumerate() {
             if (f64::from(*got) - want).abs() > tolerance {
-                return Err(format!("C[{idx}] = {got}, expected {want:.6}"));
+                return Err(format!("C[{idx}] = {got}, expected {want:.6}").into());
             }
         }
         Ok(())

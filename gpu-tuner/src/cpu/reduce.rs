@@ -2,6 +2,7 @@
 //! accumulator, several interleaved accumulators (instruction-level parallelism), pairwise
 //! sums of chunks, and two or four threads (which pay off only on long vectors).
 
+use crate::OpError;
 use cache_core::cache_format::Fields;
 use serde::Serialize;
 
@@ -88,7 +89,7 @@ impl Operation for Reduce {
         Fields::from([("kernels".to_owned(), "cpu-reduce-v1".into())])
     }
 
-    fn prepare(&self, candidate: &CandidateId, _key: &ReduceKey) -> Result<ReduceKernel, String> {
+    fn prepare(&self, candidate: &CandidateId, _key: &ReduceKey) -> Result<ReduceKernel, OpError> {
         let int = |name| candidate.int(name);
         match candidate.algorithm.as_str() {
             "sequential" => Ok(ReduceKernel::Sequential),
@@ -101,13 +102,13 @@ impl Operation for Reduce {
             "threaded" if int("threads").is_some_and(|t| (1..=64).contains(&t)) => {
                 Ok(ReduceKernel::Threaded(int("threads").unwrap_or(2) as usize))
             }
-            _ => Err(format!("no CPU reduce kernel {candidate}")),
+            _ => Err(format!("no CPU reduce kernel {candidate}").into()),
         }
     }
 
-    fn problem(&self, key: &ReduceKey) -> Result<ReduceProblem, String> {
+    fn problem(&self, key: &ReduceKey) -> Result<ReduceProblem, OpError> {
         if key.n == 0 || key.n > 1 << 31 {
-            return Err(format!("cannot measure a sum of {} elements", key.n));
+            return Err(format!("cannot measure a sum of {} elements", key.n).into());
         }
         let x = fill(key.n as usize, 3);
         let reference = x.iter().map(|v| f64::from(*v)).sum();
@@ -120,7 +121,7 @@ impl Operation for Reduce {
         })
     }
 
-    fn run(&self, kernel: &ReduceKernel, p: &mut ReduceProblem) -> Result<(), String> {
+    fn run(&self, kernel: &ReduceKernel, p: &mut ReduceProblem) -> Result<(), OpError> {
         let x = &p.x;
         p.out = match *kernel {
             ReduceKernel::Sequential => x.iter().fold(0.0f32, |a, b| a + b),
@@ -145,13 +146,10 @@ impl Operation for Reduce {
         Ok(())
     }
 
-    fn verify(&self, _kernel: &ReduceKernel, p: &mut ReduceProblem) -> Result<(), String> {
+    fn verify(&self, _kernel: &ReduceKernel, p: &mut ReduceProblem) -> Result<(), OpError> {
         let error = (f64::from(p.out) - p.reference).abs();
         if !p.out.is_finite() || error > 1e-5 * p.magnitude + 1e-3 {
-            return Err(format!(
-                "sum {} differs from {:.6} by {error}",
-                p.out, p.reference
-            ));
+            return Err(format!("sum {} differs from {:.6} by {error}", p.out, p.reference).into());
         }
         Ok(())
     }

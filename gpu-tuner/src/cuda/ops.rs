@@ -1,6 +1,7 @@
 //! The CUDA operations: matmul (naive, shared-memory tiles, register-blocked tiles) and sum
 //! (shared-memory tree, warp shuffles), over block and tile sizes.
 
+use crate::OpError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -197,7 +198,7 @@ impl Operation for CudaMatmul {
         salt(&[MATMUL_NAIVE, MATMUL_TILED, MATMUL_COARSE])
     }
 
-    fn prepare(&self, candidate: &CandidateId, _key: &MatmulKey) -> Result<CudaKernel, String> {
+    fn prepare(&self, candidate: &CandidateId, _key: &MatmulKey) -> Result<CudaKernel, OpError> {
         let int = |name: &str| candidate.int(name).and_then(|v| u32::try_from(v).ok());
         let (source, config, kind) = match (
             candidate.algorithm.as_str(),
@@ -220,7 +221,7 @@ impl Operation for CudaMatmul {
                 vec![("TILE", 32), ("WPT", i64::from(w))],
                 Kind::MatmulCoarse { tile: 32, wpt: w },
             ),
-            _ => return Err(format!("no CUDA matmul kernel {candidate}")),
+            _ => return Err(format!("no CUDA matmul kernel {candidate}").into()),
         };
         Ok(CudaKernel {
             function: self
@@ -231,10 +232,10 @@ impl Operation for CudaMatmul {
         })
     }
 
-    fn problem(&self, key: &MatmulKey) -> Result<MatmulOnDevice, String> {
+    fn problem(&self, key: &MatmulKey) -> Result<MatmulOnDevice, OpError> {
         let (m, n, k) = (key.m as usize, key.n as usize, key.k as usize);
         if m == 0 || n == 0 || k == 0 || i32::try_from(m.max(n).max(k)).is_err() {
-            return Err(format!("cannot measure a {m}x{n}x{k} matmul"));
+            return Err(format!("cannot measure a {m}x{n}x{k} matmul").into());
         }
         let a = fill(m * k, 1);
         let b = fill(k * n, 2);
@@ -268,15 +269,15 @@ impl Operation for CudaMatmul {
         })
     }
 
-    fn run(&self, kernel: &CudaKernel, p: &mut MatmulOnDevice) -> Result<(), String> {
+    fn run(&self, kernel: &CudaKernel, p: &mut MatmulOnDevice) -> Result<(), OpError> {
         self.launch(kernel, p)?;
         self.device
             .stream()
             .synchronize()
-            .map_err(|e| err("synchronize", e))
+            .map_err(|e| err("synchronize", e).into())
     }
 
-    fn verify(&self, _kernel: &CudaKernel, p: &mut MatmulOnDevice) -> Result<(), String> {
+    fn verify(&self, _kernel: &CudaKernel, p: &mut MatmulOnDevice) -> Result<(), OpError> {
         let c = self
             .device
             .stream()
@@ -286,7 +287,7 @@ impl Operation for CudaMatmul {
         for &(idx, want) in &p.checks {
             let got = f64::from(c[idx]);
             if (got - want).abs() > tolerance {
-                return Err(format!("C[{idx}] = {got}, expected {want:.6}"));
+                return Err(format!("C[{idx}] = {got}, expected {want:.6}").into());
             }
         }
         Ok(())
@@ -301,13 +302,13 @@ impl Operation for CudaMatmul {
         kernel: &CudaKernel,
         p: &mut MatmulOnDevice,
         iterations: u32,
-    ) -> Result<Duration, String> {
+    ) -> Result<Duration, OpError> {
         let mut flush = p.flush.take();
         let result = time_with_events(&self.device, flush.as_mut(), iterations, || {
             self.launch(kernel, p)
         });
         p.flush = flush;
-        result
+        Ok(result?)
     }
 }
 
@@ -392,7 +393,7 @@ impl Operation for CudaReduce {
         salt(&[REDUCE_TREE, REDUCE_SHUFFLE])
     }
 
-    fn prepare(&self, candidate: &CandidateId, _key: &ReduceKey) -> Result<CudaKernel, String> {
+    fn prepare(&self, candidate: &CandidateId, _key: &ReduceKey) -> Result<CudaKernel, OpError> {
         let block = candidate.int("block").and_then(|b| u32::try_from(b).ok());
         let (source, kind) = match (candidate.algorithm.as_str(), block) {
             ("tree", Some(b @ (64 | 128 | 256 | 512 | 1024))) => {
@@ -401,7 +402,7 @@ impl Operation for CudaReduce {
             ("shuffle", Some(b @ (128 | 256 | 512 | 1024))) => {
                 (REDUCE_SHUFFLE, Kind::ReduceShuffle { block: b })
             }
-            _ => return Err(format!("no CUDA reduce kernel {candidate}")),
+            _ => return Err(format!("no CUDA reduce kernel {candidate}").into()),
         };
         let block = i64::from(block.unwrap_or(256));
         Ok(CudaKernel {
@@ -413,9 +414,9 @@ impl Operation for CudaReduce {
         })
     }
 
-    fn problem(&self, key: &ReduceKey) -> Result<ReduceOnDevice, String> {
+    fn problem(&self, key: &ReduceKey) -> Result<ReduceOnDevice, OpError> {
         if key.n == 0 || key.n > 1 << 31 {
-            return Err(format!("cannot measure a sum of {} elements", key.n));
+            return Err(format!("cannot measure a sum of {} elements", key.n).into());
         }
         let x = fill(key.n as usize, 3);
         let stream = self.device.stream();
@@ -433,15 +434,15 @@ impl Operation for CudaReduce {
         })
     }
 
-    fn run(&self, kernel: &CudaKernel, p: &mut ReduceOnDevice) -> Result<(), String> {
+    fn run(&self, kernel: &CudaKernel, p: &mut ReduceOnDevice) -> Result<(), OpError> {
         self.launch(kernel, p)?;
         self.device
             .stream()
             .synchronize()
-            .map_err(|e| err("synchronize", e))
+            .map_err(|e| err("synchronize", e).into())
     }
 
-    fn verify(&self, _kernel: &CudaKernel, p: &mut ReduceOnDevice) -> Result<(), String> {
+    fn verify(&self, _kernel: &CudaKernel, p: &mut ReduceOnDevice) -> Result<(), OpError> {
         let out = self
             .device
             .stream()
@@ -449,7 +450,7 @@ impl Operation for CudaReduce {
             .map_err(|e| err("copy the sum to the host", e))?;
         let got = f64::from(out.first().copied().unwrap_or(f32::NAN));
         if !got.is_finite() || (got - p.reference).abs() > 1e-5 * p.magnitude + 1e-3 {
-            return Err(format!("sum {got} differs from {:.6}", p.reference));
+            return Err(format!("sum {got} differs from {:.6}", p.reference).into());
         }
         Ok(())
     }
@@ -463,12 +464,12 @@ impl Operation for CudaReduce {
         kernel: &CudaKernel,
         p: &mut ReduceOnDevice,
         iterations: u32,
-    ) -> Result<Duration, String> {
+    ) -> Result<Duration, OpError> {
         let mut flush = p.flush.take();
         let result = time_with_events(&self.device, flush.as_mut(), iterations, || {
             self.launch(kernel, p)
         });
         p.flush = flush;
-        result
+        Ok(result?)
     }
 }

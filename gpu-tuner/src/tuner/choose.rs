@@ -114,7 +114,11 @@ impl<O: Operation> TunedInner<O> {
             let spec = ranking[0].clone();
             let handle = match handles.remove(&spec) {
                 Some(h) => Ok(h),
-                None => self.op.prepare(&spec, key).map(Arc::new),
+                None => self
+                    .op
+                    .prepare(&spec, key)
+                    .map(Arc::new)
+                    .map_err(String::from),
             };
             let handle = handle.and_then(|h| match self.check_remote(entry, &spec, key, &h) {
                 Checked::Passed => Ok(Some(h)),
@@ -145,7 +149,7 @@ impl<O: Operation> TunedInner<O> {
                     self.record(Entry::new(
                         ckey.clone(),
                         Fingerprint::default(),
-                        Origin::here(),
+                        cache_core::measured_here(),
                         now_millis(),
                         [Candidate::new(
                             spec.clone(),
@@ -233,7 +237,7 @@ impl<O: Operation> TunedInner<O> {
                     self.namespace(),
                     entry.origin()
                 );
-                Checked::Failed(e)
+                Checked::Failed(e.to_string())
             }
         }
     }
@@ -455,7 +459,7 @@ impl<O: Operation> TunedInner<O> {
         self.record(Entry::new(
             choice.key.clone(),
             Fingerprint::default(),
-            Origin::here(),
+            cache_core::measured_here(),
             now_millis(),
             [Candidate::new(
                 choice.candidate.clone(),

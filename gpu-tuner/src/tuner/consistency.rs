@@ -14,6 +14,7 @@ use cache_core::cache_format::Entry;
 
 use super::plan::ranked_current;
 use super::{Choice, Dispatch, TunedInner, lock};
+use crate::fleet::FleetError;
 use crate::operation::Operation;
 
 /// A settled choice of a dispatch table, by its key.
@@ -44,14 +45,14 @@ pub enum Consistency {
 }
 
 /// What a [`super::Tuner::sync`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct SyncReport {
     /// Keys of the dispatch tables looked up in the fleet's view.
     pub keys: usize,
     /// Keys whose choice changed to the fleet's winner.
     pub changed: usize,
     /// Why the fleet's view could not be read (the choices were kept), if it could not.
-    pub error: Option<String>,
+    pub error: Option<crate::fleet::FleetError>,
 }
 
 /// A registered operation, as the tuner syncs it.
@@ -71,8 +72,11 @@ impl<O: Operation> TunedInner<O> {
         if self.tuner.consistency != Consistency::Fleet || choice.provisional {
             return choice;
         }
+        let Some(fleet) = &self.tuner.fleet else {
+            return choice;
+        };
         let fp = choice.key.fingerprint();
-        match self.cache().fleet_view(self.ns, &[fp], self.config.wait) {
+        match fleet.view(self.ns, &[fp], self.config.wait) {
             Ok(view) => match view.into_iter().next().flatten() {
                 Some(entry) => self.adopt(key, &choice, &entry).unwrap_or(choice),
                 None => choice,
@@ -128,8 +132,12 @@ impl<O: Operation> Synced for TunedInner<O> {
         if settled.is_empty() {
             return;
         }
+        let Some(fleet) = &self.tuner.fleet else {
+            report.error.get_or_insert_with(|| FleetError::new(NoFleet));
+            return;
+        };
         let fps: Vec<_> = settled.iter().map(|(_, c)| c.key.fingerprint()).collect();
-        let view = match self.cache().fleet_view(self.ns, &fps, timeout) {
+        let view = match fleet.view(self.ns, &fps, timeout) {
             Ok(view) => view,
             Err(why) => {
                 report.error.get_or_insert(why);
@@ -160,3 +168,8 @@ impl<O: Operation> Synced for TunedInner<O> {
         self.dispatch.store(Arc::new(next));
     }
 }
+
+/// Why a sync read no fleet: the tuner was given none.
+#[derive(Debug, thiserror::Error)]
+#[error("this tuner shares no fleet (see Tuner::with_fleet)")]
+struct NoFleet;

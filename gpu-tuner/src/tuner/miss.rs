@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use cache_core::cache_format::{
     Candidate, CandidateId, Entry, Fingerprint, Key, Origin, Outcome, now_millis, policy_class,
 };
-use cache_core::{Claim, FleetClaim, FleetLease, Store};
+use cache_core::{Claim, Store};
+
+use crate::fleet::{FleetClaim, FleetLease};
 
 use super::plan::{self, Known, Plan, ranked_current};
 use super::{Choice, MissPolicy, Progress, TuneError, TunedInner, lock};
@@ -125,7 +127,7 @@ impl<O: Operation> TunedInner<O> {
         let claim = self
             .cache()
             .claim(self.ns, &ckey.fingerprint(), self.config.wait);
-        if !matches!(claim, Claim::Unshared) {
+        if !matches!(&claim, Claim::Held(guard) if !guard.is_shared()) {
             let _ = self.cache().refresh();
         }
         let plan = self.plan(&ckey, &current, set);
@@ -181,12 +183,15 @@ impl<O: Operation> TunedInner<O> {
         if !measures_now {
             return (plan, None);
         }
+        let Some(fleet) = &self.tuner.fleet else {
+            return (plan, None);
+        };
         let fp = ckey.fingerprint();
         let give_up = Instant::now() + self.config.wait;
         let mut plan = plan;
         loop {
             let left = give_up.saturating_duration_since(Instant::now());
-            match self.cache().fleet_claim(self.ns, &fp, left) {
+            match fleet.claim(self.ns, &fp, left) {
                 FleetClaim::Lead(lease) => {
                     // What the server held is in the cache now: it may be enough.
                     let plan = self.plan(ckey, current, set);
@@ -251,7 +256,7 @@ impl<O: Operation> TunedInner<O> {
         list: Vec<CandidateId>,
     ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
         let started = Instant::now();
-        let origin = Origin::here();
+        let origin = cache_core::measured_here();
         let mut entry = stored.unwrap_or_else(|| {
             Entry::new(
                 ckey.clone(),
@@ -310,7 +315,7 @@ impl<O: Operation> TunedInner<O> {
         let mut problem = self.op.problem(key).map_err(|reason| TuneError::Problem {
             namespace: self.namespace().to_owned(),
             key: ckey.to_string(),
-            reason,
+            reason: reason.to_string(),
         })?;
         let best = ranked_current(entry, current)
             .first()

@@ -40,6 +40,8 @@ use counters::Counters;
 pub(crate) use plan::distance;
 pub use stability::{KeyStability, StabilityReport};
 
+use crate::fleet::Fleet;
+use crate::operation::OpError;
 use crate::operation::Operation;
 use crate::predict::Prediction;
 
@@ -100,6 +102,8 @@ struct TunerShared {
     volatile: Vec<String>,
     progress: RwLock<Option<ProgressFn>>,
     consistency: Consistency,
+    /// The fleet this tuner coordinates with, if any.
+    fleet: Option<Arc<dyn Fleet>>,
     /// The operations registered, for [`Tuner::sync`].
     ops: Mutex<Vec<Weak<dyn Synced>>>,
 }
@@ -111,6 +115,7 @@ impl TunerShared {
             volatile,
             progress: RwLock::new(None),
             consistency,
+            fleet: None,
             ops: Mutex::new(Vec::new()),
         }
     }
@@ -118,7 +123,8 @@ impl TunerShared {
     /// A copy with other settings, the progress callback kept (operations registered on the
     /// original stay with it).
     fn with(&self, volatile: Vec<String>, consistency: Consistency) -> Self {
-        let shared = TunerShared::new(Arc::clone(&self.cache), volatile, consistency);
+        let mut shared = TunerShared::new(Arc::clone(&self.cache), volatile, consistency);
+        shared.fleet.clone_from(&self.fleet);
         *shared.progress.write().unwrap_or_else(|p| p.into_inner()) = self
             .progress
             .read()
@@ -173,6 +179,20 @@ impl Tuner {
     pub fn with_consistency(self, consistency: Consistency) -> Self {
         Tuner {
             shared: Arc::new(self.shared.with(self.shared.volatile.clone(), consistency)),
+        }
+    }
+
+    /// Coordinates with `fleet` (see [`crate::fleet`]): a key about to be measured is leased
+    /// so that one process of the fleet measures it, and [`Consistency::Fleet`] reads the
+    /// fleet's winners. With the `remote` feature, [`crate::fleet::of_cache`] gives a cache's
+    /// shared tier as a fleet.
+    pub fn with_fleet(self, fleet: Arc<dyn Fleet>) -> Self {
+        let mut shared = self
+            .shared
+            .with(self.shared.volatile.clone(), self.shared.consistency);
+        shared.fleet = Some(fleet);
+        Tuner {
+            shared: Arc::new(shared),
         }
     }
 
@@ -312,7 +332,7 @@ impl<O: Operation> Tuned<O> {
     pub fn run<R>(
         &self,
         key: &O::Key,
-        mut f: impl FnMut(&O::Handle) -> Result<R, String>,
+        mut f: impl FnMut(&O::Handle) -> Result<R, OpError>,
     ) -> Result<R, TuneError> {
         let failed = {
             let map = self.inner.dispatch.load();
@@ -321,7 +341,7 @@ impl<O: Operation> Tuned<O> {
                     self.inner.counters.hits.add(1);
                     match f(choice.handle()) {
                         Ok(r) => return Ok(r),
-                        Err(reason) => Some((Arc::clone(choice), reason)),
+                        Err(reason) => Some((Arc::clone(choice), reason.to_string())),
                     }
                 }
                 _ => None,
@@ -334,7 +354,7 @@ impl<O: Operation> Tuned<O> {
         loop {
             match f(choice.handle()) {
                 Ok(r) => return Ok(r),
-                Err(reason) => choice = self.inner.demote(key, &choice, reason)?,
+                Err(reason) => choice = self.inner.demote(key, &choice, reason.to_string())?,
             }
         }
     }

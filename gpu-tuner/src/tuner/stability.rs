@@ -108,7 +108,7 @@ impl<O: Operation> Tuned<O> {
         let mut problem = inner.op.problem(key).map_err(|reason| TuneError::Problem {
             namespace: inner.namespace().to_owned(),
             key: ckey.to_string(),
-            reason,
+            reason: reason.to_string(),
         })?;
         let handles: Vec<&O::Handle> = prepared.iter().map(|(_, h)| h).collect();
         // Per candidate, its median in each run; per run, its winner.

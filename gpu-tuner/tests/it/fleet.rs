@@ -53,7 +53,8 @@ pub(crate) fn child(path: PathBuf, args: Vec<String>) {
         "fleet",
         &[("a", jitter(0)), ("b", jitter(1)), ("c", jitter(2))],
     );
-    let tuner = Tuner::new(Arc::clone(&cache));
+    let fleet = gpu_tuner::fleet::of_cache(&cache).expect("a shared tier");
+    let tuner = Tuner::new(Arc::clone(&cache)).with_fleet(fleet);
     let log = log.clone();
     tuner.on_progress(move |p| match p {
         Progress::Tuning { .. } => say!("tuning"),

@@ -2,6 +2,7 @@
 //! warm-up, samples and interleaving; a tuner whose policy differs measures the key again, and
 //! the new results lead the ranking.
 
+use gpu_tuner::OpError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,19 +25,19 @@ impl Operation for OtherClock {
     fn candidates(&self) -> Vec<CandidateId> {
         self.0.candidates()
     }
-    fn prepare(&self, c: &CandidateId, key: &TestKey) -> Result<TestHandle, String> {
+    fn prepare(&self, c: &CandidateId, key: &TestKey) -> Result<TestHandle, OpError> {
         self.0.prepare(c, key)
     }
-    fn problem(&self, key: &TestKey) -> Result<(), String> {
+    fn problem(&self, key: &TestKey) -> Result<(), OpError> {
         self.0.problem(key)
     }
-    fn run(&self, h: &TestHandle, p: &mut ()) -> Result<(), String> {
+    fn run(&self, h: &TestHandle, p: &mut ()) -> Result<(), OpError> {
         self.0.run(h, p)
     }
-    fn time(&self, h: &TestHandle, p: &mut (), n: u32) -> Result<Duration, String> {
+    fn time(&self, h: &TestHandle, p: &mut (), n: u32) -> Result<Duration, OpError> {
         self.0.time(h, p, n)
     }
-    fn verify(&self, h: &TestHandle, p: &mut ()) -> Result<(), String> {
+    fn verify(&self, h: &TestHandle, p: &mut ()) -> Result<(), OpError> {
         self.0.verify(h, p)
     }
     fn measure_policy(&self) -> Fields {

@@ -2,6 +2,7 @@
 //! nearest tuned key's winner) and records a partial set that a later full tune completes by
 //! measuring only the rest; a provisional choice made by prediction says so.
 
+use gpu_tuner::OpError;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,19 +54,19 @@ impl Operation for ShapeOp {
             .map(|t| CandidateId::new("tiled", &[("tile", *t)]))
             .collect()
     }
-    fn prepare(&self, c: &CandidateId, key: &Shape) -> Result<(i64, u32), String> {
+    fn prepare(&self, c: &CandidateId, key: &Shape) -> Result<(i64, u32), OpError> {
         Ok((c.int("tile").ok_or("no tile")?, key.size))
     }
-    fn problem(&self, _key: &Shape) -> Result<(), String> {
+    fn problem(&self, _key: &Shape) -> Result<(), OpError> {
         Ok(())
     }
-    fn run(&self, _h: &(i64, u32), _p: &mut ()) -> Result<(), String> {
+    fn run(&self, _h: &(i64, u32), _p: &mut ()) -> Result<(), OpError> {
         Ok(())
     }
-    fn time(&self, h: &(i64, u32), _p: &mut (), iterations: u32) -> Result<Duration, String> {
+    fn time(&self, h: &(i64, u32), _p: &mut (), iterations: u32) -> Result<Duration, OpError> {
         Ok(declared(h.0, h.1) * iterations)
     }
-    fn verify(&self, h: &(i64, u32), _p: &mut ()) -> Result<(), String> {
+    fn verify(&self, h: &(i64, u32), _p: &mut ()) -> Result<(), OpError> {
         self.measured.lock().expect("log").push((h.1, h.0));
         Ok(())
     }
@@ -93,19 +94,19 @@ impl Operation for ArcOp {
     fn candidates(&self) -> Vec<CandidateId> {
         self.0.candidates()
     }
-    fn prepare(&self, c: &CandidateId, key: &Shape) -> Result<(i64, u32), String> {
+    fn prepare(&self, c: &CandidateId, key: &Shape) -> Result<(i64, u32), OpError> {
         self.0.prepare(c, key)
     }
-    fn problem(&self, key: &Shape) -> Result<(), String> {
+    fn problem(&self, key: &Shape) -> Result<(), OpError> {
         self.0.problem(key)
     }
-    fn run(&self, h: &(i64, u32), p: &mut ()) -> Result<(), String> {
+    fn run(&self, h: &(i64, u32), p: &mut ()) -> Result<(), OpError> {
         self.0.run(h, p)
     }
-    fn time(&self, h: &(i64, u32), p: &mut (), n: u32) -> Result<Duration, String> {
+    fn time(&self, h: &(i64, u32), p: &mut (), n: u32) -> Result<Duration, OpError> {
         self.0.time(h, p, n)
     }
-    fn verify(&self, h: &(i64, u32), p: &mut ()) -> Result<(), String> {
+    fn verify(&self, h: &(i64, u32), p: &mut ()) -> Result<(), OpError> {
         self.0.verify(h, p)
     }
 }

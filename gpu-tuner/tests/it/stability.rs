@@ -1,6 +1,7 @@
 //! `Tuned::stability` on a synthetic operation with known true times and injected noise: the
 //! flip rate and regret it reports are the ones the injection implies.
 
+use gpu_tuner::OpError;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -56,19 +57,19 @@ impl Operation for Noisy {
     fn candidates(&self) -> Vec<CandidateId> {
         vec![CandidateId::new("a", &[]), CandidateId::new("b", &[])]
     }
-    fn prepare(&self, c: &CandidateId, key: &Case) -> Result<(u32, String), String> {
+    fn prepare(&self, c: &CandidateId, key: &Case) -> Result<(u32, String), OpError> {
         Ok((key.case, c.algorithm.clone()))
     }
-    fn problem(&self, key: &Case) -> Result<(), String> {
+    fn problem(&self, key: &Case) -> Result<(), OpError> {
         if key.case == 9 {
             return Err("case 9 does not fit this machine".into());
         }
         Ok(())
     }
-    fn run(&self, _h: &(u32, String), _p: &mut ()) -> Result<(), String> {
+    fn run(&self, _h: &(u32, String), _p: &mut ()) -> Result<(), OpError> {
         Ok(())
     }
-    fn time(&self, h: &(u32, String), _p: &mut (), n: u32) -> Result<Duration, String> {
+    fn time(&self, h: &(u32, String), _p: &mut (), n: u32) -> Result<Duration, OpError> {
         let us = truth(h.0, &h.1) * (1.0 + self.noise * self.uniform());
         Ok(Duration::from_nanos((us * 1000.0) as u64) * n)
     }

@@ -1,6 +1,7 @@
 //! Test support: a test operation whose candidates take known times, caches in temporary
 //! directories, and child processes (this test binary re-executed in a role).
 
+use gpu_tuner::OpError;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -97,7 +98,7 @@ impl Operation for TestOp {
         self.candidates.iter().map(|(c, _)| c.clone()).collect()
     }
 
-    fn prepare(&self, candidate: &CandidateId, _key: &TestKey) -> Result<TestHandle, String> {
+    fn prepare(&self, candidate: &CandidateId, _key: &TestKey) -> Result<TestHandle, OpError> {
         let (_, b) = self
             .candidates
             .iter()
@@ -113,11 +114,11 @@ impl Operation for TestOp {
         })
     }
 
-    fn problem(&self, _key: &TestKey) -> Result<(), String> {
+    fn problem(&self, _key: &TestKey) -> Result<(), OpError> {
         Ok(())
     }
 
-    fn run(&self, handle: &TestHandle, _problem: &mut ()) -> Result<(), String> {
+    fn run(&self, handle: &TestHandle, _problem: &mut ()) -> Result<(), OpError> {
         spin(handle.micros);
         Ok(())
     }
@@ -131,14 +132,14 @@ impl Operation for TestOp {
         handle: &TestHandle,
         problem: &mut (),
         iterations: u32,
-    ) -> Result<Duration, String> {
+    ) -> Result<Duration, OpError> {
         for _ in 0..iterations {
             self.run(handle, problem)?;
         }
         Ok(Duration::from_micros(handle.micros) * iterations)
     }
 
-    fn verify(&self, handle: &TestHandle, _problem: &mut ()) -> Result<(), String> {
+    fn verify(&self, handle: &TestHandle, _problem: &mut ()) -> Result<(), OpError> {
         // Called once per measured candidate: the count of what was measured.
         self.measured
             .lock()

@@ -2,6 +2,7 @@
 //! ask, stored winners outside the current candidate set are ignored, a failing winner falls
 //! back, growth and scope changes measure only what is new, and the miss policies.
 
+use gpu_tuner::OpError;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
@@ -390,7 +391,7 @@ fn an_interrupted_tune_resumes_where_it_stopped() {
         Entry::new(
             cache_key(64),
             Fingerprint::default(),
-            Origin::here(),
+            cache_core::measured_here(),
             now_millis(),
             [
                 fast,
@@ -432,13 +433,13 @@ impl Operation for NothingApplies {
         std::thread::sleep(Duration::from_millis(30));
         false
     }
-    fn prepare(&self, c: &CandidateId, k: &TestKey) -> Result<Self::Handle, String> {
+    fn prepare(&self, c: &CandidateId, k: &TestKey) -> Result<Self::Handle, OpError> {
         self.0.prepare(c, k)
     }
-    fn problem(&self, k: &TestKey) -> Result<(), String> {
+    fn problem(&self, k: &TestKey) -> Result<(), OpError> {
         self.0.problem(k)
     }
-    fn run(&self, h: &Self::Handle, p: &mut ()) -> Result<(), String> {
+    fn run(&self, h: &Self::Handle, p: &mut ()) -> Result<(), OpError> {
         self.0.run(h, p)
     }
 }

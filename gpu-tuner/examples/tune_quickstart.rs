@@ -1,5 +1,5 @@
 //! The README's "Tuning from Rust" example, compiled by `cargo test` so it stays true.
-//! Run with `cargo run --release -p gpu-tuner --example quickstart`.
+//! Run with `cargo run --release -p gpu-tuner --example tune_quickstart`.
 #![allow(clippy::print_stdout, reason = "an example reports what it did")]
 
 use std::sync::Arc;
@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         choice.is_provisional()
     );
     // Run the chosen kernel; if it failed, run() would record that and try the runner-up.
-    let mut problem = matmul.operation().problem(&key)?;
+    let mut problem = matmul.operation().problem(&key).map_err(String::from)?;
     matmul.run(&key, |kernel| matmul.operation().run(kernel, &mut problem))?;
     println!("ran it; dispatch hits so far: {}", matmul.stats().hits);
     Ok(())

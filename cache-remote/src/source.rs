@@ -1,0 +1,114 @@
+//! How a cache gets a shared tier: [`RemoteBuilder`] on a [`CacheBuilder`] adds a
+//! [`RemoteSource`], which opens the tier when the cache opens, starts its publisher and gives
+//! the cache the tier's [`RemoteHandle`].
+
+use std::sync::Arc;
+
+use cache_core::{CacheBuilder, Tier, TierContext, TierSource};
+
+use crate::handle::RemoteHandle;
+use crate::options::{RemoteMode, RemoteOptions};
+use crate::policy::Policy;
+use crate::publisher;
+use crate::store::Remote;
+use crate::tier::CacheTier;
+
+/// A shared tier waiting for its cache (what [`RemoteBuilder`] gives the builder).
+#[derive(Debug, Clone)]
+pub struct RemoteSource {
+    remote: Arc<dyn Remote>,
+    options: RemoteOptions,
+}
+
+impl RemoteSource {
+    /// The shared tier on `remote`, used as `options` say (`TUNECACHE_REMOTE_MODE` and
+    /// `TUNECACHE_REMOTE_TIMEOUT_MS` override the mode and the budget).
+    pub fn new(remote: Arc<dyn Remote>, options: RemoteOptions) -> Self {
+        RemoteSource { remote, options }
+    }
+}
+
+impl TierSource for RemoteSource {
+    fn open(&self, ctx: &mut TierContext<'_>) -> Option<Arc<dyn Tier>> {
+        let (options, warnings) = self.options.clone().with_env(|name| ctx.env(name));
+        for w in warnings {
+            ctx.warn(w);
+        }
+        if options.mode == RemoteMode::Off {
+            return None;
+        }
+        let writes = options.writes();
+        let policy = Policy::new(
+            Arc::clone(&self.remote),
+            options,
+            Arc::clone(ctx.registry),
+            *ctx.limits,
+        );
+        let tier = Arc::new(CacheTier::new(policy, ctx.scope.clone(), ctx.link.clone()));
+        ctx.provide(Arc::new(RemoteHandle::new(Arc::clone(&tier))));
+        if writes {
+            tier.publisher.set_running(true);
+            let worker = Arc::clone(&tier);
+            let delay = ctx.save_delay;
+            match std::thread::Builder::new()
+                .name("tunecache-publisher".into())
+                .spawn(move || publisher::run(worker, delay))
+            {
+                Ok(handle) => *crate::lock(&tier.thread) = Some(handle),
+                Err(e) => {
+                    tier.publisher.set_running(false);
+                    ctx.warn(format!(
+                        "tunecache could not start its publisher thread: {e}; results are not \
+                         published to the shared tier"
+                    ));
+                }
+            }
+        }
+        Some(tier)
+    }
+}
+
+/// A shared tier for a [`CacheBuilder`].
+pub trait RemoteBuilder: Sized {
+    /// A shared tier on `remote` behind the file (e.g. a [`crate::RedisRemote`]), with the
+    /// default [`RemoteOptions`]: read on a local miss, published to in the background.
+    fn remote(self, remote: Arc<dyn Remote>) -> Self {
+        self.remote_with(remote, RemoteOptions::default())
+    }
+
+    /// [`RemoteBuilder::remote`] used as `options` say.
+    fn remote_with(self, remote: Arc<dyn Remote>, options: RemoteOptions) -> Self;
+
+    /// The shared tier named by `TUNECACHE_REMOTE`, if set. A value that is not a usable
+    /// address is an error naming the variable (the password left out).
+    fn remote_from_env(self) -> Result<Self, crate::ConfigError> {
+        Ok(match crate::from_env()? {
+            Some(remote) => self.remote(remote),
+            None => self,
+        })
+    }
+
+    /// The shared tier at `address`, or else the one `TUNECACHE_REMOTE` names; an address
+    /// that is not usable leaves the cache without one, with a warning (what an embedding
+    /// that must open anyway, the Python package and the C ABI, does).
+    fn remote_or_warn(self, address: Option<&str>) -> Self {
+        let remote = match address {
+            Some(address) => crate::connect(address).map(Some),
+            None => crate::from_env(),
+        };
+        match remote {
+            Ok(Some(r)) => self.remote(r),
+            Ok(None) => self,
+            Err(e) => {
+                tracing::warn!("tunecache: no shared tier: {e}");
+                self
+            }
+        }
+    }
+}
+
+impl RemoteBuilder for CacheBuilder {
+    fn remote_with(self, remote: Arc<dyn Remote>, options: RemoteOptions) -> Self {
+        self.tier(RemoteSource::new(remote, options))
+    }
+}

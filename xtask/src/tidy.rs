@@ -1,0 +1,301 @@
+//! `cargo xtask tidy`: house rules that a compiler does not check.
+//!
+//! - No `Result<_, String>` at a public boundary: a caller that decides on an error needs its
+//!   type, not prose. A public boundary is a `pub fn` (plain `pub`, not `pub(crate)`) or a
+//!   method of a `pub trait`, in a crate's `src/` outside `#[cfg(test)]` modules (xtask and
+//!   test-support, which nothing ships, are left out).
+//!
+//! - No I/O in the pure crates, cache-format and cache-migrate: no file, network, process or
+//!   environment call in their `src/` (the host name of a measurement's origin is given to
+//!   cache-format by cache-core).
+//!
+//! Signatures are read on the code with comments and strings blanked out (`size::blank`),
+//! from the line that starts the `fn` to its body's `{` or its `;`.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+
+use crate::size::{blank, collect, fn_name};
+
+pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+    let violations = check(root)?;
+    if violations.is_empty() {
+        println!("tidy ok: no Result<_, String> at a public boundary");
+        Ok(())
+    } else {
+        bail!(
+            "an error a caller decides on must be typed (an enum with thiserror), not a \
+             String:\n  {}",
+            violations.join("\n  ")
+        )
+    }
+}
+
+/// Every violation in the workspace, one line each.
+pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<String>> {
+    let mut files = Vec::new();
+    collect(root, &mut files)?;
+    files.sort();
+    let mut out = Vec::new();
+    for path in files {
+        let rel = path.strip_prefix(root).unwrap_or(&path);
+        let mut parts = rel.components().map(|c| c.as_os_str().to_string_lossy());
+        let krate = parts.next().unwrap_or_default();
+        // `<crate>/src/...` only (`python/src` too); not tests, benches or examples.
+        let in_src = parts.next().is_some_and(|p| p == "src");
+        if !in_src || krate == "xtask" || krate == "test-support" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        for (name, line) in string_errors(&text) {
+            out.push(format!(
+                "{}:{line}: fn {name} returns Result<_, String>",
+                rel.display()
+            ));
+        }
+        if PURE_CRATES.contains(&krate.as_ref()) {
+            for (call, line) in io_calls(&text) {
+                out.push(format!(
+                    "{}:{line}: {call} in a crate that does no I/O",
+                    rel.display()
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The crates that promise no I/O (ARCHITECTURE.md).
+const PURE_CRATES: [&str; 2] = ["cache-format", "cache-migrate"];
+
+/// What reaches a file, the network, another process or the environment.
+const IO_PATHS: [&str; 8] = [
+    "std::fs",
+    "std::net",
+    "std::env",
+    "std::process",
+    "std::os::unix::net",
+    "File::",
+    "OpenOptions",
+    "TcpStream",
+];
+
+/// The I/O calls of `text` outside comments and strings (test modules included: the crate's
+/// tests would still pass with a file read hidden there, so none is allowed), with their
+/// line.
+pub(crate) fn io_calls(text: &str) -> Vec<(&'static str, usize)> {
+    let code = blank(text);
+    let mut out = Vec::new();
+    for (i, line) in code.lines().enumerate() {
+        let squeezed: String = line.split_whitespace().collect();
+        for path in IO_PATHS {
+            if squeezed.contains(path) {
+                out.push((path, i + 1));
+            }
+        }
+    }
+    out
+}
+
+/// The public functions of `text` (see the module docs) whose return type is a `Result` with
+/// `String` as its error: name and line (1-based).
+pub(crate) fn string_errors(text: &str) -> Vec<(String, usize)> {
+    let code = blank(text);
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut test_depth: Option<usize> = None;
+    let mut pending_test = false;
+    // The depth inside a `pub trait`'s braces, while in one.
+    let mut trait_depth: Option<usize> = None;
+    let mut pending_trait = false;
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("#[cfg(test)]") {
+            pending_test = true;
+        }
+        if trimmed.starts_with("pub trait ") {
+            pending_trait = true;
+        }
+        let public = trimmed.starts_with("pub ")
+            || (trait_depth == Some(depth) && !trimmed.starts_with("pub("));
+        if test_depth.is_none()
+            && public
+            && let Some(name) = fn_name(trimmed)
+            && returns_string_error(&signature(&lines[i..]))
+        {
+            out.push((name.to_owned(), i + 1));
+        }
+        for ch in line.chars() {
+            match ch {
+                '{' => {
+                    depth += 1;
+                    if pending_test && test_depth.is_none() {
+                        test_depth = Some(depth);
+                        pending_test = false;
+                    }
+                    if pending_trait && trait_depth.is_none() {
+                        trait_depth = Some(depth);
+                        pending_trait = false;
+                    }
+                }
+                '}' => {
+                    if test_depth == Some(depth) {
+                        test_depth = None;
+                    }
+                    if trait_depth == Some(depth) {
+                        trait_depth = None;
+                    }
+                    depth = depth.saturating_sub(1);
+                }
+                ';' if pending_test && test_depth.is_none() => pending_test = false,
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// The signature starting at `lines[0]`, up to its body's `{` or its `;`, on one line.
+fn signature(lines: &[&str]) -> String {
+    let mut sig = String::new();
+    for line in lines {
+        for ch in line.chars() {
+            if ch == '{' || ch == ';' {
+                return sig;
+            }
+            sig.push(ch);
+        }
+        sig.push(' ');
+    }
+    sig
+}
+
+/// The return type of `sig`: after its own `->` (not one of a closure type among its
+/// arguments), up to its `where` clause.
+fn return_type(sig: &str) -> Option<&str> {
+    let b = sig.as_bytes();
+    let mut level = 0usize;
+    let mut i = 0;
+    let mut arrow = None;
+    while i < b.len() {
+        match b[i] {
+            b'-' if b.get(i + 1) == Some(&b'>') => {
+                if level == 0 {
+                    arrow = Some(i + 2);
+                }
+                i += 1;
+            }
+            b'(' | b'<' | b'[' => level += 1,
+            b')' | b'>' | b']' => level = level.saturating_sub(1),
+            _ => {}
+        }
+        if arrow.is_some() && level == 0 && sig[i..].starts_with(" where ") {
+            return arrow.map(|a| &sig[a..i]);
+        }
+        i += 1;
+    }
+    arrow.map(|a| &sig[a..])
+}
+
+/// Whether the return type of `sig` is a `Result` whose error is `String`.
+fn returns_string_error(sig: &str) -> bool {
+    let Some(ret) = return_type(sig) else {
+        return false;
+    };
+    let ret: String = ret.split_whitespace().collect();
+    let Some(start) = ret.find("Result<") else {
+        return false;
+    };
+    // The top-level arguments of the `Result<...>` (a trailing comma allowed).
+    let inner = &ret[start + "Result<".len()..];
+    let mut level = 0usize;
+    let mut args = Vec::new();
+    let mut from = 0;
+    for (i, ch) in inner.char_indices() {
+        match ch {
+            '<' | '(' | '[' => level += 1,
+            '>' | ')' | ']' if level == 0 => {
+                args.push(&inner[from..i]);
+                break;
+            }
+            '>' | ')' | ']' => level -= 1,
+            ',' if level == 0 => {
+                args.push(&inner[from..i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    args.retain(|a| !a.is_empty());
+    args.len() == 2 && matches!(args[1], "String" | "std::string::String")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_public_function_returns_a_string_error() {
+        let violations = check(&crate::project_root()).expect("the workspace is readable");
+        assert!(violations.is_empty(), "{violations:#?}");
+    }
+
+    #[test]
+    fn a_planted_io_call_is_found_outside_comments_and_strings() {
+        let text = "\
+use std::fs;
+fn host() -> String {
+    // std::fs::read is not called here
+    let _ = \"std::env::var\";
+    std :: env :: var(\"HOSTNAME\").unwrap_or_default()
+}
+";
+        assert_eq!(io_calls(text), [("std::fs", 1), ("std::env", 5)]);
+        assert!(io_calls("let x = now_millis();").is_empty());
+    }
+
+    #[test]
+    fn a_planted_string_error_is_found_and_private_or_typed_ones_are_not() {
+        let text = "\
+pub fn bad(x: u32) -> Result<u32, String> {
+    Ok(x)
+}
+pub fn spread(
+    x: u32,
+) -> Result<
+    Vec<(u32, String)>,
+    String,
+> {
+    Ok(vec![])
+}
+pub(crate) fn inner() -> Result<(), String> { Ok(()) }
+fn private() -> Result<(), String> { Ok(()) }
+pub fn typed() -> Result<Vec<String>, std::io::Error> { Ok(vec![]) }
+pub fn anyhow_like() -> anyhow::Result<Vec<String>> { Ok(vec![]) }
+pub fn text() -> String { String::new() } // -> Result<(), String>
+pub fn coded<F>(run: F) -> Self
+where
+    F: Fn(&mut View) -> Result<(), String>,
+{
+    Self
+}
+pub fn closure(f: impl Fn() -> Result<(), String>) -> Result<(), Error> { Ok(()) }
+pub trait Op {
+    fn prepare(&self) -> Result<(), String>;
+    fn run(&self) -> Result<(), Error> { Ok(()) }
+}
+trait Private {
+    fn hidden(&self) -> Result<(), String>;
+}
+#[cfg(test)]
+mod tests {
+    pub fn helper() -> Result<(), String> { Ok(()) }
+}
+";
+        let found: Vec<String> = string_errors(text).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(found, ["bad", "spread", "prepare"]);
+    }
+}
