@@ -95,47 +95,41 @@ impl Renewer {
         self.cv.notify_all();
     }
 
-    /// The thread: waits for the next renewal due, makes it, and leaves after [`LINGER`]
-    /// without a lease.
+    /// The thread: carries out [`next`] (wait, renew what is due, or leave) until it says
+    /// leave.
     fn run(&self, remote: &Arc<dyn Remote>, budget: Duration) {
         let mut idle_since = Instant::now();
         let mut st = crate::lock(&self.state);
         loop {
-            if st.shutdown {
-                st.running = None;
-                return;
-            }
             let now = Instant::now();
-            if st.held.is_empty() {
-                if now.duration_since(idle_since) >= LINGER {
+            let dues: Vec<Instant> = st.held.iter().map(|(_, due)| *due).collect();
+            if !dues.is_empty() {
+                idle_since = now;
+            }
+            match next(&dues, st.shutdown, st.tick, idle_since, now) {
+                Turn::Leave => {
                     st.running = None;
                     return;
                 }
-                let tick = st.tick.unwrap_or(LINGER).min(LINGER);
-                st = self.wait(st, now + tick);
-                continue;
+                Turn::Wait(until) => st = self.wait(st, until),
+                Turn::Renew => {
+                    let due: Vec<Arc<Renewal>> = st
+                        .held
+                        .iter_mut()
+                        .filter(|(_, at)| *at <= now)
+                        .map(|(r, at)| {
+                            *at = now + r.ttl / 3;
+                            Arc::clone(r)
+                        })
+                        .collect();
+                    drop(st);
+                    for renewal in due {
+                        renew(remote.as_ref(), &renewal, budget);
+                    }
+                    st = crate::lock(&self.state);
+                    st.held.retain(|(r, _)| !r.lost.load(Ordering::Relaxed));
+                }
             }
-            idle_since = now;
-            let next = st.held.iter().map(|(_, due)| *due).min().unwrap_or(now);
-            if next > now {
-                st = self.wait(st, next);
-                continue;
-            }
-            let due: Vec<Arc<Renewal>> = st
-                .held
-                .iter_mut()
-                .filter(|(_, at)| *at <= now)
-                .map(|(r, at)| {
-                    *at = now + r.ttl / 3;
-                    Arc::clone(r)
-                })
-                .collect();
-            drop(st);
-            for renewal in due {
-                renew(remote.as_ref(), &renewal, budget);
-            }
-            st = crate::lock(&self.state);
-            st.held.retain(|(r, _)| !r.lost.load(Ordering::Relaxed));
         }
     }
 
@@ -154,6 +148,45 @@ impl Renewer {
             .0;
         st.wakes_at = None;
         st
+    }
+}
+
+/// What the renewer's thread does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Stop: the tier closed, or no lease was held for [`LINGER`].
+    Leave,
+    /// Sleep until then, or until woken (a lease taken that falls due sooner).
+    Wait(Instant),
+    /// Renew every lease due now.
+    Renew,
+}
+
+/// The renewer's schedule, from the times the held leases fall `due`, whether the tier is
+/// shutting down, the shortest renewal period seen (`tick`), since when no lease is held
+/// (`idle_since`) and `now`. Pure: the thread only carries it out.
+pub(crate) fn next(
+    due: &[Instant],
+    shutdown: bool,
+    tick: Option<Duration>,
+    idle_since: Instant,
+    now: Instant,
+) -> Turn {
+    if shutdown {
+        return Turn::Leave;
+    }
+    let Some(first) = due.iter().min() else {
+        if now.saturating_duration_since(idle_since) >= LINGER {
+            return Turn::Leave;
+        }
+        // Wake within a renewal period, so a lease taken meanwhile is renewed in time even
+        // if its wake-up call is missed.
+        return Turn::Wait(now + tick.unwrap_or(LINGER).min(LINGER));
+    };
+    if *first > now {
+        Turn::Wait(*first)
+    } else {
+        Turn::Renew
     }
 }
 
@@ -181,5 +214,40 @@ fn renew(remote: &dyn Remote, renewal: &Renewal, budget: Duration) {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schedule_renews_what_is_due_waits_for_the_next_and_leaves_when_idle_or_closed() {
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        // Shutting down wins over anything due.
+        assert_eq!(next(&[now], true, None, now, now), Turn::Leave);
+        // A lease due now or earlier is renewed; otherwise wait for the first due.
+        assert_eq!(next(&[now + s(3), now], false, None, now, now), Turn::Renew);
+        assert_eq!(
+            next(&[now + s(3), now + s(1)], false, None, now, now),
+            Turn::Wait(now + s(1))
+        );
+        // No lease: wait one tick (capped by the linger), and leave after lingering.
+        assert_eq!(
+            next(&[], false, Some(s(2)), now, now),
+            Turn::Wait(now + s(2))
+        );
+        assert_eq!(
+            next(&[], false, Some(s(60)), now, now),
+            Turn::Wait(now + LINGER)
+        );
+        assert_eq!(next(&[], false, None, now, now), Turn::Wait(now + LINGER));
+        assert_eq!(next(&[], false, Some(s(2)), now, now + LINGER), Turn::Leave);
+        // An idle start "in the future" (a clock read late) does not leave early.
+        assert_eq!(
+            next(&[], false, Some(s(2)), now + s(5), now),
+            Turn::Wait(now + s(2))
+        );
     }
 }
