@@ -26,6 +26,7 @@ pub mod vllm;
 mod xla;
 
 pub use files::MAX_SOURCE_BYTES;
+pub use triton::triton_entry;
 
 /// A format tunecache imports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -62,16 +62,33 @@ pub(crate) fn import(
                 )
             })?;
         let origin = Origin::Imported(format!("triton {}", relative(root, path)));
-        let entry = read_doc(path, &doc, hash, origin, mtime)?;
+        let key = Key::new(Fields::from([("hash".to_owned(), Value::from(hash))]));
+        let entry = read_doc(path, &doc, key, origin, mtime)?;
         sink(&scope, &format!("triton/{function}"), entry);
     }
     Ok(paths.len())
 }
 
+/// The entry the Triton adapter records for one `<fn>.autotune.json` document, `text`, of the
+/// key `key` (what Triton wrote, or a file of its cache directory named by `source` in
+/// errors): one candidate per config, named as the adapter names it, with Triton's p50, p20
+/// and p80, a non-finite or negative time a failure, and the candidate set of every config.
+/// The one Triton mapping: the importer above and the Python adapter both use it.
+pub fn triton_entry(
+    source: &Path,
+    text: &str,
+    key: Key,
+    origin: Origin,
+    at: u64,
+) -> Result<Entry, ImportSourceError> {
+    let doc = parse(text).map_err(|e| ImportSourceError::at(source, e.line, e.what))?;
+    read_doc(source, &doc, key, origin, at)
+}
+
 fn read_doc(
     path: &Path,
     doc: &Node,
-    hash: &str,
+    key: Key,
     origin: Origin,
     at: u64,
 ) -> Result<Entry, ImportSourceError> {
@@ -135,7 +152,6 @@ fn read_doc(
             .map(|c| (c.id.algorithm.as_str(), &c.id.params)),
         &Fields::new(),
     );
-    let key = Key::new(Fields::from([("hash".to_owned(), Value::from(hash))]));
     Ok(Entry::new(key, set, origin, at, candidates))
 }
 

@@ -48,6 +48,15 @@ impl PyCache {
             .load_full()
             .ok_or_else(|| CacheError::new_err("the cache is closed"))
     }
+
+    /// Checks and merges a whole entry (as `put` does a candidate's), outside the GIL.
+    pub(crate) fn put_entry(&self, py: Python<'_>, ns: Namespace, entry: Entry) -> PyResult<()> {
+        let cache = self.get_cache()?;
+        py.detach(|| cache.try_put(ns, entry))
+            .map_err(|e| errors::store(&e))?;
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 #[pymethods]

@@ -1,16 +1,19 @@
 //! `Cache.import_from`: another tool's cache files (cache-import) read into entries, with the
-//! same all-or-nothing checks as JSON lines.
+//! same all-or-nothing checks as JSON lines; and `record_triton`, the Triton adapter's one
+//! result recorded through cache-import's Triton mapping (the only one).
 
 use std::path::Path;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use cache_core::cache_format::{CacheData, Fields, Limits};
+use cache_core::cache_format::{CacheData, Fields, Key, Limits, now_millis};
 use cache_core::cache_migrate::Migrations;
 use cache_import::{Format, ImportOptions, ImportSummary};
 
+use crate::cache::PyCache;
 use crate::errors;
+use crate::keys::to_fields;
 
 /// Reads `path` as `format` into checked entries; a damaged source is a `ValueError` naming
 /// the file and line.
@@ -40,4 +43,30 @@ pub(crate) fn read(
         .map_err(|e| errors::import(&e))?;
     let data = built.into_data().map_err(|e| errors::store(&e))?;
     Ok((data, summary))
+}
+
+/// Records what Triton wrote for one autotuned function (`text`, a `<fn>.autotune.json`
+/// document; `source` names it in errors) as the entry of `key` in `namespace`, measured
+/// here: cache-import's `triton_entry`, checked and merged as a put is. A document that is
+/// not Triton's raises `ValueError` naming `source` and the line.
+#[pyfunction]
+pub(crate) fn record_triton(
+    py: Python<'_>,
+    cache: &PyCache,
+    namespace: &str,
+    key: &Bound<'_, PyAny>,
+    text: &str,
+    source: &str,
+) -> PyResult<()> {
+    let ns = crate::args::namespace(namespace)?;
+    let key = Key::new(to_fields(key, "key")?);
+    let entry = cache_import::triton_entry(
+        Path::new(source),
+        text,
+        key,
+        cache_core::measured_here(),
+        now_millis(),
+    )
+    .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    cache.put_entry(py, ns, entry)
 }

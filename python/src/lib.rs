@@ -51,5 +51,6 @@ fn _tunecache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(outputs::output_key, m)?)?;
     m.add_function(wrap_pyfunction!(outputs::output_batch_keys, m)?)?;
     m.add_function(wrap_pyfunction!(drain_warnings, m)?)?;
+    m.add_function(wrap_pyfunction!(imports::record_triton, m)?)?;
     Ok(())
 }

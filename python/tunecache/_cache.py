@@ -59,6 +59,19 @@ def _migrations_json(app: str, schema: int, migrations: Any) -> str | None:
     return json.dumps({"app": app, "current": schema, "steps": steps})
 
 
+def _plugin_importer(format: str) -> Callable[..., dict[str, Any]] | None:
+    """The importer another package registered for ``format`` (entry point group
+    ``tunecache.importers``), if any."""
+    from importlib.metadata import entry_points
+
+    name = format.lower().replace("_", "-")
+    for point in entry_points(group="tunecache.importers"):
+        if point.name.lower().replace("_", "-") == name:
+            loaded: Callable[..., dict[str, Any]] = point.load()
+            return loaded
+    return None
+
+
 class Cache:
     """A persistent autotune cache for one application and scope.
 
@@ -205,6 +218,17 @@ class Cache:
             self._invalidate()
         return entry
 
+    def _record_triton(self, namespace: str, key: Mapping[str, Any], text: str, source: str) -> None:
+        """Records one ``<fn>.autotune.json`` document Triton wrote as ``key``'s entry, measured
+        here, through the one Triton mapping (cache-import's); ``ValueError`` names ``source``
+        and the line of a document that is not Triton's."""
+        if _armed_pid != os.getpid():
+            _arm_in_worker()
+        try:
+            _ext.record_triton(self._rust, namespace, key, text, source)
+        finally:
+            self._invalidate()
+
     def entries(self, namespace: str | None = None) -> list[tuple[str, _ext.Entry]]:
         """Every ``(namespace, entry)`` of this cache's scope, sorted."""
         return self._rust.entries(namespace)
@@ -231,15 +255,15 @@ class Cache:
         nothing of the device). A damaged file raises ``ValueError`` naming it and its line.
         Returns ``{"imported": entries, "files": files read, "notes": [...]}``.
 
-        ``warpconvnet`` takes a ``benchmark_cache_generic.msgpack`` in through WarpConvNet's
-        registered migrations (:func:`tunecache.integrations.warpconvnet.import_file`, which
-        needs WarpConvNet's cache module only for a file of another version); ``imported``
-        is then the entries that changed."""
-        if format.lower().replace("_", "-") == "warpconvnet":
-            from .integrations.warpconvnet import import_file
-
+        A format that needs Python (another framework's own code) is an importer registered
+        under the ``tunecache.importers`` entry point, found by name: ``warpconvnet`` takes a
+        ``benchmark_cache_generic.msgpack`` in through WarpConvNet's registered migrations
+        (:func:`tunecache.integrations.warpconvnet.import_file`); ``imported`` is then the
+        entries that changed."""
+        plugin = _plugin_importer(format)
+        if plugin is not None:
             try:
-                return {"imported": import_file(os.fspath(path), self), "files": 1, "notes": []}
+                return plugin(self, os.fspath(path))
             finally:
                 self._invalidate()
         try:

@@ -23,6 +23,7 @@ __all__ = [
     "fingerprint",
     "output_batch_keys",
     "output_key",
+    "record_triton",
     "scope_fingerprint",
 ]
 
@@ -205,3 +206,4 @@ def output_batch_keys(
     function: str, version: str, config: Mapping[str, Any] | None, args: Any, batch: Any
 ) -> list[bytes]: ...
 def drain_warnings() -> list[tuple[str, str]]: ...
+def record_triton(cache: Cache, namespace: str, key: Mapping[str, Any], text: str, source: str) -> None: ...

@@ -405,7 +405,8 @@ impl Shared {
 /// (usually nothing) and make the repairs a locked read makes (cut a torn tail, remove a
 /// stale journal or leftover temporaries). A read that found damage is redone whole under
 /// the lock, so the damage is kept aside and reported once, as a locked read does. With the
-/// lock busy, the saver repairs once it has it. Returns the reads to absorb, in order.
+/// lock busy, the saver's locked reads repair a torn tail, and leftover temporaries wait for
+/// the next open or rewrite that holds the lock. Returns the reads to absorb, in order.
 fn open_read(disk: &mut Disk, writable: bool) -> Result<Vec<Incoming>, Failure> {
     let first = disk.read_updates(false)?;
     let held = if writable {

@@ -119,13 +119,13 @@ fn deleting_the_lock_file_while_it_is_held_loses_nothing() {
     assert!(lost.is_empty(), "results lost (writer, count): {lost:?}");
 }
 
-/// Issue 8, case 11: `Cache::open` decodes without the lock, taking it only to reconcile, so
-/// another writer is never held up for the length of a large decode; and it removes temporary
-/// files a killed compaction left behind.
+/// Issue 8, case 11: `Cache::open` reads without the lock, taking it only to reconcile and only
+/// if it is free right then, so another writer is never held up by an open and an open never
+/// waits for a writer; the repairs a locked read makes (leftover temporaries of a killed
+/// compaction) wait for an open, or a rewrite, that holds the lock. Shown without timing the lock: it is held by another open
+/// file description for the whole open.
 #[test]
-fn open_decodes_without_holding_the_lock() {
-    use std::fs::{File, TryLockError};
-    use std::sync::atomic::{AtomicBool, Ordering};
+fn open_reads_without_the_lock_and_repairs_once_it_has_it() {
     let dir = temp_dir();
     let path = path_in(&dir, "c.tcache");
     {
@@ -137,44 +137,29 @@ fn open_decodes_without_holding_the_lock() {
     }
     let leftover = path_in(&dir, ".c.tcache.tmp.999999.0");
     std::fs::write(&leftover, b"half a snapshot").expect("write");
-    let lock = File::options()
+    let lock = std::fs::File::options()
         .read(true)
         .write(true)
         .open(path_in(&dir, "c.tcache.lock"))
         .expect("lock file");
-    let opening = std::sync::Arc::new(AtomicBool::new(true));
-    let prober = std::thread::spawn({
-        let opening = opening.clone();
-        move || {
-            // The longest stretch during which the lock could not be taken.
-            let (mut longest, mut busy_since) = (Duration::ZERO, None::<Instant>);
-            while opening.load(Ordering::Relaxed) {
-                match lock.try_lock() {
-                    Ok(()) => {
-                        let _ = lock.unlock();
-                        if let Some(since) = busy_since.take() {
-                            longest = longest.max(since.elapsed());
-                        }
-                    }
-                    Err(TryLockError::WouldBlock) => {
-                        busy_since.get_or_insert_with(Instant::now);
-                    }
-                    Err(TryLockError::Error(e)) => panic!("probe: {e}"),
-                }
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            longest
-        }
-    });
+    lock.lock().expect("held by another writer");
+    let lock_timeout = Duration::from_secs(60);
     let started = Instant::now();
-    let cache = builder(&path).open();
-    let took = started.elapsed();
-    opening.store(false, Ordering::Relaxed);
-    let longest = prober.join().expect("prober");
-    assert_eq!(cache.len(), 30_000);
+    let cache = builder(&path).lock_timeout(lock_timeout).open();
     assert!(
-        longest < took / 4,
-        "the lock was held for {longest:?} of an open that took {took:?}"
+        started.elapsed() < lock_timeout,
+        "the open waited for the lock"
     );
-    assert!(!leftover.exists(), "the leftover temporary file is removed");
+    assert_eq!(cache.len(), 30_000, "every entry read without the lock");
+    assert!(leftover.exists(), "a repair waits for the lock");
+    lock.unlock().expect("let go");
+    cache.put(ns(), entry(2, 1));
+    cache.flush().expect("saved once the lock is free");
+    drop(cache);
+    let again = builder(&path).open();
+    assert_eq!(again.len(), 30_001);
+    assert!(
+        !leftover.exists(),
+        "the next open that got the lock removed the leftover"
+    );
 }

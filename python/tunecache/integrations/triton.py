@@ -163,7 +163,7 @@ class CacheManager(_triton_cache.CacheManager):
         elif self._ours(filename):
             try:
                 text = data.decode("utf-8") if isinstance(data, bytes) else str(data)
-                _record(filename, _key(self.key, _tuning_fields()), json.loads(text))
+                _record(filename, _key(self.key, _tuning_fields()), text)
                 return _write_private(filename, text)
             except Exception as e:  # noqa: BLE001 - Triton keeps its own file instead
                 warn_once(f"triton put {e}", f"tunecache: a Triton autotune result was not recorded ({e}); kept in Triton's cache directory")
@@ -210,64 +210,19 @@ def _namespace(filename: str) -> str:
     return "triton/" + filename[: -len(_SUFFIX)]
 
 
-def _config_name(config: dict[str, Any]) -> str:
-    parts = [f"{k}={v}" for k, v in sorted((config.get("kwargs") or {}).items())]
-    for field in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
-        if config.get(field) is not None:
-            parts.append(f"{field}={config[field]}")
-    return ",".join(parts) or "default"
-
-
-def _params(config: dict[str, Any]) -> dict[str, Any]:
-    """A config's fields as params; a config holding a value the canonical encoding refuses
-    (a float) is kept whole as JSON text."""
-    plain = {k: v for k, v in config.items() if v is not None}
-
-    def canonical(v: Any) -> bool:
-        if isinstance(v, dict):
-            return all(isinstance(k, str) and canonical(x) for k, x in v.items())
-        if isinstance(v, list):
-            return all(x is not None and canonical(x) for x in v)
-        return isinstance(v, (bool, str)) or (isinstance(v, int) and -(2**63) <= v < 2**63)
-
-    return plain if canonical(plain) else {"json": json.dumps(config, sort_keys=True)}
-
-
 def _config_of(params: dict[str, Any]) -> dict[str, Any]:
     if set(params) == {"json"}:
         return json.loads(params["json"])
     return dict(params)
 
 
-def _record(filename: str, key: dict[str, Any], doc: dict[str, Any]) -> None:
+def _record(filename: str, key: dict[str, Any], text: str) -> None:
+    """Records what Triton wrote for ``filename`` through cache-import's Triton mapping (the
+    one the importer uses too: candidate names, params, p50/p20/p80, failures)."""
     cache = store.cache()
     if cache is None:
         raise OSError("the tunecache file cannot be used")
-    rows = doc["configs_timings"]
-    named = [(_config_name(c), _params(c), t) for c, t in rows]
-    every = [(name, params) for name, params, _ in named]
-    ns = _namespace(filename)
-    for name, params, timing in named:
-        p50, p20, p80 = _quantiles(timing)
-        if not math.isfinite(p50) or p50 < 0:
-            cache.put(ns, key, name, params, failed=f"Triton timed it {p50!r} ms", candidates=every)
-            continue
-        lo = min(p20, p50) if math.isfinite(p20) and p20 >= 0 else p50
-        hi = p80 if math.isfinite(p80) and p80 >= lo else lo
-        cache.put(
-            ns, key, name, params,
-            median_ns=p50 * 1e6, min_ns=lo * 1e6, spread_ns=(hi - lo) * 1e6, candidates=every,
-        )
-
-
-def _quantiles(timing: Any) -> tuple[float, float, float]:
-    if isinstance(timing, (int, float)):
-        t = float(timing)
-        return t, t, t
-    values = [float(x) for x in timing]
-    if len(values) >= 3:
-        return values[0], values[1], values[2]
-    return values[0], values[0], values[0]
+    cache._record_triton(_namespace(filename), key, text, filename)
 
 
 def _read(filename: str, key: dict[str, Any]) -> Optional[str]:
@@ -306,6 +261,6 @@ def _adopt(filename: str, key: dict[str, Any], path: str) -> None:
     """Takes a file from Triton's own cache directory into tunecache (its files stay)."""
     try:
         with open(path, encoding="utf-8") as f:
-            _record(filename, key, json.load(f))
+            _record(filename, key, f.read())
     except Exception as e:  # noqa: BLE001 - Triton still has its file
         warn_once(f"triton adopt {path}", f"tunecache: {path} was not taken in ({e})")

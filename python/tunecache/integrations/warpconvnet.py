@@ -294,6 +294,12 @@ def import_file(path: str, cache: Any = None, version: Optional[int] = None) -> 
     return changed
 
 
+def import_into(cache: Any, path: str) -> dict[str, Any]:
+    """``Cache.import_from("warpconvnet", path)``: :func:`import_file` into ``cache`` (the
+    ``tunecache.importers`` entry point), in ``import_from``'s result form."""
+    return {"imported": import_file(path, cache), "files": 1, "notes": []}
+
+
 def _installed_major(default: int) -> int:
     try:
         return _current_major()
