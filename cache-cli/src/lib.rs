@@ -8,6 +8,7 @@
 //!
 //! What it is not: the library API; everything here goes through cache-core.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod args;
 mod cmd;

@@ -15,6 +15,7 @@
 //! It does no I/O, takes no locks and knows nothing of GPUs; cache-core does the file
 //! handling. The byte layout is specified in `FORMAT.md` at the repository root.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod build;
 pub mod bundle;

@@ -7,6 +7,8 @@
 //! line, and the caller keeps nothing of what the sink saw. Entries are deterministic: a
 //! result's time is the source file's modification time, so importing the same files twice
 //! gives the same entries and changes nothing.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::path::{Path, PathBuf};

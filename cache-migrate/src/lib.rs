@@ -9,6 +9,7 @@
 //! What this crate is not: it does not read or write files (cache-core does, and keeps
 //! backups), and it does not know what any application's algorithms mean.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod error;
 mod ops;

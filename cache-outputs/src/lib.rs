@@ -15,6 +15,7 @@
 //!   across threads and processes, with a bounded wait ([`OutputCache::get_or_compute`]).
 //! - [`OutputCache::session`] makes a cache in a fresh directory that goes away with its
 //!   owner, and reaps those of killed processes.
+#![deny(missing_docs)]
 
 mod key;
 mod memory;

@@ -25,6 +25,7 @@
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod breaker;
 mod fleet;

@@ -6,6 +6,7 @@
 //! fingerprints, the output cache and its keys, and the queue that carries the core's warnings
 //! to Python's `logging`. The GIL is released around file, lock, network, migration and
 //! hashing work, not around in-memory hits.
+#![deny(missing_docs)]
 
 mod args;
 mod cache;

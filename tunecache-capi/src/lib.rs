@@ -16,6 +16,7 @@
 //! - A byte key (a POD the caller zeroes, then fills) is stored as the key `{"bin": <hex>}`
 //!   (FORMAT.md, "Byte keys"), so the CLI lists and explains it and any language can compute
 //!   its fingerprint.
+#![deny(missing_docs)]
 #![allow(
     non_camel_case_types,
     reason = "the C types keep their C names, so the header and the Rust agree"

@@ -7,7 +7,8 @@
 //! - `release`: every version bump has its migration step and golden inputs.
 //! - `docs`: every path ARCHITECTURE.md names exists.
 //! - `size`: no source file over 600 lines, no function over 100 lines outside tests.
-//! - `tidy`: no `Result<_, String>` at a public boundary.
+//! - `tidy`: no `Result<_, String>` at a public boundary; no I/O in the pure crates.
+//! - `api`: each library crate's public names against its snapshot in `api/`.
 //! - `bench-report`: the command-line costs for caches of 1k to 1M entries, side by side with
 //!   Python msgpack on the same files.
 //! - `header`, `capi`: the C header (cbindgen; `--verify` in the test command) and an install
@@ -18,6 +19,7 @@
 //! Each task is a module; the project root is found from `CARGO_MANIFEST_DIR`.
 #![allow(clippy::print_stdout, reason = "a command-line tool reports on stdout")]
 
+mod api;
 mod bench;
 mod capi;
 mod docs;
@@ -49,7 +51,9 @@ tasks:
   docs       check that every file or folder ARCHITECTURE.md names exists
   size       check that no source file has over 600 lines and no function outside tests
              over 100
-  tidy       check that no public function returns Result<_, String>
+  tidy       check that no public function returns Result<_, String> and that the pure
+             crates do no I/O
+  api        [--bless] check each library crate's public names against api/<crate>.txt
   bench-report [--sizes N,N,...]  time stats, list, verify, put, export, migrate and
              import of the release binary on caches of each size (default 1k,10k,100k,1M),
              beside Python's msgpack.unpackb of the same file
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
         Some("docs") => docs::run(&project_root()),
         Some("size") => size::run(&project_root()),
         Some("tidy") => tidy::run(&project_root()),
+        Some("api") => api::run(&project_root(), &args[1..]),
         Some("header") => capi::header(&project_root(), &args[1..]),
         Some("capi") => capi::install(&project_root(), &args[1..]),
         Some("test") => test::run(&project_root(), &args[1..]),

@@ -10,21 +10,21 @@ use crate::scan::{Limits, scan_value};
 /// The first 12 bytes: a msgpack array header, the `tunecache` marker and format version 4,
 /// so a reader of any format learns what the file is and its version before anything else
 /// (and an older build stops at the version).
-pub const TABLE_PREFIX: [u8; 12] = [
+pub(crate) const TABLE_PREFIX: [u8; 12] = [
     0x96, 0xa9, b't', b'u', b'n', b'e', b'c', b'a', b'c', b'h', b'e', 0x04,
 ];
 
 /// Bytes 12 to 16: the layout of a format 4 file.
-pub const TABLE_MAGIC: [u8; 4] = *b"TBL1";
+pub(crate) const TABLE_MAGIC: [u8; 4] = *b"TBL1";
 
 /// Offset of commit slot A.
 pub const SLOT_A: u64 = 16;
 /// Offset of commit slot B.
 pub const SLOT_B: u64 = 80;
 /// Length of a commit slot.
-pub const SLOT_LEN: usize = 64;
+pub(crate) const SLOT_LEN: usize = 64;
 /// Offset of the header's length.
-pub const HEADER_AT: u64 = 144;
+pub(crate) const HEADER_AT: u64 = 144;
 
 /// One commit slot: which commit is current, as of its sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +85,7 @@ pub fn is_table(prefix: &[u8]) -> bool {
 }
 
 /// The bytes a new table starts with: prefix, two empty slots, the header.
-pub fn encode_head(app: &str, schema: u32) -> Vec<u8> {
+pub(crate) fn encode_head(app: &str, schema: u32) -> Vec<u8> {
     let header = rmp_serde::to_vec_named(&HeaderWire {
         app: app.to_owned(),
         schema,
@@ -103,7 +103,7 @@ pub fn encode_head(app: &str, schema: u32) -> Vec<u8> {
 
 /// A slot's 64 bytes: sequence number, the commit's offset, length and CRC-32, zeros, and the
 /// CRC-32 of the first 60 bytes.
-pub fn encode_slot(slot: &Slot) -> [u8; SLOT_LEN] {
+pub(crate) fn encode_slot(slot: &Slot) -> [u8; SLOT_LEN] {
     let mut out = [0u8; SLOT_LEN];
     out[..8].copy_from_slice(&slot.seq.to_be_bytes());
     out[8..16].copy_from_slice(&slot.commit.offset.to_be_bytes());
@@ -132,7 +132,10 @@ fn decode_slot(bytes: &[u8]) -> Option<Slot> {
 
 /// Reads a table's fixed start from `bytes` (the file's first bytes: at least 148, and the
 /// header after them). `Ok(Err(needed))`: `bytes` is too short, read `needed` bytes first.
-pub fn read_head(bytes: &[u8], limits: &Limits) -> Result<Result<TableHead, u64>, FormatError> {
+pub(crate) fn read_head(
+    bytes: &[u8],
+    limits: &Limits,
+) -> Result<Result<TableHead, u64>, FormatError> {
     if bytes.len() < 12 || bytes[..11] != TABLE_PREFIX[..11] {
         return Err(FormatError::NotTunecache {
             what: "file",

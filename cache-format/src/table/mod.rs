@@ -35,11 +35,19 @@ use sha2::{Digest, Sha256};
 
 pub use build::{TableBuilder, table_bytes};
 pub use check::{CheckReport, check_table};
-pub use head::{
-    HEADER_AT, SLOT_A, SLOT_B, SLOT_LEN, Slot, TABLE_MAGIC, TABLE_PREFIX, TableHead, encode_head,
-    encode_slot, is_table, read_head,
+#[allow(
+    unused_imports,
+    reason = "the layout's constants, for the crate's own modules"
+)]
+pub(crate) use head::{
+    HEADER_AT, SLOT_LEN, TABLE_MAGIC, TABLE_PREFIX, TableHead, encode_head, encode_slot, read_head,
 };
-pub use node::{INTERNAL_MAX, LEAF_MAX, MAX_HEIGHT, NODE_MAX_BYTES};
+pub use head::{SLOT_A, SLOT_B, Slot, is_table};
+#[allow(
+    unused_imports,
+    reason = "the node bounds, for the crate's own modules"
+)]
+pub(crate) use node::{INTERNAL_MAX, LEAF_MAX, MAX_HEIGHT, NODE_MAX_BYTES};
 pub use read::{Cursor, Table, TableError};
 pub use update::{Change, Decide, Item, Update, UpdateOutcome};
 pub use wire::{Commit, DirScope, Directory, Rewritten};

@@ -13,14 +13,14 @@ use super::{BlockRef, TKey};
 use crate::error::FormatError;
 
 /// Most records in a leaf (a 4 KiB node).
-pub const LEAF_MAX: usize = 64;
+pub(crate) const LEAF_MAX: usize = 64;
 /// Most records in an internal node (an 8 KiB node).
-pub const INTERNAL_MAX: usize = 128;
+pub(crate) const INTERNAL_MAX: usize = 128;
 /// The tallest tree a reader follows (a leaf is height 0): 128⁹ × 64 entries is far beyond any
 /// cache; a taller claim is damage.
-pub const MAX_HEIGHT: u8 = 10;
+pub(crate) const MAX_HEIGHT: u8 = 10;
 /// The largest node block.
-pub const NODE_MAX_BYTES: usize = 4 + INTERNAL_MAX * RECORD_LEN;
+pub(crate) const NODE_MAX_BYTES: usize = 4 + INTERNAL_MAX * RECORD_LEN;
 
 pub(crate) const RECORD_LEN: usize = 64;
 const LEAF: u8 = b'L';
