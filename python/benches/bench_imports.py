@@ -51,8 +51,14 @@ def tunableop(dir_: str, n: int) -> str:
 def vllm(dir_: str, n: int) -> str:
     for f in range(max(1, n // 100)):
         doc = {
-            str(m): {"BLOCK_SIZE_M": 16 << (m % 4), "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128,
-                     "GROUP_SIZE_M": 1 + m % 16, "num_warps": 4, "num_stages": 3}
+            str(m): {
+                "BLOCK_SIZE_M": 16 << (m % 4),
+                "BLOCK_SIZE_N": 64,
+                "BLOCK_SIZE_K": 128,
+                "GROUP_SIZE_M": 1 + m % 16,
+                "num_warps": 4,
+                "num_stages": 3,
+            }
             for m in range(1, 101)
         }
         name = f"E={8 + f % 64},N={256 * (1 + f // 64)},device_name=NVIDIA_H200.json"
@@ -75,11 +81,18 @@ def bench(exe: str, fmt: str, make, n: int, baseline_rss: int) -> None:
         t_lines, rss_lines = run(exe, "--cache-file", b, "--app", "bench", "import", lines)
         entries = sum(1 for _ in open(lines))
         mib = 1 << 20
-        print(f"{fmt:>10}: {entries} entries, source {source_bytes / mib:.1f} MiB, JSON lines {size_of(lines) / mib:.1f} MiB")
-        print(f"{'':>10}  import --from {fmt}: {t_from:.3f} s, peak RSS {rss_from / mib:.1f} MiB "
-              f"({rss_from / source_bytes:.2f}x source; {(rss_from - baseline_rss) / mib:.1f} MiB above baseline = "
-              f"{(rss_from - baseline_rss) / source_bytes:.2f}x source)")
-        print(f"{'':>10}  the cache file it makes: {size_of(a) / mib:.1f} MiB ({size_of(a) / source_bytes:.2f}x source)")
+        print(
+            f"{fmt:>10}: {entries} entries, source {source_bytes / mib:.1f} MiB,"
+            f" JSON lines {size_of(lines) / mib:.1f} MiB"
+        )
+        print(
+            f"{'':>10}  import --from {fmt}: {t_from:.3f} s, peak RSS {rss_from / mib:.1f} MiB "
+            f"({rss_from / source_bytes:.2f}x source; {(rss_from - baseline_rss) / mib:.1f} MiB above baseline = "
+            f"{(rss_from - baseline_rss) / source_bytes:.2f}x source)"
+        )
+        print(
+            f"{'':>10}  the cache file it makes: {size_of(a) / mib:.1f} MiB ({size_of(a) / source_bytes:.2f}x source)"
+        )
         print(f"{'':>10}  import of JSON lines: {t_lines:.3f} s, peak RSS {rss_lines / mib:.1f} MiB")
         print(f"{'':>10}  time ratio (--from / JSON lines): {t_from / t_lines:.2f}")
 
@@ -89,7 +102,9 @@ def main() -> None:
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
     with tempfile.TemporaryDirectory() as tmp:
         one = tunableop(tmp, 1)
-        _, baseline = run(exe, "--cache-file", os.path.join(tmp, "c.tcache"), "--app", "bench", "import", "--from", "tunableop", one)
+        _, baseline = run(
+            exe, "--cache-file", os.path.join(tmp, "c.tcache"), "--app", "bench", "import", "--from", "tunableop", one
+        )
     print(f"baseline (a one-row import): peak RSS {baseline / (1 << 20):.1f} MiB")
     bench(exe, "tunableop", tunableop, n, baseline)
     bench(exe, "vllm", vllm, n, baseline)

@@ -34,14 +34,28 @@ def report(name: str, theirs: float, ours: float) -> None:
     print(f"{name:<12} framework {theirs * 1e6:9.2f} us   tunecache {ours * 1e6:9.2f} us   ratio {ours / theirs:5.2f}x")
 
 
-ROWS = [[{"kwargs": {"BLOCK": b}, "num_warps": 4, "num_ctas": 1, "num_stages": 3, "maxnreg": None,
-          "pre_hook": None, "ir_override": None}, [0.01 * b, 0.009 * b, 0.011 * b]] for b in (32, 64, 128, 256)]
+ROWS = [
+    [
+        {
+            "kwargs": {"BLOCK": b},
+            "num_warps": 4,
+            "num_ctas": 1,
+            "num_stages": 3,
+            "maxnreg": None,
+            "pre_hook": None,
+            "ir_override": None,
+        },
+        [0.01 * b, 0.009 * b, 0.011 * b],
+    ]
+    for b in (32, 64, 128, 256)
+]
 
 
 def triton_hit(tmp: str) -> None:
     os.environ["TRITON_CACHE_DIR"] = f"{tmp}/triton"
     os.environ["TUNECACHE_TRITON_PATH"] = f"{tmp}/tc/triton.tcache"
     from triton.runtime.cache import FileCacheManager
+
     from tunecache.integrations import triton as adapter
 
     doc = json.dumps({"key": [1024], "configs_timings": ROWS})
@@ -59,6 +73,7 @@ def triton_hit(tmp: str) -> None:
 def inductor_hit(tmp: str) -> None:
     os.environ["TUNECACHE_INDUCTOR_PATH"] = f"{tmp}/tc/inductor.tcache"
     from torch._inductor import remote_cache as rc
+
     from tunecache.integrations import inductor as adapter
 
     value = {"XBLOCK": 128, "num_warps": 8, "num_stages": 1, "configs_hash": "c" * 64, "found_by_coordesc": False}
@@ -104,8 +119,11 @@ def warpconvnet_hit(tmp: str) -> None:
         for i in range(64):
             c.update_entry("AB_gather_scatter", (i, 64, 128), value)
     key = (7, 64, 128)
-    report("warpconvnet", per_call(lambda: theirs.get_namespace("AB_gather_scatter").get(key)),
-           per_call(lambda: ours.get_namespace("AB_gather_scatter").get(key)))
+    report(
+        "warpconvnet",
+        per_call(lambda: theirs.get_namespace("AB_gather_scatter").get(key)),
+        per_call(lambda: ours.get_namespace("AB_gather_scatter").get(key)),
+    )
     theirs._save_on_exit()
 
 
@@ -136,7 +154,10 @@ def killed_ranks(tmp: str) -> None:
 
     for mode in ("warpconvnet", "tunecache"):
         d = f"{tmp}/killed-{mode}"
-        procs = [subprocess.Popen([sys.executable, "-c", KILLED, d, str(p), mode], stderr=subprocess.DEVNULL) for p in range(8)]
+        procs = [
+            subprocess.Popen([sys.executable, "-c", KILLED, d, str(p), mode], stderr=subprocess.DEVNULL)
+            for p in range(8)
+        ]
         for p in procs:
             p.wait()
         reader = adapter.BenchmarkCache(d) if mode == "tunecache" else bc.GenericBenchmarkCache(d)
@@ -158,18 +179,20 @@ print(f"{(t1 - t0) * 1e3:.1f} {(t2 - t1) * 1e3:.1f}")
 
 def first_lookup(tmp: str, n: int = 100_000) -> None:
     import tunecache
-    from tunecache.integrations.triton import _config_name, _params, _scope
+    from tunecache.integrations.triton import _scope
 
+    # What Triton writes for one kernel, recorded as the adapter records it (one mapping).
+    doc = json.dumps({"key": None, "configs_timings": ROWS})
     for size in (1, n):
         path = f"{tmp}/first-{size}.tcache"
         c = tunecache.Cache("triton", path=path, scope=_scope())
-        every = [(_config_name(r[0]), _params(r[0])) for r in ROWS]
         for i in range(size):
-            for (name, params), row in zip(every, ROWS):
-                c.put("triton/k", {"hash": f"H{i}"}, name, params, median_ns=row[1][0] * 1e6, candidates=every)
+            c._record_triton("triton/k", {"hash": f"H{i}"}, doc, "k.autotune.json")
         c.close()
         env = {**os.environ, "TUNECACHE_TRITON_PATH": path}
-        out = subprocess.run([sys.executable, "-c", FIRST, f"H{size // 2}"], env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", FIRST, f"H{size // 2}"], env=env, capture_output=True, text=True, check=True
+        )
         imp, first = out.stdout.split()
         print(f"first lookup, fresh process, {size:>6} entries: import {imp} ms, open + first hit {first} ms")
 

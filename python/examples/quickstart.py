@@ -33,8 +33,9 @@ def matmul_einsum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def main() -> None:
     folder = sys.argv[1] if len(sys.argv) > 1 else os.path.join(tempfile.gettempdir(), "tunecache-quickstart")
-    cache = tunecache.Cache("quickstart", schema=1, path=os.path.join(folder, "quickstart.tcache"),
-                            scope=tunecache.default_scope())
+    cache = tunecache.Cache(
+        "quickstart", schema=1, path=os.path.join(folder, "quickstart.tcache"), scope=tunecache.default_scope()
+    )
 
     # One result recorded by hand, then read back.
     cache.put("notes", {"what": "hello"}, "manual", {"v": 1}, median_ns=1.0)

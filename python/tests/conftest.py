@@ -40,7 +40,9 @@ def run(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess[str
     return out
 
 
-def python(code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def python(
+    code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """Runs `code` in a fresh interpreter of this environment."""
     e = dict(os.environ)
     if env:

@@ -8,9 +8,9 @@ import threading
 import time
 
 import pytest
+from conftest import python
 
 import tunecache
-from conftest import python
 
 
 def _work(n):
@@ -122,8 +122,12 @@ def test_a_shipped_choice_is_measured_with_the_rest_and_serves_while_measuring_i
     import json
 
     c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
-    line = {"scope": c.scope, "namespace": "sum", "key": {"n": 1000},
-            "candidates": [{"algo": "builtin", "params": {}, "status": "chosen", "chosen_by": "shipped"}]}
+    line = {
+        "scope": c.scope,
+        "namespace": "sum",
+        "key": {"n": 1000},
+        "candidates": [{"algo": "builtin", "params": {}, "status": "chosen", "chosen_by": "shipped"}],
+    }
     assert c.import_lines(json.dumps(line)) == 1
     from tunecache import _autotune
 
@@ -142,7 +146,9 @@ def test_a_grown_candidate_set_measures_only_the_new_one(tmp_path):
     c = tunecache.Cache("tune", path=tmp_path / "c.tcache")
     op = make(c)
     op(500)
-    grown = tunecache.Autotuned(c, "sum", op.candidates + [tunecache.Candidate("new", _work)], key=lambda n: {"n": n}, repeat=2)
+    grown = tunecache.Autotuned(
+        c, "sum", op.candidates + [tunecache.Candidate("new", _work)], key=lambda n: {"n": n}, repeat=2
+    )
     grown(500)
     assert grown.measured == 1
     assert len(c.get("sum", {"n": 500}).candidates) == 4
@@ -164,7 +170,7 @@ def test_four_threads_tune_each_key_once(tmp_path, read_only):
             barrier.wait()
             for n in (100, 200, 300):
                 assert op(n) == sum(range(n))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - the main thread reports it
             errors.append(e)
 
     threads = [threading.Thread(target=worker) for _ in range(4)]

@@ -9,9 +9,9 @@ import pickle
 import stat
 
 import pytest
+from conftest import python, run
 
 import tunecache
-from conftest import python, run
 
 SCOPE = {"device": "test-cpu", "arch": "x86_64"}
 KEY = {"m": 128, "n": 64, "dtype": "float32"}
@@ -113,7 +113,14 @@ def test_migrations_from_python_steps(tmp_path):
     f = tmp_path / "c.tcache"
     with tunecache.Cache("pyapp", schema=1, path=f) as c:
         c.put("mm", KEY, "production", median_ns=5.0)
-    steps = [{"from": 1, "to": 2, "description": "renamed", "ops": [{"op": "rename_algorithm", "from": "production", "to": "mask_gemm"}]}]
+    steps = [
+        {
+            "from": 1,
+            "to": 2,
+            "description": "renamed",
+            "ops": [{"op": "rename_algorithm", "from": "production", "to": "mask_gemm"}],
+        }
+    ]
     with tunecache.Cache("pyapp", schema=2, migrations=steps, path=f) as c:
         assert c.get("mm", KEY).best.algorithm == "mask_gemm"
         assert c.health()["migration"]
@@ -126,7 +133,14 @@ def test_lines_of_an_older_schema_are_migrated_on_import_as_the_cli_does(tmp_pat
         c.put("mm", KEY, "production", median_ns=5.0)
         old_lines = c.export_lines()
     assert '"schema":1' in old_lines.replace(" ", "")
-    steps = [{"from": 1, "to": 2, "description": "renamed", "ops": [{"op": "rename_algorithm", "from": "production", "to": "mask_gemm"}]}]
+    steps = [
+        {
+            "from": 1,
+            "to": 2,
+            "description": "renamed",
+            "ops": [{"op": "rename_algorithm", "from": "production", "to": "mask_gemm"}],
+        }
+    ]
     with tunecache.Cache("pyapp", schema=2, migrations=steps, path=tmp_path / "new.tcache") as c:
         assert c.import_lines(old_lines) == 1
         assert c.get("mm", KEY).best.algorithm == "mask_gemm"
@@ -175,14 +189,46 @@ def test_python_and_cli_read_each_other(cli, tmp_path):
     py_file = tmp_path / "py.tcache"
     with tunecache.Cache("interop", path=py_file, scope=SCOPE) as c:
         c.put("mm", KEY, "blocked", {"tile": 32}, median_ns=800.0, samples=5)
-    out = run(cli, "get", "--cache-file", str(py_file), "-n", "mm", "-k", json.dumps(KEY), "--scope", json.dumps(SCOPE), "--json")
+    out = run(
+        cli,
+        "get",
+        "--cache-file",
+        str(py_file),
+        "-n",
+        "mm",
+        "-k",
+        json.dumps(KEY),
+        "--scope",
+        json.dumps(SCOPE),
+        "--json",
+    )
     assert "blocked" in out.stdout
     line = json.loads(run(cli, "export", "--cache-file", str(py_file)).stdout)
     assert line["fingerprint"] == tunecache.fingerprint(KEY)
 
     cli_file = tmp_path / "cli.tcache"
-    run(cli, "put", "--cache-file", str(cli_file), "--app", "interop", "--scope", json.dumps(SCOPE), "-n", "mm",
-        "-k", json.dumps(KEY), "--algo", "tiled", "--params", '{"bm":64}', "--median-ns", "700", "--samples", "3")
+    run(
+        cli,
+        "put",
+        "--cache-file",
+        str(cli_file),
+        "--app",
+        "interop",
+        "--scope",
+        json.dumps(SCOPE),
+        "-n",
+        "mm",
+        "-k",
+        json.dumps(KEY),
+        "--algo",
+        "tiled",
+        "--params",
+        '{"bm":64}',
+        "--median-ns",
+        "700",
+        "--samples",
+        "3",
+    )
     with tunecache.Cache("interop", path=cli_file, scope=SCOPE) as c:
         e = c.get("mm", KEY)
         assert e.best.algorithm == "tiled" and e.best.params == {"bm": 64} and e.best.samples == 3
@@ -193,8 +239,24 @@ def test_the_same_entries_make_the_same_bytes(cli, tmp_path):
     byte-identical files once both are written out by `tunecache merge`."""
     cli_file = tmp_path / "cli.tcache"
     for i, algo in enumerate(["naive", "tiled", "blocked"]):
-        run(cli, "put", "--cache-file", str(cli_file), "--app", "same", "--scope", json.dumps(SCOPE), "-n", "mm",
-            "-k", json.dumps({**KEY, "m": 64 * (i + 1)}), "--algo", algo, "--median-ns", str(100 + i))
+        run(
+            cli,
+            "put",
+            "--cache-file",
+            str(cli_file),
+            "--app",
+            "same",
+            "--scope",
+            json.dumps(SCOPE),
+            "-n",
+            "mm",
+            "-k",
+            json.dumps({**KEY, "m": 64 * (i + 1)}),
+            "--algo",
+            algo,
+            "--median-ns",
+            str(100 + i),
+        )
     lines = run(cli, "export", "--cache-file", str(cli_file)).stdout
     py_file = tmp_path / "py.tcache"
     with tunecache.Cache("same", path=py_file, scope=SCOPE) as c:
@@ -220,7 +282,24 @@ def test_the_same_entries_make_the_same_bytes(cli, tmp_path):
 
 def test_import_is_all_or_nothing(tmp_path):
     with tunecache.Cache("pyapp", path=tmp_path / "c.tcache") as c:
-        good = json.dumps({"scope": {}, "namespace": "mm", "key": {"m": 1}, "candidates": [{"algo": "a", "params": {}, "status": "ok", "median_ns": 1.0, "min_ns": 1.0, "spread_ns": 0.0, "samples": 1}]})
+        good = json.dumps(
+            {
+                "scope": {},
+                "namespace": "mm",
+                "key": {"m": 1},
+                "candidates": [
+                    {
+                        "algo": "a",
+                        "params": {},
+                        "status": "ok",
+                        "median_ns": 1.0,
+                        "min_ns": 1.0,
+                        "spread_ns": 0.0,
+                        "samples": 1,
+                    }
+                ],
+            }
+        )
         with pytest.raises(ValueError, match="line 2"):
             c.import_lines(good + "\n{not json\n", source="bad.jsonl")
         assert len(c) == 0

@@ -25,7 +25,8 @@ def test_pip_install_of_the_folder_gives_a_working_typed_package(tmp_path):
     py = str(env / "bin" / "python")
     run(py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(ROOT / "python"), timeout=1800)
     out = run(
-        py, "-c",
+        py,
+        "-c",
         "import os, tunecache\n"
         "here = os.path.dirname(tunecache.__file__)\n"
         "assert {'py.typed', '_tunecache.pyi'} <= set(os.listdir(here)), os.listdir(here)\n"

@@ -5,12 +5,10 @@ whole with its name and line."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import python, run
 
 FIXTURES = Path(__file__).resolve().parents[2] / "cache-import" / "tests" / "fixtures"

@@ -10,7 +10,6 @@ import os
 import sys
 
 import pytest
-
 from conftest import run
 
 pytest.importorskip("torch")
@@ -79,8 +78,15 @@ def test_the_pth_hook_installs_the_backend_in_worker_processes_only_when_asked(t
     # A worker process of that environment reads what the parent saved, with the hook only.
     inductor(tmp_path, "save")
     wiped = str(tmp_path / "wiped")
-    assert inductor(tmp_path, "pth", TORCHINDUCTOR_CACHE_DIR=wiped, TC_SITE=str(site), TUNECACHE_INDUCTOR="1")["hits"] == 3
-    assert inductor(tmp_path, "pth", TORCHINDUCTOR_CACHE_DIR=wiped + "2", TC_SITE=str(site), TUNECACHE_INDUCTOR="0")["hits"] == 0
+    assert (
+        inductor(tmp_path, "pth", TORCHINDUCTOR_CACHE_DIR=wiped, TC_SITE=str(site), TUNECACHE_INDUCTOR="1")["hits"] == 3
+    )
+    assert (
+        inductor(tmp_path, "pth", TORCHINDUCTOR_CACHE_DIR=wiped + "2", TC_SITE=str(site), TUNECACHE_INDUCTOR="0")[
+            "hits"
+        ]
+        == 0
+    )
 
 
 def test_the_pth_file_is_written_whole_and_never_through_a_link_or_over_a_file(tmp_path):

@@ -10,7 +10,6 @@ import shutil
 import sys
 
 import pytest
-
 from conftest import run
 
 pytest.importorskip("triton")
@@ -78,7 +77,6 @@ def test_a_second_process_makes_no_benchmark_call_even_with_tritons_cache_wiped(
 def test_the_entry_holds_every_config_with_tritons_timings(tmp_path):
     tune(tmp_path)
     import tunecache
-
     from tunecache.integrations.triton import _scope
 
     c = tunecache.Cache("triton", path=tmp_path / "tc" / "triton.tcache", read_only=True, scope=_scope())
@@ -121,7 +119,6 @@ def test_kernel_files_go_to_tritons_own_manager(tmp_path, monkeypatch):
 def test_a_damaged_entry_is_a_miss_with_one_warning_and_triton_tunes(tmp_path):
     tune(tmp_path)
     import tunecache
-
     from tunecache.integrations.triton import _scope
 
     c = tunecache.Cache("triton", path=tmp_path / "tc" / "triton.tcache", scope=_scope())
@@ -141,8 +138,13 @@ def test_a_config_this_triton_cannot_build_is_a_miss_not_an_exception(tmp_path):
 
     c = tunecache.Cache("triton", path=tmp_path / "tc" / "triton.tcache", scope=_scope())
     for _, entry in c.entries("triton/scale"):
-        c.put("triton/scale", entry.key, "from a newer Triton", {"kwargs": {"BLOCK": 16}, "num_warps": 2, "warp_spec": 1},
-              median_ns=10.0)
+        c.put(
+            "triton/scale",
+            entry.key,
+            "from a newer Triton",
+            {"kwargs": {"BLOCK": 16}, "num_warps": 2, "warp_spec": 1},
+            median_ns=10.0,
+        )
     c.close()
     shutil.rmtree(tmp_path / "triton")
     out = tune(tmp_path)
@@ -169,7 +171,7 @@ def test_a_changed_plug_point_is_a_clear_error():
 from test_remote import redis, redis_server  # noqa: E402,F401 - the real redis-server fixtures
 
 
-def test_results_reach_another_machine_through_the_shared_tier(tmp_path, redis):
+def test_results_reach_another_machine_through_the_shared_tier(tmp_path, redis):  # noqa: F811 - the fixture, by name
     first = tune(tmp_path, TUNECACHE_REMOTE=redis)
     assert first["calls"] == 6
     other = tmp_path / "other-machine"
@@ -199,7 +201,8 @@ def test_a_forked_child_that_exits_leaves_the_parents_private_directory(tmp_path
 def test_a_child_forked_while_another_thread_holds_the_adapters_locks_never_hangs(tmp_path, monkeypatch):
     import threading
 
-    from tunecache.integrations import _common, triton as adapter
+    from tunecache.integrations import _common
+    from tunecache.integrations import triton as adapter
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     monkeypatch.setenv("TUNECACHE_TRITON_PATH", str(tmp_path / "tc" / "triton.tcache"))
@@ -221,7 +224,7 @@ def test_a_child_forked_while_another_thread_holds_the_adapters_locks_never_hang
             adapter._private_dir()
             _common.warn_once("fork", "tunecache: forked")
             os._exit(0)
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - a forked child reports any failure by its exit code
             os._exit(1)
     release.set()
     t.join()

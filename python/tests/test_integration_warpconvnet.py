@@ -9,7 +9,6 @@ import os
 import sys
 
 import pytest
-
 from conftest import run
 
 pytest.importorskip("torch")
@@ -41,8 +40,22 @@ def test_warpconvnets_own_cache_tests_pass_against_the_drop_in(tmp_path, warpcon
     env = {**wcn_env, "PYTHONPATH": os.pathsep.join([str(plugin), wcn_env["PYTHONPATH"]])}
     base = tmp_path / "runs"
     tests = warpconvnet_src / "tests" / "utils" / "test_generic_benchmark_cache.py"
-    out = run(sys.executable, "-m", "pytest", "-q", "-p", "tc_wcn_plugin", "-p", "no:cacheprovider",
-              f"--basetemp={base}", "--rootdir", str(tmp_path), str(tests), env=env, timeout=300)
+    out = run(
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "tc_wcn_plugin",
+        "-p",
+        "no:cacheprovider",
+        f"--basetemp={base}",
+        "--rootdir",
+        str(tmp_path),
+        str(tests),
+        env=env,
+        timeout=300,
+    )
     assert "6 passed" in out.stdout, out.stdout
     # They ran on tunecache files, not WarpConvNet's.
     assert len(list(base.rglob("benchmark_cache_generic.tcache"))) >= 6
@@ -80,7 +93,7 @@ def same(a, b) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return a == b or math.isclose(a, b, rel_tol=1e-12)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     return a == b
@@ -89,6 +102,7 @@ def same(a, b) -> bool:
 def load_both(path, cache_dir, version):
     """WarpConvNet's own view of a file at ``version``, and the drop-in's after importing it."""
     import warpconvnet.utils.benchmark_cache as bc
+
     from tunecache.integrations import warpconvnet as adapter
 
     saved = bc.WARPCONVNET_BENCHMARK_CACHE_VERSION
@@ -116,7 +130,11 @@ def test_files_written_by_warpconvnet_import_with_the_same_ranked_lists(tmp_path
     target = 18 if version == 18.0 else 9  # WarpConvNet registers 8 -> 9 only
     theirs, ours, n, cache = load_both(path, tmp_path / "tc", target)
     assert n == 5 and set(theirs) == set(ours) == {
-        "AB_gather_scatter", "AB_gather_scatter_fallback", "my_op", "implicit_gemm"}
+        "AB_gather_scatter",
+        "AB_gather_scatter_fallback",
+        "my_op",
+        "implicit_gemm",
+    }
     for ns in theirs:
         assert len(theirs[ns]) == len(ours[ns])
         for key, value in theirs[ns].items():
@@ -133,8 +151,9 @@ def test_files_written_by_warpconvnet_import_with_the_same_ranked_lists(tmp_path
 
 
 def test_a_v8_file_is_refused_for_a_version_warpconvnet_cannot_migrate_it_to(tmp_path, wcn_env):
-    from tunecache.integrations import _wcn_format as fmt, warpconvnet as adapter
     import tunecache
+    from tunecache.integrations import _wcn_format as fmt
+    from tunecache.integrations import warpconvnet as adapter
 
     path = write_with_warpconvnet(tmp_path, wcn_env, 8.0)
     c = tunecache.Cache("warpconvnet", schema=18, path=tmp_path / "x.tcache")
@@ -151,13 +170,22 @@ def test_a_v8_file_is_refused_for_a_version_warpconvnet_cannot_migrate_it_to(tmp
     [
         (lambda b: b[: len(b) // 2], "not a msgpack document"),
         (lambda b: __import__("msgpack").packb([1, 2]), "no 'namespaces' map"),
-        (lambda b: __import__("msgpack").packb({"namespaces": {"ns": [[1, 2], [3]]}, "version": 18.0}), "item 1 is not a"),
-        (lambda b: __import__("msgpack").packb({"namespaces": {"ns": [[{"a": 1}, 2], [{1: 2}, 3]]}, "version": 18.0}), "item 1: a map key 1"),
+        (
+            lambda b: __import__("msgpack").packb({"namespaces": {"ns": [[1, 2], [3]]}, "version": 18.0}),
+            "item 1 is not a",
+        ),
+        (
+            lambda b: __import__("msgpack").packb(
+                {"namespaces": {"ns": [[{"a": 1}, 2], [{1: 2}, 3]]}, "version": 18.0}
+            ),
+            "item 1: a map key 1",
+        ),
     ],
 )
 def test_a_damaged_file_is_refused_whole_naming_it(tmp_path, wcn_env, damage, message):
-    from tunecache.integrations import _wcn_format as fmt, warpconvnet as adapter
     import tunecache
+    from tunecache.integrations import _wcn_format as fmt
+    from tunecache.integrations import warpconvnet as adapter
 
     good = write_with_warpconvnet(tmp_path, wcn_env, 18.0).read_bytes()
     bad = tmp_path / "bad.msgpack"
@@ -192,8 +220,9 @@ def test_a_bad_item_refuses_the_whole_file_naming_it_and_the_item(tmp_path, wcn_
     the file. All or nothing, naming the file and the item."""
     import msgpack
 
-    from tunecache.integrations import _wcn_format as fmt, warpconvnet as adapter
     import tunecache
+    from tunecache.integrations import _wcn_format as fmt
+    from tunecache.integrations import warpconvnet as adapter
 
     good = [[{"a": i}, [_triple("algo", {}, 1.0 + i)]] for i in range(100)]
     namespaces = {"ns": good + [item]} if namespace == "ns" else {"ns": good, namespace: [item]}
@@ -213,14 +242,19 @@ def test_a_bad_item_refuses_the_whole_file_naming_it_and_the_item(tmp_path, wcn_
 def test_special_and_hostile_files_are_refused_without_hanging(tmp_path, wcn_env):
     import msgpack
 
-    from tunecache.integrations import _wcn_format as fmt, warpconvnet as adapter
     import tunecache
+    from tunecache.integrations import _wcn_format as fmt
+    from tunecache.integrations import warpconvnet as adapter
 
     c = tunecache.Cache("warpconvnet", schema=18, path=tmp_path / "x.tcache")
     fifo = tmp_path / "fifo.msgpack"
     os.mkfifo(fifo)
-    for path, message in [(fifo, "not a regular file"), ("/dev/zero", "not a regular file"),
-                          (tmp_path / "missing", "cannot be read"), (tmp_path, "not a regular file|cannot be read")]:
+    for path, message in [
+        (fifo, "not a regular file"),
+        ("/dev/zero", "not a regular file"),
+        (tmp_path / "missing", "cannot be read"),
+        (tmp_path, "not a regular file|cannot be read"),
+    ]:
         with pytest.raises(fmt.FormatError, match=message):
             adapter.import_file(str(path), c)
     deep: object = 1
@@ -239,13 +273,26 @@ def test_special_and_hostile_files_are_refused_without_hanging(tmp_path, wcn_env
 def test_the_command_line_importer(tmp_path, wcn_env):
     path = write_with_warpconvnet(tmp_path, wcn_env, 18.0)
     dest = tmp_path / "cli.tcache"
-    out = run(sys.executable, "-m", "tunecache.integrations.warpconvnet", str(path), "--cache-file", str(dest), env=wcn_env)
+    out = run(
+        sys.executable, "-m", "tunecache.integrations.warpconvnet", str(path), "--cache-file", str(dest), env=wcn_env
+    )
     assert "5 entries taken in (version 18)" in out.stdout
-    again = run(sys.executable, "-m", "tunecache.integrations.warpconvnet", str(path), "--cache-file", str(dest), env=wcn_env)
+    again = run(
+        sys.executable, "-m", "tunecache.integrations.warpconvnet", str(path), "--cache-file", str(dest), env=wcn_env
+    )
     assert "0 entries taken in" in again.stdout
     bad = tmp_path / "bad.msgpack"
     bad.write_bytes(b"\xc1")
-    failed = run(sys.executable, "-m", "tunecache.integrations.warpconvnet", str(bad), "--cache-file", str(dest), env=wcn_env, check=False)
+    failed = run(
+        sys.executable,
+        "-m",
+        "tunecache.integrations.warpconvnet",
+        str(bad),
+        "--cache-file",
+        str(dest),
+        env=wcn_env,
+        check=False,
+    )
     assert failed.returncode == 1 and str(bad) in failed.stderr
 
 
@@ -270,8 +317,10 @@ def test_eight_processes_recording_through_the_drop_in_and_killed_lose_nothing(t
     import subprocess
 
     d = tmp_path / "shared"
-    procs = [subprocess.Popen([sys.executable, "-c", RECORD, str(d), str(p)], env=wcn_env,
-                              stderr=subprocess.PIPE, text=True) for p in range(8)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", RECORD, str(d), str(p)], env=wcn_env, stderr=subprocess.PIPE, text=True)
+        for p in range(8)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=180)
         assert p.returncode == -signal.SIGKILL, err
@@ -286,7 +335,9 @@ def test_an_existing_warpconvnet_file_is_taken_in_and_a_bad_location_never_raise
 
     path = write_with_warpconvnet(tmp_path, wcn_env, 18.0)
     ours = adapter.BenchmarkCache(str(path.parent))
-    assert ours.get_namespace("implicit_gemm") == {(1, 2, 3): {"mma_tile": 3, "split_k_slices": 8, "ratio": 0.75, "none": None}}
+    assert ours.get_namespace("implicit_gemm") == {
+        (1, 2, 3): {"mma_tile": 3, "split_k_slices": 8, "ratio": 0.75, "none": None}
+    }
     assert path.exists()  # WarpConvNet's file is left as it was
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

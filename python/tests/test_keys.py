@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
+from conftest import ROOT
 
 import tunecache
-from conftest import ROOT
 
 VECTORS = json.loads((ROOT / "cache-format" / "tests" / "data" / "fingerprint_vectors.json").read_text())
 
@@ -71,7 +71,22 @@ def test_cli_prints_the_same_fingerprint(cli, tmp_path):
 
     key = {"m": 512, "n": 256, "dtype": "float32", "shape": [1, 2]}
     f = tmp_path / "c.tcache"
-    run(cli, "put", "--cache-file", str(f), "--app", "k", "-n", "mm", "-k", json.dumps(key), "--algo", "a", "--median-ns", "5")
+    run(
+        cli,
+        "put",
+        "--cache-file",
+        str(f),
+        "--app",
+        "k",
+        "-n",
+        "mm",
+        "-k",
+        json.dumps(key),
+        "--algo",
+        "a",
+        "--median-ns",
+        "5",
+    )
     line = json.loads(run(cli, "export", "--cache-file", str(f)).stdout)
     assert line["fingerprint"] == tunecache.fingerprint(key)
 

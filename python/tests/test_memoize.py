@@ -8,9 +8,9 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import python
 
 import tunecache
-from conftest import python
 
 
 def test_arrays_in_arrays_out_and_every_byte_counts(tmp_path):

@@ -12,9 +12,9 @@ import threading
 import time
 
 import pytest
+from conftest import python, run
 
 import tunecache
-from conftest import python, run
 
 KEY = {"m": 1}
 
@@ -48,7 +48,7 @@ def test_parent_and_child_of_a_fork_both_record_and_nothing_deadlocks(tmp_path):
                     c.flush(20)
                     c.close()
                     code = 0
-                except BaseException:
+                except BaseException:  # noqa: BLE001 - a forked child reports any failure by its exit code
                     import traceback
 
                     traceback.print_exc()
@@ -114,13 +114,17 @@ def test_other_threads_run_while_flush_waits_on_a_held_lock(tmp_path):
     c.put("ns", KEY, "a", median_ns=1.0)
     c.flush()
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import fcntl, sys, time\n"
-         f"f = open({str(path) + '.lock'!r}, 'a+')\n"
-         "fcntl.flock(f, fcntl.LOCK_EX)\n"
-         "print('held', flush=True)\n"
-         "time.sleep(3)\n"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time\n"
+            f"f = open({str(path) + '.lock'!r}, 'a+')\n"
+            "fcntl.flock(f, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "time.sleep(3)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -143,23 +147,32 @@ def test_other_threads_run_while_flush_waits_on_a_held_lock(tmp_path):
 def test_the_exit_flush_is_bounded_and_says_what_was_not_saved(tmp_path):
     path = tmp_path / "c.tcache"
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import fcntl, time\n"
-         f"f = open({str(path) + '.lock'!r}, 'a+')\n"
-         "fcntl.flock(f, fcntl.LOCK_EX)\n"
-         "print('held', flush=True)\n"
-         "time.sleep(60)\n"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, time\n"
+            f"f = open({str(path) + '.lock'!r}, 'a+')\n"
+            "fcntl.flock(f, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "time.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "held"
         start = time.monotonic()
         out = subprocess.run(
-            [sys.executable, "-c",
-             "import tunecache\n"
-             f"c = tunecache.Cache('bounded', path={str(path)!r}, save_delay=600, lock_timeout=1)\n"
-             "c.put('ns', {'i': 1}, 'a', median_ns=1.0)\n"],
-            capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-c",
+                "import tunecache\n"
+                f"c = tunecache.Cache('bounded', path={str(path)!r}, save_delay=600, lock_timeout=1)\n"
+                "c.put('ns', {'i': 1}, 'a', median_ns=1.0)\n",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         took = time.monotonic() - start
     finally:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import typing
@@ -27,7 +26,10 @@ def stubtest(stub_dir: pathlib.Path | None = None) -> subprocess.CompletedProces
         env["MYPYPATH"] = str(stub_dir)
     return subprocess.run(
         [sys.executable, "-m", "mypy.stubtest", "tunecache._tunecache"],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
         cwd=stub_dir or pathlib.Path(__file__).parent,
     )
 
@@ -75,17 +77,17 @@ def conforms(value: object, hint: object) -> bool:
         return value is None
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType")):
+    if origin in (typing.Union, __import__("types").UnionType):
         return any(conforms(value, a) for a in args)
     if origin is list:
         return isinstance(value, list) and all(conforms(v, args[0]) for v in value)
     if origin is dict:
-        return isinstance(value, dict) and all(
-            conforms(k, args[0]) and conforms(v, args[1]) for k, v in value.items()
-        )
+        return isinstance(value, dict) and all(conforms(k, args[0]) and conforms(v, args[1]) for k, v in value.items())
     if origin is tuple:
-        return isinstance(value, tuple) and len(value) == len(args) and all(
-            conforms(v, a) for v, a in zip(value, args)
+        return (
+            isinstance(value, tuple)
+            and len(value) == len(args)
+            and all(conforms(v, a) for v, a in zip(value, args, strict=True))
         )
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -100,7 +102,7 @@ def check(obj: object, cls: str, skip: tuple[str, ...] = ()) -> list[str]:
     for name, (text, is_property) in annotations(cls).items():
         if name in skip:
             continue
-        hint = eval(text, names)  # noqa: S307 - the stub's own annotations
+        hint = eval(text, names)
         value = getattr(obj, name) if is_property else getattr(obj, name)()
         if not conforms(value, hint):
             wrong.append(f"{cls}.{name} returned {value!r}, the stub says {text}")

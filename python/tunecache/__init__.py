@@ -15,25 +15,6 @@ torch dtypes become their names (``"float32"``); floats are refused (``TypeError
 floats may differ in their bits, and a key must hash the same everywhere.
 """
 
-from ._tunecache import (
-    CacheError,
-    Candidate as RecordedCandidate,
-    Claim,
-    Entry,
-    OutputCache,
-    __version__,
-    canonical_key,
-    candidate_set_fingerprint,
-    fingerprint,
-    scope_fingerprint,
-)
-from ._cache import Cache, default_scope, flush_all, flush_on_sigterm
-from ._errors import (
-    ForeignFileError,
-    LockTimeoutError,
-    RefusedEntryError,
-    SharedTierUnreachableError,
-)
 from ._autotune import (
     Autotuned,
     Candidate,
@@ -43,7 +24,28 @@ from ._autotune import (
     measuring_forbidden,
     perf_counter_timer,
 )
+from ._cache import Cache, default_scope, flush_all, flush_on_sigterm
+from ._errors import (
+    ForeignFileError,
+    LockTimeoutError,
+    RefusedEntryError,
+    SharedTierUnreachableError,
+)
 from ._memoize import Memoized, memoize, torch_parts
+from ._tunecache import (
+    CacheError,
+    Claim,
+    Entry,
+    OutputCache,
+    __version__,
+    candidate_set_fingerprint,
+    canonical_key,
+    fingerprint,
+    scope_fingerprint,
+)
+from ._tunecache import (
+    Candidate as RecordedCandidate,
+)
 
 __all__ = [
     "Autotuned",

@@ -16,8 +16,9 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from ._cache import Cache
 
@@ -224,7 +225,7 @@ class Autotuned:
             return
         report["keys"] += len(keys)
         fresh = dict(memo)
-        for (mk, _), entry in zip(keys, view):
+        for (mk, _), entry in zip(keys, view, strict=True):
             best = self._best_of(entry) if entry is not None else None
             if best is not None and best is not memo[mk]:
                 fresh[mk] = best
@@ -319,8 +320,7 @@ class Autotuned:
             return unmeasured
         if best is None:
             raise TuningError(
-                f"{self.namespace}: every candidate failed for {dict(key)}; see "
-                "cache.get(...).candidates for why"
+                f"{self.namespace}: every candidate failed for {dict(key)}; see cache.get(...).candidates for why"
             )
         best = self._fleet_winner(key, memo_key, best)
         self._memo[memo_key] = best
@@ -379,12 +379,12 @@ class Autotuned:
             spent[c] += time.perf_counter_ns() - start
         for round_ in range(self.repeat):
             # Interleave: each round visits every candidate, starting one further along.
-            order = alive[round_ % len(alive):] + alive[: round_ % len(alive)] if alive else []
+            order = alive[round_ % len(alive) :] + alive[: round_ % len(alive)] if alive else []
             for c in order:
                 start = time.perf_counter_ns()
                 try:
-                    raw = timer(lambda c=c: c.fn(*args, **kwargs))
-                except Exception as e:  # noqa: BLE001
+                    raw = timer(functools.partial(c.fn, *args, **kwargs))
+                except Exception as e:  # noqa: BLE001 - a candidate that raises is recorded as failed
                     fail(c, f"{type(e).__name__}: {e}")
                 else:
                     ns = _usable(raw)
@@ -396,12 +396,17 @@ class Autotuned:
         if dropped:
             log.warning(
                 "tunecache: %s %s: the timer gave %d samples that are no time (%s); they were dropped",
-                self.namespace, dict(key), len(dropped), ", ".join(sorted({repr(x)[:40] for x in dropped})),
+                self.namespace,
+                dict(key),
+                len(dropped),
+                ", ".join(sorted({repr(x)[:40] for x in dropped})),
             )
         if alive and not any(samples[c] for c in alive):
             log.warning(
                 "tunecache: %s %s: the timer gave no usable sample; nothing was recorded and %s runs unmeasured",
-                self.namespace, dict(key), alive[0].name,
+                self.namespace,
+                dict(key),
+                alive[0].name,
             )
             return alive[0]
         for c in list(alive):
@@ -423,9 +428,7 @@ class Autotuned:
             name = f"{getattr(timer, '__module__', '?')}.{getattr(timer, '__qualname__', repr(timer))}"
         return {"timer": name, "samples": self.repeat, "warmup_runs": self.warmup, "interleaved": True}
 
-    def _record(
-        self, key: Mapping[str, Any], c: Candidate, s: list[float], spent: int, policy: dict[str, Any]
-    ) -> None:
+    def _record(self, key: Mapping[str, Any], c: Candidate, s: list[float], spent: int, policy: dict[str, Any]) -> None:
         median = statistics.median(s)
         mad = statistics.median(abs(x - median) for x in s)
         self.measured += 1
@@ -461,7 +464,7 @@ def autotune(
     that name. Returns a plain function (cheaper to call than the object) with the
     ``Autotuned`` as its ``tuned`` attribute and its ``choose``."""
 
-    def wrap(fn: Callable[..., Any]) -> Autotuned:
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         cands = _candidates(candidates)
         name = getattr(fn, "__name__", "reference")
         if all(c.name != name for c in cands):

@@ -21,7 +21,8 @@ import signal
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from . import _tunecache as _ext
 
@@ -32,7 +33,7 @@ EXIT_FLUSH_TIMEOUT = 5.0
 #: How long the flush before a fork waits, in seconds.
 FORK_FLUSH_TIMEOUT = 2.0
 
-_live: "weakref.WeakSet[Cache]" = weakref.WeakSet()
+_live: weakref.WeakSet[Cache] = weakref.WeakSet()
 # Rust objects a forked child inherited: never dropped in the child (dropping one would wait
 # for a saver thread that only exists in the parent).
 _leftovers: list[Any] = []
@@ -104,7 +105,7 @@ class Cache:
     ) -> None:
         if consistency not in ("local", "fleet"):
             raise ValueError(f"consistency must be 'local' or 'fleet', not {consistency!r}")
-        self._config = {
+        self._config: dict[str, Any] = {
             "app": app,
             "schema": schema,
             "migrations": _migrations_json(app, schema, migrations),
@@ -125,7 +126,7 @@ class Cache:
 
     def _start(self) -> None:
         """Opens the Rust cache from `_config` (construction and unpickling alike)."""
-        self._listeners: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._listeners: weakref.WeakSet[Any] = weakref.WeakSet()
         self._closed = False
         self._c: Any = None
         self._c = self._open()
@@ -388,7 +389,7 @@ class Cache:
     def __len__(self) -> int:
         return len(self._rust)
 
-    def __enter__(self) -> "Cache":
+    def __enter__(self) -> Cache:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -399,7 +400,7 @@ class Cache:
             return f"<tunecache.Cache {self.app} (closed)>"
         return repr(self._rust)
 
-    def __reduce__(self) -> tuple[Callable[..., "Cache"], tuple[dict[str, Any]]]:
+    def __reduce__(self) -> tuple[Callable[..., Cache], tuple[dict[str, Any]]]:
         # By configuration: the receiving process opens the same file.
         return (_from_config, (dict(self._config),))
 
@@ -512,6 +513,7 @@ def _arm_in_worker() -> None:
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         flush_on_sigterm()
 
+
 _sigterm_lock = threading.Lock()
 _sigterm_previous: Any = None
 # A SIGTERM received during a flush, acted on when the flush ends.
@@ -602,5 +604,3 @@ def default_scope(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     if extra:
         scope.update(extra)
     return scope
-
-

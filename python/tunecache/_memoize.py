@@ -19,7 +19,8 @@ import logging
 import os
 import pickle
 import sys
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from . import _tunecache as _ext
 from ._cache import _leftovers, emit_warnings
@@ -206,7 +207,7 @@ def _own_bytes(result: Any) -> Any:
 
 def _from_value(dtype: str, shape: list[int], data: bytearray) -> Any:
     if dtype == "u8" and len(shape) == 2 and shape[0] == 1 and data[: len(_PICKLED)] == _PICKLED:
-        return pickle.loads(memoryview(data)[len(_PICKLED):])
+        return pickle.loads(memoryview(data)[len(_PICKLED) :])
     np = _numpy()
     if np is None:
         import numpy as np  # an array value was stored: numpy is needed to read it
@@ -321,24 +322,25 @@ class Memoized:
         np = _numpy()
         if np is None:
             import numpy as np
-        if isinstance(self.batch, int):
-            batch = args[self.batch]
-            rest_args = list(args[: self.batch]) + [None] + list(args[self.batch + 1 :])
+        spec = self.batch
+        assert spec is not None, "batch mode only"
+        if isinstance(spec, int):
+            batch = args[spec]
+            rest_args = list(args[:spec]) + [None] + list(args[spec + 1 :])
             rest_kwargs = dict(kwargs)
         else:
-            batch = kwargs[self.batch]
+            batch = kwargs[spec]
             rest_args = list(args)
-            rest_kwargs = {k: v for k, v in kwargs.items() if k != self.batch}
-            rest_kwargs[self.batch] = None
-        torch = sys.modules.get("torch")
+            rest_kwargs = {k: v for k, v in kwargs.items() if k != spec}
+            rest_kwargs[spec] = None
+        torch: Any = sys.modules.get("torch")
         is_torch = torch is not None and isinstance(batch, torch.Tensor)
         if is_torch:
             batch_part = _torch_arg(torch, batch, "the batch")
         else:
             if isinstance(batch, np.ndarray) and type(batch) is not np.ndarray:
                 raise TypeError(
-                    f"the batch is a {_type_name(type(batch))}: batch mode takes a plain numpy "
-                    "array or a torch tensor"
+                    f"the batch is a {_type_name(type(batch))}: batch mode takes a plain numpy array or a torch tensor"
                 )
             batch = np.asarray(batch)
             batch_part = ("tensor", *_array_parts(batch))
@@ -352,15 +354,13 @@ class Memoized:
             sub = batch[torch.as_tensor(missing)] if is_torch else batch[np.asarray(missing, dtype=np.int64)]
             call_args = list(args)
             call_kwargs = dict(kwargs)
-            if isinstance(self.batch, int):
-                call_args[self.batch] = sub
+            if isinstance(spec, int):
+                call_args[spec] = sub
             else:
-                call_kwargs[self.batch] = sub
+                call_kwargs[spec] = sub
             out = self.fn(*call_args, **call_kwargs)
             if len(out) != len(missing):
-                raise ValueError(
-                    f"{self.name}: a batch of {len(missing)} items gave {len(out)} outputs"
-                )
+                raise ValueError(f"{self.name}: a batch of {len(missing)} items gave {len(out)} outputs")
             for j, i in enumerate(missing):
                 found[i] = out[j]
                 if cache is not None:

@@ -4,9 +4,10 @@ Checked by the test command: ``mypy.stubtest`` compares every name and signature
 built module, and ``tests/test_stub.py`` checks what each property and method returns.
 """
 
+from collections.abc import Callable, Iterable, Mapping
 from os import PathLike
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, final
+from typing import Any, final
 
 __all__ = [
     "Cache",

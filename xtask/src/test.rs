@@ -27,14 +27,16 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// The Python packages the tests need.
-const PACKAGES: [&str; 9] = [
+const PACKAGES: [&str; 10] = [
     "msgpack",
     "nvidia-cuda-nvrtc-cu12",
     "maturin>=1.9,<2",
     "numpy",
     "pytest",
-    // `mypy.stubtest`: the extension's type stub checked against the built module.
+    // `mypy.stubtest`: the extension's type stub checked against the built module; and mypy and
+    // ruff over the package and its tests (python/pyproject.toml configures both).
     "mypy",
+    "ruff",
     // `@memoize` of torch tensors (the tests marked `torch`), and the Inductor adapter.
     "torch",
     // The framework adapters (python/tunecache/integrations), at the versions they were tested with.
@@ -164,7 +166,8 @@ fn prepare_venv(venv: &Path) -> anyhow::Result<PathBuf> {
         ])
         .output()
         .is_ok_and(|o| o.status.success())
-        && venv.join("bin").join("maturin").exists();
+        && venv.join("bin").join("maturin").exists()
+        && venv.join("bin").join("ruff").exists();
     if !have {
         run_checked(
             Command::new(&python)
@@ -200,6 +203,39 @@ fn python_tests(root: &Path, venv: &Path, skip_log: &Path) -> anyhow::Result<()>
             .env("VIRTUAL_ENV", venv)
             .env("PATH", &path),
         "build the Python package into the test environment (maturin develop)",
+    )?;
+    // Lint and types as python/pyproject.toml configures them: a finding fails the run.
+    println!("xtask test: ruff and mypy (python/pyproject.toml)");
+    let python_dir = root.join("python");
+    for (args, what) in [
+        (
+            &["check", "tunecache", "tests", "examples", "benches"][..],
+            "ruff check",
+        ),
+        (
+            &[
+                "format",
+                "--check",
+                "tunecache",
+                "tests",
+                "examples",
+                "benches",
+            ][..],
+            "ruff format --check",
+        ),
+    ] {
+        run_checked(
+            Command::new(bin.join("ruff"))
+                .current_dir(&python_dir)
+                .args(args),
+            what,
+        )?;
+    }
+    run_checked(
+        Command::new(bin.join("mypy"))
+            .current_dir(&python_dir)
+            .env("PATH", &path),
+        "mypy (the package's types)",
     )?;
     let python = bin.join("python3");
     let mut pytest = Command::new(&python);

@@ -39,7 +39,11 @@ def sdist_url() -> str:
         page = r.read().decode("utf-8", "replace")
     for href in re.findall(r'href="([^"]+)"', page):
         if f"warpconvnet-{VERSION}.tar.gz" in href:
-            return href.split("#", 1)[0] if href.startswith("http") else urllib.parse.urljoin(f"{INDEX}/warpconvnet/", href.split("#", 1)[0])
+            return (
+                href.split("#", 1)[0]
+                if href.startswith("http")
+                else urllib.parse.urljoin(f"{INDEX}/warpconvnet/", href.split("#", 1)[0])
+            )
     raise SystemExit(f"warpconvnet {VERSION} sdist not found in {INDEX}")
 
 
@@ -58,7 +62,7 @@ def main(dest: pathlib.Path) -> None:
     prefix = f"warpconvnet-{VERSION}/"
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         for member in tar.getmembers():
-            name = member.name[len(prefix):] if member.name.startswith(prefix) else ""
+            name = member.name[len(prefix) :] if member.name.startswith(prefix) else ""
             if name in KEEP and member.isfile():
                 out = tmp / name
                 out.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,8 @@ import logging
 import os
 import threading
 import weakref
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 log = logging.getLogger("tunecache")
 
@@ -58,7 +59,7 @@ def require(
 
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
-_stores: "weakref.WeakSet[Store]" = weakref.WeakSet()
+_stores: weakref.WeakSet[Store] = weakref.WeakSet()
 _fork_hooks: list[Callable[[], None]] = []
 
 
@@ -80,12 +81,22 @@ def _renew_locks() -> None:
 os.register_at_fork(after_in_child=_renew_locks)
 
 
-def warn_once(what: str, message: str) -> None:
-    """Logs ``message`` once per ``what`` in this process."""
+#: The most conditions remembered: past it, a new condition is logged at debug level only, so
+#: the set cannot grow without bound whatever a caller passes.
+MAX_CONDITIONS = 256
+
+
+def warn_once(condition: str, message: str) -> None:
+    """Logs ``message`` once per ``condition`` in this process. ``condition`` names what went
+    wrong (``"triton put"``), never the details (an error's text, a key): those go in the
+    message, so a condition that recurs with new details is still said once."""
     with _warned_lock:
-        if what in _warned:
+        if condition in _warned:
             return
-        _warned.add(what)
+        if len(_warned) >= MAX_CONDITIONS:
+            log.debug("%s", message)
+            return
+        _warned.add(condition)
     log.warning("%s", message)
 
 
@@ -117,7 +128,7 @@ class Store:
                 except Exception as e:  # noqa: BLE001 - never fail the framework's call
                     self._failed = True
                     warn_once(
-                        f"open {self.app}",
+                        "open",
                         f"tunecache: the {self.app} cache cannot be used ({e}); "
                         f"{self.app} tunes as it would without tunecache",
                     )
@@ -128,7 +139,7 @@ class Store:
         c = self.cache()
         try:
             return c is not None and c.health()["mode"] == "persistent"
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - health unreadable: not durable
             return False
 
     def reset(self) -> None:

@@ -14,7 +14,7 @@ _TARGET = "torch._inductor.remote_cache"
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
+    def find_spec(self, name, path, target=None):
         if name != _TARGET:
             return None
         sys.meta_path.remove(self)
@@ -24,7 +24,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         loader = spec.loader
         run = loader.exec_module
 
-        def exec_module(module):  # type: ignore[no-untyped-def]
+        def exec_module(module):
             run(module)
             try:
                 from tunecache.integrations import inductor

@@ -25,7 +25,8 @@ import math
 import os
 import re
 import stat
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ._common import VALUE, newest_value
 
@@ -86,10 +87,7 @@ def uncanon(value: Any) -> Any:
 def _triple(item: Any) -> tuple[str, dict, Any] | None:
     if isinstance(item, dict) and item.get("__t__") == "T" and set(item) == {"__t__", "d"}:
         d = item["d"]
-        if (
-            isinstance(d, list) and len(d) == 3 and isinstance(d[0], str)
-            and isinstance(d[1], dict) and _number(d[2])
-        ):
+        if isinstance(d, list) and len(d) == 3 and isinstance(d[0], str) and isinstance(d[1], dict) and _number(d[2]):
             return d[0], d[1], d[2]
     return None
 
@@ -216,7 +214,7 @@ def read_file(path: str) -> tuple[int, dict[str, list]]:
         raise FormatError(f"{path}: cannot be read: {e}") from e
     try:
         doc = msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except Exception as e:  # noqa: BLE001 - msgpack raises several kinds
+    except Exception as e:
         raise FormatError(f"{path}: not a msgpack document: {e}") from e
     if not isinstance(doc, dict) or not isinstance(doc.get("namespaces"), dict):
         raise FormatError(f"{path}: not a WarpConvNet benchmark cache (no 'namespaces' map at the top)")

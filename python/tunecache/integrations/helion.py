@@ -15,7 +15,8 @@ JSON object with a ``config`` is a miss with one warning (Helion would raise on 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import helion
 from helion.autotuner import remote_cache as _remote
@@ -75,26 +76,29 @@ class Backend(_remote.RemoteCacheBackend):
         try:
             text = store.get_value(NAMESPACE, {"hash": str(key)})
         except Exception as e:  # noqa: BLE001 - a miss, never a failed kernel
-            warn_once(f"helion get {e}", f"tunecache: a Helion entry cannot be read ({e}); Helion tunes again")
+            warn_once("helion get", f"tunecache: a Helion entry cannot be read ({e}); Helion tunes again")
             return None
         if text is not None and not _usable(text):
-            warn_once(f"helion bad {key}", f"tunecache: the Helion entry {key} is not a best-config record; Helion tunes again")
+            warn_once(
+                "helion bad",
+                f"tunecache: the Helion entry {key} is not a best-config record; Helion tunes again",
+            )
             return None
         return text
 
     def put(self, key: str, data: str) -> None:
         if not _usable(data):
-            warn_once(f"helion put {key}", f"tunecache: Helion's record for {key} is not a best-config record; not kept")
+            warn_once("helion put value", f"tunecache: Helion's record for {key} is not a best-config record; not kept")
             return
         try:
             store.put_value(NAMESPACE, {"hash": str(key)}, data)
         except Exception as e:  # noqa: BLE001 - Helion keeps its local file
-            warn_once(f"helion put {e}", f"tunecache: a Helion result was not recorded ({e})")
+            warn_once("helion put", f"tunecache: a Helion result was not recorded ({e})")
 
     def list(self, max_results: int | None = None) -> Iterable[str]:
         try:
             texts = [t for _, t in store.values(NAMESPACE) if _usable(t)]
         except Exception as e:  # noqa: BLE001 - warm start is optional
-            warn_once(f"helion list {e}", f"tunecache: Helion entries cannot be listed ({e})")
+            warn_once("helion list", f"tunecache: Helion entries cannot be listed ({e})")
             return []
         return texts if max_results is None else texts[: max(0, max_results)]

@@ -78,24 +78,24 @@ class Backend(_remote.RemoteCacheBackend):
         try:
             text = store.get_value(self.namespace, {"key": str(key)})
         except Exception as e:  # noqa: BLE001 - a miss, never a failed compile
-            warn_once(f"inductor get {e}", f"tunecache: an Inductor entry cannot be read ({e}); Inductor tunes again")
+            warn_once("inductor get", f"tunecache: an Inductor entry cannot be read ({e}); Inductor tunes again")
             return None
         if text is None:
             return None
         data = text.encode("utf-8")
         if not _usable(data):
-            warn_once(f"inductor bad {key}", f"tunecache: the Inductor entry {key} is not a JSON object; Inductor tunes again")
+            warn_once("inductor bad", f"tunecache: the Inductor entry {key} is not a JSON object; Inductor tunes again")
             return None
         return data
 
     def _put(self, key: str, data: bytes) -> None:
         if not _usable(data):
-            warn_once(f"inductor put {key}", f"tunecache: Inductor's value for {key} is not a JSON object; not kept")
+            warn_once("inductor put value", f"tunecache: Inductor's value for {key} is not a JSON object; not kept")
             return
         try:
             store.put_value(self.namespace, {"key": str(key)}, bytes(data).decode("utf-8"))
         except Exception as e:  # noqa: BLE001 - Inductor keeps its local cache
-            warn_once(f"inductor put {e}", f"tunecache: an Inductor result was not recorded ({e})")
+            warn_once("inductor put", f"tunecache: an Inductor result was not recorded ({e})")
 
 
 class BundledBackend(Backend):

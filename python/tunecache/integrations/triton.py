@@ -34,7 +34,7 @@ import shutil
 import sys
 import tempfile
 import threading
-from typing import Any, Dict, Optional
+from typing import Any
 
 import triton
 from triton.runtime import cache as _triton_cache
@@ -71,7 +71,7 @@ def _scope() -> dict[str, Any]:
 store = Store("triton", _scope)
 
 _tmp_lock = threading.Lock()
-_tmp_dir: Optional[str] = None
+_tmp_dir: str | None = None
 _counter = itertools.count()
 
 
@@ -114,7 +114,7 @@ def _write_private(filename: str, text: str) -> str:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
     finally:
         os.close(fd)
     os.replace(tmp, path)
@@ -128,7 +128,7 @@ class CacheManager(_triton_cache.CacheManager):
         self.key = key
         self._override = override
         self._dump = dump
-        self._files: Optional[_triton_cache.FileCacheManager] = None
+        self._files: _triton_cache.FileCacheManager | None = None
 
     def _own(self) -> _triton_cache.FileCacheManager:
         if self._files is None:
@@ -138,13 +138,13 @@ class CacheManager(_triton_cache.CacheManager):
     def _ours(self, filename: str) -> bool:
         return filename.endswith(_SUFFIX) and not self._override and not self._dump
 
-    def get_file(self, filename: str) -> Optional[str]:
+    def get_file(self, filename: str) -> str | None:
         if self._ours(filename):
             key = _key(self.key, _tuning_fields())
             try:
                 text = _read(filename, key)
             except Exception as e:  # noqa: BLE001 - a miss, never a failed autotune
-                warn_once(f"triton read {e}", f"tunecache: a Triton autotune entry cannot be read ({e}); tuning again")
+                warn_once("triton read", f"tunecache: a Triton autotune entry cannot be read ({e}); tuning again")
                 text = None
             if text is not None:
                 try:
@@ -159,20 +159,26 @@ class CacheManager(_triton_cache.CacheManager):
 
     def put(self, data: Any, filename: str, binary: bool = True) -> str:
         if self._ours(filename) and not store.durable():
-            warn_once("triton memory", "tunecache: the Triton cache is in memory only; autotune results stay in Triton's cache directory")
+            warn_once(
+                "triton memory",
+                "tunecache: the Triton cache is in memory only; autotune results stay in Triton's cache directory",
+            )
         elif self._ours(filename):
             try:
                 text = data.decode("utf-8") if isinstance(data, bytes) else str(data)
                 _record(filename, _key(self.key, _tuning_fields()), text)
                 return _write_private(filename, text)
             except Exception as e:  # noqa: BLE001 - Triton keeps its own file instead
-                warn_once(f"triton put {e}", f"tunecache: a Triton autotune result was not recorded ({e}); kept in Triton's cache directory")
+                warn_once(
+                    "triton put",
+                    f"tunecache: a Triton autotune result was not recorded ({e}); kept in Triton's cache directory",
+                )
         return self._own().put(data, filename, binary)
 
-    def get_group(self, filename: str) -> Optional[Dict[str, str]]:
+    def get_group(self, filename: str) -> dict[str, str] | None:
         return self._own().get_group(filename)
 
-    def put_group(self, filename: str, group: Dict[str, str]) -> Any:
+    def put_group(self, filename: str, group: dict[str, str]) -> Any:
         return self._own().put_group(filename, group)
 
 
@@ -225,7 +231,7 @@ def _record(filename: str, key: dict[str, Any], text: str) -> None:
     cache._record_triton(_namespace(filename), key, text, filename)
 
 
-def _read(filename: str, key: dict[str, Any]) -> Optional[str]:
+def _read(filename: str, key: dict[str, Any]) -> str | None:
     """The ``<fn>.autotune.json`` text Triton wrote, rebuilt from the entry; None on a miss."""
     cache = store.cache()
     if cache is None:
@@ -237,7 +243,7 @@ def _read(filename: str, key: dict[str, Any]) -> Optional[str]:
         entry = cache.get(_namespace(filename), {"hash": key["hash"]})
     if entry is None:
         return None
-    rows = []
+    rows: list[list[Any]] = []
     for cand in entry.candidates:
         config = _config_of(cand.params)
         median, failed = cand.median_ns, cand.failed
@@ -263,4 +269,4 @@ def _adopt(filename: str, key: dict[str, Any], path: str) -> None:
         with open(path, encoding="utf-8") as f:
             _record(filename, key, f.read())
     except Exception as e:  # noqa: BLE001 - Triton still has its file
-        warn_once(f"triton adopt {path}", f"tunecache: {path} was not taken in ({e})")
+        warn_once("triton adopt", f"tunecache: {path} was not taken in ({e})")

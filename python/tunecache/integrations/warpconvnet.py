@@ -22,8 +22,9 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any
 
 from . import _wcn_format as fmt
 from ._common import after_fork_in_child, log, require, warn_once
@@ -41,8 +42,15 @@ def _module() -> Any:
         _wcn_version(),
         TESTED,
         bc,
-        ["GenericBenchmarkCache", "_generic_benchmark_cache", "_to_msgpack", "_from_msgpack",
-         "_sanitize_for_pickle", "WARPCONVNET_BENCHMARK_CACHE_VERSION", "get_generic_benchmark_cache"],
+        [
+            "GenericBenchmarkCache",
+            "_generic_benchmark_cache",
+            "_to_msgpack",
+            "_from_msgpack",
+            "_sanitize_for_pickle",
+            "WARPCONVNET_BENCHMARK_CACHE_VERSION",
+            "get_generic_benchmark_cache",
+        ],
         "warpconvnet.utils.benchmark_cache",
     )
     return bc
@@ -53,7 +61,7 @@ def _wcn_version() -> str:
 
     try:
         return metadata.version("warpconvnet")
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no distribution metadata: a source tree
         return "(source tree)"
 
 
@@ -93,23 +101,23 @@ def _cache_at(path: Path, schema: int) -> Any:
 class BenchmarkCache:
     """WarpConvNet's ``GenericBenchmarkCache`` on a tunecache file."""
 
-    def __init__(self, cache_dir: Optional[str] = None) -> None:
+    def __init__(self, cache_dir: str | None = None) -> None:
         bc = _module()
         override = os.environ.get("WARPCONVNET_BENCHMARK_CACHE_DIR_OVERRIDE")
         cache_dir = override or cache_dir or bc.WARPCONVNET_BENCHMARK_CACHE_DIR
         self.cache_dir = Path(cache_dir).expanduser().resolve()
         self.cache_file = self.cache_dir / TCACHE_NAME
         self.lock = threading.Lock()
-        self._validators: Dict[str, Callable[[Any], None]] = {}
-        self._on_merge_callbacks: List[Callable[[str, Dict], None]] = []
+        self._validators: dict[str, Callable[[Any], None]] = {}
+        self._on_merge_callbacks: list[Callable[[str, dict], None]] = []
         self.pending_changes = False
         try:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            warn_once(f"wcn dir {e}", f"tunecache: {self.cache_dir}: {e}")
+            warn_once("wcn dir", f"tunecache: {self.cache_dir}: {e}")
         self._cache = _cache_at(self.cache_file, _current_major())
         self._adopt()
-        self._results: Dict[str, Dict[Any, Any]] = self.load_cache()
+        self._results: dict[str, dict[Any, Any]] = self.load_cache()
 
     def _adopt(self) -> None:
         theirs = self.cache_dir / fmt.FILE_NAME
@@ -118,11 +126,11 @@ class BenchmarkCache:
                 n = import_file(str(theirs), self._cache)
                 log.info("tunecache: took %d WarpConvNet entries in from %s", n, theirs)
             except Exception as e:  # noqa: BLE001 - WarpConvNet then tunes again
-                warn_once(f"wcn adopt {theirs}", f"tunecache: {e}")
+                warn_once("wcn adopt", f"tunecache: {e}")
 
     # -- the API WarpConvNet's callers use ---------------------------------------------------
 
-    def register_on_merge_callback(self, callback: Callable[[str, Dict], None]) -> None:
+    def register_on_merge_callback(self, callback: Callable[[str, dict], None]) -> None:
         self._on_merge_callbacks.append(callback)
 
     def register_value_validator(self, namespace: str, validator: Callable[[Any], None]) -> None:
@@ -135,25 +143,25 @@ class BenchmarkCache:
         if validator is not None:
             validator(value)
 
-    def load_cache(self) -> Dict[str, Dict[Any, Any]]:
+    def load_cache(self) -> dict[str, dict[Any, Any]]:
         """Every namespace this scope holds, as WarpConvNet's objects."""
         bc = _module()
-        out: Dict[str, Dict[Any, Any]] = {}
+        out: dict[str, dict[Any, Any]] = {}
         try:
             self._cache.refresh()
             entries = self._cache.entries()
         except Exception as e:  # noqa: BLE001 - a miss, never a failed op
-            warn_once(f"wcn load {e}", f"tunecache: the WarpConvNet cache cannot be read ({e})")
+            warn_once("wcn load", f"tunecache: the WarpConvNet cache cannot be read ({e})")
             return out
         for ns, entry in entries:
             try:
                 key = bc._from_msgpack(fmt.key_form_of(entry))
                 out.setdefault(ns, {})[key] = bc._from_msgpack(fmt.value_of(entry))
             except Exception as e:  # noqa: BLE001 - that entry is a miss
-                warn_once(f"wcn entry {ns}", f"tunecache: a WarpConvNet entry of {ns} cannot be read ({e})")
+                warn_once("wcn entry", f"tunecache: a WarpConvNet entry of {ns} cannot be read ({e})")
         return out
 
-    def get_namespace(self, namespace: str) -> Dict[Any, Any]:
+    def get_namespace(self, namespace: str) -> dict[Any, Any]:
         with self.lock:
             mine = self._results.get(namespace)
             if mine:
@@ -175,7 +183,7 @@ class BenchmarkCache:
             self._sync()
 
     def save_cache(
-        self, cache_results: Dict[str, Dict[Any, Any]], force: bool = False, suppress_logging: bool = False
+        self, cache_results: dict[str, dict[Any, Any]], force: bool = False, suppress_logging: bool = False
     ) -> None:
         bc = _module()
         with self.lock:
@@ -208,7 +216,7 @@ class BenchmarkCache:
                 self._cache.put(namespace, key_form, algo, params, candidates=every, **timing)
             self.pending_changes = True
         except Exception as e:  # noqa: BLE001 - WarpConvNet keeps it in memory and goes on
-            warn_once(f"wcn record {e}", f"tunecache: a WarpConvNet result of {namespace} was not recorded ({e})")
+            warn_once("wcn record", f"tunecache: a WarpConvNet result of {namespace} was not recorded ({e})")
 
     def _sync(self, quiet: bool = False, notify: bool = True) -> None:
         """Makes what was recorded durable, reads what other processes recorded, and tells the
@@ -234,7 +242,7 @@ class BenchmarkCache:
                 log.debug("on_merge callback error: %s", e)
 
 
-def install(cache_dir: Optional[str] = None) -> BenchmarkCache:
+def install(cache_dir: str | None = None) -> BenchmarkCache:
     """Makes WarpConvNet's benchmark cache this tunecache-backed one; returns it. Results the
     replaced object held in memory are recorded in it."""
     bc = _module()
@@ -247,13 +255,13 @@ def install(cache_dir: Optional[str] = None) -> BenchmarkCache:
         try:
             old._shutdown_requested = True
             new.save_cache(getattr(old, "_results", {}) or {})
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - a partial take-over is warned of, never raised
             warn_once("wcn install", f"tunecache: WarpConvNet's in-memory results were not all taken over ({e})")
     bc._generic_benchmark_cache = new
     return new
 
 
-def import_file(path: str, cache: Any = None, version: Optional[int] = None) -> int:
+def import_file(path: str, cache: Any = None, version: int | None = None) -> int:
     """Takes a WarpConvNet cache file into ``cache`` (default: WarpConvNet's tunecache file for
     that version at tunecache's default location), migrated to ``version`` (default: the
     installed WarpConvNet's, else the file's own) through WarpConvNet's registered migrations.
@@ -279,7 +287,7 @@ def import_file(path: str, cache: Any = None, version: Optional[int] = None) -> 
         for algo, params, timing in cands:
             try:
                 cache._rust.check_put(ns, key, algo, params, **timing)
-            except Exception as e:  # noqa: BLE001 - every refusal becomes the file's error
+            except Exception as e:
                 raise fmt.FormatError(f"{path}: namespace {ns!r} item {item}: {e}; nothing was imported") from e
     changed = 0
     for ns, key, _, cands in batch:
@@ -325,8 +333,10 @@ def _text(params: Any) -> str:
     return json.dumps(params, sort_keys=True)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tunecache.integrations.warpconvnet", description="Take WarpConvNet cache files into tunecache.")
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m tunecache.integrations.warpconvnet", description="Take WarpConvNet cache files into tunecache."
+    )
     p.add_argument("files", nargs="+")
     p.add_argument("--cache-file", help="the tunecache file (default: tunecache's location for app warpconvnet)")
     p.add_argument("--version", type=int, help="the WarpConvNet cache version to migrate to")
