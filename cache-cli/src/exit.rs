@@ -1,4 +1,4 @@
-//! Exit codes of `tunecache` (also in the README).
+//! Exit codes of `tunecache` (also in docs/cli.md).
 
 /// Success.
 pub const OK: u8 = 0;

@@ -1,5 +1,5 @@
-//! The README's "Using it from Rust" example, compiled by `cargo test` so it stays true.
-//! Run with `cargo run -p cache-core --example quickstart`.
+//! The README's first Rust example, run twice by `cache-core/tests/it/examples.rs`: a miss
+//! records a result, the next run finds it. `cargo run -p cache-core --example quickstart`.
 #![allow(clippy::print_stdout, reason = "an example reports what it did")]
 
 use cache_core::cache_format::{Candidate, Fields, Key, Stats};
@@ -14,34 +14,19 @@ struct MatmulKey {
     dtype: &'static str,
 }
 
+// Kept as the README quotes it.
+#[rustfmt::skip]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join("tunecache-quickstart");
     let cache = Cache::builder(Migrations::new("mylib", 1)).dir(&dir).open(); // <dir>/mylib.tcache
     let matmul = Namespace::new("matmul")?;
-    let key = Key::from_serialize(&MatmulKey {
-        m: 128,
-        n: 256,
-        k: 64,
-        dtype: "float16",
-    })?;
+    let key = Key::from_serialize(&MatmulKey { m: 128, n: 256, k: 64, dtype: "float16" })?;
     match cache.lookup(matmul, &key) {
         Some(entry) => println!("hit: {:?}", entry.best().map(|c| &c.id.algorithm)),
         None => {
-            let stats = Stats {
-                median_ns: 1200.0,
-                min_ns: 1150.0,
-                spread_ns: 8.0,
-                samples: 15,
-            };
-            let tiled = Candidate::measured("tiled", Fields::new(), stats);
-            cache.put(matmul, measured_entry(key, [tiled]));
-            println!(
-                "miss: recorded in {}",
-                cache
-                    .path()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default()
-            );
+            let stats = Stats { median_ns: 1200.0, min_ns: 1150.0, spread_ns: 8.0, samples: 15 };
+            cache.put(matmul, measured_entry(key, [Candidate::measured("tiled", Fields::new(), stats)]));
+            println!("miss: recorded in {}", dir.display());
         }
     }
     cache.flush()?; // optional: the background saver makes it durable within ~250 ms anyway

@@ -1,4 +1,4 @@
-//! The README's "Tuning from Rust" example, compiled by `cargo test` so it stays true.
+//! The example docs/rust.md quotes ("Tuning from Rust"), run by `gpu-tuner/tests/it/examples.rs`.
 //! Run with `cargo run --release -p gpu-tuner --example tune_quickstart`.
 #![allow(clippy::print_stdout, reason = "an example reports what it did")]
 

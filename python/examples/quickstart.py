@@ -1,4 +1,4 @@
-"""The README's Python quickstart, runnable: a cache, a tuned operation and a memoized one.
+"""The Python quickstart docs/python.md quotes, runnable: a cache, a tuned operation and a memoized one.
 
     python python/examples/quickstart.py [CACHE_DIR]
 

@@ -1,4 +1,4 @@
-"""The README's Python quickstart runs, and a second run measures and computes nothing."""
+"""The Python quickstart docs/python.md quotes runs, and a second run measures and computes nothing."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_quickstart_runs_and_a_second_run_reuses_everything(tmp_path):
 
 
 def test_pip_install_of_the_folder_gives_a_working_typed_package(tmp_path):
-    """The README's install command: `pip install ./python` into a fresh environment (the
+    """docs/python.md's install command: `pip install ./python` into a fresh environment (the
     maturin build backend, an abi3 wheel), then a cache used from it without numpy."""
     import venv
 

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 pub mod child;
 pub mod cli;
 pub mod env;
+pub mod example;
 pub mod redis_server;
 pub mod skip;
 

@@ -367,7 +367,7 @@ fn the_example_replaces_a_benchmark_cache_and_persists_it() {
     );
 }
 
-/// The README's C example, built as the README says: `cargo xtask capi --prefix`, then the
+/// The C example of docs/c-and-cpp.md, built as that page says: `cargo xtask capi --prefix`, then the
 /// compiler with `pkg-config --cflags --libs tunecache` (the shared library).
 #[test]
 fn the_readme_example_builds_with_pkg_config_and_finds_its_result_the_second_time() {
@@ -382,11 +382,11 @@ fn the_readme_example_builds_with_pkg_config_and_finds_its_result_the_second_tim
         .status()
         .unwrap();
     assert!(status.success(), "cargo xtask capi failed");
-    let readme = std::fs::read_to_string(Path::new(CRATE).join("../README.md")).unwrap();
+    let readme = std::fs::read_to_string(Path::new(CRATE).join("../docs/c-and-cpp.md")).unwrap();
     let after = readme
         .split("<!-- c-example:")
         .nth(1)
-        .expect("the README marks its C example");
+        .expect("docs/c-and-cpp.md marks its C example");
     let code = after
         .split("```c\n")
         .nth(1)

@@ -13,6 +13,7 @@ mod concurrency;
 mod corrupt;
 mod crash;
 mod degrade;
+mod examples;
 mod io_promise;
 mod lazy;
 mod lock;

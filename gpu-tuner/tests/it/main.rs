@@ -6,6 +6,7 @@ mod children;
 mod consistency;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod examples;
 mod fleet;
 mod loose;
 mod policy;
