@@ -9,6 +9,10 @@
 //!   environment call in their `src/` (the host name of a measurement's origin is given to
 //!   cache-format by cache-core).
 //!
+//! - The seam stays closed: cache-core's `Tier` trait has its read / offer / health / close
+//!   methods and no others, and no public method of `Cache` is named for a shared tier's
+//!   feature (fleet, lease, remote, publish, pull): those live behind the tier's own handle.
+//!
 //! Signatures are read on the code with comments and strings blanked out (`size::blank`),
 //! from the line that starts the `fn` to its body's `{` or its `;`.
 
@@ -21,7 +25,9 @@ use crate::size::{blank, collect, fn_name};
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let violations = check(root)?;
     if violations.is_empty() {
-        println!("tidy ok: no Result<_, String> at a public boundary");
+        println!(
+            "tidy ok: no Result<_, String> at a public boundary, no I/O in the pure crates, the seam closed"
+        );
         Ok(())
     } else {
         bail!(
@@ -64,7 +70,86 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<String>> {
             }
         }
     }
+    out.extend(seam(root)?);
     Ok(out)
+}
+
+/// The methods `Tier` may have.
+const TIER_METHODS: [&str; 8] = [
+    "name", "describe", "budget", "fill", "get_many", "offer", "health", "close",
+];
+
+/// Words no public method of `Cache` may contain: a shared tier's features.
+const SHARED_TIER_WORDS: [&str; 5] = ["fleet", "lease", "remote", "publish", "pull"];
+
+/// Violations of the closed seam in cache-core.
+fn seam(root: &Path) -> anyhow::Result<Vec<String>> {
+    let tier = std::fs::read_to_string(root.join("cache-core/src/tier.rs"))?;
+    let cache = std::fs::read_to_string(root.join("cache-core/src/cache/mod.rs"))?;
+    let mut out = Vec::new();
+    for name in trait_methods(&tier, "Tier") {
+        if !TIER_METHODS.contains(&name.as_str()) {
+            out.push(format!(
+                "cache-core/src/tier.rs: Tier::{name} is not a read / offer / health / close \
+                 method: put a tier's own feature behind its handle (TierContext::provide)"
+            ));
+        }
+    }
+    for name in pub_methods(&cache) {
+        if SHARED_TIER_WORDS.iter().any(|w| name.contains(w)) {
+            out.push(format!(
+                "cache-core/src/cache/mod.rs: Cache::{name} names a shared tier's feature: it \
+                 belongs behind that tier's handle"
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// The methods declared in `pub trait NAME` of `text`.
+pub(crate) fn trait_methods(text: &str, name: &str) -> Vec<String> {
+    let code = blank(text);
+    let Some(start) = code.find(&format!("pub trait {name}")) else {
+        return Vec::new();
+    };
+    let body = &code[start..];
+    let Some(open) = body.find('{') else {
+        return Vec::new();
+    };
+    let mut depth = 0usize;
+    let mut out = Vec::new();
+    let mut line_start = true;
+    for (i, ch) in body[open..].char_indices() {
+        match ch {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            '\n' => line_start = true,
+            c if c.is_whitespace() => {}
+            _ if line_start && depth == 1 => {
+                line_start = false;
+                if let Some(name) = fn_name(body[open + i..].lines().next().unwrap_or_default()) {
+                    out.push(name.to_owned());
+                }
+            }
+            _ => line_start = false,
+        }
+    }
+    out
+}
+
+/// The names of the `pub fn`s of `text` (methods of its impls among them).
+fn pub_methods(text: &str) -> Vec<String> {
+    blank(text)
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with("pub fn "))
+        .filter_map(|l| fn_name(l).map(str::to_owned))
+        .collect()
 }
 
 /// The crates that promise no I/O (ARCHITECTURE.md).
@@ -241,6 +326,28 @@ mod tests {
     fn no_public_function_returns_a_string_error() {
         let violations = check(&crate::project_root()).expect("the workspace is readable");
         assert!(violations.is_empty(), "{violations:#?}");
+    }
+
+    #[test]
+    fn a_planted_tier_method_is_found() {
+        let text = "\
+pub trait Tier: Send {
+    fn name(&self) -> &'static str;
+    fn get_many(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn fleet_claim(&self) -> Option<u8> { None }
+}
+pub trait Other { fn x(&self); }
+";
+        assert_eq!(
+            trait_methods(text, "Tier"),
+            ["name", "get_many", "fleet_claim"]
+        );
+        assert_eq!(
+            pub_methods("impl Cache {\n    pub fn fleet_view(&self) {}\n    fn pull(&self) {}\n}"),
+            ["fleet_view"]
+        );
     }
 
     #[test]
