@@ -87,208 +87,212 @@ struct Write {
     more: Option<Entry>,
 }
 
-impl Policy {
-    /// Publishes `entries` of `scope` within `deadline`. `force` (a caller waits for it)
-    /// probes even while the breaker is open.
-    pub(crate) fn publish(
-        &self,
-        scope: &Scope,
-        entries: Vec<(Namespace, Entry)>,
-        deadline: Instant,
-        force: bool,
-        fences: &Fences,
-    ) -> PublishOutcome {
-        let keys = |entries: &[(Namespace, Entry)]| {
-            entries
-                .iter()
-                .map(|(ns, e)| (*ns, e.fingerprint()))
-                .collect()
+/// Publishes `entries` of `scope` within `deadline`. `force` (a caller waits for it)
+/// probes even while the breaker is open.
+pub(crate) fn publish(
+    policy: &Policy,
+    scope: &Scope,
+    entries: Vec<(Namespace, Entry)>,
+    deadline: Instant,
+    force: bool,
+    fences: &Fences,
+) -> PublishOutcome {
+    let keys = |entries: &[(Namespace, Entry)]| {
+        entries
+            .iter()
+            .map(|(ns, e)| (*ns, e.fingerprint()))
+            .collect()
+    };
+    if !policy.writes() || entries.is_empty() {
+        return PublishOutcome::default();
+    }
+    if policy.full() {
+        return PublishOutcome {
+            left: keys(&entries),
+            error: Some(RemoteError::Full("cooling down".to_owned())),
+            folded: Vec::new(),
         };
-        if !self.writes() || entries.is_empty() {
-            return PublishOutcome::default();
-        }
-        if self.full() {
-            return PublishOutcome {
-                left: keys(&entries),
-                error: Some(RemoteError::Full("cooling down".to_owned())),
-                folded: Vec::new(),
-            };
-        }
-        if !force && !self.allow(self.options.budget) {
-            return PublishOutcome {
-                left: keys(&entries),
-                error: Some(RemoteError::Unreachable(
-                    "the breaker is open after an outage".to_owned(),
-                )),
-                folded: Vec::new(),
-            };
-        }
-        let mut todo: Vec<Item> = entries
-            .into_iter()
-            .map(|(ns, mine)| Item {
-                key: self.layout.key(scope, ns.name(), &mine.fingerprint()),
-                ns,
-                mine,
-            })
-            .collect();
-        let mut outcome = PublishOutcome::default();
-        for _round in 0..ROUNDS {
-            match self.round(scope, &todo, (deadline, fences), &mut outcome.folded) {
-                Ok(lost) if lost.is_empty() => return outcome,
-                Ok(lost) => {
-                    todo = todo
-                        .into_iter()
-                        .enumerate()
-                        .filter(|(i, _)| lost.contains(i))
-                        .map(|(_, item)| item)
-                        .collect();
-                }
-                Err(e) => {
-                    outcome.error = Some(e);
-                    break;
-                }
+    }
+    if !force && !policy.allow(policy.options.budget) {
+        return PublishOutcome {
+            left: keys(&entries),
+            error: Some(RemoteError::Unreachable(
+                "the breaker is open after an outage".to_owned(),
+            )),
+            folded: Vec::new(),
+        };
+    }
+    let mut todo: Vec<Item> = entries
+        .into_iter()
+        .map(|(ns, mine)| Item {
+            key: policy.layout.key(scope, ns.name(), &mine.fingerprint()),
+            ns,
+            mine,
+        })
+        .collect();
+    let mut outcome = PublishOutcome::default();
+    for _round in 0..ROUNDS {
+        match round(
+            policy,
+            scope,
+            &todo,
+            (deadline, fences),
+            &mut outcome.folded,
+        ) {
+            Ok(lost) if lost.is_empty() => return outcome,
+            Ok(lost) => {
+                todo = todo
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| lost.contains(i))
+                    .map(|(_, item)| item)
+                    .collect();
             }
-            if Instant::now() >= deadline {
+            Err(e) => {
+                outcome.error = Some(e);
                 break;
             }
         }
-        outcome.left = todo.iter().map(|i| (i.ns, i.mine.fingerprint())).collect();
-        outcome
+        if Instant::now() >= deadline {
+            break;
+        }
     }
+    outcome.left = todo.iter().map(|i| (i.ns, i.mine.fingerprint())).collect();
+    outcome
+}
 
-    /// One round: read, plan, compare-and-set (fenced where this process holds the key's
-    /// lease). Returns the indices that lost a race.
-    fn round(
-        &self,
-        scope: &Scope,
-        todo: &[Item],
-        (deadline, fences): (Instant, &Fences),
-        folded: &mut Vec<(Namespace, Entry)>,
-    ) -> Result<Vec<usize>, RemoteError> {
-        let keys: Vec<String> = todo.iter().map(|i| i.key.clone()).collect();
-        let current = self.remote.get_many(&keys, self.read(None), deadline);
-        self.outcome(&current);
-        let scope_fp = scope.fingerprint();
-        let mut writes = Vec::new();
-        for (index, (item, value)) in todo.iter().zip(current?).enumerate() {
-            if value.as_ref().is_some_and(Vec::is_empty) {
-                // Someone else's value of another type (or an empty string) at the key: not
-                // ours to replace. The key is left alone and not tried again this round.
-                self.reject("squatted");
-                continue;
+/// One round: read, plan, compare-and-set (fenced where this process holds the key's
+/// lease). Returns the indices that lost a race.
+fn round(
+    policy: &Policy,
+    scope: &Scope,
+    todo: &[Item],
+    (deadline, fences): (Instant, &Fences),
+    folded: &mut Vec<(Namespace, Entry)>,
+) -> Result<Vec<usize>, RemoteError> {
+    let keys: Vec<String> = todo.iter().map(|i| i.key.clone()).collect();
+    let current = policy.remote.get_many(&keys, policy.read(None), deadline);
+    policy.outcome(&current);
+    let scope_fp = scope.fingerprint();
+    let mut writes = Vec::new();
+    for (index, (item, value)) in todo.iter().zip(current?).enumerate() {
+        if value.as_ref().is_some_and(Vec::is_empty) {
+            // Someone else's value of another type (or an empty string) at the key: not
+            // ours to replace. The key is left alone and not tried again this round.
+            policy.reject("squatted");
+            continue;
+        }
+        let fp = item.mine.fingerprint();
+        let expect = Expect {
+            scope: &scope_fp,
+            ns: item.ns.name(),
+            fp: &fp,
+        };
+        let stored = value
+            .as_deref()
+            .and_then(|bytes| policy.check(bytes, expect))
+            .map(|(_, e)| e);
+        match plan_key(&item.mine, stored) {
+            KeyPlan::Unchanged { fold } => {
+                Counters::bump(&policy.counters.unchanged, 1);
+                folded.extend(fold.map(|e| (item.ns, e)));
             }
-            let fp = item.mine.fingerprint();
-            let expect = Expect {
-                scope: &scope_fp,
-                ns: item.ns.name(),
-                fp: &fp,
-            };
-            let stored = value
-                .as_deref()
-                .and_then(|bytes| self.check(bytes, expect))
-                .map(|(_, e)| e);
-            match plan_key(&item.mine, stored) {
-                KeyPlan::Unchanged { fold } => {
-                    Counters::bump(&self.counters.unchanged, 1);
-                    folded.extend(fold.map(|e| (item.ns, e)));
+            KeyPlan::Write { merged, more } => {
+                let bytes = encode_value(&policy.registry, scope, item.ns.name(), &merged);
+                if bytes.len() > policy.options.max_value_bytes {
+                    policy.reject("oversized");
+                    continue;
                 }
-                KeyPlan::Write { merged, more } => {
-                    let bytes = encode_value(&self.registry, scope, item.ns.name(), &merged);
-                    if bytes.len() > self.options.max_value_bytes {
-                        self.reject("oversized");
-                        continue;
-                    }
-                    writes.push(Write {
-                        index,
-                        expected: value,
-                        bytes,
-                        more: more.then_some(merged),
-                    });
-                }
+                writes.push(Write {
+                    index,
+                    expected: value,
+                    bytes,
+                    more: more.then_some(merged),
+                });
             }
         }
-        if writes.is_empty() {
-            return Ok(Vec::new());
-        }
-        let held: Vec<Option<(&Arc<HeldLease>, bool)>> = writes
-            .iter()
-            .map(|w| {
-                let item = &todo[w.index];
-                let held = fences.get(&(item.ns, item.mine.fingerprint()));
-                held.map(|h| (h, h.finishing.load(Ordering::Relaxed)))
-            })
-            .collect();
-        let swaps: Vec<Swap<'_>> = writes
-            .iter()
-            .zip(&held)
-            .map(|(w, held)| Swap {
-                key: &todo[w.index].key,
-                expected: w.expected.as_deref(),
-                value: &w.bytes,
-                fence: held.map(|(h, release)| Fence {
-                    lease: &h.key,
-                    value: &h.value,
-                    unchanged: h.seen == w.expected,
-                    release,
-                }),
-            })
-            .collect();
-        let done = self
-            .remote
-            .compare_and_set_many(&swaps, self.options.ttl, deadline);
-        self.outcome(&done);
-        let done = done?;
-        if done.len() != swaps.len() {
-            return Err(RemoteError::Protocol(format!(
-                "{} answers to {} compare-and-set commands",
-                done.len(),
-                swaps.len()
-            )));
-        }
-        let mut lost = Vec::new();
-        for ((w, result), held) in writes.into_iter().zip(done).zip(held) {
-            if !self.settle(&todo[w.index], result, held, w.more, folded) {
-                lost.push(w.index);
-            }
-        }
-        Ok(lost)
     }
+    if writes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let held: Vec<Option<(&Arc<HeldLease>, bool)>> = writes
+        .iter()
+        .map(|w| {
+            let item = &todo[w.index];
+            let held = fences.get(&(item.ns, item.mine.fingerprint()));
+            held.map(|h| (h, h.finishing.load(Ordering::Relaxed)))
+        })
+        .collect();
+    let swaps: Vec<Swap<'_>> = writes
+        .iter()
+        .zip(&held)
+        .map(|(w, held)| Swap {
+            key: &todo[w.index].key,
+            expected: w.expected.as_deref(),
+            value: &w.bytes,
+            fence: held.map(|(h, release)| Fence {
+                lease: &h.key,
+                value: &h.value,
+                unchanged: h.seen == w.expected,
+                release,
+            }),
+        })
+        .collect();
+    let done = policy
+        .remote
+        .compare_and_set_many(&swaps, policy.options.ttl, deadline);
+    policy.outcome(&done);
+    let done = done?;
+    if done.len() != swaps.len() {
+        return Err(RemoteError::Protocol(format!(
+            "{} answers to {} compare-and-set commands",
+            done.len(),
+            swaps.len()
+        )));
+    }
+    let mut lost = Vec::new();
+    for ((w, result), held) in writes.into_iter().zip(done).zip(held) {
+        if !settle(policy, &todo[w.index], result, held, w.more, folded) {
+            lost.push(w.index);
+        }
+    }
+    Ok(lost)
+}
 
-    /// Takes in what one write did; `false` if it lost a race (the key is tried again).
-    fn settle(
-        &self,
-        item: &Item,
-        result: Swapped,
-        held: Option<(&Arc<HeldLease>, bool)>,
-        more: Option<Entry>,
-        folded: &mut Vec<(Namespace, Entry)>,
-    ) -> bool {
-        match result {
-            Swapped::Set => {
-                Counters::bump(&self.counters.published, 1);
-                if let Some((h, true)) = held {
-                    h.released.store(true, Ordering::Relaxed);
-                }
-                folded.extend(more.map(|e| (item.ns, e)));
+/// Takes in what one write did; `false` if it lost a race (the key is tried again).
+fn settle(
+    policy: &Policy,
+    item: &Item,
+    result: Swapped,
+    held: Option<(&Arc<HeldLease>, bool)>,
+    more: Option<Entry>,
+    folded: &mut Vec<(Namespace, Entry)>,
+) -> bool {
+    match result {
+        Swapped::Set => {
+            Counters::bump(&policy.counters.published, 1);
+            if let Some((h, true)) = held {
+                h.released.store(true, Ordering::Relaxed);
             }
-            Swapped::Fenced => {
-                self.reject("fenced");
-                if let Some((h, _)) = held {
-                    h.fenced.store(true, Ordering::Relaxed);
-                }
-                tracing::warn!(
-                    "tunecache: the measurements of {} were not published: their lease was \
-                     lost and another process took the key over",
-                    item.key
-                );
-            }
-            Swapped::Changed => {
-                Counters::bump(&self.counters.conflicts, 1);
-                return false;
-            }
+            folded.extend(more.map(|e| (item.ns, e)));
         }
-        true
+        Swapped::Fenced => {
+            policy.reject("fenced");
+            if let Some((h, _)) = held {
+                h.fenced.store(true, Ordering::Relaxed);
+            }
+            tracing::warn!(
+                "tunecache: the measurements of {} were not published: their lease was \
+                 lost and another process took the key over",
+                item.key
+            );
+        }
+        Swapped::Changed => {
+            Counters::bump(&policy.counters.conflicts, 1);
+            return false;
+        }
     }
+    true
 }
 
 #[cfg(test)]

@@ -168,9 +168,14 @@ impl SharedTier {
                 // push writes nothing where the server holds it all: the merge says so).
                 entries.extend(by_fp.values().map(|e| (ns, e.clone())));
             }
-            let outcome = self
-                .policy
-                .publish(scope, entries, deadline, true, &Fences::new());
+            let outcome = crate::publish::publish(
+                &self.policy,
+                scope,
+                entries,
+                deadline,
+                true,
+                &Fences::new(),
+            );
             report.left += outcome.left.len();
             if let Some(e) = outcome.error {
                 error = Some(e);

@@ -54,8 +54,7 @@ impl CacheTier {
     pub(crate) fn publish(&self, entries: Vec<(Namespace, Entry)>, force: bool) -> PublishOutcome {
         let deadline = Instant::now() + self.policy.options.publish_budget;
         let fences = self.publisher.fences();
-        self.policy
-            .publish(&self.scope, entries, deadline, force, &fences)
+        crate::publish::publish(&self.policy, &self.scope, entries, deadline, force, &fences)
     }
 
     /// Reads the entries of `fps` (local misses) in one round trip within the budget;
