@@ -22,7 +22,7 @@ pub(crate) fn tier(registry: &Migrations) -> anyhow::Result<Option<SharedTier>> 
     let Some(remote) = cache_remote::from_env()? else {
         return Ok(None);
     };
-    let (options, warnings) = RemoteOptions::default().from_process_env();
+    let (options, warnings) = remote.default_options().from_process_env();
     for w in warnings {
         say(w);
     }
@@ -46,7 +46,7 @@ pub(crate) fn publish(registry: &Migrations, data: &CacheData) -> anyhow::Result
     let Some(tier) = tier(registry)? else {
         return Ok(());
     };
-    match tier.publish(data, WAIT) {
+    match tier.publish(data, WAIT.max(tier.publish_budget())) {
         Ok(p) if p.left == 0 => say(format_args!(
             "published to the shared tier at {}: {} written, {} already there",
             tier.describe(),

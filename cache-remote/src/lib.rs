@@ -29,6 +29,8 @@
 
 mod breaker;
 mod fleet;
+#[cfg(any(feature = "testing", feature = "s3", test))]
+mod glob;
 mod handle;
 mod health;
 mod layout;
@@ -60,6 +62,8 @@ pub use options::{
 };
 #[cfg(feature = "cluster")]
 pub use server::RedisClusterRemote;
+#[cfg(feature = "s3")]
+pub use server::S3Remote;
 pub use server::{ConfigError, ENV_REMOTE, ENV_REMOTE_CA, RedisRemote, connect, from_env, redact};
 pub use shared::{Published, Pulled, SharedTier};
 pub use source::{RemoteBuilder, RemoteSource};

@@ -220,39 +220,7 @@ impl Remote for MemoryRemote {
         Ok(self
             .keys()
             .into_iter()
-            .filter(|k| glob(pattern, k))
+            .filter(|k| crate::glob::matches(pattern, k))
             .collect())
-    }
-}
-
-/// Whether `text` matches `pattern`, where `*` matches any run of bytes.
-fn glob(pattern: &str, text: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == text;
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !text.starts_with(first) || !text[first.len()..].ends_with(last) {
-        return false;
-    }
-    let mut rest = &text[first.len()..text.len() - last.len()];
-    for part in &parts[1..parts.len() - 1] {
-        match rest.find(part) {
-            Some(i) => rest = &rest[i + part.len()..],
-            None => return false,
-        }
-    }
-    true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn globs_match_runs_of_bytes() {
-        assert!(glob("tc1:a:*:m:f", "tc1:a:0123:m:f"));
-        assert!(!glob("tc1:a:*:m:f", "tc1:a:0123:m:g"));
-        assert!(glob("exact", "exact") && !glob("exact", "exactly"));
     }
 }

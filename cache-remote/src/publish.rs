@@ -1,12 +1,13 @@
 //! Publishing: entries measured here, merged with what the server holds by the one merge rule
 //! ([`Entry::merge`]), through a bounded compare-and-set loop: read the current values,
-//! merge, write where nothing changed meanwhile, and redo the keys that lost a race (at most
-//! four rounds). What to do with each key in a round is decided by a pure function,
-//! [`plan_key`].
+//! merge, write where nothing changed meanwhile, and redo the keys that lost a race, after a
+//! growing, jittered pause, while the deadline allows (at most 32 rounds). What to do with each
+//! key in a round is decided by a pure function, [`plan_key`], and whether to go on by
+//! [`again`].
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cache_core::Namespace;
 use cache_format::{Entry, Fingerprint, Origin, Scope};
@@ -17,8 +18,44 @@ use crate::policy::Policy;
 use crate::store::{Fence, RemoteError, Swap, Swapped};
 use crate::value::{Expect, encode_value};
 
-/// Rounds of one publication before the keys that keep losing races are left for later.
-const ROUNDS: usize = 4;
+/// The most rounds one publication makes (each one read and one conditional write per key
+/// that lost the previous one's race).
+const MAX_ROUNDS: usize = 32;
+
+/// The longest pause between two rounds.
+const MAX_PAUSE: Duration = Duration::from_millis(50);
+
+/// After `round` rounds (counting from 1) left `lost` keys that lost a race: the pause before
+/// another round, or `None` to stop (nothing lost, the rounds spent, or no time for one
+/// before `deadline`). The pause doubles from 1 ms to [`MAX_PAUSE`] and is spread by
+/// `jitter` (0 to 1), so writers that collided do not collide again in step: an object store,
+/// whose read and write are two requests, loses races that Redis's one-step compare does not.
+pub(crate) fn again(
+    round: usize,
+    lost: usize,
+    now: Instant,
+    deadline: Instant,
+    jitter: f64,
+) -> Option<Duration> {
+    if lost == 0 || round >= MAX_ROUNDS {
+        return None;
+    }
+    let base = Duration::from_millis(1 << round.min(6)).min(MAX_PAUSE);
+    let pause = base.mul_f64(0.5 + jitter.clamp(0.0, 1.0));
+    (now + pause < deadline).then_some(pause)
+}
+
+/// A number from 0 to 1, different in each process and call.
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
 
 /// What a publication left to do.
 #[derive(Debug, Default)]
@@ -131,7 +168,7 @@ pub(crate) fn publish(
         })
         .collect();
     let mut outcome = PublishOutcome::default();
-    for _round in 0..ROUNDS {
+    for rounds in 1.. {
         match round(
             policy,
             scope,
@@ -153,8 +190,9 @@ pub(crate) fn publish(
                 break;
             }
         }
-        if Instant::now() >= deadline {
-            break;
+        match again(rounds, todo.len(), Instant::now(), deadline, jitter()) {
+            Some(pause) => std::thread::sleep(pause),
+            None => break,
         }
     }
     outcome.left = todo.iter().map(|i| (i.ns, i.mine.fingerprint())).collect();
@@ -320,6 +358,26 @@ mod tests {
             5,
             cs,
         )
+    }
+
+    #[test]
+    fn rounds_go_on_while_keys_lose_races_with_growing_pauses_and_stop_in_time() {
+        let now = Instant::now();
+        let later = now + Duration::from_secs(10);
+        assert_eq!(again(1, 0, now, later, 0.5), None, "nothing lost");
+        assert_eq!(again(1, 3, now, later, 0.5), Some(Duration::from_millis(2)));
+        assert_eq!(again(3, 3, now, later, 0.0), Some(Duration::from_millis(4)));
+        assert_eq!(again(20, 1, now, later, 1.0), Some(MAX_PAUSE.mul_f64(1.5)));
+        assert_eq!(
+            again(MAX_ROUNDS, 1, now, later, 0.5),
+            None,
+            "the rounds spent"
+        );
+        assert_eq!(
+            again(1, 1, now, now + Duration::from_micros(500), 0.5),
+            None,
+            "no time left"
+        );
     }
 
     #[test]

@@ -145,6 +145,11 @@ impl SharedTier {
         self.policy.scan(&pattern, deadline)
     }
 
+    /// How long a publication may take on this store (its options' publish budget).
+    pub fn publish_budget(&self) -> Duration {
+        self.policy.options.publish_budget
+    }
+
     /// Publishes every entry of `data` (any scope), merged with what the server holds, within
     /// `timeout`.
     pub fn publish(&self, data: &CacheData, timeout: Duration) -> Result<Published, RemoteError> {

@@ -73,7 +73,8 @@ pub trait RemoteBuilder: Sized {
     /// A shared tier on `remote` behind the file (e.g. a [`crate::RedisRemote`]), with the
     /// default [`RemoteOptions`]: read on a local miss, published to in the background.
     fn remote(self, remote: Arc<dyn Remote>) -> Self {
-        self.remote_with(remote, RemoteOptions::default())
+        let options = remote.default_options();
+        self.remote_with(remote, options)
     }
 
     /// [`RemoteBuilder::remote`] used as `options` say.

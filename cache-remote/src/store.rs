@@ -33,6 +33,13 @@ pub trait Remote: Send + Sync + fmt::Debug {
     /// One round trip that changes nothing, to check the connection.
     fn ping(&self, deadline: Instant) -> Result<(), RemoteError>;
 
+    /// The options a tier on this store starts from (before `TUNECACHE_REMOTE_*`): Redis
+    /// answers in microseconds and has leases and times to live; an object store answers in
+    /// milliseconds and has neither, so it says so here rather than failing at each call.
+    fn default_options(&self) -> crate::RemoteOptions {
+        crate::RemoteOptions::default()
+    }
+
     /// One lease operation on the lease key `key` (see [`crate::LeaseOp`]), atomic on the
     /// server, in one round trip. A backend without leases refuses.
     fn lease(

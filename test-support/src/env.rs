@@ -6,7 +6,8 @@ use std::process::Command;
 /// Removes every `TUNECACHE_*` variable from what `cmd` inherits.
 pub fn clean(cmd: &mut Command) -> &mut Command {
     for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("TUNECACHE_") {
+        let name_text = name.to_string_lossy();
+        if name_text.starts_with("TUNECACHE_") || name_text.starts_with("AWS_") {
             cmd.env_remove(name);
         }
     }

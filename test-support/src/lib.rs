@@ -19,6 +19,7 @@ pub mod cli;
 pub mod env;
 pub mod example;
 pub mod redis_server;
+pub mod s3_server;
 pub mod skip;
 
 /// A temporary directory whose name says it belongs to a tunecache test.

@@ -27,7 +27,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// The Python packages the tests need.
-const PACKAGES: [&str; 10] = [
+const PACKAGES: [&str; 11] = [
     "msgpack",
     "nvidia-cuda-nvrtc-cu12",
     "maturin>=1.9,<2",
@@ -37,6 +37,8 @@ const PACKAGES: [&str; 10] = [
     // ruff over the package and its tests (python/pyproject.toml configures both).
     "mypy",
     "ruff",
+    // A real S3 API server for the S3 tier's tests (moto's standalone server).
+    "moto[server]",
     // `@memoize` of torch tensors (the tests marked `torch`), and the Inductor adapter.
     "torch",
     // The framework adapters (python/tunecache/integrations), at the versions they were tested with.
@@ -162,7 +164,7 @@ fn prepare_venv(venv: &Path) -> anyhow::Result<PathBuf> {
     let have = Command::new(&python)
         .args([
             "-c",
-            "import msgpack, nvidia.cuda_nvrtc, numpy, pytest, maturin, mypy.stubtest, torch, triton, helion",
+            "import msgpack, nvidia.cuda_nvrtc, numpy, pytest, maturin, mypy.stubtest, torch, triton, helion, moto.server",
         ])
         .output()
         .is_ok_and(|o| o.status.success())

@@ -78,7 +78,7 @@ impl RemoteArgs {
             .unwrap_or_else(|| Migrations::new(app.clone(), schema));
         if std::env::var_os(cache_remote::ENV_REMOTE).is_none() {
             return Err(usage(format!(
-                "`tunecache remote` needs a server: set {}=redis://HOST:PORT/DB",
+                "`tunecache remote` needs a server: set {}=redis://HOST:PORT/DB or s3://BUCKET/PREFIX",
                 cache_remote::ENV_REMOTE
             )));
         }

@@ -251,7 +251,7 @@ fn open_cache(path: &Path, scope: Scope) -> anyhow::Result<Arc<Cache>> {
     let builder = match std::env::var_os(cache_remote::ENV_REMOTE) {
         Some(_) => match cache_remote::from_env()? {
             Some(remote) => {
-                let (options, warnings) = cache_remote::RemoteOptions::default().from_process_env();
+                let (options, warnings) = remote.default_options().from_process_env();
                 for w in warnings {
                     say(w);
                 }

@@ -13,6 +13,7 @@ mod merge;
 mod migrate;
 mod outputs;
 mod robustness;
+mod s3;
 mod shared;
 mod shared_faults;
 mod tune;

@@ -17,10 +17,14 @@ mod cluster;
 mod lease;
 mod pool;
 mod reply;
+#[cfg(feature = "s3")]
+mod s3;
 mod single;
 
 #[cfg(feature = "cluster")]
 pub use cluster::RedisClusterRemote;
+#[cfg(feature = "s3")]
+pub use s3::S3Remote;
 pub use single::RedisRemote;
 
 /// A server's error reply (`Value::ServerError`) as a [`crate::RemoteError`].
@@ -77,6 +81,16 @@ pub enum ConfigError {
     NoCluster {
         /// The nodes, their passwords left out.
         address: String,
+    },
+    /// An `s3://` address that cannot be used, or `s3://` in a build without S3.
+    #[error(
+        "{ENV_REMOTE}: cannot use {address} ({detail}): expected s3://BUCKET/PREFIX, with AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION as for any S3 client"
+    )]
+    BadS3 {
+        /// The address.
+        address: String,
+        /// What is wrong with it.
+        detail: String,
     },
     /// The certificate authorities' file cannot be read.
     #[error("{ENV_REMOTE_CA}: cannot read {}: {source}", path.display())]
@@ -141,6 +155,9 @@ pub fn redact(url: &str) -> String {
 /// `redis+unix://…`), or a Redis Cluster given as some of its nodes separated by commas
 /// (the `cluster` feature).
 pub fn connect(address: &str) -> Result<Arc<dyn Remote>, ConfigError> {
+    if address.trim().starts_with("s3://") {
+        return s3(address.trim());
+    }
     let nodes: Vec<&str> = address
         .split(',')
         .map(str::trim)
@@ -150,6 +167,22 @@ pub fn connect(address: &str) -> Result<Arc<dyn Remote>, ConfigError> {
         return cluster(&nodes);
     }
     Ok(Arc::new(RedisRemote::open(address.trim())?))
+}
+
+/// The bucket of an `s3://` address (the `s3` feature), configured from the environment.
+#[cfg(feature = "s3")]
+fn s3(address: &str) -> Result<Arc<dyn Remote>, ConfigError> {
+    Ok(Arc::new(S3Remote::open(address, |name| {
+        std::env::var(name).ok()
+    })?))
+}
+
+#[cfg(not(feature = "s3"))]
+fn s3(address: &str) -> Result<Arc<dyn Remote>, ConfigError> {
+    Err(ConfigError::BadS3 {
+        address: address.to_owned(),
+        detail: "this build has no S3 support (cache-remote's `s3` feature)".to_owned(),
+    })
 }
 
 /// The largest certificate authorities' file read (a system bundle is about 200 KiB).

@@ -1,0 +1,179 @@
+//! The CLI with its shared tier on an S3 bucket (`TUNECACHE_REMOTE=s3://BUCKET/PREFIX`) served
+//! by a real S3 API server (moto, on a free loopback port): a second machine reuses what the
+//! first tuned; eight processes on two machines publishing the same 50 keys at once lose no
+//! candidate (conditional writes, retried on 412 after a jittered pause); a frozen server costs one budget; a bucket
+//! that does not exist is one clear line.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use test_support::cli::{command, stderr, stdout};
+use test_support::s3_server::S3Server;
+
+use crate::EXE;
+
+const BUCKET: &str = "tunecache-test";
+
+fn with_bucket(server: &S3Server, remote: &str, file: &Path, args: &[&str]) -> Command {
+    let mut cmd = command(EXE, file, args);
+    cmd.env("TUNECACHE_REMOTE", remote)
+        .envs(server.env())
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn run(server: &S3Server, file: &Path, args: &[&str]) -> Output {
+    with_bucket(server, &format!("s3://{BUCKET}/team"), file, args)
+        .output()
+        .expect("run tunecache")
+}
+
+fn text(o: &Output) -> String {
+    format!("stdout:\n{}\nstderr:\n{}", stdout(o), stderr(o))
+}
+
+#[test]
+fn a_second_machine_reuses_what_the_first_tuned_through_a_bucket() {
+    let Some(server) = S3Server::start(BUCKET) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let args = [
+        "--json",
+        "tune",
+        "--backend",
+        "cpu",
+        "--steps",
+        "2",
+        "--no-progress",
+    ];
+    let first = run(&server, &dir.path().join("a.tcache"), &args);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    assert!(stderr(&first).contains("published"), "{}", text(&first));
+    let second = run(&server, &dir.path().join("b.tcache"), &args);
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second));
+    let report: serde_json::Value = serde_json::from_slice(&second.stdout).expect("JSON");
+    for ns in ["matmul", "reduce"] {
+        assert_eq!(report["namespaces"][ns]["keys_tuned"], 0, "{report:#}");
+        assert_eq!(
+            report["namespaces"][ns]["candidates_measured"], 0,
+            "{report:#}"
+        );
+    }
+    // b's own file holds them now, with the bucket as their origin.
+    let export = test_support::cli::run(EXE, &dir.path().join("b.tcache"), &["export"]);
+    let lines = stdout(&export);
+    assert!(
+        !lines.is_empty()
+            && lines
+                .lines()
+                .all(|l| l.contains("\"remote\"") && l.contains("s3://")),
+        "{}",
+        text(&export)
+    );
+}
+
+/// `count` JSON lines for keys `0..count`, each with one candidate named for `writer`.
+fn lines_of(writer: usize, count: u64) -> String {
+    (0..count)
+        .map(|m| {
+            format!(
+                r#"{{"scope":{{}},"namespace":"matmul","key":{{"m":{m}}},"recorded_at":1700000000000,"candidates":[{{"algo":"p{writer}","median_ns":{},"measured_at":1700000000000}}]}}"#,
+                10 + writer
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+#[test]
+fn eight_processes_on_two_machines_publishing_the_same_keys_lose_no_candidate() {
+    let Some(server) = S3Server::start(BUCKET) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    // 50 keys each (400 results, every key written by all eight): moto answers about 40
+    // conditional writes a second under this contention on 2 cores, and every publication must
+    // end within its 30 s budget for the bucket alone to show that no write overwrote another.
+    const KEYS: u64 = 50;
+    let children: Vec<_> = (0..8)
+        .map(|writer| {
+            let machine = dir.path().join(format!("machine{}.tcache", writer % 2));
+            let source = dir.path().join(format!("w{writer}.jsonl"));
+            std::fs::write(&source, lines_of(writer, KEYS)).expect("write lines");
+            let arg = source.to_string_lossy().into_owned();
+            with_bucket(
+                &server,
+                &format!("s3://{BUCKET}/race"),
+                &machine,
+                &["import", &arg],
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start an import")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("an import");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        assert!(!stderr(&out).contains("not published"), "{}", text(&out));
+    }
+    // A third machine pulls the bucket: every key holds all eight writers' candidates.
+    let fresh = dir.path().join("fresh.tcache");
+    let pulled = with_bucket(
+        &server,
+        &format!("s3://{BUCKET}/race"),
+        &fresh,
+        &["remote", "pull"],
+    )
+    .output()
+    .expect("pull");
+    assert_eq!(pulled.status.code(), Some(0), "{}", text(&pulled));
+    let export = test_support::cli::run(EXE, &fresh, &["export"]);
+    let mut keys = 0;
+    for line in stdout(&export).lines() {
+        let entry: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let algos = entry["candidates"].as_array().expect("candidates").len();
+        assert_eq!(algos, 8, "a candidate was lost: {line}");
+        keys += 1;
+    }
+    assert_eq!(keys, KEYS, "{}", text(&export));
+}
+
+#[test]
+fn a_frozen_server_costs_one_budget_and_a_missing_bucket_is_one_clear_line() {
+    let Some(server) = S3Server::start(BUCKET) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("c.tcache");
+    let missing = with_bucket(&server, "s3://no-such-bucket/x", &file, &["remote", "ping"])
+        .output()
+        .expect("ping");
+    assert_eq!(missing.status.code(), Some(1), "{}", text(&missing));
+    assert!(
+        stderr(&missing).contains("no such bucket"),
+        "{}",
+        text(&missing)
+    );
+    // SIGSTOP: the server accepts connections and never answers (thawed again on the way
+    // out, even if an assertion fails, so nothing else is left waiting on it).
+    let frozen = server.freeze();
+    let started = Instant::now();
+    let get = run(&server, &file, &["get", "-n", "matmul", "-k", r#"{"m":1}"#]);
+    let took = started.elapsed();
+    drop(frozen);
+    assert_eq!(
+        get.status.code(),
+        Some(4),
+        "a miss, not a failure: {}",
+        text(&get)
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "a frozen server cost {took:?}"
+    );
+}

@@ -1,0 +1,552 @@
+//! The shared store on an S3 (or S3-compatible) bucket: `TUNECACHE_REMOTE=s3://BUCKET/PREFIX`,
+//! the endpoint, credentials and region from the standard variables (`AWS_ENDPOINT_URL`,
+//! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`). One object
+//! per key, under `PREFIX/`; requests signed with rusty-s3 (sans-IO) and sent with ureq's
+//! blocking client, each with the time left to its deadline as its whole timeout.
+//!
+//! A compare-and-set is a conditional write: create-only (`If-None-Match: *`) for an absent
+//! key, and for a present one `If-Match` with the ETag of the value it must still hold (read
+//! again if this process has not seen that value); `412 Precondition Failed` (or `409`) is a
+//! lost race, as on Redis. What S3 cannot give is refused, never imitated: there is no lease
+//! (a fence would need one atomic step across two objects), and no time to live (a bucket's
+//! lifecycle rule expires old objects; a read's `touch` writes nothing).
+
+use std::collections::HashMap;
+use std::io::Read as _;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rusty_s3::{Bucket, Credentials, S3Action as _, UrlStyle};
+
+use super::ConfigError;
+use crate::store::{Read, Remote, RemoteError, Swap, Swapped};
+
+/// How long a signed request stays valid (S3 accepts 1 s to 7 days): past any deadline.
+const SIGNED_FOR: Duration = Duration::from_secs(300);
+
+/// Requests in flight at once for a batch of keys.
+const PARALLEL: usize = 8;
+
+/// The largest listing page read (S3 returns at most 1,000 keys a page).
+const MAX_PAGE_BYTES: u64 = 8 << 20;
+
+/// ETags remembered from reads, at most this many (then forgotten all at once).
+const MAX_ETAGS: usize = 100_000;
+
+/// An S3 bucket as the shared store.
+pub struct S3Remote {
+    bucket: Bucket,
+    credentials: Option<Credentials>,
+    prefix: String,
+    agent: ureq::Agent,
+    describe: String,
+    /// The ETag and a hash of the value last read or written per object key, so a
+    /// compare-and-set of a value this process saw needs no second read.
+    etags: Mutex<HashMap<String, (String, u64)>>,
+}
+
+impl std::fmt::Debug for S3Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Remote")
+            .field("at", &self.describe)
+            .finish_non_exhaustive()
+    }
+}
+
+impl S3Remote {
+    /// The bucket of `address` (`s3://BUCKET` or `s3://BUCKET/PREFIX`), with the endpoint,
+    /// credentials and region `env` gives (the standard `AWS_*` variables; without an
+    /// endpoint, AWS's for the region). Connects to nothing.
+    pub fn open(address: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let bad = |detail: &str| ConfigError::BadS3 {
+            address: address.to_owned(),
+            detail: detail.to_owned(),
+        };
+        let rest = address
+            .strip_prefix("s3://")
+            .ok_or_else(|| bad("not an s3:// address"))?;
+        let (name, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if name.len() < 3
+            || name.len() > 63
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        {
+            return Err(bad(
+                "a bucket name is 3 to 63 lower-case letters, digits, '-' or '.'",
+            ));
+        }
+        let region = env("AWS_REGION")
+            .or_else(|| env("AWS_DEFAULT_REGION"))
+            .unwrap_or_else(|| "us-east-1".to_owned());
+        let endpoint = env("AWS_ENDPOINT_URL_S3")
+            .or_else(|| env("AWS_ENDPOINT_URL"))
+            .unwrap_or_else(|| format!("https://s3.{region}.amazonaws.com"));
+        let url: url::Url = endpoint
+            .parse()
+            .map_err(|e| bad(&format!("AWS_ENDPOINT_URL {endpoint:?}: {e}")))?;
+        let bucket = Bucket::new(url.clone(), UrlStyle::Path, name.to_owned(), region.clone())
+            .map_err(|e| bad(&format!("AWS_ENDPOINT_URL {endpoint:?}: {e}")))?;
+        let credentials = match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+            (Some(key), Some(secret)) => Some(match env("AWS_SESSION_TOKEN") {
+                Some(token) => Credentials::new_with_token(key, secret, token),
+                None => Credentials::new(key, secret),
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(bad(
+                    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY go together",
+                ));
+            }
+        };
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .build()
+            .new_agent();
+        let prefix = prefix.trim_matches('/');
+        let host = url.host_str().unwrap_or("?").to_owned();
+        let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+        Ok(S3Remote {
+            bucket,
+            credentials,
+            prefix: if prefix.is_empty() {
+                String::new()
+            } else {
+                format!("{prefix}/")
+            },
+            agent,
+            describe: format!("s3://{name}/{prefix} at {}://{host}{port}", url.scheme()),
+            etags: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn object(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// One GET of `object`, its first `limit + 1` bytes at most; `None` if absent.
+    fn get(
+        &self,
+        object: &str,
+        limit: usize,
+        deadline: Instant,
+    ) -> Result<Option<Vec<u8>>, RemoteError> {
+        let url = self
+            .bucket
+            .get_object(self.credentials.as_ref(), object)
+            .sign(SIGNED_FOR);
+        // Only the first `limit + 1` bytes are asked for: a value too large costs no download.
+        let request = self
+            .agent
+            .get(url.as_str())
+            .header("range", &format!("bytes=0-{limit}"))
+            .config()
+            .timeout_global(Some(left(deadline)?))
+            .build();
+        let response = request.call().map_err(|e| transport(&e))?;
+        match response.status().as_u16() {
+            // 206: the range; 416: an empty object (no byte 0).
+            416 => Ok(Some(Vec::new())),
+            200 | 206 => {
+                let etag = header(&response, "etag");
+                let mut value = Vec::new();
+                response
+                    .into_body()
+                    .into_reader()
+                    .take(limit as u64 + 1)
+                    .read_to_end(&mut value)
+                    .map_err(|e| RemoteError::Unreachable(format!("reading a value: {e}")))?;
+                if let Some(etag) = etag {
+                    self.remember(object, etag, &value);
+                }
+                Ok(Some(value))
+            }
+            404 => {
+                let body = body_text(response);
+                if body.contains("NoSuchBucket") {
+                    Err(RemoteError::Refused(format!(
+                        "{}: no such bucket",
+                        self.describe
+                    )))
+                } else {
+                    Ok(None)
+                }
+            }
+            status => Err(status_error(status, &body_text(response), &self.describe)),
+        }
+    }
+
+    /// One conditional PUT: create-only, or if the object's ETag is still `etag`.
+    fn put(
+        &self,
+        object: &str,
+        value: &[u8],
+        etag: Option<&str>,
+        deadline: Instant,
+    ) -> Result<Swapped, RemoteError> {
+        let url = self
+            .bucket
+            .put_object(self.credentials.as_ref(), object)
+            .sign(SIGNED_FOR);
+        let request = self
+            .agent
+            .put(url.as_str())
+            .header("content-type", "application/octet-stream");
+        let request = match etag {
+            None => request.header("if-none-match", "*"),
+            Some(etag) => request.header("if-match", etag),
+        };
+        let response = request
+            .config()
+            .timeout_global(Some(left(deadline)?))
+            .build()
+            .send(value)
+            .map_err(|e| transport(&e))?;
+        match response.status().as_u16() {
+            200 | 201 | 204 => {
+                if let Some(etag) = header(&response, "etag") {
+                    self.remember(object, etag, value);
+                }
+                Ok(Swapped::Set)
+            }
+            // A lost race: the object changed (or appeared) since it was read.
+            404 if etag.is_some() => Ok(Swapped::Changed),
+            409 | 412 => Ok(Swapped::Changed),
+            status => Err(status_error(status, &body_text(response), &self.describe)),
+        }
+    }
+
+    fn remember(&self, object: &str, etag: String, value: &[u8]) {
+        let mut etags = crate::lock(&self.etags);
+        if etags.len() >= MAX_ETAGS {
+            etags.clear();
+        }
+        etags.insert(object.to_owned(), (etag, hash(value)));
+    }
+
+    /// One compare-and-set of `swap`.
+    fn swap(&self, swap: &Swap<'_>, deadline: Instant) -> Result<Swapped, RemoteError> {
+        if swap.fence.is_some() {
+            // No lease on S3, so no fenced write: never imitated by two steps.
+            return Ok(Swapped::Fenced);
+        }
+        let object = self.object(swap.key);
+        let Some(expected) = swap.expected else {
+            return self.put(&object, swap.value, None, deadline);
+        };
+        let known = crate::lock(&self.etags)
+            .get(&object)
+            .filter(|(_, h)| *h == hash(expected))
+            .map(|(etag, _)| etag.clone());
+        let etag = match known {
+            Some(etag) => etag,
+            None => {
+                // Read it again for its ETag; a value other than `expected` is a lost race.
+                match self.get(&object, expected.len(), deadline)? {
+                    Some(now) if now == expected => crate::lock(&self.etags)
+                        .get(&object)
+                        .map(|(etag, _)| etag.clone())
+                        .ok_or_else(|| RemoteError::Protocol("a read gave no ETag".to_owned()))?,
+                    _ => return Ok(Swapped::Changed),
+                }
+            }
+        };
+        self.put(&object, swap.value, Some(&etag), deadline)
+    }
+}
+
+impl Remote for S3Remote {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn get_many(
+        &self,
+        keys: &[String],
+        read: Read,
+        deadline: Instant,
+    ) -> Result<Vec<Option<Vec<u8>>>, RemoteError> {
+        let objects: Vec<String> = keys.iter().map(|k| self.object(k)).collect();
+        in_parallel(&objects, |object| self.get(object, read.limit, deadline))
+    }
+
+    fn compare_and_set_many(
+        &self,
+        swaps: &[Swap<'_>],
+        _ttl: Option<Duration>,
+        deadline: Instant,
+    ) -> Result<Vec<Swapped>, RemoteError> {
+        in_parallel(swaps, |swap| self.swap(swap, deadline))
+    }
+
+    /// An object store answers in milliseconds: a read-through waits up to a second, a
+    /// publication up to 30 s. No leases (refused: a fence needs one atomic step over two
+    /// objects) and no time to live (a bucket lifecycle rule expires old objects).
+    fn default_options(&self) -> crate::RemoteOptions {
+        crate::RemoteOptions {
+            budget: Duration::from_secs(1),
+            publish_budget: Duration::from_secs(30),
+            ttl: None,
+            lease_ttl: None,
+            ..crate::RemoteOptions::default()
+        }
+    }
+
+    fn ping(&self, deadline: Instant) -> Result<(), RemoteError> {
+        let url = self
+            .bucket
+            .head_bucket(self.credentials.as_ref())
+            .sign(SIGNED_FOR);
+        let response = self
+            .agent
+            .head(url.as_str())
+            .config()
+            .timeout_global(Some(left(deadline)?))
+            .build()
+            .call()
+            .map_err(|e| transport(&e))?;
+        match response.status().as_u16() {
+            200 => Ok(()),
+            404 => Err(RemoteError::Refused(format!(
+                "{}: no such bucket",
+                self.describe
+            ))),
+            status => Err(status_error(status, "", &self.describe)),
+        }
+    }
+
+    fn scan(&self, pattern: &str, deadline: Instant) -> Result<Vec<String>, RemoteError> {
+        let literal = pattern.split('*').next().unwrap_or_default();
+        let prefix = self.object(literal);
+        let mut keys = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut list = self.bucket.list_objects_v2(self.credentials.as_ref());
+            list.with_prefix(prefix.as_str());
+            if let Some(t) = &token {
+                list.with_continuation_token(t.as_str());
+            }
+            let url = list.sign(SIGNED_FOR);
+            let response = self
+                .agent
+                .get(url.as_str())
+                .config()
+                .timeout_global(Some(left(deadline)?))
+                .build()
+                .call()
+                .map_err(|e| transport(&e))?;
+            let status = response.status().as_u16();
+            if status != 200 {
+                return Err(status_error(status, &body_text(response), &self.describe));
+            }
+            // A page lists at most 1,000 keys: a few hundred KiB.
+            let mut page = Vec::new();
+            response
+                .into_body()
+                .into_reader()
+                .take(MAX_PAGE_BYTES)
+                .read_to_end(&mut page)
+                .map_err(|e| RemoteError::Unreachable(format!("reading a listing: {e}")))?;
+            let text = String::from_utf8_lossy(&page);
+            let page = rusty_s3::actions::ListObjectsV2::parse_response(&text)
+                .map_err(|e| RemoteError::Protocol(format!("a listing: {e}")))?;
+            keys.extend(page.contents.into_iter().filter_map(|c| {
+                let key = c.key.strip_prefix(&self.prefix)?.to_owned();
+                crate::glob::matches(pattern, &key).then_some(key)
+            }));
+            match page.next_continuation_token {
+                Some(next) => token = Some(next),
+                None => return Ok(keys),
+            }
+        }
+    }
+}
+
+/// `f` of each item, up to [`PARALLEL`] at once, in order; the first error, if any.
+fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(&T) -> Result<R, RemoteError> + Sync,
+) -> Result<Vec<R>, RemoteError> {
+    if items.len() <= 1 {
+        return items.iter().map(&f).collect();
+    }
+    let chunk = items.len().div_ceil(PARALLEL);
+    let results: Vec<Result<Vec<R>, RemoteError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| s.spawn(|| part.iter().map(&f).collect::<Result<Vec<R>, RemoteError>>()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(RemoteError::Protocol(
+                        "a request thread panicked".to_owned(),
+                    ))
+                })
+            })
+            .collect()
+    });
+    let mut out = Vec::with_capacity(items.len());
+    for part in results {
+        out.extend(part?);
+    }
+    Ok(out)
+}
+
+/// The time left to `deadline`, or the timeout it already is.
+fn left(deadline: Instant) -> Result<Duration, RemoteError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err(RemoteError::Timeout("the deadline passed".to_owned()))
+    } else {
+        Ok(left)
+    }
+}
+
+fn header(response: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// The first 4 KiB of an error reply, as text.
+fn body_text(response: ureq::http::Response<ureq::Body>) -> String {
+    let mut text = Vec::new();
+    let _ = response
+        .into_body()
+        .into_reader()
+        .take(4096)
+        .read_to_end(&mut text);
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+/// A reply's status as a [`RemoteError`]: refusals (credentials, permissions, a missing
+/// bucket) are said plainly; a server error is an outage.
+fn status_error(status: u16, body: &str, describe: &str) -> RemoteError {
+    let code = body
+        .split("<Code>")
+        .nth(1)
+        .and_then(|c| c.split("</Code>").next())
+        .unwrap_or_default();
+    match status {
+        403 => RemoteError::Refused(format!(
+            "{describe}: access denied ({code}): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket's policy"
+        )),
+        404 => RemoteError::Refused(format!("{describe}: no such bucket ({code})")),
+        500..=599 => {
+            RemoteError::Unreachable(format!("{describe}: the server answered {status} {code}"))
+        }
+        _ => RemoteError::Protocol(format!("{describe}: unexpected reply {status} {code}")),
+    }
+}
+
+/// A transport failure: a timeout, or a server that cannot be reached.
+fn transport(e: &ureq::Error) -> RemoteError {
+    match e {
+        ureq::Error::Timeout(_) => RemoteError::Timeout(e.to_string()),
+        _ => RemoteError::Unreachable(e.to_string()),
+    }
+}
+
+fn hash(value: &[u8]) -> u64 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    // A fixed seed: the same value hashes the same for the life of the process.
+    let mut h =
+        std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+            .build_hasher();
+    h.write(value);
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn an_address_names_a_bucket_and_a_prefix_and_bad_ones_are_said() {
+        let vars = &[
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
+            ("AWS_REGION", "eu-west-1"),
+        ];
+        let r = S3Remote::open("s3://team-cache/gpu/h100/", env(vars)).expect("valid");
+        assert_eq!(r.prefix, "gpu/h100/");
+        assert_eq!(r.object("k"), "gpu/h100/k");
+        assert_eq!(
+            r.describe(),
+            "s3://team-cache/gpu/h100 at http://127.0.0.1:9000"
+        );
+        let r = S3Remote::open("s3://team-cache", env(vars)).expect("valid");
+        assert_eq!(r.object("k"), "k");
+        // Without an endpoint: AWS's for the region.
+        let r = S3Remote::open("s3://team-cache/x", env(&[("AWS_REGION", "eu-west-1")]))
+            .expect("valid");
+        assert!(
+            r.describe().ends_with("https://s3.eu-west-1.amazonaws.com"),
+            "{}",
+            r.describe()
+        );
+        for (address, why) in [
+            ("s3://ab/x", "bucket name"),
+            ("s3://Upper/x", "bucket name"),
+            ("redis://x", "not an s3:// address"),
+        ] {
+            let e = S3Remote::open(address, env(vars))
+                .expect_err(address)
+                .to_string();
+            assert!(e.contains(why), "{address}: {e}");
+        }
+        let half = &[("AWS_ACCESS_KEY_ID", "key")];
+        let e = S3Remote::open("s3://team-cache", env(half)).expect_err("half credentials");
+        assert!(e.to_string().contains("go together"), "{e}");
+        let e = S3Remote::open("s3://team-cache", env(&[("AWS_ENDPOINT_URL", "ftp://x")]))
+            .expect_err("ftp");
+        assert!(e.to_string().contains("AWS_ENDPOINT_URL"), "{e}");
+    }
+
+    #[test]
+    fn replies_are_classified_by_what_a_caller_does_next() {
+        let denied = status_error(403, "<Error><Code>AccessDenied</Code></Error>", "s3://b");
+        assert!(
+            matches!(&denied, RemoteError::Refused(m) if m.contains("AccessDenied") && m.contains("AWS_ACCESS_KEY_ID"))
+        );
+        assert!(
+            matches!(status_error(404, "<Code>NoSuchBucket</Code>", "s3://b"), RemoteError::Refused(m) if m.contains("no such bucket"))
+        );
+        assert!(status_error(503, "<Code>SlowDown</Code>", "s3://b").is_outage());
+        assert!(matches!(
+            status_error(301, "", "s3://b"),
+            RemoteError::Protocol(_)
+        ));
+        assert!(
+            left(Instant::now()).is_err(),
+            "a deadline that passed is a timeout"
+        );
+    }
+
+    #[test]
+    fn a_batch_keeps_its_order_and_fails_on_its_first_error() {
+        let items: Vec<u32> = (0..50).collect();
+        let doubled = in_parallel(&items, |i| Ok(i * 2)).expect("no error");
+        assert_eq!(doubled, items.iter().map(|i| i * 2).collect::<Vec<_>>());
+        let failed = in_parallel(&items, |i| {
+            if *i == 30 {
+                Err(RemoteError::Timeout("late".into()))
+            } else {
+                Ok(*i)
+            }
+        });
+        assert_eq!(failed, Err(RemoteError::Timeout("late".into())));
+    }
+}
