@@ -46,7 +46,7 @@ pub(crate) fn again(
 }
 
 /// A number from 0 to 1, different in each process and call.
-fn jitter() -> f64 {
+pub(crate) fn jitter() -> f64 {
     use std::hash::{BuildHasher as _, Hasher as _};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(

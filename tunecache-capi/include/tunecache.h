@@ -108,7 +108,8 @@ typedef struct tc_options {
   uint32_t lock_timeout_ms;
   // A migration file's JSON text (`app`, `current`, `steps`), or null.
   const char *migrations_json;
-  // A shared tier's address (`redis://...`), or null to read `TUNECACHE_REMOTE`.
+  // A shared tier's address (`redis://...`, `s3://BUCKET/PREFIX` with the `AWS_*` variables), or
+  // null to read `TUNECACHE_REMOTE`.
   const char *remote;
 } tc_options;
 

@@ -44,7 +44,8 @@ pub struct tc_options {
     pub lock_timeout_ms: u32,
     /// A migration file's JSON text (`app`, `current`, `steps`), or null.
     pub migrations_json: *const c_char,
-    /// A shared tier's address (`redis://...`), or null to read `TUNECACHE_REMOTE`.
+    /// A shared tier's address (`redis://...`, `s3://BUCKET/PREFIX` with the `AWS_*` variables), or
+    /// null to read `TUNECACHE_REMOTE`.
     pub remote: *const c_char,
 }
 

@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 use rusty_s3::{Bucket, Credentials, S3Action as _, UrlStyle};
 
 use super::ConfigError;
+use http::{body_text, exchange, header, status_error};
+
+mod http;
 use crate::store::{Read, Remote, RemoteError, Swap, Swapped};
 
 /// How long a signed request stays valid (S3 accepts 1 s to 7 days): past any deadline.
@@ -137,14 +140,16 @@ impl S3Remote {
             .get_object(self.credentials.as_ref(), object)
             .sign(SIGNED_FOR);
         // Only the first `limit + 1` bytes are asked for: a value too large costs no download.
-        let request = self
-            .agent
-            .get(url.as_str())
-            .header("range", &format!("bytes=0-{limit}"))
-            .config()
-            .timeout_global(Some(left(deadline)?))
-            .build();
-        let response = request.call().map_err(|e| transport(&e))?;
+        let range = format!("bytes=0-{limit}");
+        let response = exchange(deadline, |timeout| {
+            self.agent
+                .get(url.as_str())
+                .header("range", &range)
+                .config()
+                .timeout_global(Some(timeout))
+                .build()
+                .call()
+        })?;
         match response.status().as_u16() {
             // 206: the range; 416: an empty object (no byte 0).
             416 => Ok(Some(Vec::new())),
@@ -189,20 +194,20 @@ impl S3Remote {
             .bucket
             .put_object(self.credentials.as_ref(), object)
             .sign(SIGNED_FOR);
-        let request = self
-            .agent
-            .put(url.as_str())
-            .header("content-type", "application/octet-stream");
-        let request = match etag {
-            None => request.header("if-none-match", "*"),
-            Some(etag) => request.header("if-match", etag),
+        let (condition, on) = match etag {
+            None => ("if-none-match", "*"),
+            Some(etag) => ("if-match", etag),
         };
-        let response = request
-            .config()
-            .timeout_global(Some(left(deadline)?))
-            .build()
-            .send(value)
-            .map_err(|e| transport(&e))?;
+        let response = exchange(deadline, |timeout| {
+            self.agent
+                .put(url.as_str())
+                .header("content-type", "application/octet-stream")
+                .header(condition, on)
+                .config()
+                .timeout_global(Some(timeout))
+                .build()
+                .send(value)
+        })?;
         match response.status().as_u16() {
             200 | 201 | 204 => {
                 if let Some(etag) = header(&response, "etag") {
@@ -298,14 +303,14 @@ impl Remote for S3Remote {
             .bucket
             .head_bucket(self.credentials.as_ref())
             .sign(SIGNED_FOR);
-        let response = self
-            .agent
-            .head(url.as_str())
-            .config()
-            .timeout_global(Some(left(deadline)?))
-            .build()
-            .call()
-            .map_err(|e| transport(&e))?;
+        let response = exchange(deadline, |timeout| {
+            self.agent
+                .head(url.as_str())
+                .config()
+                .timeout_global(Some(timeout))
+                .build()
+                .call()
+        })?;
         match response.status().as_u16() {
             200 => Ok(()),
             404 => Err(RemoteError::Refused(format!(
@@ -328,14 +333,14 @@ impl Remote for S3Remote {
                 list.with_continuation_token(t.as_str());
             }
             let url = list.sign(SIGNED_FOR);
-            let response = self
-                .agent
-                .get(url.as_str())
-                .config()
-                .timeout_global(Some(left(deadline)?))
-                .build()
-                .call()
-                .map_err(|e| transport(&e))?;
+            let response = exchange(deadline, |timeout| {
+                self.agent
+                    .get(url.as_str())
+                    .config()
+                    .timeout_global(Some(timeout))
+                    .build()
+                    .call()
+            })?;
             let status = response.status().as_u16();
             if status != 200 {
                 return Err(status_error(status, &body_text(response), &self.describe));
@@ -393,63 +398,6 @@ fn in_parallel<T: Sync, R: Send>(
         out.extend(part?);
     }
     Ok(out)
-}
-
-/// The time left to `deadline`, or the timeout it already is.
-fn left(deadline: Instant) -> Result<Duration, RemoteError> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        Err(RemoteError::Timeout("the deadline passed".to_owned()))
-    } else {
-        Ok(left)
-    }
-}
-
-fn header(response: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
-    response
-        .headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-}
-
-/// The first 4 KiB of an error reply, as text.
-fn body_text(response: ureq::http::Response<ureq::Body>) -> String {
-    let mut text = Vec::new();
-    let _ = response
-        .into_body()
-        .into_reader()
-        .take(4096)
-        .read_to_end(&mut text);
-    String::from_utf8_lossy(&text).into_owned()
-}
-
-/// A reply's status as a [`RemoteError`]: refusals (credentials, permissions, a missing
-/// bucket) are said plainly; a server error is an outage.
-fn status_error(status: u16, body: &str, describe: &str) -> RemoteError {
-    let code = body
-        .split("<Code>")
-        .nth(1)
-        .and_then(|c| c.split("</Code>").next())
-        .unwrap_or_default();
-    match status {
-        403 => RemoteError::Refused(format!(
-            "{describe}: access denied ({code}): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket's policy"
-        )),
-        404 => RemoteError::Refused(format!("{describe}: no such bucket ({code})")),
-        500..=599 => {
-            RemoteError::Unreachable(format!("{describe}: the server answered {status} {code}"))
-        }
-        _ => RemoteError::Protocol(format!("{describe}: unexpected reply {status} {code}")),
-    }
-}
-
-/// A transport failure: a timeout, or a server that cannot be reached.
-fn transport(e: &ureq::Error) -> RemoteError {
-    match e {
-        ureq::Error::Timeout(_) => RemoteError::Timeout(e.to_string()),
-        _ => RemoteError::Unreachable(e.to_string()),
-    }
 }
 
 fn hash(value: &[u8]) -> u64 {
@@ -513,26 +461,6 @@ mod tests {
         let e = S3Remote::open("s3://team-cache", env(&[("AWS_ENDPOINT_URL", "ftp://x")]))
             .expect_err("ftp");
         assert!(e.to_string().contains("AWS_ENDPOINT_URL"), "{e}");
-    }
-
-    #[test]
-    fn replies_are_classified_by_what_a_caller_does_next() {
-        let denied = status_error(403, "<Error><Code>AccessDenied</Code></Error>", "s3://b");
-        assert!(
-            matches!(&denied, RemoteError::Refused(m) if m.contains("AccessDenied") && m.contains("AWS_ACCESS_KEY_ID"))
-        );
-        assert!(
-            matches!(status_error(404, "<Code>NoSuchBucket</Code>", "s3://b"), RemoteError::Refused(m) if m.contains("no such bucket"))
-        );
-        assert!(status_error(503, "<Code>SlowDown</Code>", "s3://b").is_outage());
-        assert!(matches!(
-            status_error(301, "", "s3://b"),
-            RemoteError::Protocol(_)
-        ));
-        assert!(
-            left(Instant::now()).is_err(),
-            "a deadline that passed is a timeout"
-        );
     }
 
     #[test]
