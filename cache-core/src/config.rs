@@ -160,6 +160,12 @@ impl CacheBuilder {
         self
     }
 
+    /// Adds one system file after those given so far (a shared tier's pinned generation).
+    pub fn system_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.system.push(path.into());
+        self
+    }
+
     /// The system files: the builder's, then `TUNECACHE_SYSTEM_PATH`'s.
     pub(crate) fn system_paths(&self) -> Vec<PathBuf> {
         let mut paths = self.system.clone();

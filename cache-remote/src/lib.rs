@@ -29,6 +29,8 @@
 
 mod breaker;
 mod fleet;
+#[cfg(feature = "s3")]
+mod generations;
 #[cfg(any(feature = "testing", feature = "s3", test))]
 mod glob;
 mod handle;
@@ -51,6 +53,8 @@ mod value;
 
 pub use breaker::BreakerState;
 pub use fleet::{Alone, FinishError, FleetClaim, LeaseGuard};
+#[cfg(feature = "s3")]
+pub use generations::{ENV_GENERATION, GenerationError, Generations, Listed as GenerationListed};
 pub use handle::{RemoteCache, RemoteHandle};
 pub use health::RemoteHealth;
 pub use layout::{KEY_SALT, remote_key};

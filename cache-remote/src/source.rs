@@ -80,11 +80,15 @@ pub trait RemoteBuilder: Sized {
     /// [`RemoteBuilder::remote`] used as `options` say.
     fn remote_with(self, remote: Arc<dyn Remote>, options: RemoteOptions) -> Self;
 
+    /// The builder with `path` added as a system file (a pinned generation).
+    fn with_system_file(self, path: std::path::PathBuf) -> Self;
+
     /// The shared tier named by `TUNECACHE_REMOTE`, if set. A value that is not a usable
     /// address is an error naming the variable (the password left out).
     fn remote_from_env(self) -> Result<Self, crate::ConfigError> {
+        let address = std::env::var(crate::ENV_REMOTE).ok();
         Ok(match crate::from_env()? {
-            Some(remote) => self.remote(remote),
+            Some(remote) => pin(self, address.as_deref()).remote(remote),
             None => self,
         })
     }
@@ -97,8 +101,11 @@ pub trait RemoteBuilder: Sized {
             Some(address) => crate::connect(address).map(Some),
             None => crate::from_env(),
         };
+        let named = address
+            .map(str::to_owned)
+            .or_else(|| std::env::var(crate::ENV_REMOTE).ok());
         match remote {
-            Ok(Some(r)) => self.remote(r),
+            Ok(Some(r)) => pin(self, named.as_deref()).remote(r),
             Ok(None) => self,
             Err(e) => {
                 tracing::warn!("tunecache: no shared tier: {e}");
@@ -112,4 +119,19 @@ impl RemoteBuilder for CacheBuilder {
     fn remote_with(self, remote: Arc<dyn Remote>, options: RemoteOptions) -> Self {
         self.tier(RemoteSource::new(remote, options))
     }
+
+    fn with_system_file(self, path: std::path::PathBuf) -> Self {
+        self.system_file(path)
+    }
+}
+
+/// `builder` with the generation `TUNECACHE_GENERATION` pins on the bucket `address` names
+/// (fetched once) as a system file: every process pinned to it reads the same bytes first.
+fn pin<B: RemoteBuilder>(builder: B, address: Option<&str>) -> B {
+    #[cfg(feature = "s3")]
+    if let Some(path) = address.and_then(crate::generations::pinned) {
+        return builder.with_system_file(path);
+    }
+    let _ = address;
+    builder
 }

@@ -3,6 +3,7 @@ AWS_* variables, against moto's real S3 API server on a free loopback port."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -70,3 +71,32 @@ def test_a_result_recorded_by_one_is_a_remote_hit_for_another_through_a_bucket(t
     assert health is not None and health["hits"] == 1, health
     a.close()
     b.close()
+
+
+def test_a_process_pinned_to_a_generation_reads_it_first(tmp_path, bucket, cli, monkeypatch):
+    """`TUNECACHE_GENERATION` pins a Python cache to a whole-cache generation published with
+    `tunecache generation snapshot`: fetched once (into XDG_CACHE_HOME here) and read as the
+    system tier, ahead of newer per-key results in the bucket."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    scope = {"device": "test"}
+    a = tunecache.Cache("pinned", path=tmp_path / "a.tcache", scope=scope, remote=bucket)
+    a.put("mm", {"m": 1}, "old", median_ns=500.0)
+    a.close()
+    out = subprocess.run(
+        [cli, "--json", "--cache-file", str(tmp_path / "a.tcache"), "generation", "snapshot"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TUNECACHE_REMOTE": bucket},
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    generation = json.loads(out.stdout)["published"]
+    newer = tunecache.Cache("pinned", path=tmp_path / "n.tcache", scope=scope, remote=bucket)
+    newer.put("mm", {"m": 1}, "new", median_ns=100.0)
+    newer.publish(30.0)
+    newer.close()
+    monkeypatch.setenv("TUNECACHE_GENERATION", generation)
+    rank = tunecache.Cache("pinned", path=tmp_path / "rank.tcache", scope=scope, remote=bucket)
+    assert rank.get("mm", {"m": 1}).best.algorithm == "old"
+    assert (tmp_path / "xdg" / "tunecache" / "generations" / f"{generation}.tcb").is_file()
+    rank.close()

@@ -91,9 +91,25 @@ impl Lookup {
     /// shown migrated where this tool knows the steps); one that cannot be used is said and
     /// passed by.
     pub(crate) fn read_system(&self, ctx: &Context<'_>) -> Vec<(PathBuf, Scope, Entry)> {
-        let Some(paths) = std::env::var_os(cache_core::ENV_SYSTEM_PATH) else {
+        #[cfg_attr(
+            not(feature = "s3"),
+            allow(unused_mut, reason = "extended with a generation")
+        )]
+        let mut paths: Vec<PathBuf> = std::env::var_os(cache_core::ENV_SYSTEM_PATH)
+            .map(|v| {
+                std::env::split_paths(&v)
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        // A pinned generation (TUNECACHE_GENERATION) is read as a system file too.
+        #[cfg(feature = "s3")]
+        if let Ok(file) = ctx.path() {
+            paths.extend(super::generation::pinned(&file));
+        }
+        if paths.is_empty() {
             return Vec::new();
-        };
+        }
         let app = self
             .found
             .snapshot
@@ -103,7 +119,7 @@ impl Lookup {
         let registry = ctx.registry(&app);
         let limits = Limits::default();
         let mut out = Vec::new();
-        for path in std::env::split_paths(&paths).filter(|p| !p.as_os_str().is_empty()) {
+        for path in paths {
             let opened = cache_core::open_bundle(&path, &limits, registry)
                 .map(|(_, found)| found)
                 .or_else(|_| cache_core::inspect(&path, &limits, registry));

@@ -6,6 +6,8 @@ pub(crate) mod diff;
 pub(crate) mod explain;
 pub(crate) mod export;
 pub(crate) mod gc;
+#[cfg(feature = "s3")]
+pub(crate) mod generation;
 pub(crate) mod get;
 pub(crate) mod import;
 pub(crate) mod list;
@@ -50,6 +52,10 @@ pub(crate) enum Command {
     Import(import::ImportArgs),
     /// The shared tier named by TUNECACHE_REMOTE: ping, stats, push, pull
     Remote(remote::RemoteArgs),
+    /// Whole-cache generations on the S3 bucket TUNECACHE_REMOTE names: snapshot, list,
+    /// fetch, prune (a job pins one with TUNECACHE_GENERATION)
+    #[cfg(feature = "s3")]
+    Generation(generation::GenerationArgs),
     /// Join several caches (filters first) into a new file, the same bytes in any order
     Merge(merge::MergeArgs),
     /// Why one key would or would not be used here: which tiers and scopes have it, what differs
@@ -81,6 +87,8 @@ pub(crate) fn dispatch(command: Command, ctx: &Context<'_>, out: &mut Out) -> an
         Command::Migrate(args) => args.run(ctx, out),
         Command::Import(args) => args.run(ctx, out),
         Command::Remote(args) => args.run(ctx, out),
+        #[cfg(feature = "s3")]
+        Command::Generation(args) => args.run(ctx, out),
         Command::Diff(args) => args.run(ctx, out),
         Command::Bundle(args) => args.run(ctx, out),
         Command::Gc(args) => args.run(ctx, out),

@@ -177,3 +177,119 @@ fn a_frozen_server_costs_one_budget_and_a_missing_bucket_is_one_clear_line() {
         "a frozen server cost {took:?}"
     );
 }
+
+/// `count` JSON lines for keys `0..count` with one candidate `algo` at `median` ns.
+fn lines_with(algo: &str, median: u32, count: u64) -> String {
+    (0..count)
+        .map(|m| {
+            format!(
+                r#"{{"scope":{{}},"namespace":"matmul","key":{{"m":{m}}},"recorded_at":1700000000000,"candidates":[{{"algo":"{algo}","median_ns":{median},"measured_at":1700000000000}}]}}"#
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+/// The best candidate `get --json` answers for key `m` on `file`, with `extra` environment.
+fn best(server: &S3Server, file: &Path, m: u64, extra: &[(&str, &str)]) -> String {
+    let out = with_bucket(
+        server,
+        &format!("s3://{BUCKET}/gen"),
+        file,
+        &[
+            "--json",
+            "get",
+            "-n",
+            "matmul",
+            "-k",
+            &format!(r#"{{"m":{m}}}"#),
+        ],
+    )
+    .envs(extra.iter().copied())
+    .output()
+    .expect("get");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let entry: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    entry["candidates"][0]["algo"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn ranks_pinned_to_a_generation_read_the_same_bytes_while_newer_results_arrive() {
+    let Some(server) = S3Server::start(BUCKET) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let remote = format!("s3://{BUCKET}/gen");
+    let import = |file: &str, algo: &str, median: u32| {
+        let source = dir.path().join(format!("{algo}.jsonl"));
+        std::fs::write(&source, lines_with(algo, median, 10)).expect("lines");
+        let out = with_bucket(
+            &server,
+            &remote,
+            &dir.path().join(file),
+            &["import", &source.to_string_lossy()],
+        )
+        .output()
+        .expect("import");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    };
+    import("a.tcache", "old", 500);
+    let snapshot = |file: &str| -> String {
+        let out = with_bucket(
+            &server,
+            &remote,
+            &dir.path().join(file),
+            &["--json", "generation", "snapshot"],
+        )
+        .output()
+        .expect("snapshot");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        report["published"].as_str().expect("an id").to_owned()
+    };
+    let first = snapshot("a.tcache");
+    assert_eq!(first.len(), 64, "{first}");
+    // A ninth process publishes faster results for the same keys.
+    import("b.tcache", "new", 100);
+    // Eight ranks pinned to the generation, each on a machine of its own, answer from it.
+    let pinned: Vec<String> = (0..8)
+        .map(|rank| {
+            best(
+                &server,
+                &dir.path().join(format!("rank{rank}.tcache")),
+                3,
+                &[("TUNECACHE_GENERATION", &first)],
+            )
+        })
+        .collect();
+    assert!(pinned.iter().all(|b| b == "old"), "{pinned:?}");
+    // A rank not pinned reads the bucket's newer entry.
+    assert_eq!(
+        best(&server, &dir.path().join("free.tcache"), 3, &[]),
+        "new"
+    );
+    // `current` follows the pointer; a second snapshot moves it, and prune keeps it.
+    let second = snapshot("b.tcache");
+    assert_ne!(first, second);
+    let rank = dir.path().join("late.tcache");
+    assert_eq!(
+        best(&server, &rank, 3, &[("TUNECACHE_GENERATION", "current")]),
+        "new"
+    );
+    let pruned = with_bucket(
+        &server,
+        &remote,
+        &rank,
+        &["--json", "generation", "prune", "--older-than-days", "0"],
+    )
+    .output()
+    .expect("prune");
+    assert_eq!(pruned.status.code(), Some(0), "{}", text(&pruned));
+    let report: serde_json::Value = serde_json::from_slice(&pruned.stdout).expect("JSON");
+    assert_eq!(report["pruned"], serde_json::json!([first]), "{report:#}");
+    assert_eq!(report["current"], serde_json::json!(second), "{report:#}");
+}

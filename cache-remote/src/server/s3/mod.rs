@@ -12,37 +12,28 @@
 //! lifecycle rule expires old objects; a read's `touch` writes nothing).
 
 use std::collections::HashMap;
-use std::io::Read as _;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rusty_s3::{Bucket, Credentials, S3Action as _, UrlStyle};
+use rusty_s3::{Bucket, Credentials, UrlStyle};
 
 use super::ConfigError;
-use http::{body_text, exchange, header, status_error};
+use bucket::Objects;
 
+mod bucket;
 mod http;
 use crate::store::{Read, Remote, RemoteError, Swap, Swapped};
 
-/// How long a signed request stays valid (S3 accepts 1 s to 7 days): past any deadline.
-const SIGNED_FOR: Duration = Duration::from_secs(300);
-
 /// Requests in flight at once for a batch of keys.
 const PARALLEL: usize = 8;
-
-/// The largest listing page read (S3 returns at most 1,000 keys a page).
-const MAX_PAGE_BYTES: u64 = 8 << 20;
 
 /// ETags remembered from reads, at most this many (then forgotten all at once).
 const MAX_ETAGS: usize = 100_000;
 
 /// An S3 bucket as the shared store.
 pub struct S3Remote {
-    bucket: Bucket,
-    credentials: Option<Credentials>,
+    objects: Objects,
     prefix: String,
-    agent: ureq::Agent,
-    describe: String,
     /// The ETag and a hash of the value last read or written per object key, so a
     /// compare-and-set of a value this process saw needs no second read.
     etags: Mutex<HashMap<String, (String, u64)>>,
@@ -51,7 +42,7 @@ pub struct S3Remote {
 impl std::fmt::Debug for S3Remote {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("S3Remote")
-            .field("at", &self.describe)
+            .field("at", &self.objects.describe)
             .finish_non_exhaustive()
     }
 }
@@ -111,78 +102,48 @@ impl S3Remote {
         let host = url.host_str().unwrap_or("?").to_owned();
         let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
         Ok(S3Remote {
-            bucket,
-            credentials,
+            objects: Objects {
+                bucket,
+                credentials,
+                agent,
+                describe: format!("s3://{name}/{prefix} at {}://{host}{port}", url.scheme()),
+            },
             prefix: if prefix.is_empty() {
                 String::new()
             } else {
                 format!("{prefix}/")
             },
-            agent,
-            describe: format!("s3://{name}/{prefix} at {}://{host}{port}", url.scheme()),
             etags: Mutex::new(HashMap::new()),
         })
     }
 
-    fn object(&self, key: &str) -> String {
+    /// The object name of `key`: the prefix, then the key.
+    pub(crate) fn object(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)
     }
 
-    /// One GET of `object`, its first `limit + 1` bytes at most; `None` if absent.
+    /// The bucket's objects, for the generations kept beside the entries.
+    pub(crate) fn objects(&self) -> &Objects {
+        &self.objects
+    }
+
+    /// The first `limit + 1` bytes of `object`, its ETag remembered; `None` if absent.
     fn get(
         &self,
         object: &str,
         limit: usize,
         deadline: Instant,
     ) -> Result<Option<Vec<u8>>, RemoteError> {
-        let url = self
-            .bucket
-            .get_object(self.credentials.as_ref(), object)
-            .sign(SIGNED_FOR);
-        // Only the first `limit + 1` bytes are asked for: a value too large costs no download.
-        let range = format!("bytes=0-{limit}");
-        let response = exchange(deadline, |timeout| {
-            self.agent
-                .get(url.as_str())
-                .header("range", &range)
-                .config()
-                .timeout_global(Some(timeout))
-                .build()
-                .call()
-        })?;
-        match response.status().as_u16() {
-            // 206: the range; 416: an empty object (no byte 0).
-            416 => Ok(Some(Vec::new())),
-            200 | 206 => {
-                let etag = header(&response, "etag");
-                let mut value = Vec::new();
-                response
-                    .into_body()
-                    .into_reader()
-                    .take(limit as u64 + 1)
-                    .read_to_end(&mut value)
-                    .map_err(|e| RemoteError::Unreachable(format!("reading a value: {e}")))?;
-                if let Some(etag) = etag {
-                    self.remember(object, etag, &value);
-                }
-                Ok(Some(value))
-            }
-            404 => {
-                let body = body_text(response);
-                if body.contains("NoSuchBucket") {
-                    Err(RemoteError::Refused(format!(
-                        "{}: no such bucket",
-                        self.describe
-                    )))
-                } else {
-                    Ok(None)
-                }
-            }
-            status => Err(status_error(status, &body_text(response), &self.describe)),
+        let Some(fetched) = self.objects.get(object, limit as u64, deadline)? else {
+            return Ok(None);
+        };
+        if let Some(etag) = fetched.etag {
+            self.remember(object, etag, &fetched.bytes);
         }
+        Ok(Some(fetched.bytes))
     }
 
-    /// One conditional PUT: create-only, or if the object's ETag is still `etag`.
+    /// A conditional PUT (see [`Objects::put`]), its new ETag remembered.
     fn put(
         &self,
         object: &str,
@@ -190,36 +151,11 @@ impl S3Remote {
         etag: Option<&str>,
         deadline: Instant,
     ) -> Result<Swapped, RemoteError> {
-        let url = self
-            .bucket
-            .put_object(self.credentials.as_ref(), object)
-            .sign(SIGNED_FOR);
-        let (condition, on) = match etag {
-            None => ("if-none-match", "*"),
-            Some(etag) => ("if-match", etag),
-        };
-        let response = exchange(deadline, |timeout| {
-            self.agent
-                .put(url.as_str())
-                .header("content-type", "application/octet-stream")
-                .header(condition, on)
-                .config()
-                .timeout_global(Some(timeout))
-                .build()
-                .send(value)
-        })?;
-        match response.status().as_u16() {
-            200 | 201 | 204 => {
-                if let Some(etag) = header(&response, "etag") {
-                    self.remember(object, etag, value);
-                }
-                Ok(Swapped::Set)
-            }
-            // A lost race: the object changed (or appeared) since it was read.
-            404 if etag.is_some() => Ok(Swapped::Changed),
-            409 | 412 => Ok(Swapped::Changed),
-            status => Err(status_error(status, &body_text(response), &self.describe)),
+        let (swapped, new_etag) = self.objects.put(object, value, etag, deadline)?;
+        if let Some(new_etag) = new_etag {
+            self.remember(object, new_etag, value);
         }
+        Ok(swapped)
     }
 
     fn remember(&self, object: &str, etag: String, value: &[u8]) {
@@ -263,7 +199,7 @@ impl S3Remote {
 
 impl Remote for S3Remote {
     fn describe(&self) -> String {
-        self.describe.clone()
+        self.objects.describe.clone()
     }
 
     fn get_many(
@@ -299,72 +235,19 @@ impl Remote for S3Remote {
     }
 
     fn ping(&self, deadline: Instant) -> Result<(), RemoteError> {
-        let url = self
-            .bucket
-            .head_bucket(self.credentials.as_ref())
-            .sign(SIGNED_FOR);
-        let response = exchange(deadline, |timeout| {
-            self.agent
-                .head(url.as_str())
-                .config()
-                .timeout_global(Some(timeout))
-                .build()
-                .call()
-        })?;
-        match response.status().as_u16() {
-            200 => Ok(()),
-            404 => Err(RemoteError::Refused(format!(
-                "{}: no such bucket",
-                self.describe
-            ))),
-            status => Err(status_error(status, "", &self.describe)),
-        }
+        self.objects.ping(deadline)
     }
 
     fn scan(&self, pattern: &str, deadline: Instant) -> Result<Vec<String>, RemoteError> {
         let literal = pattern.split('*').next().unwrap_or_default();
-        let prefix = self.object(literal);
-        let mut keys = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let mut list = self.bucket.list_objects_v2(self.credentials.as_ref());
-            list.with_prefix(prefix.as_str());
-            if let Some(t) = &token {
-                list.with_continuation_token(t.as_str());
-            }
-            let url = list.sign(SIGNED_FOR);
-            let response = exchange(deadline, |timeout| {
-                self.agent
-                    .get(url.as_str())
-                    .config()
-                    .timeout_global(Some(timeout))
-                    .build()
-                    .call()
-            })?;
-            let status = response.status().as_u16();
-            if status != 200 {
-                return Err(status_error(status, &body_text(response), &self.describe));
-            }
-            // A page lists at most 1,000 keys: a few hundred KiB.
-            let mut page = Vec::new();
-            response
-                .into_body()
-                .into_reader()
-                .take(MAX_PAGE_BYTES)
-                .read_to_end(&mut page)
-                .map_err(|e| RemoteError::Unreachable(format!("reading a listing: {e}")))?;
-            let text = String::from_utf8_lossy(&page);
-            let page = rusty_s3::actions::ListObjectsV2::parse_response(&text)
-                .map_err(|e| RemoteError::Protocol(format!("a listing: {e}")))?;
-            keys.extend(page.contents.into_iter().filter_map(|c| {
-                let key = c.key.strip_prefix(&self.prefix)?.to_owned();
+        let listed = self.objects.list(&self.object(literal), deadline)?;
+        Ok(listed
+            .into_iter()
+            .filter_map(|l| {
+                let key = l.key.strip_prefix(&self.prefix)?.to_owned();
                 crate::glob::matches(pattern, &key).then_some(key)
-            }));
-            match page.next_continuation_token {
-                Some(next) => token = Some(next),
-                None => return Ok(keys),
-            }
-        }
+            })
+            .collect())
     }
 }
 
