@@ -11,7 +11,7 @@ use cache_migrate::Migrations;
 use crate::breaker::Breaker;
 use crate::health::{Counters, RemoteHealth};
 use crate::layout::Layout;
-use crate::options::RemoteOptions;
+use crate::options::{RemoteMode, RemoteOptions};
 use crate::store::{Read, Remote, RemoteError};
 use crate::value::{Expect, Rejection, check_value};
 
@@ -32,6 +32,8 @@ pub(crate) struct Policy {
     pub(crate) describe: String,
     breaker: Mutex<Breaker>,
     pub(crate) counters: Counters,
+    /// The store denied a write (permissions): this tier reads only from then on.
+    denied: std::sync::atomic::AtomicBool,
 }
 
 impl Policy {
@@ -51,11 +53,13 @@ impl Policy {
             describe,
             breaker: Mutex::new(Breaker::default()),
             counters: Counters::default(),
+            denied: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
+    /// Whether this tier writes: its mode says so, and the store has not denied a write.
     pub(crate) fn writes(&self) -> bool {
-        self.options.writes()
+        self.options.writes() && !self.denied.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn reject(&self, why: Rejection) {
@@ -92,7 +96,14 @@ impl Policy {
         } else {
             Counters::bump(&self.counters.errors, 1);
         }
-        if let RemoteError::Full(_) = e {
+        if let RemoteError::Denied(_) = e {
+            if !self.denied.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    "tunecache: the shared tier at {} denies writes ({e}); reading only from now on",
+                    self.describe
+                );
+            }
+        } else if let RemoteError::Full(_) = e {
             let first = {
                 let mut b = crate::lock(&self.breaker);
                 let first = b.full_until.is_none_or(|t| t <= Instant::now());
@@ -207,7 +218,11 @@ impl Policy {
         let breaker = crate::lock(&self.breaker).state();
         RemoteHealth {
             describe: self.describe.clone(),
-            mode: self.options.mode,
+            mode: if self.writes() || self.options.mode == RemoteMode::Off {
+                self.options.mode
+            } else {
+                RemoteMode::Read
+            },
             hits: Counters::get(&c.hits),
             misses: Counters::get(&c.misses),
             timeouts: Counters::get(&c.timeouts),

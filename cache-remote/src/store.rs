@@ -145,9 +145,13 @@ pub enum RemoteError {
     /// The server refuses writes because its memory is full.
     #[error("server full: {0}")]
     Full(String),
-    /// The server refused the command (permissions, a read-only replica, a bad script).
+    /// The server refused the command (a missing bucket, a bad script).
     #[error("refused: {0}")]
     Refused(String),
+    /// The store refuses this caller's writes (permissions, a read-only replica or bucket): a
+    /// tier that meets it reads only from then on.
+    #[error("denied: {0}")]
+    Denied(String),
     /// A reply that does not fit the request.
     #[error("unexpected reply: {0}")]
     Protocol(String),

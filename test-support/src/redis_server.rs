@@ -16,6 +16,9 @@ pub struct Server {
     tls: Option<tempfile::TempDir>,
     /// More arguments (a cluster node's).
     extra: Vec<std::ffi::OsString>,
+    /// Its working folder (`--dir`): a replica's full sync writes an RDB file, which must
+    /// never land in the test's working directory, where every later server would load it.
+    data: tempfile::TempDir,
     /// Its loopback port.
     pub port: u16,
     exe: String,
@@ -58,6 +61,7 @@ impl Server {
             socket: None,
             tls: None,
             extra: Vec::new(),
+            data: crate::temp_dir(),
             port: free_port(),
             exe,
         };
@@ -87,6 +91,20 @@ impl Server {
     /// With [`Server::start_tls`]: the CA certificate (PEM) that signed the server's.
     pub fn ca_file(&self) -> Option<std::path::PathBuf> {
         self.tls.as_ref().map(|d| d.path().join("ca.crt"))
+    }
+
+    /// A replica of `master` (`--replicaof`): it serves reads and answers writes with
+    /// `READONLY`, as a read-only replica in front of a fleet does.
+    pub fn start_replica_of(master: &Server) -> Option<Server> {
+        let mut server = Server::start()?;
+        server.kill();
+        server.extra = vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            master.port.to_string().into(),
+        ];
+        server.spawn();
+        Some(server)
     }
 
     /// Like [`Server::start`], listening on a unix socket only (`--port 0`).
@@ -119,7 +137,16 @@ impl Server {
         };
         let child = cmd
             .args(&self.extra)
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+                "--dir",
+            ])
+            .arg(self.data.path())
             .args(["--enable-debug-command", "local", "--protected-mode", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

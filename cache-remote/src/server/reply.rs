@@ -183,7 +183,9 @@ pub(crate) fn values(
         match reply {
             Ok(v) => out.push(v),
             Err(e) => match classify(&e) {
-                full @ RemoteError::Full(_) => return Err(full),
+                // Refused for every key alike: the batch fails (a full server; a replica or
+                // an account that may not write).
+                all @ (RemoteError::Full(_) | RemoteError::Denied(_)) => return Err(all),
                 _ => out.push(Some(Vec::new())),
             },
         }
@@ -214,7 +216,9 @@ pub(crate) fn swapped(
             Ok(2) => out.push(crate::Swapped::Fenced),
             Ok(_) => out.push(crate::Swapped::Changed),
             Err(e) => match classify(&e) {
-                full @ RemoteError::Full(_) => return Err(full),
+                // Refused for every key alike: the batch fails (a full server; a replica or
+                // an account that may not write).
+                all @ (RemoteError::Full(_) | RemoteError::Denied(_)) => return Err(all),
                 _ => out.push(crate::Swapped::Changed),
             },
         }
@@ -276,6 +280,11 @@ pub(crate) fn classify(e: &redis::RedisError) -> RemoteError {
         RemoteError::Unreachable(text)
     } else if oom {
         RemoteError::Full(text)
+    } else if ["READONLY", "NOPERM"]
+        .iter()
+        .any(|c| e.code() == Some(c) || text.starts_with(c))
+    {
+        RemoteError::Denied(text)
     } else if e.code().is_some() || e.clone().into_server_errors().is_some() {
         RemoteError::Refused(text)
     } else {

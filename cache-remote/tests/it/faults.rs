@@ -308,3 +308,55 @@ fn a_squatted_key_does_not_block_publishing_the_others() {
     let h = c.remote_health().expect("remote");
     assert_eq!(h.rejected.get("squatted"), Some(&1), "{h:?}");
 }
+
+/// Issue 40, "read-only mode ... detected when a write is refused for permissions": a store
+/// that denies writes (here a read-only Redis replica answering READONLY; on S3, a 403) turns
+/// the tier to reading only, with one warning, and reads go on.
+#[test]
+fn a_store_that_denies_writes_turns_the_tier_read_only_with_one_warning() {
+    capture_logs();
+    let Some(master) = Server::start() else {
+        return;
+    };
+    let Some(replica) = Server::start_replica_of(&master) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let writer = cache(
+        &dir.path().join("w.tcache"),
+        &master.url(),
+        RemoteOptions::default(),
+    );
+    writer.put(ns(), entry(1, "tiled", 5.0));
+    writer
+        .publish_within(Duration::from_secs(5))
+        .expect("published to the primary");
+    // The replica has it once replication caught up.
+    let replicated = test_support::wait_until(Duration::from_secs(20), || {
+        replica.get_raw(&remote_key(1)).is_some()
+    });
+    assert!(replicated, "the replica never got key 1");
+    let c = cache(
+        &dir.path().join("r.tcache"),
+        &replica.url(),
+        RemoteOptions::default(),
+    );
+    for id in 2..5 {
+        c.put(ns(), entry(id, "naive", 9.0));
+        let _ = c.publish_within(Duration::from_secs(5));
+    }
+    let h = c.remote_health().expect("remote");
+    assert_eq!(h.mode, cache_remote::RemoteMode::Read, "{h:?}");
+    assert_eq!(
+        warnings_about("denies writes")
+            .iter()
+            .filter(|w| w.contains(&replica.port.to_string()))
+            .count(),
+        1,
+        "one warning"
+    );
+    // Reads go on: what the primary published is a hit through the replica.
+    assert!(c.lookup(ns(), &key(1)).is_some());
+    // And nothing more is sent to be written: the next publication has nothing to try.
+    assert!(c.publish_within(Duration::from_secs(1)).is_ok());
+}

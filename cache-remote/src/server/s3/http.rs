@@ -84,7 +84,7 @@ pub(super) fn status_error(status: u16, body: &str, describe: &str) -> RemoteErr
         .and_then(|c| c.split("</Code>").next())
         .unwrap_or_default();
     match status {
-        403 => RemoteError::Refused(format!(
+        403 => RemoteError::Denied(format!(
             "{describe}: access denied ({code}): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket's policy"
         )),
         404 => RemoteError::Refused(format!("{describe}: no such bucket ({code})")),
@@ -111,7 +111,7 @@ mod tests {
     fn replies_are_classified_by_what_a_caller_does_next() {
         let denied = status_error(403, "<Error><Code>AccessDenied</Code></Error>", "s3://b");
         assert!(
-            matches!(&denied, RemoteError::Refused(m) if m.contains("AccessDenied") && m.contains("AWS_ACCESS_KEY_ID"))
+            matches!(&denied, RemoteError::Denied(m) if m.contains("AccessDenied") && m.contains("AWS_ACCESS_KEY_ID"))
         );
         assert!(
             matches!(status_error(404, "<Code>NoSuchBucket</Code>", "s3://b"), RemoteError::Refused(m) if m.contains("no such bucket"))
