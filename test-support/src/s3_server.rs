@@ -1,7 +1,9 @@
-//! A real S3 API server for one test: moto's standalone server (`python -m moto.server`, from
-//! PyPI; `cargo xtask test` installs it into its environment), started on a free loopback port
-//! and stopped by its pid (SIGKILL) when dropped. It answers conditional writes with 412 as S3
-//! does. SIGSTOP/SIGCONT freeze and thaw it.
+//! A real S3 API server for one test: moto's server (from PyPI; `cargo xtask test` installs it
+//! into its environment), started on a free loopback port and stopped by its pid (SIGKILL) when
+//! dropped. It answers conditional writes with 412 as S3 does. It runs one request at a time:
+//! moto checks a write's precondition and then stores the object as two steps, so its usual
+//! threaded server lets two concurrent `If-Match` writes both succeed, which S3 never does
+//! (found by the 8-process test: a candidate lost). SIGSTOP/SIGCONT freeze and thaw it.
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
@@ -15,6 +17,12 @@ pub struct S3Server {
     /// Its loopback port.
     pub port: u16,
 }
+
+/// moto's server as `python -m moto.server` makes it, serving one request at a time.
+const SERVE: &str = "import sys\n\
+from werkzeug.serving import run_simple\n\
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app\n\
+run_simple('127.0.0.1', int(sys.argv[1]), DomainDispatcherApplication(create_backend_app), threaded=False)\n";
 
 /// The Python that has moto, if any: the one on `PATH` (the test environment's).
 fn python() -> Option<&'static str> {
@@ -44,7 +52,8 @@ impl S3Server {
             .expect("a free port")
             .port();
         let child = Command::new(python)
-            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p"])
+            .arg("-c")
+            .arg(SERVE)
             .arg(port.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
