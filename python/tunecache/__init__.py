@@ -24,7 +24,7 @@ from ._autotune import (
     measuring_forbidden,
     perf_counter_timer,
 )
-from ._cache import Cache, default_scope, flush_all, flush_on_sigterm
+from ._cache import Cache, flush_all, flush_on_sigterm
 from ._errors import (
     ForeignFileError,
     LockTimeoutError,
@@ -32,6 +32,7 @@ from ._errors import (
     SharedTierUnreachableError,
 )
 from ._memoize import Memoized, memoize, torch_parts
+from ._scope import default_scope
 from ._tunecache import (
     CacheError,
     Claim,

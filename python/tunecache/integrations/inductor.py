@@ -50,7 +50,7 @@ require(
 
 
 def _scope() -> dict[str, Any]:
-    from .._cache import default_scope
+    from .._scope import default_scope
 
     extra = {"torch": version_of(torch)}
     triton = sys.modules.get("triton")

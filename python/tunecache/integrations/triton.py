@@ -63,7 +63,7 @@ require(
 
 
 def _scope() -> dict[str, Any]:
-    from .._cache import default_scope
+    from .._scope import default_scope
 
     return default_scope({"triton": version_of(triton)})
 

@@ -70,7 +70,7 @@ def _current_major() -> int:
 
 
 def _scope() -> dict[str, Any]:
-    from .._cache import default_scope
+    from .._scope import default_scope
 
     return default_scope({"warpconvnet": _wcn_version()})
 
