@@ -293,3 +293,117 @@ fn ranks_pinned_to_a_generation_read_the_same_bytes_while_newer_results_arrive()
     assert_eq!(report["pruned"], serde_json::json!([first]), "{report:#}");
     assert_eq!(report["current"], serde_json::json!(second), "{report:#}");
 }
+
+/// A publisher killed (SIGKILL) at any moment of a snapshot, or while the store is frozen
+/// mid-upload, leaves no half generation: the pointer still names a complete one, and every
+/// generation listed downloads and hashes to its name.
+#[test]
+#[allow(
+    clippy::print_stdout,
+    reason = "the test reports where its kills landed"
+)]
+fn a_killed_publisher_leaves_no_half_generation_and_the_pointer_names_a_whole_one() {
+    let Some(server) = S3Server::start(BUCKET) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let remote = format!("s3://{BUCKET}/killed");
+    let cli =
+        |file: &str, args: &[&str]| with_bucket(&server, &remote, &dir.path().join(file), args);
+    let ok = |file: &str, args: &[&str]| -> serde_json::Value {
+        let out = cli(file, args).output().expect("run");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+    };
+    let import = |file: &str, algo: &str, count: u64| {
+        let source = dir.path().join(format!("{algo}.jsonl"));
+        std::fs::write(&source, lines_with(algo, 300, count)).expect("lines");
+        // Local only: a generation is made of the file, not of the bucket's entries.
+        let out = test_support::cli::run(
+            EXE,
+            &dir.path().join(file),
+            &["import", &source.to_string_lossy()],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    };
+    import("small.tcache", "small", 10);
+    import("big.tcache", "big", 20_000);
+    import("timed.tcache", "timed", 20_000);
+    // How long a whole snapshot of that size takes here, to kill others along the way.
+    let t = Instant::now();
+    ok("timed.tcache", &["--json", "generation", "snapshot"]);
+    let whole_ms = t.elapsed().as_millis() as u64;
+    println!("a whole snapshot of 20,000 entries: {whole_ms} ms");
+    let first = ok("small.tcache", &["--json", "generation", "snapshot"])["published"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    let check = |when: &str| {
+        let listed = ok("reader.tcache", &["--json", "generation", "list"]);
+        let current = listed["current"].as_str().expect("a current generation");
+        let ids: Vec<&str> = listed["generations"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        assert!(
+            ids.contains(&current),
+            "{when}: the pointer names {current}, not in {ids:?}"
+        );
+        // Every generation listed is whole: fetched, it hashes to its name.
+        for id in ids {
+            ok(
+                &format!("reader-{id}.tcache"),
+                &["--json", "generation", "fetch", id],
+            );
+        }
+        current.to_owned()
+    };
+    for percent in [0, 30, 60, 80, 95, 110] {
+        let delay_ms = whole_ms * percent / 100;
+        let mut child = cli("big.tcache", &["generation", "snapshot"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("snapshot");
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = child.kill();
+        let _ = child.wait();
+        let current = check(&format!("killed after {delay_ms} ms"));
+        println!(
+            "killed after {delay_ms} ms: current is the {} generation",
+            if current == first { "first" } else { "new" }
+        );
+    }
+    // Killed while the store is frozen mid-request: the pointer has not moved.
+    let before = check("before the freeze");
+    {
+        let mut child = cli("big.tcache", &["generation", "snapshot"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("snapshot");
+        std::thread::sleep(Duration::from_millis(150));
+        let frozen = server.freeze();
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = child.kill();
+        let _ = child.wait();
+        drop(frozen);
+    }
+    let after = check("killed while the store was frozen");
+    println!(
+        "killed while frozen: the pointer {}",
+        if after == before {
+            "did not move"
+        } else {
+            "moved to a whole generation"
+        }
+    );
+    // Left alone, a snapshot completes and moves the pointer.
+    let whole = ok("big.tcache", &["--json", "generation", "snapshot"])["published"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    assert_eq!(check("after a whole snapshot"), whole);
+}

@@ -4,11 +4,13 @@
 )]
 //! The shared tier: its policy against the in-process `MemoryRemote` (`policy`), and the Redis
 //! backends against a real `redis-server` (sharing between two caches, the commands a hit and
-//! a read-only cache send, crafted values, and real faults).
+//! a read-only cache send, crafted values, and real faults), and leases on a real S3 API server.
 
 mod faults;
 mod leases;
 mod policy;
+#[cfg(feature = "s3")]
+mod s3_leases;
 mod sharing;
 
 use std::path::Path;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cache_remote::{RedisRemote, Remote, RemoteBuilder as _, RemoteCache as _, RemoteOptions};
+use cache_remote::{Remote, RemoteBuilder as _, RemoteCache as _, RemoteOptions};
 use gpu_tuner::{OpConfig, Progress, RemotePolicy, Tuner};
 use test_support::redis_server::Server;
 
@@ -40,11 +40,12 @@ pub(crate) fn child(path: PathBuf, args: Vec<String>) {
             .filter(|ttl| !ttl.is_zero()),
         ..RemoteOptions::default()
     };
-    let remote = RedisRemote::open(url).expect("address");
+    // Redis or, for `s3://`, a bucket (the endpoint and credentials from the environment).
+    let remote: Arc<dyn Remote> = cache_remote::connect(url).expect("address");
     let cache = Arc::new(
         builder(&path)
             .scope(crate::support::scope(device))
-            .remote_with(Arc::new(remote) as Arc<dyn Remote>, options)
+            .remote_with(remote, options)
             .open(),
     );
     // Three candidates within 20% of each other, ranked differently for each seed.
@@ -107,6 +108,17 @@ fn spawn(
     lease_ms: u64,
     micros: u64,
 ) -> test_support::child::ChildGuard {
+    spawn_in(&[], path, url, log, (seed, device, lease_ms, micros))
+}
+
+/// [`spawn`] with `env` added to the child's environment.
+fn spawn_in(
+    env: &[(&str, &str)],
+    path: &Path,
+    url: &str,
+    log: &Path,
+    (seed, device, lease_ms, micros): (u64, &str, u64, u64),
+) -> test_support::child::ChildGuard {
     let args = [
         url.to_owned(),
         log.display().to_string(),
@@ -116,7 +128,7 @@ fn spawn(
         micros.to_string(),
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    test_support::child::spawn("fleet", path, &args, &[])
+    test_support::child::spawn("fleet", path, &args, env)
 }
 
 fn finish(mut child: test_support::child::ChildGuard) -> Run {
@@ -260,6 +272,57 @@ fn eight_processes_on_two_machines_measure_each_key_once_and_agree() {
             .iter()
             .filter(|(k, w)| runs[0].winners.get(k) != Some(w))
             .count()
+    );
+}
+
+/// The same fleet on an S3 bucket (moto): leases are objects there, and still each key is
+/// measured once and every process ends with the same winners.
+#[test]
+fn eight_processes_on_two_machines_sharing_a_bucket_measure_each_key_once() {
+    let Some(server) = test_support::s3_server::S3Server::start("fleet") else {
+        return;
+    };
+    let env = server.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let dir = tempfile::tempdir().expect("dir");
+    let log = dir.path().join("fleet.log");
+    let t = Instant::now();
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            let file = dir
+                .path()
+                .join(if i % 2 == 0 { "a.tcache" } else { "b.tcache" });
+            spawn_in(
+                &env,
+                &file,
+                "s3://fleet/t",
+                &log,
+                (i + 1, "gpu", 3000, 3000),
+            )
+        })
+        .collect();
+    let runs: Vec<Run> = children.into_iter().map(finish).collect();
+    let counts = measured(&log);
+    assert_eq!(
+        counts.len(),
+        KEYS as usize,
+        "every key measured: {counts:?}"
+    );
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "each key measured once in the fleet: {counts:?}"
+    );
+    for run in &runs[1..] {
+        assert_eq!(run.winners, runs[0].winners, "the fleet's winners");
+    }
+    let waits: u64 = runs
+        .iter()
+        .map(|r| r.info["waits"].parse::<u64>().expect("n"))
+        .sum();
+    println!(
+        "fleet on S3 (moto): 8 processes on 2 machines, {KEYS} keys measured once in {:?}, \
+         {waits} waits on another process's lease",
+        t.elapsed()
     );
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rusty_s3::{Bucket, Credentials, S3Action as _};
 
-use super::http::{body_text, exchange, header, status_error};
+use super::http::{body_text, exchange, header, http_date, status_error};
 use crate::store::{RemoteError, Swapped};
 
 /// How long a signed request stays valid (S3 accepts 1 s to 7 days): past any deadline.
@@ -32,6 +32,9 @@ pub(crate) struct Fetched {
     pub(crate) bytes: Vec<u8>,
     /// Its ETag, if the store said.
     pub(crate) etag: Option<String>,
+    /// Whole seconds from its `Last-Modified` to the reply's `Date`, both the store's clock
+    /// (no machine's clock matters), if the store gave both.
+    pub(crate) age: Option<u64>,
 }
 
 /// An object listed.
@@ -71,9 +74,15 @@ impl Objects {
             416 => Ok(Some(Fetched {
                 bytes: Vec::new(),
                 etag: None,
+                age: None,
             })),
             200 | 206 => {
                 let etag = header(&response, "etag");
+                let date = |name| header(&response, name).as_deref().and_then(http_date);
+                let age = match (date("last-modified"), date("date")) {
+                    (Some(written), Some(now)) => Some(now.saturating_sub(written).max(0) as u64),
+                    _ => None,
+                };
                 let mut bytes = Vec::new();
                 response
                     .into_body()
@@ -81,7 +90,7 @@ impl Objects {
                     .take(limit.saturating_add(1))
                     .read_to_end(&mut bytes)
                     .map_err(|e| RemoteError::Unreachable(format!("reading a value: {e}")))?;
-                Ok(Some(Fetched { bytes, etag }))
+                Ok(Some(Fetched { bytes, etag, age }))
             }
             404 => {
                 let body = body_text(response);

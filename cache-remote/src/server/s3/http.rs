@@ -64,6 +64,44 @@ pub(super) fn header(response: &ureq::http::Response<ureq::Body>, name: &str) ->
         .map(str::to_owned)
 }
 
+/// Seconds since 1970 of an HTTP date in its one current form (IMF-fixdate, RFC 9110:
+/// `Fri, 27 Nov 2026 10:24:31 GMT`), as S3 gives `Date` and `Last-Modified`; `None` for any
+/// other text.
+pub(crate) fn http_date(text: &str) -> Option<i64> {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let (_, rest) = text.trim().split_once(", ")?;
+    let parts: Vec<&str> = rest.split(' ').collect();
+    let [day, month, year, time, "GMT"] = parts.as_slice() else {
+        return None;
+    };
+    let number = |s: &str, digits: usize| -> Option<i64> {
+        (s.len() == digits && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let (day, year) = (number(day, 2)?, number(year, 4)?);
+    let month = MONTHS.iter().position(|m| m == month)? as i64 + 1;
+    let hms: Vec<&str> = time.split(':').collect();
+    let [h, m, s] = hms.as_slice() else {
+        return None;
+    };
+    let (h, m, s) = (number(h, 2)?, number(m, 2)?, number(s, 2)?);
+    if !(1..=31).contains(&day) || h > 23 || m > 59 || s > 60 {
+        return None;
+    }
+    // Days from 1970-01-01 to the date (Howard Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + h * 3600 + m * 60 + s)
+}
+
 /// The first 4 KiB of an error reply, as text.
 pub(super) fn body_text(response: ureq::http::Response<ureq::Body>) -> String {
     let mut text = Vec::new();
@@ -106,6 +144,31 @@ pub(super) fn transport(e: &ureq::Error) -> RemoteError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http_dates_are_read_and_anything_else_is_not() {
+        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        assert_eq!(
+            http_date("Fri, 27 Nov 2026 10:24:31 GMT"),
+            Some(1_795_775_071)
+        );
+        assert_eq!(
+            http_date("Tue, 29 Feb 2000 23:59:59 GMT"),
+            Some(951_868_799)
+        );
+        for bad in [
+            "",
+            "yesterday",
+            "Fri, 27 Nov 2026 10:24:31 UTC",
+            "Fri, 27 Foo 2026 10:24:31 GMT",
+            "Fri, 7 Nov 2026 10:24:31 GMT",
+            "Fri, 27 Nov 2026 24:00:00 GMT",
+            "Friday, 27-Nov-26 10:24:31 GMT",
+            "Fri, 27 Nov 2026 10:24 GMT",
+        ] {
+            assert_eq!(http_date(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn replies_are_classified_by_what_a_caller_does_next() {

@@ -7,9 +7,9 @@
 //! A compare-and-set is a conditional write: create-only (`If-None-Match: *`) for an absent
 //! key, and for a present one `If-Match` with the ETag of the value it must still hold (read
 //! again if this process has not seen that value); `412 Precondition Failed` (or `409`) is a
-//! lost race, as on Redis. What S3 cannot give is refused, never imitated: there is no lease
-//! (a fence would need one atomic step across two objects), and no time to live (a bucket's
-//! lifecycle rule expires old objects; a read's `touch` writes nothing).
+//! lost race, as on Redis. Fleet leases are objects too, expiring on the store's clock
+//! (`lease.rs`). What S3 cannot give is refused, never imitated: there is no time to live (a
+//! bucket's lifecycle rule expires old objects; a read's `touch` writes nothing).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -22,6 +22,7 @@ use bucket::Objects;
 
 mod bucket;
 mod http;
+mod lease;
 use crate::store::{Read, Remote, RemoteError, Swap, Swapped};
 
 /// Requests in flight at once for a batch of keys.
@@ -166,12 +167,16 @@ impl S3Remote {
         etags.insert(object.to_owned(), (etag, hash(value)));
     }
 
-    /// One compare-and-set of `swap`.
+    /// One compare-and-set of `swap`, under its fence if it has one.
     fn swap(&self, swap: &Swap<'_>, deadline: Instant) -> Result<Swapped, RemoteError> {
-        if swap.fence.is_some() {
-            // No lease on S3, so no fenced write: never imitated by two steps.
-            return Ok(Swapped::Fenced);
+        match &swap.fence {
+            Some(fence) => self.fenced_swap(swap, fence, deadline),
+            None => self.plain_swap(swap, deadline),
         }
+    }
+
+    /// One compare-and-set of `swap`'s entry, its fence aside.
+    fn plain_swap(&self, swap: &Swap<'_>, deadline: Instant) -> Result<Swapped, RemoteError> {
         let object = self.object(swap.key);
         let Some(expected) = swap.expected else {
             return self.put(&object, swap.value, None, deadline);
@@ -222,16 +227,23 @@ impl Remote for S3Remote {
     }
 
     /// An object store answers in milliseconds: a read-through waits up to a second, a
-    /// publication up to 30 s. No leases (refused: a fence needs one atomic step over two
-    /// objects) and no time to live (a bucket lifecycle rule expires old objects).
+    /// publication up to 30 s. No time to live (a bucket lifecycle rule expires old objects).
     fn default_options(&self) -> crate::RemoteOptions {
         crate::RemoteOptions {
             budget: Duration::from_secs(1),
             publish_budget: Duration::from_secs(30),
             ttl: None,
-            lease_ttl: None,
             ..crate::RemoteOptions::default()
         }
+    }
+
+    fn lease(
+        &self,
+        key: &str,
+        op: crate::LeaseOp<'_>,
+        deadline: Instant,
+    ) -> Result<crate::LeaseReply, RemoteError> {
+        self.lease_op(key, op, deadline)
     }
 
     fn ping(&self, deadline: Instant) -> Result<(), RemoteError> {
