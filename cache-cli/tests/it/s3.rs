@@ -76,8 +76,12 @@ fn a_second_machine_reuses_what_the_first_tuned_through_a_bucket() {
 
 /// `count` JSON lines for keys `0..count`, each with one candidate named for `writer`.
 fn lines_of(writer: usize, count: u64) -> String {
-    (0..count)
-        .map(|m| {
+    lines_from(writer, 0..count)
+}
+
+/// JSON lines for the keys `keys`, each with one candidate named for `writer`.
+fn lines_from(writer: usize, keys: std::ops::Range<u64>) -> String {
+    keys.map(|m| {
             format!(
                 r#"{{"scope":{{}},"namespace":"matmul","key":{{"m":{m}}},"recorded_at":1700000000000,"candidates":[{{"algo":"p{writer}","median_ns":{},"measured_at":1700000000000}}]}}"#,
                 10 + writer
@@ -141,6 +145,54 @@ fn eight_processes_on_two_machines_publishing_the_same_keys_lose_no_candidate() 
         keys += 1;
     }
     assert_eq!(keys, KEYS, "{}", text(&export));
+}
+
+/// The issue's size: 200 results from each of 8 processes on 2 machines, each key written by
+/// two of them (writer `w` writes keys `100w` to `100w + 199`): 1,600 results on 900 keys.
+#[test]
+fn eight_processes_publishing_200_results_each_on_overlapping_keys_lose_none() {
+    let Some(server) = S3Server::start(BUCKET) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let remote = format!("s3://{BUCKET}/overlap");
+    let children: Vec<_> = (0..8u64)
+        .map(|writer| {
+            let machine = dir.path().join(format!("machine{}.tcache", writer % 2));
+            let source = dir.path().join(format!("w{writer}.jsonl"));
+            let lines = lines_from(writer as usize, writer * 100..writer * 100 + 200);
+            std::fs::write(&source, lines).expect("write lines");
+            let arg = source.to_string_lossy().into_owned();
+            with_bucket(&server, &remote, &machine, &["import", &arg])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start an import")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("an import");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        assert!(!stderr(&out).contains("not published"), "{}", text(&out));
+    }
+    let fresh = dir.path().join("fresh.tcache");
+    let pulled = with_bucket(&server, &remote, &fresh, &["remote", "pull"])
+        .output()
+        .expect("pull");
+    assert_eq!(pulled.status.code(), Some(0), "{}", text(&pulled));
+    let export = test_support::cli::run(EXE, &fresh, &["export"]);
+    let mut results = 0;
+    let mut keys = 0;
+    for line in stdout(&export).lines() {
+        let entry: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let m = entry["key"]["m"].as_u64().expect("m");
+        let writers = if m < 100 || m >= 800 { 1 } else { 2 };
+        let found = entry["candidates"].as_array().expect("candidates").len();
+        assert_eq!(found, writers, "a candidate was lost: {line}");
+        results += found;
+        keys += 1;
+    }
+    assert_eq!((keys, results), (900, 1600), "{}", text(&export));
 }
 
 #[test]
