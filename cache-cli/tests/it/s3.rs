@@ -186,7 +186,7 @@ fn eight_processes_publishing_200_results_each_on_overlapping_keys_lose_none() {
     for line in stdout(&export).lines() {
         let entry: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
         let m = entry["key"]["m"].as_u64().expect("m");
-        let writers = if m < 100 || m >= 800 { 1 } else { 2 };
+        let writers = if (100..800).contains(&m) { 2 } else { 1 };
         let found = entry["candidates"].as_array().expect("candidates").len();
         assert_eq!(found, writers, "a candidate was lost: {line}");
         results += found;
