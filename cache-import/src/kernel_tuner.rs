@@ -231,7 +231,7 @@ fn candidate(path: &Path, record: &Node, keys: &[String]) -> Result<Candidate, I
 
 /// Median, minimum, median absolute deviation and count of times in ms, as ns; `None` if
 /// there are none or one is negative.
-fn stats_of(times: &[f64]) -> Option<Stats> {
+pub(crate) fn stats_of(times: &[f64]) -> Option<Stats> {
     if times.is_empty() || times.iter().any(|t| *t < 0.0) {
         return None;
     }

@@ -17,6 +17,7 @@ use cache_core::ImportLines;
 use cache_core::Spill;
 use cache_core::cache_format::{Entry, Fields, Scope};
 
+mod autoheuristic;
 mod files;
 mod kernel_tuner;
 mod names;
@@ -45,21 +46,24 @@ pub enum Format {
     KernelTuner,
     /// XLA's autotune results (text protos, `--xla_gpu_dump_autotune_results_to`).
     Xla,
+    /// PyTorch Inductor's AutoHeuristic collection files (every candidate's time per problem).
+    AutoHeuristic,
 }
 
 impl Format {
     /// Every format, in the order the CLI lists them.
-    pub const ALL: [Format; 6] = [
+    pub const ALL: [Format; 7] = [
         Format::Vllm,
         Format::Sglang,
         Format::Triton,
         Format::TunableOp,
         Format::KernelTuner,
         Format::Xla,
+        Format::AutoHeuristic,
     ];
 
     /// The name the CLI and Python take (`vllm`, `sglang`, `triton`, `tunableop`,
-    /// `kernel-tuner`, `xla`).
+    /// `kernel-tuner`, `xla`, `autoheuristic`).
     pub fn name(self) -> &'static str {
         match self {
             Format::Vllm => "vllm",
@@ -68,6 +72,7 @@ impl Format {
             Format::TunableOp => "tunableop",
             Format::KernelTuner => "kernel-tuner",
             Format::Xla => "xla",
+            Format::AutoHeuristic => "autoheuristic",
         }
     }
 
@@ -173,6 +178,7 @@ pub fn import(
         Format::TunableOp => tunableop::import(path, options, &mut counted, &mut notes)?,
         Format::KernelTuner => kernel_tuner::import(path, options, &mut counted, &mut notes)?,
         Format::Xla => xla::import(path, options, &mut counted, &mut notes)?,
+        Format::AutoHeuristic => autoheuristic::import(path, options, &mut counted, &mut notes)?,
     };
     summary.files = files;
     summary.notes = notes.notes;

@@ -251,7 +251,7 @@ class Cache:
         namespace: str | None = None,
     ) -> dict[str, Any]:
         """Merges another tool's cache files, all or nothing: ``format`` is ``vllm``,
-        ``sglang``, ``triton``, ``tunableop``, ``kernel-tuner`` or ``xla`` (IMPORTS.md has
+        ``sglang``, ``triton``, ``tunableop``, ``kernel-tuner``, ``xla`` or ``autoheuristic`` (IMPORTS.md has
         each mapping); ``scope`` adds fields where the source says none (Triton's files say
         nothing of the device). A damaged file raises ``ValueError`` naming it and its line.
         Returns ``{"imported": entries, "files": files read, "notes": [...]}``.

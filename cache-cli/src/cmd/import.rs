@@ -25,7 +25,7 @@ pub(crate) struct ImportArgs {
     /// Input file ("-" for stdin); with --from, the tool's file or directory
     #[arg(default_value = "-")]
     input: PathBuf,
-    /// Read another tool's cache: vllm, sglang, triton, tunableop, kernel-tuner, xla
+    /// Read another tool's cache: vllm, sglang, triton, tunableop, kernel-tuner, xla, autoheuristic
     /// (IMPORTS.md has each mapping)
     #[arg(long, value_name = "FORMAT")]
     from: Option<String>,

@@ -17,7 +17,7 @@ fn ok(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-const SOURCES: [(&str, &str); 9] = [
+const SOURCES: [(&str, &str); 10] = [
     ("vllm", "real/vllm"),
     ("sglang", "real/sglang"),
     ("vllm", "hand/vllm"),
@@ -27,6 +27,7 @@ const SOURCES: [(&str, &str); 9] = [
     ("kernel-tuner", "hand/kernel_tuner"),
     ("xla", "real/xla"),
     ("xla", "hand/xla"),
+    ("autoheuristic", "hand/autoheuristic"),
 ];
 
 #[test]

@@ -1,5 +1,6 @@
 //! Integration tests of the importers and the vLLM exporter.
 
+mod autoheuristic;
 mod formats;
 mod support;
 mod triton;
