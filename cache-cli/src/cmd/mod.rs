@@ -3,6 +3,7 @@
 
 pub(crate) mod bundle;
 pub(crate) mod diff;
+pub(crate) mod evaluate;
 pub(crate) mod explain;
 pub(crate) mod export;
 pub(crate) mod gc;
@@ -71,6 +72,9 @@ pub(crate) enum Command {
     /// Measure stored winners of the built-in workload again (CPU): flip rate and regret per
     /// key; exit 3 past --max-regret or --max-flip-rate
     Stability(stability::StabilityArgs),
+    /// How well prediction serves keys never tuned: k-fold cross-validation on fully tuned
+    /// keys (default, nearest key, prediction, top-k), per scope and namespace
+    Evaluate(evaluate::EvaluateArgs),
 }
 
 /// Runs one command; returns its exit code.
@@ -96,5 +100,6 @@ pub(crate) fn dispatch(command: Command, ctx: &Context<'_>, out: &mut Out) -> an
         Command::Merge(args) => args.run(ctx, out),
         Command::Outputs(args) => args.run(ctx, out),
         Command::Stability(args) => args.run(ctx, out),
+        Command::Evaluate(args) => args.run(ctx, out),
     }
 }

@@ -4,6 +4,7 @@ mod bundle;
 mod bundle_lies;
 mod commands;
 mod diff;
+mod evaluate;
 mod explain;
 mod gc;
 mod imports;

@@ -2,8 +2,9 @@
 //! out key is predicted from the others, and every method's choice is scored by its *regret*,
 //! the true median of the candidate it chose over the true best median, minus one (a candidate
 //! that failed there counts as [`super::FAILED_SLOWDOWN`] − 1). A top-k method measures its k
-//! candidates and keeps the fastest of them, and pays their tuning time. Pure: the truth is
-//! what the entries recorded.
+//! candidates and keeps the fastest of them, and pays their tuning time. [`cross_validate`]
+//! does it k-fold, folds by key fingerprint, each fold predicted from the others alone. Pure:
+//! the truth is what the entries recorded.
 
 use cache_core::cache_format::{CandidateId, Entry, Outcome};
 
@@ -18,10 +19,23 @@ pub struct MethodScore {
     pub geomean_regret: f64,
     /// The largest regret.
     pub worst_regret: f64,
+    /// The 10th percentile of the share of the optimum reached (best median over the chosen
+    /// candidate's): nine keys in ten did at least this well.
+    pub p10_share: f64,
     /// Keys where it chose the true best.
     pub exact: usize,
+    /// Candidates it measured per key, on average (0 for a method that measures nothing).
+    pub measured_per_key: f64,
     /// Tuning time it spent, as a share of measuring every candidate of the held-out keys.
     pub tuning_share: f64,
+}
+
+impl MethodScore {
+    /// The share of the optimum reached, as a geometric mean over the keys (1.0: always the
+    /// best): `1 / (1 + geomean_regret)`.
+    pub fn share_of_optimum(&self) -> f64 {
+        1.0 / (1.0 + self.geomean_regret)
+    }
 }
 
 /// Every method's figures.
@@ -31,9 +45,20 @@ pub struct Evaluation {
     pub keys: usize,
     /// Keys held out (predicted).
     pub held_out: usize,
-    /// One per method: the first candidate, the nearest key's winner, the prediction, and
-    /// top-k tuning for each k asked.
+    /// One per method: the declared default (or the first candidate), the nearest key's
+    /// winner, the prediction, and top-k tuning for each k asked.
     pub methods: Vec<MethodScore>,
+}
+
+/// What an evaluation compares, besides the predictor.
+#[derive(Debug, Clone, Default)]
+pub struct Methods<'a> {
+    /// The k of each top-k method: the k best predicted are measured, plus the nearest key's
+    /// winner when it is not among them (as [`crate::MissPolicy::TopK`] does).
+    pub top: &'a [usize],
+    /// The declared default (Inductor's `extern_mm`, say), where a key has it; otherwise a
+    /// key's first current candidate.
+    pub default: Option<&'a CandidateId>,
 }
 
 /// Evaluates `predictor` on `entries` (keys of one namespace and scope), where `current`
@@ -48,74 +73,143 @@ pub fn evaluate(
     predictor: &Predictor,
     top: &[usize],
 ) -> Evaluation {
-    let mut complete: Vec<(&Entry, Vec<CandidateId>)> = entries
+    let complete = complete(entries, current);
+    let (held, train): (Vec<_>, Vec<_>) =
+        complete.iter().enumerate().partition(|(i, _)| i % 10 < 3);
+    let held: Vec<&Keyed<'_>> = held.into_iter().map(|(_, k)| k).collect();
+    let train: Vec<&Entry> = train.into_iter().map(|(_, (e, _))| *e).collect();
+    let methods = Methods { top, default: None };
+    let (picks, full) = split(&held, &train, predictor, &methods);
+    summarize(complete.len(), &names(predictor, &methods), picks, full)
+}
+
+/// A key with its current candidates.
+pub(super) type Keyed<'a> = (&'a Entry, Vec<CandidateId>);
+
+/// The keys whose every current candidate is recorded, in fingerprint order.
+pub(super) fn complete<'a>(
+    entries: &'a [Entry],
+    current: &dyn Fn(&Entry) -> Vec<CandidateId>,
+) -> Vec<Keyed<'a>> {
+    let mut complete: Vec<Keyed<'a>> = entries
         .iter()
         .map(|e| (e, current(e)))
         .filter(|(e, cur)| !cur.is_empty() && cur.iter().all(|c| truth(e, c).is_some()))
         .collect();
     complete.sort_by_key(|(e, _)| e.fingerprint());
-    let (held, train): (Vec<_>, Vec<_>) =
-        complete.iter().enumerate().partition(|(i, _)| i % 10 < 3);
-    let train: Vec<&Entry> = train.into_iter().map(|(_, (e, _))| *e).collect();
-    let nearest = Predictor { neighbours: 1 };
-    let mut methods: Vec<(String, Vec<Pick>)> = vec![
-        ("first candidate".to_owned(), Vec::new()),
-        ("nearest key's winner".to_owned(), Vec::new()),
-        (
-            format!("prediction (k={})", predictor.neighbours),
-            Vec::new(),
-        ),
+    complete
+}
+
+/// The methods' names, in the order [`split`] gives their picks.
+pub(super) fn names(predictor: &Predictor, methods: &Methods<'_>) -> Vec<String> {
+    let mut names = vec![
+        match methods.default {
+            Some(id) => format!("default ({id})"),
+            None => "first candidate".to_owned(),
+        },
+        "nearest key's winner".to_owned(),
+        format!("prediction (k={})", predictor.neighbours),
     ];
-    for k in top {
-        methods.push((format!("top-{k} tuning"), Vec::new()));
-    }
+    names.extend(methods.top.iter().map(|k| format!("top-{k} tuning")));
+    names
+}
+
+/// Each method's pick for each held-out key predicted from `train`, and the time measuring
+/// every candidate of those keys takes.
+pub(super) fn split(
+    held: &[&Keyed<'_>],
+    train: &[&Entry],
+    predictor: &Predictor,
+    methods: &Methods<'_>,
+) -> (Vec<Vec<Pick>>, f64) {
+    split_by(held, train, predictor, methods, false)
+}
+
+/// [`split`], from another scope's keys when `across` ([`Predictor::transfer`]).
+pub(super) fn split_by(
+    held: &[&Keyed<'_>],
+    train: &[&Entry],
+    predictor: &Predictor,
+    methods: &Methods<'_>,
+    across: bool,
+) -> (Vec<Vec<Pick>>, f64) {
+    let ask = |p: &Predictor, fields, current| {
+        if across {
+            p.transfer(fields, train.iter().copied(), current)
+        } else {
+            p.predict(fields, train.iter().copied(), current)
+        }
+    };
+    let nearest = Predictor { neighbours: 1 };
+    let mut picks: Vec<Vec<Pick>> = (0..3 + methods.top.len()).map(|_| Vec::new()).collect();
     let mut full_time = 0.0;
-    for (_, (entry, current)) in &held {
+    for (entry, current) in held {
         let (entry, current) = (*entry, current.as_slice());
         let fields = entry.key().fields();
         let (Some(near), Some(pred)) = (
-            nearest.predict(fields, train.iter().copied(), current),
-            predictor.predict(fields, train.iter().copied(), current),
+            ask(&nearest, fields, current),
+            ask(predictor, fields, current),
         ) else {
             continue;
         };
         full_time += current.iter().map(|c| cost(entry, c)).sum::<f64>();
-        methods[0]
-            .1
-            .push(pick(entry, std::slice::from_ref(&current[0]), current));
-        methods[1]
-            .1
-            .push(pick(entry, std::slice::from_ref(near.winner()), current));
-        methods[2]
-            .1
-            .push(pick(entry, std::slice::from_ref(pred.winner()), current));
-        for (i, k) in top.iter().enumerate() {
+        let default = methods
+            .default
+            .filter(|d| current.contains(d))
+            .unwrap_or(&current[0]);
+        picks[0].push(pick(entry, std::slice::from_ref(default), current, false));
+        picks[1].push(pick(
+            entry,
+            std::slice::from_ref(near.winner()),
+            current,
+            false,
+        ));
+        picks[2].push(pick(
+            entry,
+            std::slice::from_ref(pred.winner()),
+            current,
+            false,
+        ));
+        for (i, k) in methods.top.iter().enumerate() {
             let mut list = pred.top(*k);
             if !list.contains(near.winner()) {
                 list.push(near.winner().clone());
             }
-            methods[3 + i].1.push(pick(entry, &list, current));
+            picks[3 + i].push(pick(entry, &list, current, true));
         }
     }
+    (picks, full_time)
+}
+
+pub(super) fn summarize(
+    keys: usize,
+    names: &[String],
+    picks: Vec<Vec<Pick>>,
+    full: f64,
+) -> Evaluation {
     Evaluation {
-        keys: complete.len(),
-        held_out: methods[0].1.len(),
-        methods: methods
-            .into_iter()
-            .map(|(method, picks)| score(method, &picks, full_time))
+        keys,
+        held_out: picks.first().map_or(0, Vec::len),
+        methods: names
+            .iter()
+            .zip(picks)
+            .map(|(method, picks)| score(method.clone(), &picks, full))
             .collect(),
     }
 }
 
-/// What one method did for one key: the regret of its choice and the tuning time it spent
-/// (ns; nothing for a method that measures nothing).
-struct Pick {
+/// What one method did for one key: the regret of its choice, the candidates it measured and
+/// the tuning time it spent (ns; nothing for a method that measures nothing).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pick {
     regret: f64,
+    measured: usize,
     spent: f64,
 }
 
-/// The candidate of `list` with the best true median, as measuring `list` finds it.
-fn pick(entry: &Entry, list: &[CandidateId], current: &[CandidateId]) -> Pick {
+/// The candidate of `list` with the best true median, as measuring `list` finds it (`measures`:
+/// the method measures its list, even of one; otherwise it uses its one choice unmeasured).
+fn pick(entry: &Entry, list: &[CandidateId], current: &[CandidateId], measures: bool) -> Pick {
     let best = best_median(entry, current);
     let chosen = list
         .iter()
@@ -126,22 +220,30 @@ fn pick(entry: &Entry, list: &[CandidateId], current: &[CandidateId]) -> Pick {
     } else {
         super::FAILED_SLOWDOWN - 1.0
     };
-    let spent = if list.len() > 1 {
-        list.iter().map(|c| cost(entry, c)).sum()
+    let (measured, spent) = if measures {
+        (list.len(), list.iter().map(|c| cost(entry, c)).sum())
     } else {
-        0.0
+        (0, 0.0)
     };
-    Pick { regret, spent }
+    Pick {
+        regret,
+        measured,
+        spent,
+    }
 }
 
 fn score(method: String, picks: &[Pick], full_time: f64) -> MethodScore {
     let n = picks.len().max(1) as f64;
     let log_sum: f64 = picks.iter().map(|p| p.regret.ln_1p()).sum();
+    let mut shares: Vec<f64> = picks.iter().map(|p| 1.0 / (1.0 + p.regret)).collect();
+    shares.sort_by(f64::total_cmp);
     MethodScore {
         method,
         geomean_regret: (log_sum / n).exp() - 1.0,
         worst_regret: picks.iter().map(|p| p.regret).fold(0.0, f64::max),
+        p10_share: shares.get(shares.len() / 10).copied().unwrap_or(1.0),
         exact: picks.iter().filter(|p| p.regret <= 0.0).count(),
+        measured_per_key: picks.iter().map(|p| p.measured as f64).sum::<f64>() / n,
         tuning_share: if full_time > 0.0 {
             picks.iter().map(|p| p.spent).sum::<f64>() / full_time
         } else {
@@ -181,12 +283,12 @@ fn cost(entry: &Entry, c: &CandidateId) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use cache_core::cache_format::{Candidate, Fields, Fingerprint, Key, Origin, Stats, Value};
 
     use super::*;
 
-    fn tiles() -> Vec<CandidateId> {
+    pub(in crate::predict) fn tiles() -> Vec<CandidateId> {
         [8, 16, 32, 64, 128, 256]
             .iter()
             .map(|t| CandidateId::new("blocked", &[("tile", *t)]))
@@ -224,7 +326,7 @@ mod tests {
         )
     }
 
-    fn grid() -> Vec<Entry> {
+    pub(in crate::predict) fn grid() -> Vec<Entry> {
         let mut entries = Vec::new();
         for m in (4..=14).map(|p| 1i64 << p) {
             for n in [64, 256, 1024] {

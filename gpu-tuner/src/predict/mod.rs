@@ -19,8 +19,10 @@ use cache_core::cache_format::{CandidateId, Entry, Fields, Fingerprint, Key, Out
 use crate::tuner::distance;
 
 mod evaluate;
+mod folds;
 
-pub use evaluate::{Evaluation, MethodScore, evaluate};
+pub use evaluate::{Evaluation, MethodScore, Methods, evaluate};
+pub use folds::{CrossValidation, cross_validate, fold_of, transfer};
 
 /// How many tuned keys vote, by default.
 pub const DEFAULT_NEIGHBOURS: usize = 4;
@@ -104,10 +106,32 @@ impl Predictor {
         tuned: impl IntoIterator<Item = &'a Entry>,
         current: &[CandidateId],
     ) -> Option<Prediction> {
+        self.rank(target, tuned, current, true)
+    }
+
+    /// The predicted ranking of `current` for `target` from `tuned` entries of *another*
+    /// scope (another device, say): as [`Predictor::predict`], but an entry of the same key is
+    /// the nearest neighbour there is (distance 0), not the target's own entry to leave out.
+    pub fn transfer<'a>(
+        &self,
+        target: &Fields,
+        tuned: impl IntoIterator<Item = &'a Entry>,
+        current: &[CandidateId],
+    ) -> Option<Prediction> {
+        self.rank(target, tuned, current, false)
+    }
+
+    fn rank<'a>(
+        &self,
+        target: &Fields,
+        tuned: impl IntoIterator<Item = &'a Entry>,
+        current: &[CandidateId],
+        skip_own: bool,
+    ) -> Option<Prediction> {
         if current.is_empty() {
             return None;
         }
-        let near = nearest(target, tuned, current, self.neighbours.max(1));
+        let near = nearest(target, tuned, current, self.neighbours.max(1), skip_own);
         if near.is_empty() {
             return None;
         }
@@ -167,8 +191,9 @@ fn nearest<'a>(
     tuned: impl IntoIterator<Item = &'a Entry>,
     current: &[CandidateId],
     k: usize,
+    skip_own: bool,
 ) -> Vec<Near<'a>> {
-    let own = Key::new(target.clone()).fingerprint();
+    let own = skip_own.then(|| Key::new(target.clone()).fingerprint());
     let mut best: Vec<Near<'a>> = Vec::with_capacity(k + 1);
     for e in tuned {
         let Some(d) = distance(target, e.key().fields()).map(quantized) else {
@@ -178,7 +203,7 @@ fn nearest<'a>(
         if best.len() == k && best.last().is_some_and(|w| d > w.0) {
             continue;
         }
-        if e.fingerprint() == own || measured_best(e, current).is_none() {
+        if Some(e.fingerprint()) == own || measured_best(e, current).is_none() {
             continue;
         }
         let cand = (d, lower_first(target, e.key().fields()), e.fingerprint(), e);
@@ -317,7 +342,7 @@ mod tests {
                 .collect();
             all.sort_by(near_cmp);
             for k in [1, 4, 10] {
-                let fast: Vec<Fingerprint> = nearest(&target, &entries, &current, k)
+                let fast: Vec<Fingerprint> = nearest(&target, &entries, &current, k, true)
                     .iter()
                     .map(|n| n.2)
                     .collect();
@@ -346,7 +371,7 @@ mod tests {
         };
         let pair = [key(63), key(3)];
         let target = Fields::from([("m".to_owned(), Value::Int(15))]);
-        let got = nearest(&target, &pair, &current, 1);
+        let got = nearest(&target, &pair, &current, 1, true);
         assert_eq!(got[0].3.key().fields().get("m"), Some(&Value::Int(3)));
     }
 }

@@ -1,0 +1,273 @@
+//! `tunecache evaluate`: how well prediction would serve keys never tuned, measured on a cache
+//! whose keys have every candidate recorded (an AutoHeuristic or Kernel Tuner import, or a
+//! cache tuned in full). Per scope and namespace, a k-fold cross-validation by key fingerprint
+//! (`gpu_tuner::predict::cross_validate`: each fold predicted from the other folds alone)
+//! scores the declared default, the nearest key's winner, the prediction and top-k tuning:
+//! share of the optimum (geometric mean and 10th percentile), exact winners, candidates
+//! measured per key and the tuning time spent.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+
+use clap::Args;
+use serde::Serialize;
+
+use cache_format::{CandidateId, Entry, Scope, Value};
+use gpu_tuner::predict::{Evaluation, MethodScore, Methods, Predictor, cross_validate, transfer};
+
+use crate::context::Context;
+use crate::exit;
+use crate::options::usage;
+use crate::output::{Out, Report};
+use crate::render::scope_filter;
+
+/// The arguments of `tunecache evaluate`.
+#[derive(Debug, Args)]
+pub(crate) struct EvaluateArgs {
+    /// Only this namespace
+    #[arg(long, short = 'n')]
+    namespace: Option<String>,
+    /// Only this scope (JSON object of its fields)
+    #[arg(long)]
+    scope: Option<String>,
+    /// Folds of the cross-validation (keys split by fingerprint)
+    #[arg(long, default_value_t = 5)]
+    folds: usize,
+    /// The k of each top-k method, comma-separated
+    #[arg(long, value_delimiter = ',', default_value = "1,3,5")]
+    top: Vec<usize>,
+    /// The declared default candidate's algorithm (e.g. extern_mm), the first baseline
+    #[arg(long)]
+    default: Option<String>,
+    /// Tuned keys that vote in a prediction
+    #[arg(long, default_value_t = gpu_tuner::predict::DEFAULT_NEIGHBOURS)]
+    neighbours: usize,
+    /// Transfer instead: predict every key of the other scopes (or of --scope) from this
+    /// scope's keys alone (JSON object of its fields), as for a device never tuned
+    #[arg(long, value_name = "SCOPE")]
+    transfer_from: Option<String>,
+}
+
+/// Entries by (scope fingerprint, namespace), with their scope.
+type Groups = BTreeMap<(String, String), (Scope, Vec<Entry>)>;
+
+#[derive(Debug, Serialize)]
+struct MethodRow {
+    method: String,
+    share_of_optimum: f64,
+    p10_share: f64,
+    exact_share: f64,
+    measured_per_key: f64,
+    tuning_share: f64,
+    /// The lowest share of the optimum of any fold (none for a transfer: one split).
+    worst_fold_share: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct Group {
+    scope: String,
+    namespace: String,
+    /// The scope predicted from, for a transfer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    from: Option<String>,
+    keys: usize,
+    evaluated: usize,
+    methods: Vec<MethodRow>,
+}
+
+#[derive(Debug, Serialize)]
+struct EvaluateReport {
+    folds: usize,
+    groups: Vec<Group>,
+    /// Groups left out: too few keys with every candidate recorded.
+    skipped: Vec<String>,
+}
+
+impl Report for EvaluateReport {
+    fn text(&self, out: &mut Out) -> anyhow::Result<()> {
+        for g in &self.groups {
+            let how = match &g.from {
+                Some(from) => format!("predicted from {from} alone"),
+                None => format!("{}-fold by key fingerprint", self.folds),
+            };
+            out.line(format!(
+                "{} in {}: {} keys, {} evaluated, {how}",
+                g.namespace, g.scope, g.keys, g.evaluated
+            ))?;
+            out.line(format!(
+                "  {:<34} {:>9} {:>7} {:>7} {:>9} {:>8} {:>11}",
+                "method", "% optimum", "p10 %", "exact", "measured", "tuning", "worst fold"
+            ))?;
+            for m in &g.methods {
+                out.line(format!(
+                    "  {:<34} {:>9.1} {:>7.1} {:>6.0}% {:>9.1} {:>7.0}% {:>11}",
+                    m.method,
+                    m.share_of_optimum * 100.0,
+                    m.p10_share * 100.0,
+                    m.exact_share * 100.0,
+                    m.measured_per_key,
+                    m.tuning_share * 100.0,
+                    m.worst_fold_share
+                        .map_or("-".to_owned(), |w| format!("{:.1}", w * 100.0))
+                ))?;
+            }
+        }
+        for s in &self.skipped {
+            out.line(format!("skipped {s}"))?;
+        }
+        Ok(())
+    }
+}
+
+impl EvaluateArgs {
+    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        if self.folds < 2 || self.folds > 100 {
+            return Err(usage(format!("--folds is 2 to 100, not {}", self.folds)));
+        }
+        if self.top.contains(&0) {
+            return Err(usage("--top takes k of 1 or more".to_owned()));
+        }
+        let found = ctx.inspect_as_read(&ctx.path()?)?;
+        let scope = scope_filter(self.scope.as_deref())?;
+        let from = scope_filter(self.transfer_from.as_deref())?;
+        let mut groups = Groups::new();
+        for problem in found.for_each_entry(|s, n, e| {
+            // With --transfer-from, --scope picks the target: the source is kept too.
+            let in_scope = scope.as_ref().is_none_or(|want| s == want)
+                || from.as_ref().is_some_and(|f| s == f);
+            if self.namespace.as_deref().is_none_or(|want| n == want) && in_scope {
+                let group = (s.fingerprint().to_hex(), n.to_owned());
+                groups
+                    .entry(group)
+                    .or_insert_with(|| (s.clone(), Vec::new()))
+                    .1
+                    .push(e.clone());
+            }
+            ControlFlow::Continue(())
+        }) {
+            crate::output::say(problem);
+        }
+        let default = self.default.as_ref().map(|a| CandidateId::new(a, &[]));
+        let predictor = Predictor {
+            neighbours: self.neighbours.max(1),
+        };
+        let mut report = EvaluateReport {
+            folds: self.folds,
+            groups: Vec::new(),
+            skipped: Vec::new(),
+        };
+        if let Some(from) = from {
+            transfers(
+                &groups,
+                &from,
+                &self.top,
+                default.as_ref(),
+                &predictor,
+                &mut report,
+            );
+            out.report(&report, ctx.json)?;
+            return Ok(exit::OK);
+        }
+        for ((_, ns), (scope, entries)) in groups {
+            let scope_text = Value::Map(scope.fields().clone()).to_string();
+            // A default no key of the group has is no baseline: the first candidate is.
+            let methods = methods_for(&self.top, default.as_ref(), &entries);
+            let cv = cross_validate(&entries, &current, &predictor, self.folds, &methods);
+            if cv.overall.held_out < self.folds * 2 {
+                report.skipped.push(format!(
+                    "{ns} in {scope_text}: {} keys with every candidate recorded, too few for {} folds",
+                    cv.overall.keys, self.folds
+                ));
+                continue;
+            }
+            let worst = |i: usize| {
+                cv.folds
+                    .iter()
+                    .filter(|f| f.held_out > 0)
+                    .map(|f| f.methods[i].share_of_optimum())
+                    .fold(1.0, f64::min)
+            };
+            let mut g = group(ns, scope_text, entries.len(), &cv.overall);
+            for (i, m) in g.methods.iter_mut().enumerate() {
+                m.worst_fold_share = Some(worst(i));
+            }
+            report.groups.push(g);
+        }
+        out.report(&report, ctx.json)?;
+        Ok(exit::OK)
+    }
+}
+
+/// A key's current candidates: every one recorded, in canonical order (never best first, so
+/// the "first candidate" baseline knows nothing of the results).
+fn current(entry: &Entry) -> Vec<CandidateId> {
+    let mut ids: Vec<CandidateId> = entry.candidates().iter().map(|c| c.id.clone()).collect();
+    ids.sort_by_cached_key(ToString::to_string);
+    ids
+}
+
+/// The methods of a default the entries have (else the first candidate).
+fn methods_for<'a>(
+    top: &'a [usize],
+    default: Option<&'a CandidateId>,
+    entries: &[Entry],
+) -> Methods<'a> {
+    Methods {
+        top,
+        default: default.filter(|d| {
+            entries
+                .iter()
+                .any(|e| e.candidates().iter().any(|c| c.id == **d))
+        }),
+    }
+}
+
+/// Every namespace the scope `from` has, predicted for each other scope from `from` alone.
+fn transfers(
+    groups: &Groups,
+    from: &Scope,
+    top: &[usize],
+    default: Option<&CandidateId>,
+    predictor: &Predictor,
+    report: &mut EvaluateReport,
+) {
+    let from_text = Value::Map(from.fields().clone()).to_string();
+    for ((_, ns), (scope, target)) in groups {
+        if scope == from {
+            continue;
+        }
+        let Some((_, source)) = groups.get(&(from.fingerprint().to_hex(), ns.clone())) else {
+            report
+                .skipped
+                .push(format!("{ns}: {from_text} has no keys of it"));
+            continue;
+        };
+        let methods = methods_for(top, default, target);
+        let eval = transfer(source, target, &current, predictor, &methods);
+        let scope_text = Value::Map(scope.fields().clone()).to_string();
+        let mut g = group(ns.clone(), scope_text, target.len(), &eval);
+        g.from = Some(from_text.clone());
+        report.groups.push(g);
+    }
+}
+
+fn group(namespace: String, scope: String, keys: usize, eval: &Evaluation) -> Group {
+    let n = eval.held_out.max(1) as f64;
+    let row = |m: &MethodScore| MethodRow {
+        method: m.method.clone(),
+        share_of_optimum: m.share_of_optimum(),
+        p10_share: m.p10_share,
+        exact_share: m.exact as f64 / n,
+        measured_per_key: m.measured_per_key,
+        tuning_share: m.tuning_share,
+        worst_fold_share: None,
+    };
+    Group {
+        scope,
+        namespace,
+        from: None,
+        keys,
+        evaluated: eval.held_out,
+        methods: eval.methods.iter().map(row).collect(),
+    }
+}

@@ -1,0 +1,187 @@
+//! The splits an evaluation scores ([`super::evaluate`] scores each): k-fold cross-validation
+//! by key fingerprint, each fold predicted from the other folds alone, and transfer, every key
+//! of one scope predicted from another scope's keys alone.
+
+use cache_core::cache_format::{CandidateId, Entry};
+
+use super::Predictor;
+use super::evaluate::{
+    Evaluation, Keyed, Methods, Pick, complete, names, split, split_by, summarize,
+};
+
+/// The fold of a key in a `folds`-fold cross-validation: by its fingerprint, so a key is in
+/// the same fold whatever else is in the data.
+pub fn fold_of(entry: &Entry, folds: usize) -> usize {
+    (entry.fingerprint().low_u64() % folds.max(1) as u64) as usize
+}
+
+/// A k-fold cross-validation ([`cross_validate`]): each fold's figures, and all folds' held-out
+/// keys together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CrossValidation {
+    /// Fold `i` holds out the keys of [`fold_of`] `i`, predicted from the other folds alone.
+    pub folds: Vec<Evaluation>,
+    /// Every key, each predicted once (from the folds it is not in).
+    pub overall: Evaluation,
+}
+
+/// `folds`-fold cross-validation of `predictor` on `entries` (as [`evaluate`] takes them):
+/// each fold's keys are predicted from the keys of the other folds only, never from their own.
+pub fn cross_validate(
+    entries: &[Entry],
+    current: &dyn Fn(&Entry) -> Vec<CandidateId>,
+    predictor: &Predictor,
+    folds: usize,
+    methods: &Methods<'_>,
+) -> CrossValidation {
+    let folds = folds.max(2);
+    let complete = complete(entries, current);
+    let names = names(predictor, methods);
+    let mut all: Vec<Vec<Pick>> = names.iter().map(|_| Vec::new()).collect();
+    let mut all_full = 0.0;
+    let mut per_fold = Vec::with_capacity(folds);
+    for f in 0..folds {
+        let (held, train): (Vec<&Keyed<'_>>, Vec<&Keyed<'_>>) =
+            complete.iter().partition(|(e, _)| fold_of(e, folds) == f);
+        let train: Vec<&Entry> = train.into_iter().map(|(e, _)| *e).collect();
+        let (picks, full) = split(&held, &train, predictor, methods);
+        let n = held.len();
+        for (into, from) in all.iter_mut().zip(&picks) {
+            into.extend(from.iter().copied());
+        }
+        all_full += full;
+        per_fold.push(summarize(n, &names, picks, full));
+    }
+    CrossValidation {
+        folds: per_fold,
+        overall: summarize(complete.len(), &names, all, all_full),
+    }
+}
+
+/// Transfer to another scope: every key of `target` (entries of one scope) predicted from
+/// `source` (entries of another scope, the same namespace) alone, as a device never tuned
+/// would be (a key tuned on the source is its nearest neighbour there). Top-k measures on the
+/// target.
+pub fn transfer(
+    source: &[Entry],
+    target: &[Entry],
+    current: &dyn Fn(&Entry) -> Vec<CandidateId>,
+    predictor: &Predictor,
+    methods: &Methods<'_>,
+) -> Evaluation {
+    let held = complete(target, current);
+    let held: Vec<&Keyed<'_>> = held.iter().collect();
+    let train: Vec<&Entry> = source.iter().collect();
+    let (picks, full) = split_by(&held, &train, predictor, methods, true);
+    summarize(held.len(), &names(predictor, methods), picks, full)
+}
+
+#[cfg(test)]
+mod tests {
+    use cache_core::cache_format::{Candidate, Fields, Fingerprint, Key, Origin, Stats, Value};
+
+    use super::*;
+
+    /// Folds never leak: every key of fold f has the winner `c<f>` and all keys are nearly
+    /// the same problem, so a key predicted from its own fold would be exact; predicted from
+    /// the other folds alone, no method that measures nothing ever is.
+    #[test]
+    fn a_fold_is_predicted_from_the_other_folds_alone() {
+        const FOLDS: usize = 5;
+        let ids: Vec<CandidateId> = (0..FOLDS)
+            .map(|f| CandidateId::new(format!("c{f}"), &[]))
+            .collect();
+        let entries: Vec<Entry> = (0..200i64)
+            .map(|i| {
+                let key = Key::new(Fields::from([("m".to_owned(), Value::Int(1000 + i))]));
+                let probe = Entry::new(
+                    key.clone(),
+                    Fingerprint::default(),
+                    Origin::Measured("t".into()),
+                    0,
+                    [],
+                );
+                let fold = fold_of(&probe, FOLDS);
+                let candidates = ids.iter().enumerate().map(|(f, id)| {
+                    let median = if f == fold { 10.0 } else { 20.0 + f as f64 };
+                    let stats = Stats {
+                        median_ns: median,
+                        min_ns: median,
+                        spread_ns: 0.0,
+                        samples: 3,
+                    };
+                    Candidate::measured(&id.algorithm, Fields::new(), stats)
+                });
+                Entry::new(
+                    key,
+                    Fingerprint::default(),
+                    Origin::Measured("t".into()),
+                    0,
+                    candidates,
+                )
+            })
+            .collect();
+        let methods = Methods {
+            top: &[1],
+            default: None,
+        };
+        let cv = cross_validate(
+            &entries,
+            &|_: &Entry| ids.clone(),
+            &Predictor::default(),
+            FOLDS,
+            &methods,
+        );
+        assert_eq!(cv.folds.len(), FOLDS);
+        assert_eq!(
+            cv.folds.iter().map(|f| f.held_out).sum::<usize>(),
+            200,
+            "each key held out once"
+        );
+        assert_eq!(cv.overall.held_out, 200);
+        for fold in &cv.folds {
+            assert!(fold.held_out > 10, "{fold:?}");
+            for m in &fold.methods[1..3] {
+                assert_eq!(m.exact, 0, "{} saw its own fold: {m:?}", m.method);
+            }
+        }
+        // The control: predicted from its own fold's other keys, a key is exact.
+        let fold = fold_of(&entries[0], FOLDS);
+        let mates: Vec<&Entry> = entries[1..]
+            .iter()
+            .filter(|e| fold_of(e, FOLDS) == fold)
+            .collect();
+        let leaky = Predictor::default()
+            .predict(entries[0].key().fields(), mates, &ids)
+            .expect("a prediction");
+        assert_eq!(leaky.winner(), &ids[fold]);
+    }
+
+    #[test]
+    fn a_declared_default_is_the_baseline_where_a_key_has_it() {
+        let default = super::super::evaluate::tests::tiles()[5].clone();
+        let methods = Methods {
+            top: &[1, 3],
+            default: Some(&default),
+        };
+        let cv = cross_validate(
+            &super::super::evaluate::tests::grid(),
+            &|_: &Entry| super::super::evaluate::tests::tiles(),
+            &Predictor::default(),
+            5,
+            &methods,
+        );
+        let names: Vec<&str> = cv
+            .overall
+            .methods
+            .iter()
+            .map(|m| m.method.as_str())
+            .collect();
+        assert_eq!(names[0], "default (blocked {\"tile\":256})", "{names:?}");
+        assert_eq!(names.len(), 5);
+        let (base, pred) = (&cv.overall.methods[0], &cv.overall.methods[2]);
+        assert!(pred.share_of_optimum() > base.share_of_optimum(), "{cv:?}");
+        assert!(pred.p10_share > 0.0 && pred.p10_share <= 1.0, "{pred:?}");
+        assert!(cv.overall.methods[4].measured_per_key >= 3.0);
+    }
+}
