@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 
 mod artifact;
+mod background;
 mod bundle;
 mod cache;
 mod claim;
@@ -43,6 +44,7 @@ mod tier;
 mod writer;
 
 pub use artifact::{ARTIFACT_HEADER_LEN, ArtifactStore, Blob, BlobCheck, BlobInfo, Eviction};
+pub use background::{spawn_background, with_signals_blocked};
 pub use bundle::{BundleCheck, BundleWritten, check_bundle, open_bundle, write_bundle};
 pub use cache::system::ENV_SYSTEM_PATH;
 pub use cache::{Cache, Health, Imported, MemoryLookup, Mode, check_entry};

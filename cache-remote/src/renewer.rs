@@ -68,9 +68,9 @@ impl Renewer {
         let pid = std::process::id();
         if st.running != Some(pid) && !st.shutdown {
             let (this, remote) = (Arc::clone(self), Arc::clone(remote));
-            let started = std::thread::Builder::new()
-                .name("tunecache-lease".to_owned())
-                .spawn(move || this.run(&remote, budget));
+            let started = cache_core::spawn_background("tunecache-lease".to_owned(), move || {
+                this.run(&remote, budget)
+            });
             if started.is_ok() {
                 st.running = Some(pid);
                 st.wakes_at = None;

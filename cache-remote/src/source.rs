@@ -50,10 +50,9 @@ impl TierSource for RemoteSource {
             tier.publisher.set_running(true);
             let worker = Arc::clone(&tier);
             let delay = ctx.save_delay;
-            match std::thread::Builder::new()
-                .name("tunecache-publisher".into())
-                .spawn(move || publisher::run(worker, delay))
-            {
+            match cache_core::spawn_background("tunecache-publisher".into(), move || {
+                publisher::run(worker, delay)
+            }) {
                 Ok(handle) => *crate::lock(&tier.thread) = Some(handle),
                 Err(e) => {
                     tier.publisher.set_running(false);

@@ -112,9 +112,10 @@ impl PyCache {
             builder = builder.lock_timeout(secs(t, "lock_timeout")?);
         }
         let builder = builder.remote_or_warn(remote);
-        let cache = py.detach(move || builder.open());
+        let cache = Arc::new(py.detach(move || builder.open()));
+        crate::sigterm::register(&cache);
         Ok(PyCache {
-            cache: ArcSwapOption::from_pointee(cache),
+            cache: ArcSwapOption::from(Some(cache)),
             generation: AtomicU64::new(0),
             pid: std::process::id(),
             app: app.to_owned(),

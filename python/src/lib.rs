@@ -17,6 +17,7 @@ mod imports;
 mod keys;
 mod log;
 mod outputs;
+mod sigterm;
 
 use pyo3::prelude::*;
 
@@ -52,6 +53,7 @@ fn _tunecache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(outputs::output_key, m)?)?;
     m.add_function(wrap_pyfunction!(outputs::output_batch_keys, m)?)?;
     m.add_function(wrap_pyfunction!(drain_warnings, m)?)?;
+    m.add_function(wrap_pyfunction!(sigterm::arm_sigterm_flush, m)?)?;
     m.add_function(wrap_pyfunction!(imports::record_triton, m)?)?;
     Ok(())
 }

@@ -333,3 +333,49 @@ def test_puts_in_multiprocessing_workers_reach_the_file(tmp_path, method, kind):
     run(sys.executable, str(script), method, str(path), kind, timeout=300)
     with tunecache.Cache("mp", path=path) as c:
         assert len(c) == 800, f"{len(c)} of 800 acknowledged results are in the file"
+
+
+_BLOCKED_WORKER = """
+import multiprocessing as mp, sys, time, tunecache
+
+
+def work(path, ready):
+    c = tunecache.Cache("mp", path=path, save_delay=600)
+    for i in range(5):
+        c.put("ns", {"i": i}, "a", median_ns=1.0)
+    ready.set()
+    c.claim("ns", {"i": -1}, wait=60)  # the parent holds it: this waits in Rust
+
+
+if __name__ == "__main__":
+    path, method = sys.argv[1], sys.argv[2]
+    c = tunecache.Cache("mp", path=path)
+    held = c.claim("ns", {"i": -1}, wait=5)
+    ctx = mp.get_context(method)
+    ready = ctx.Event()
+    p = ctx.Process(target=work, args=(path, ready))
+    p.start()
+    assert ready.wait(30)
+    time.sleep(0.3)
+    t = time.monotonic()
+    p.terminate()
+    p.join(30)
+    print(p.exitcode, round(time.monotonic() - t, 2))
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_worker_blocked_in_a_wait_flushes_and_ends_at_sigterm(tmp_path, method):
+    """A pool worker whose main thread is blocked in a C or Rust call never ran a Python
+    SIGTERM handler (Python runs them on the main thread, between bytecodes): a forkserver
+    pool's terminate hung for ever in about one run in twenty. The flush is native now: a
+    worker waiting 60 s on a claim ends at once, with its results on disk."""
+    script = tmp_path / "blocked.py"
+    script.write_text(_BLOCKED_WORKER)
+    path = tmp_path / "c.tcache"
+    out = run(sys.executable, str(script), str(path), method, timeout=120).stdout
+    code, took = out.split()
+    assert code == "-15", out
+    assert float(took) < 10, f"the worker took {took} s to end"
+    with tunecache.Cache("mp", path=path) as c:
+        assert len(c) == 5, f"{len(c)} of 5 results reached the file"

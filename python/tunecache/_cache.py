@@ -495,9 +495,10 @@ def _arm_in_worker() -> None:
     """In a process that ``multiprocessing`` started (a ``Process``, a ``Pool`` worker, under
     fork, spawn or forkserver), whose end skips ``atexit`` (``os._exit``) and whose pool
     terminates it with SIGTERM: flush every cache when it ends. A multiprocessing finalizer
-    runs at the end of the child's ``_bootstrap``; SIGTERM gets :func:`flush_on_sigterm`'s
-    handler, but only while SIGTERM is at its default (a handler someone installed is left
-    alone) and from the main thread. Once per process; nothing outside such a child."""
+    runs at the end of the child's ``_bootstrap``; SIGTERM gets the extension's native flush
+    (a handler that wakes a thread of ours, which flushes and then ends the process as SIGTERM
+    does), but only while SIGTERM is at its default (a handler someone installed is left
+    alone). Once per process; nothing outside such a child."""
     global _armed_pid
     if _armed_pid == os.getpid():
         return
@@ -510,8 +511,11 @@ def _arm_in_worker() -> None:
     from multiprocessing import util
 
     util.Finalize(None, flush_all, exitpriority=100)
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        flush_on_sigterm()
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        # Natively: a Python handler runs only on the main thread between bytecodes, and a
+        # pool worker blocked on its task queue when `Pool.terminate` sends SIGTERM may never
+        # get there (the worker, and the pool's join, then hang for ever).
+        _ext.arm_sigterm_flush(EXIT_FLUSH_TIMEOUT)
 
 
 _sigterm_lock = threading.Lock()

@@ -39,27 +39,23 @@ impl Shared {
         let stop = Arc::new(AtomicBool::new(false));
         let shared: Weak<Shared> = Arc::downgrade(self);
         let lock_timeout = self.timings.lock_timeout;
-        let spawned = std::thread::Builder::new()
-            .name("tunecache-compactor".into())
-            .spawn({
-                let (done, stop) = (Arc::clone(&done), Arc::clone(&stop));
-                move || {
-                    let result = job.run(&stop, lock_timeout);
-                    done.store(true, Ordering::Release);
-                    let Some(shared) = shared.upgrade() else {
-                        return;
-                    };
-                    match result {
-                        Ok(Compacted::Done { dropped, .. }) => {
-                            shared.notify(Notice::compacted(dropped));
-                        }
-                        Ok(Compacted::Dropped(why)) => {
-                            shared.notify(Notice::compaction_dropped(why))
-                        }
-                        Err(e) => shared.notify(Notice::compaction_failed(&e)),
+        let spawned = crate::spawn_background("tunecache-compactor".into(), {
+            let (done, stop) = (Arc::clone(&done), Arc::clone(&stop));
+            move || {
+                let result = job.run(&stop, lock_timeout);
+                done.store(true, Ordering::Release);
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                match result {
+                    Ok(Compacted::Done { dropped, .. }) => {
+                        shared.notify(Notice::compacted(dropped));
                     }
+                    Ok(Compacted::Dropped(why)) => shared.notify(Notice::compaction_dropped(why)),
+                    Err(e) => shared.notify(Notice::compaction_failed(&e)),
                 }
-            });
+            }
+        });
         if let Ok(handle) = spawned {
             *slot = Some(Running { handle, done, stop });
         }

@@ -382,9 +382,9 @@ impl Shared {
     ) -> Option<std::thread::JoinHandle<()>> {
         lock(&self.state).saver_running = true;
         let worker = Arc::clone(self);
-        let spawned = std::thread::Builder::new()
-            .name("tunecache-saver".into())
-            .spawn(move || worker.run_saver(disk, mode));
+        let spawned = crate::spawn_background("tunecache-saver".into(), move || {
+            worker.run_saver(disk, mode)
+        });
         match spawned {
             Ok(handle) => Some(handle),
             Err(e) => {

@@ -378,9 +378,10 @@ impl<O: Operation> TunedInner<O> {
             return;
         }
         let me = Arc::clone(self);
-        let spawned = std::thread::Builder::new()
-            .name(format!("tunecache-tune-{}", self.namespace()))
-            .spawn(move || me.background_loop(budget));
+        let spawned = cache_core::spawn_background(
+            format!("tunecache-tune-{}", self.namespace()),
+            move || me.background_loop(budget),
+        );
         if spawned.is_err() {
             bg.stop();
         }

@@ -275,7 +275,12 @@ fn in_parallel<T: Sync, R: Send>(
     let results: Vec<Result<Vec<R>, RemoteError>> = std::thread::scope(|s| {
         let handles: Vec<_> = items
             .chunks(chunk)
-            .map(|part| s.spawn(|| part.iter().map(&f).collect::<Result<Vec<R>, RemoteError>>()))
+            .map(|part| {
+                // Blocked signals: a SIGTERM for the process goes to the caller's threads.
+                cache_core::with_signals_blocked(|| {
+                    s.spawn(|| part.iter().map(&f).collect::<Result<Vec<R>, RemoteError>>())
+                })
+            })
             .collect();
         handles
             .into_iter()
