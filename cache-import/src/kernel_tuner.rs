@@ -127,10 +127,18 @@ fn read_doc(
         c.measured_at = at;
         candidates.push(c);
     }
-    let scope = scope_with(
-        Fields::from([("device".to_owned(), Value::from(device))]),
-        options,
-    );
+    // An empty device name says nothing (Kernel Tuner writes one for some HIP devices): the
+    // scope's device then comes from --scope, if given.
+    let said = if device.trim().is_empty() {
+        summary.note(format!(
+            "{}: device_name is empty; the device comes from --scope, if given",
+            path.display()
+        ));
+        Fields::new()
+    } else {
+        Fields::from([("device".to_owned(), Value::from(device))])
+    };
+    let scope = scope_with(said, options);
     let entry = Entry::new(
         Key::new(key),
         Fingerprint::default(),

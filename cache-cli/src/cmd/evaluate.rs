@@ -43,8 +43,9 @@ pub(crate) struct EvaluateArgs {
     #[arg(long, default_value_t = gpu_tuner::predict::DEFAULT_NEIGHBOURS)]
     neighbours: usize,
     /// Transfer instead: predict every key of the other scopes (or of --scope) from this
-    /// scope's keys alone (JSON object of its fields), as for a device never tuned
-    #[arg(long, value_name = "SCOPE")]
+    /// scope's keys alone (JSON object of its fields), as for a device never tuned; `others`:
+    /// each scope from all the other scopes of its namespace together
+    #[arg(long, value_name = "SCOPE|others")]
     transfer_from: Option<String>,
 }
 
@@ -129,12 +130,20 @@ impl EvaluateArgs {
         }
         let found = ctx.inspect_as_read(&ctx.path()?)?;
         let scope = scope_filter(self.scope.as_deref())?;
-        let from = scope_filter(self.transfer_from.as_deref())?;
+        let from = match self.transfer_from.as_deref() {
+            None => None,
+            Some("others") => Some(Source::Others),
+            Some(text) => scope_filter(Some(text))?.map(Source::Scope),
+        };
         let mut groups = Groups::new();
         for problem in found.for_each_entry(|s, n, e| {
             // With --transfer-from, --scope picks the target: the source is kept too.
             let in_scope = scope.as_ref().is_none_or(|want| s == want)
-                || from.as_ref().is_some_and(|f| s == f);
+                || match &from {
+                    Some(Source::Scope(f)) => s == f,
+                    Some(Source::Others) => true,
+                    None => false,
+                };
             if self.namespace.as_deref().is_none_or(|want| n == want) && in_scope {
                 let group = (s.fingerprint().to_hex(), n.to_owned());
                 groups
@@ -157,14 +166,14 @@ impl EvaluateArgs {
             skipped: Vec::new(),
         };
         if let Some(from) = from {
-            transfers(
-                &groups,
-                &from,
-                &self.top,
-                default.as_ref(),
-                &predictor,
-                &mut report,
-            );
+            let how = Transfer {
+                from: &from,
+                target: scope.as_ref(),
+                top: &self.top,
+                default: default.as_ref(),
+                predictor: &predictor,
+            };
+            transfers(&groups, &how, &mut report);
             out.report(&report, ctx.json)?;
             return Ok(exit::OK);
         }
@@ -222,31 +231,64 @@ fn methods_for<'a>(
     }
 }
 
-/// Every namespace the scope `from` has, predicted for each other scope from `from` alone.
-fn transfers(
-    groups: &Groups,
-    from: &Scope,
-    top: &[usize],
-    default: Option<&CandidateId>,
-    predictor: &Predictor,
-    report: &mut EvaluateReport,
-) {
-    let from_text = Value::Map(from.fields().clone()).to_string();
+/// Where a transfer predicts from.
+enum Source {
+    /// One scope's keys.
+    Scope(Scope),
+    /// For each scope, every other scope's keys of its namespace.
+    Others,
+}
+
+/// A transfer evaluation's settings.
+struct Transfer<'a> {
+    from: &'a Source,
+    /// Only targets of this scope.
+    target: Option<&'a Scope>,
+    top: &'a [usize],
+    default: Option<&'a CandidateId>,
+    predictor: &'a Predictor,
+}
+
+/// Each target scope's keys of each namespace, predicted from the source's alone.
+fn transfers(groups: &Groups, how: &Transfer<'_>, report: &mut EvaluateReport) {
     for ((_, ns), (scope, target)) in groups {
-        if scope == from {
+        if how.target.is_some_and(|t| t != scope) {
             continue;
         }
-        let Some((_, source)) = groups.get(&(from.fingerprint().to_hex(), ns.clone())) else {
-            report
-                .skipped
-                .push(format!("{ns}: {from_text} has no keys of it"));
-            continue;
+        let (source, from_text): (Vec<Entry>, String) = match how.from {
+            Source::Scope(from) if from == scope => continue,
+            Source::Scope(from) => {
+                let text = Value::Map(from.fields().clone()).to_string();
+                match groups.get(&(from.fingerprint().to_hex(), ns.clone())) {
+                    Some((_, source)) => (source.clone(), text),
+                    None => {
+                        report
+                            .skipped
+                            .push(format!("{ns}: {text} has no keys of it"));
+                        continue;
+                    }
+                }
+            }
+            Source::Others => {
+                let others: Vec<Entry> = groups
+                    .iter()
+                    .filter(|((_, n), (s, _))| n == ns && s != scope)
+                    .flat_map(|(_, (_, entries))| entries.iter().cloned())
+                    .collect();
+                if others.is_empty() {
+                    report
+                        .skipped
+                        .push(format!("{ns}: no other scope has keys of it"));
+                    continue;
+                }
+                (others, "the other scopes".to_owned())
+            }
         };
-        let methods = methods_for(top, default, target);
-        let eval = transfer(source, target, &current, predictor, &methods);
+        let methods = methods_for(how.top, how.default, target);
+        let eval = transfer(&source, target, &current, how.predictor, &methods);
         let scope_text = Value::Map(scope.fields().clone()).to_string();
         let mut g = group(ns.clone(), scope_text, target.len(), &eval);
-        g.from = Some(from_text.clone());
+        g.from = Some(from_text);
         report.groups.push(g);
     }
 }

@@ -163,6 +163,32 @@ fn a_kernel_tuner_cache_is_one_entry_ranked_by_measured_time() {
     );
 }
 
+/// MI250X files in the benchmark hub have `"device_name": ""`: a scope of an empty device
+/// would lump every such GPU together; the device comes from `--scope` instead.
+#[test]
+fn an_empty_kernel_tuner_device_name_says_nothing() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let text = std::fs::read_to_string(fixture("hand/kernel_tuner/matmul_cache.json"))
+        .expect("fixture")
+        .replace("\"NVIDIA H200\"", "\"\"");
+    std::fs::write(dir.path().join("mi250x.json"), text).expect("write");
+    let options = cache_import::ImportOptions {
+        scope: Fields::from([("device".to_owned(), Value::from("MI250X"))]),
+        ..Default::default()
+    };
+    let (data, summary) =
+        crate::support::read_with(Format::KernelTuner, dir.path(), &options).expect("imports");
+    let (scope, _) = only(&data, "kernel_tuner/matmul_kernel");
+    assert_eq!(scope.fields().get("device"), Some(&Value::from("MI250X")));
+    assert!(
+        summary
+            .notes
+            .iter()
+            .any(|n| n.contains("device_name is empty")),
+        "{summary:?}"
+    );
+}
+
 #[test]
 fn real_kernel_tuner_files_finished_and_cut_short_both_import() {
     let (data, summary) =

@@ -13,6 +13,7 @@
 //! nearest key's ranking.
 
 use std::cmp::Ordering;
+use std::collections::{HashMap, HashSet};
 
 use cache_core::cache_format::{CandidateId, Entry, Fields, Fingerprint, Key, Outcome, Value};
 
@@ -164,15 +165,14 @@ impl Predictor {
         if current.is_empty() {
             return None;
         }
-        let near = nearest(target, tuned, current, self.neighbours.max(1), skip_own);
+        let ids = current;
+        let current = Current::new(ids);
+        let near = nearest(target, tuned, &current, self.neighbours.max(1), skip_own);
         if near.is_empty() {
             return None;
         }
-        let scores: Vec<Option<f64>> = current
-            .iter()
-            .map(|c| score(c, near.iter().map(|(d, _, _, e)| (*d, *e)), current))
-            .collect();
-        let mut order: Vec<usize> = (0..current.len()).collect();
+        let scores = scores(&near, &current);
+        let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by(|&a, &b| match (scores[a], scores[b]) {
             (Some(x), Some(y)) => x.total_cmp(&y).then(a.cmp(&b)),
             (Some(_), None) => Ordering::Less,
@@ -182,14 +182,14 @@ impl Predictor {
         let best = order.first().and_then(|&i| scores[i]).unwrap_or(0.0);
         let ranking = order
             .into_iter()
-            .map(|i| (current[i].clone(), scores[i].map(|s| (s - best).exp())))
+            .map(|i| (ids[i].clone(), scores[i].map(|s| (s - best).exp())))
             .collect();
         let neighbours = near
             .iter()
             .map(|(d, _, _, e)| Neighbour {
                 key: e.key().clone(),
                 distance: *d,
-                winner: measured_best(e, current).map(|(id, _)| id.clone()),
+                winner: measured_best(e, &current).map(|(id, _)| id.clone()),
             })
             .collect();
         Some(Prediction {
@@ -222,7 +222,7 @@ fn near_cmp(a: &Near<'_>, b: &Near<'_>) -> Ordering {
 fn nearest<'a>(
     target: &Fields,
     tuned: impl IntoIterator<Item = &'a Entry>,
-    current: &[CandidateId],
+    current: &Current<'_>,
     k: usize,
     skip_own: bool,
 ) -> Vec<Near<'a>> {
@@ -256,8 +256,29 @@ fn nearest<'a>(
     best
 }
 
+/// The current candidates, with a set to look them up in when there are many (a Kernel Tuner
+/// space has thousands: a linear search per candidate made a prediction quadratic).
+struct Current<'c> {
+    ids: &'c [CandidateId],
+    set: Option<HashSet<&'c CandidateId>>,
+}
+
+impl<'c> Current<'c> {
+    fn new(ids: &'c [CandidateId]) -> Self {
+        let set = (ids.len() > 16).then(|| ids.iter().collect());
+        Current { ids, set }
+    }
+
+    fn contains(&self, id: &CandidateId) -> bool {
+        match &self.set {
+            Some(set) => set.contains(id),
+            None => self.ids.contains(id),
+        }
+    }
+}
+
 /// The fastest measured current candidate of `entry` and its median.
-fn measured_best<'e>(entry: &'e Entry, current: &[CandidateId]) -> Option<(&'e CandidateId, f64)> {
+fn measured_best<'e>(entry: &'e Entry, current: &Current<'_>) -> Option<(&'e CandidateId, f64)> {
     entry
         .candidates()
         .iter()
@@ -266,31 +287,37 @@ fn measured_best<'e>(entry: &'e Entry, current: &[CandidateId]) -> Option<(&'e C
         .min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
-/// The weighted mean log slowdown of `candidate` over the neighbours that measured it (or
-/// saw it fail).
-fn score<'a>(
-    candidate: &CandidateId,
-    near: impl Iterator<Item = (f64, &'a Entry)>,
-    current: &[CandidateId],
-) -> Option<f64> {
-    let (mut sum, mut weight) = (0.0, 0.0);
-    for (d, entry) in near {
+/// Each current candidate's weighted mean log slowdown over the neighbours that measured it
+/// (or saw it fail), in `current`'s order; one pass over each neighbour's candidates.
+fn scores(near: &[Near<'_>], current: &Current<'_>) -> Vec<Option<f64>> {
+    let index: HashMap<&CandidateId, usize> = current
+        .ids
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c, i))
+        .collect();
+    let mut acc = vec![(0.0f64, 0.0f64); current.ids.len()];
+    for (d, _, _, entry) in near {
         let Some((_, best)) = measured_best(entry, current) else {
             continue;
         };
-        let Some(c) = entry.candidates().iter().find(|c| c.id == *candidate) else {
-            continue;
-        };
-        let slowdown = match (&c.outcome, c.stats()) {
-            (Outcome::Failed(_), _) => FAILED_SLOWDOWN.ln(),
-            (_, Some(s)) if best > 0.0 => (s.median_ns / best).max(1.0).ln(),
-            _ => continue,
-        };
         let w = 1.0 / (d + SMOOTHING);
-        sum += w * slowdown;
-        weight += w;
+        for c in entry.candidates() {
+            let Some(&i) = index.get(&c.id) else {
+                continue;
+            };
+            let slowdown = match (&c.outcome, c.stats()) {
+                (Outcome::Failed(_), _) => FAILED_SLOWDOWN.ln(),
+                (_, Some(s)) if best > 0.0 => (s.median_ns / best).max(1.0).ln(),
+                _ => continue,
+            };
+            acc[i].0 += w * slowdown;
+            acc[i].1 += w;
+        }
     }
-    (weight > 0.0).then(|| sum / weight)
+    acc.into_iter()
+        .map(|(sum, weight)| (weight > 0.0).then(|| sum / weight))
+        .collect()
 }
 
 /// For ties in distance: how much larger the neighbour is than the target, on the log scale
@@ -362,7 +389,9 @@ mod tests {
             let own = Key::new(target.clone()).fingerprint();
             let mut all: Vec<Near<'_>> = entries
                 .iter()
-                .filter(|e| e.fingerprint() != own && measured_best(e, &current).is_some())
+                .filter(|e| {
+                    e.fingerprint() != own && measured_best(e, &Current::new(&current)).is_some()
+                })
                 .filter_map(|e| {
                     let d = quantized(distance(&target, e.key().fields())?);
                     Some((
@@ -375,10 +404,11 @@ mod tests {
                 .collect();
             all.sort_by(near_cmp);
             for k in [1, 4, 10] {
-                let fast: Vec<Fingerprint> = nearest(&target, &entries, &current, k, true)
-                    .iter()
-                    .map(|n| n.2)
-                    .collect();
+                let fast: Vec<Fingerprint> =
+                    nearest(&target, &entries, &Current::new(&current), k, true)
+                        .iter()
+                        .map(|n| n.2)
+                        .collect();
                 let slow: Vec<Fingerprint> = all.iter().take(k).map(|n| n.2).collect();
                 assert_eq!(fast, slow, "target {m}x{n}, k {k}");
             }
@@ -404,7 +434,7 @@ mod tests {
         };
         let pair = [key(63), key(3)];
         let target = Fields::from([("m".to_owned(), Value::Int(15))]);
-        let got = nearest(&target, &pair, &current, 1, true);
+        let got = nearest(&target, &pair, &Current::new(&current), 1, true);
         assert_eq!(got[0].3.key().fields().get("m"), Some(&Value::Int(3)));
     }
 
