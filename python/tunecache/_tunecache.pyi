@@ -18,6 +18,7 @@ __all__ = [
     "Entry",
     "OutputCache",
     "__version__",
+    "arm_sigterm_flush",
     "candidate_set_fingerprint",
     "canonical_key",
     "drain_warnings",

@@ -161,4 +161,30 @@ fn a_device_never_tuned_is_predicted_from_another_alone() {
         g["methods"][3]["worst_fold_share"].is_null(),
         "one split, no folds"
     );
+    // Each device from all the others together.
+    let out = tunecache(
+        &file,
+        &[
+            "--json",
+            "evaluate",
+            "--transfer-from",
+            "others",
+            "--top",
+            "3",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let groups = report["groups"].as_array().expect("groups");
+    assert_eq!(groups.len(), 2, "{report:#}");
+    assert!(
+        groups
+            .iter()
+            .all(|g| g["from"] == "the other scopes" && g["evaluated"] == 60),
+        "{report:#}"
+    );
 }

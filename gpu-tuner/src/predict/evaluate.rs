@@ -171,10 +171,15 @@ pub(super) fn split_by(
             false,
         ));
         for (i, k) in methods.top.iter().enumerate() {
-            let mut list = pred.top(*k);
-            if !list.contains(near.winner()) {
-                list.push(near.winner().clone());
-            }
+            let list = if across {
+                adaptive(entry, train, predictor, current, *k)
+            } else {
+                let mut list = pred.top(*k);
+                if !list.contains(near.winner()) {
+                    list.push(near.winner().clone());
+                }
+                list
+            };
             picks[3 + i].push(pick(entry, &list, current, true));
         }
     }
@@ -205,6 +210,50 @@ pub(super) struct Pick {
     regret: f64,
     measured: usize,
     spent: f64,
+}
+
+/// Top-k on a device predicted from others: `k` candidates measured in up to four rounds,
+/// the first the transferred prediction's top set (at least its diverse three), each later one
+/// re-ranked by
+/// [`Predictor::transfer_measured`] from what the earlier rounds measured (their true medians).
+fn adaptive(
+    entry: &Entry,
+    train: &[&Entry],
+    predictor: &Predictor,
+    current: &[CandidateId],
+    k: usize,
+) -> Vec<CandidateId> {
+    let fields = entry.key().fields();
+    let batch = k.div_ceil(4).max(1);
+    let Some(first) = predictor.transfer(fields, train.iter().copied(), current) else {
+        return Vec::new();
+    };
+    // At least the diverse three first: agreement needs three measured to judge by.
+    let mut picked = first.top(batch.max(super::DIVERSE_PICKS).min(k));
+    while picked.len() < k {
+        let measured: Vec<(CandidateId, f64)> = picked
+            .iter()
+            .filter_map(|c| Some((c.clone(), truth(entry, c).filter(|t| t.is_finite())?)))
+            .collect();
+        let Some(next) =
+            predictor.transfer_measured(fields, train.iter().copied(), current, &measured)
+        else {
+            break;
+        };
+        let more: Vec<CandidateId> = next
+            .ranking
+            .iter()
+            .map(|(c, _)| c)
+            .filter(|c| !picked.contains(c))
+            .take(batch.min(k - picked.len()))
+            .cloned()
+            .collect();
+        if more.is_empty() {
+            break;
+        }
+        picked.extend(more);
+    }
+    picked
 }
 
 /// The candidate of `list` with the best true median, as measuring `list` finds it (`measures`:

@@ -19,6 +19,7 @@ use cache_core::cache_format::{CandidateId, Entry, Fields, Fingerprint, Key, Out
 
 use crate::tuner::distance;
 
+mod adapt;
 mod evaluate;
 mod folds;
 
@@ -140,7 +141,7 @@ impl Predictor {
         tuned: impl IntoIterator<Item = &'a Entry>,
         current: &[CandidateId],
     ) -> Option<Prediction> {
-        self.rank(target, tuned, current, true)
+        self.rank(target, tuned, current, true, &[])
     }
 
     /// The predicted ranking of `current` for `target` from `tuned` entries of *another*
@@ -152,7 +153,21 @@ impl Predictor {
         tuned: impl IntoIterator<Item = &'a Entry>,
         current: &[CandidateId],
     ) -> Option<Prediction> {
-        self.rank(target, tuned, current, false)
+        self.rank(target, tuned, current, false, &[])
+    }
+
+    /// [`Predictor::transfer`] once some candidates were measured on the target
+    /// (`measured`: candidate and median): each tuned key votes in proportion to how well its
+    /// ranking of those candidates agrees with the target's (see `adapt.rs`), so the devices
+    /// that behave like this one lead. With fewer than three measured, as `transfer`.
+    pub fn transfer_measured<'a>(
+        &self,
+        target: &Fields,
+        tuned: impl IntoIterator<Item = &'a Entry>,
+        current: &[CandidateId],
+        measured: &[(CandidateId, f64)],
+    ) -> Option<Prediction> {
+        self.rank(target, tuned, current, false, measured)
     }
 
     fn rank<'a>(
@@ -161,6 +176,7 @@ impl Predictor {
         tuned: impl IntoIterator<Item = &'a Entry>,
         current: &[CandidateId],
         skip_own: bool,
+        measured: &[(CandidateId, f64)],
     ) -> Option<Prediction> {
         if current.is_empty() {
             return None;
@@ -171,7 +187,8 @@ impl Predictor {
         if near.is_empty() {
             return None;
         }
-        let scores = scores(&near, &current);
+        let agreement = adapt::agreement(&near, &current, measured);
+        let scores = scores(&near, &current, &agreement);
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by(|&a, &b| match (scores[a], scores[b]) {
             (Some(x), Some(y)) => x.total_cmp(&y).then(a.cmp(&b)),
@@ -289,7 +306,7 @@ fn measured_best<'e>(entry: &'e Entry, current: &Current<'_>) -> Option<(&'e Can
 
 /// Each current candidate's weighted mean log slowdown over the neighbours that measured it
 /// (or saw it fail), in `current`'s order; one pass over each neighbour's candidates.
-fn scores(near: &[Near<'_>], current: &Current<'_>) -> Vec<Option<f64>> {
+fn scores(near: &[Near<'_>], current: &Current<'_>, agreement: &[f64]) -> Vec<Option<f64>> {
     let index: HashMap<&CandidateId, usize> = current
         .ids
         .iter()
@@ -297,11 +314,11 @@ fn scores(near: &[Near<'_>], current: &Current<'_>) -> Vec<Option<f64>> {
         .map(|(i, c)| (c, i))
         .collect();
     let mut acc = vec![(0.0f64, 0.0f64); current.ids.len()];
-    for (d, _, _, entry) in near {
+    for (j, (d, _, _, entry)) in near.iter().enumerate() {
         let Some((_, best)) = measured_best(entry, current) else {
             continue;
         };
-        let w = 1.0 / (d + SMOOTHING);
+        let w = agreement.get(j).copied().unwrap_or(1.0) / (d + SMOOTHING);
         for c in entry.candidates() {
             let Some(&i) = index.get(&c.id) else {
                 continue;
