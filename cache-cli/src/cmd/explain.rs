@@ -66,6 +66,17 @@ struct PredictionOut {
     /// The best few predicted, with their predicted slowdown against the first.
     ranking: Vec<(String, Option<f64>)>,
     neighbours: Vec<NeighbourOut>,
+    /// The scopes (other devices) whose results for this key it was transferred from, when
+    /// no key of this scope could predict it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    transferred_from: Vec<TransferredOut>,
+}
+
+/// A scope a prediction was transferred from, and its winner for the key.
+#[derive(Debug, Serialize)]
+struct TransferredOut {
+    scope: String,
+    winner: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -164,38 +175,49 @@ impl ExplainArgs {
     /// candidates are those `--candidate` names, or every one those keys recorded.
     fn predict(&self, lookup: &Lookup, here: &Scope, key: &Key) -> Option<PredictionOut> {
         let mut tuned: Vec<Entry> = Vec::new();
+        let mut elsewhere: Vec<(Scope, Entry)> = Vec::new();
+        let fp = key.fingerprint();
         lookup.found.for_each_entry(|scope, ns, entry| {
             if ns == self.key.namespace && scope == here {
                 tuned.push(entry.clone());
+            } else if ns == self.key.namespace && entry.fingerprint() == fp {
+                elsewhere.push((scope.clone(), entry.clone()));
             }
             ControlFlow::Continue(())
         });
-        let mut current: Vec<CandidateId> = tuned
+        if tuned.is_empty() && !elsewhere.is_empty() {
+            // A device never tuned: as the tuner does, from the key's results elsewhere.
+            let entries: Vec<Entry> = elsewhere.iter().map(|(_, e)| e.clone()).collect();
+            let current = self.current_of(&entries);
+            let voters = Predictor {
+                neighbours: entries.len(),
+            };
+            let p = voters.transfer(key.fields(), &entries, &current)?;
+            let mut out = prediction_out(&p);
+            out.transferred_from = elsewhere
+                .iter()
+                .map(|(s, e)| TransferredOut {
+                    scope: s.to_string(),
+                    winner: e.best().map(|c| c.id.label()),
+                })
+                .collect();
+            return Some(out);
+        }
+        let current = self.current_of(&tuned);
+        let p = Predictor::default().predict(key.fields(), &tuned, &current)?;
+        Some(prediction_out(&p))
+    }
+
+    /// The candidates `entries` recorded (those `--candidate` names, if any), once each.
+    fn current_of(&self, entries: &[Entry]) -> Vec<CandidateId> {
+        let mut current: Vec<CandidateId> = entries
             .iter()
             .flat_map(|e| e.candidates().iter().map(|c| c.id.clone()))
             .filter(|c| self.candidates.is_empty() || self.candidates.contains(&c.algorithm))
             .collect();
         current.sort_by_key(CandidateId::identity_bytes);
         current.dedup();
-        let p = Predictor::default().predict(key.fields(), &tuned, &current)?;
-        Some(PredictionOut {
-            winner: p.winner().label(),
-            ranking: p
-                .ranking
-                .iter()
-                .take(5)
-                .map(|(c, slow)| (c.label(), *slow))
-                .collect(),
-            neighbours: p
-                .neighbours
-                .iter()
-                .map(|n| NeighbourOut {
-                    key: n.key.to_string(),
-                    distance: n.distance,
-                    winner: n.winner.as_ref().map(CandidateId::label),
-                })
-                .collect(),
-        })
+        current
     }
 
     fn judge(
@@ -298,6 +320,28 @@ fn scope_diff(here: &Scope, there: &Scope) -> Vec<FieldDiff> {
         .collect()
 }
 
+fn prediction_out(p: &gpu_tuner::predict::Prediction) -> PredictionOut {
+    PredictionOut {
+        winner: p.winner().label(),
+        ranking: p
+            .ranking
+            .iter()
+            .take(5)
+            .map(|(c, slow)| (c.label(), *slow))
+            .collect(),
+        neighbours: p
+            .neighbours
+            .iter()
+            .map(|n| NeighbourOut {
+                key: n.key.to_string(),
+                distance: n.distance,
+                winner: n.winner.as_ref().map(CandidateId::label),
+            })
+            .collect(),
+        transferred_from: Vec::new(),
+    }
+}
+
 impl Report for ExplainReport {
     fn text(&self, out: &mut Out) -> anyhow::Result<()> {
         out.line(format!(
@@ -328,7 +372,24 @@ impl Report for ExplainReport {
             }
         }
         out.line(&self.verdict)?;
-        if let Some(p) = &self.prediction {
+        if let Some(p) = self
+            .prediction
+            .as_ref()
+            .filter(|p| !p.transferred_from.is_empty())
+        {
+            out.line(format!(
+                "transferred here: {} (what a tuner serves at once under NearestThenTune, never \
+                 counted as measured here), from this key's results on other devices:",
+                p.winner
+            ))?;
+            for t in &p.transferred_from {
+                out.line(format!(
+                    "      {}: winner {}",
+                    t.scope,
+                    t.winner.as_deref().unwrap_or("-")
+                ))?;
+            }
+        } else if let Some(p) = &self.prediction {
             out.line(format!(
                 "predicted here: {} (what a tuner serves at once under NearestThenTune; TopK \
                  measures the best few of the prediction), from the tuned keys:",

@@ -239,3 +239,37 @@ fn get_and_explain_see_the_system_files_a_lookup_would() {
         "{r:#}"
     );
 }
+
+/// A device with nothing tuned: `explain` shows what the tuner would serve, transferred from
+/// the key's results on the other devices, each named with its winner.
+#[test]
+fn a_key_on_a_device_never_tuned_shows_the_transferred_prediction() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("a.tcache");
+    let a100 = Scope::new(Fields::from([("device".to_owned(), Value::from("A100"))]));
+    let y_wins = &[("x", Some((300.0, 5.0))), ("y", Some((100.0, 5.0)))];
+    write_cache(&path, a100, vec![entry(1, 0, y_wins)]);
+    let (code, r) = explain(&path, &["--scope", r#"{"device":"B200"}"#]);
+    assert_eq!(code, Some(4), "a miss still: {r:#}");
+    let p = &r["prediction"];
+    assert_eq!(p["winner"], "y", "{r:#}");
+    assert_eq!(
+        p["transferred_from"][0]["scope"], r#"{"device":"A100"}"#,
+        "{r:#}"
+    );
+    assert_eq!(p["transferred_from"][0]["winner"], "y", "{r:#}");
+    let text = tunecache(
+        &path,
+        &[
+            "explain",
+            "-n",
+            "mm",
+            "-k",
+            r#"{"id":1}"#,
+            "--scope",
+            r#"{"device":"B200"}"#,
+        ],
+    );
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("transferred here: y"), "{text}");
+}

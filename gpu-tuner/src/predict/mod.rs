@@ -76,6 +76,9 @@ pub struct Prediction {
     pub ranking: Vec<(CandidateId, Option<f64>)>,
     /// The tuned keys that voted, nearest first.
     pub neighbours: Vec<Neighbour>,
+    /// Made from other scopes' results ([`Predictor::transfer`]: another device's), not
+    /// this scope's tuned keys.
+    pub transferred: bool,
 }
 
 impl Prediction {
@@ -127,7 +130,12 @@ impl Prediction {
             .iter()
             .map(|n| format!("{} (distance {:.2})", n.key, n.distance))
             .collect();
-        format!("predicted {} from {}", self.winner(), near.join(", "))
+        let how = if self.transferred {
+            "transferred from other devices' results for"
+        } else {
+            "predicted"
+        };
+        format!("{how} {} from {}", self.winner(), near.join(", "))
     }
 }
 
@@ -212,6 +220,7 @@ impl Predictor {
         Some(Prediction {
             ranking,
             neighbours,
+            transferred: !skip_own,
         })
     }
 }
@@ -470,6 +479,7 @@ mod tests {
         let p = Prediction {
             ranking,
             neighbours: Vec::new(),
+            transferred: false,
         };
         // The second and third differ from the first by one param: skipped for the third
         // and the fourth-ranked algorithm, then the ranking resumes.

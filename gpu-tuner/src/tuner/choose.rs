@@ -435,12 +435,23 @@ impl<O: Operation> TunedInner<O> {
     }
 
     /// The predicted ranking of `current` for `ckey` from the tuned keys of this namespace
-    /// (see [`crate::predict`]), or `None` if no tuned key is comparable.
+    /// (see [`crate::predict`]); with none comparable here (a device never tuned), transferred
+    /// from the same key's results under other scopes (other devices: every one votes,
+    /// [`Prediction::transferred`]); `None` if neither exists.
     pub(super) fn predict(&self, ckey: &Key, current: &[CandidateId]) -> Option<Prediction> {
         // This namespace's part of the file only (a walk of its keys), not the whole cache.
         let entries = self.cache().entries_of(self.ns);
         let tuned = entries.iter().map(|(_, e)| e.as_ref());
-        Predictor::default().predict(ckey.fields(), tuned, current)
+        if let Some(p) = Predictor::default().predict(ckey.fields(), tuned, current) {
+            return Some(p);
+        }
+        let elsewhere = self
+            .cache()
+            .lookup_other_scopes(self.ns, &ckey.fingerprint());
+        let voters = Predictor {
+            neighbours: elsewhere.len().max(1),
+        };
+        voters.transfer(ckey.fields(), elsewhere.iter().map(|(_, e)| e), current)
     }
 
     /// Records that `choice` failed at run time and returns the runner-up's choice.

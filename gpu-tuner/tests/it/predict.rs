@@ -296,3 +296,50 @@ fn top_k_measures_a_shipped_winner_with_the_predicted_best() {
     );
     assert!(log.len() < TILES.len(), "not every candidate: {log:?}");
 }
+
+/// A device never tuned: a miss there is served, at once and provisionally, the winner other
+/// devices' results predict for the same key (marked transferred), and the background tune
+/// then measures it here; once the device has tuned keys of its own, those predict.
+#[test]
+fn a_device_never_tuned_is_served_a_choice_transferred_from_other_devices() {
+    use cache_core::cache_format::{Fields, Scope, Value};
+
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("c.tcache");
+    let device = |name: &str| {
+        Scope::new(Fields::from([
+            ("device".to_owned(), Value::from(name)),
+            ("driver".to_owned(), Value::from("1")),
+        ]))
+    };
+    {
+        let a100 = Arc::new(crate::support::builder(&path).scope(device("A100")).open());
+        let (_, full) = register(&Tuner::new(Arc::clone(&a100)), MissPolicy::TuneNow);
+        full.get(&Shape { size: 300 }).expect("tuned");
+        a100.flush().expect("saved");
+    }
+    let h100 = Arc::new(crate::support::builder(&path).scope(device("H100")).open());
+    let (op, near) = register(
+        &Tuner::new(Arc::clone(&h100)),
+        MissPolicy::NearestThenTune {
+            budget: Duration::from_secs(30),
+        },
+    );
+    let choice = near.get(&Shape { size: 300 }).expect("served");
+    assert!(choice.is_provisional());
+    let prediction = choice.prediction().expect("made by prediction");
+    assert!(prediction.transferred, "{prediction:?}");
+    assert!(prediction.describe().contains("transferred"));
+    assert_eq!(choice.candidate().int("tile"), Some(best_tile(300)));
+    assert!(near.wait_background(Duration::from_secs(30)), "tuned here");
+    assert_eq!(
+        measured_for(&op, 300),
+        TILES.len(),
+        "measured here, all of them"
+    );
+    let again = near.get(&Shape { size: 300 }).expect("hit");
+    assert!(!again.is_provisional() && again.prediction().is_none());
+    // Once this device has tuned keys, a miss is predicted from them, not transferred.
+    let choice = near.get(&Shape { size: 7 }).expect("served");
+    assert!(choice.prediction().is_some_and(|p| !p.transferred));
+}
