@@ -25,7 +25,7 @@ pub struct CrossValidation {
     pub overall: Evaluation,
 }
 
-/// `folds`-fold cross-validation of `predictor` on `entries` (as [`evaluate`] takes them):
+/// `folds`-fold cross-validation of `predictor` on `entries` (as [`super::evaluate`] takes them):
 /// each fold's keys are predicted from the keys of the other folds only, never from their own.
 pub fn cross_validate(
     entries: &[Entry],
