@@ -13,7 +13,10 @@ use clap::Args;
 use serde::Serialize;
 
 use cache_format::{CandidateId, Entry, Scope, Value};
-use gpu_tuner::predict::{Evaluation, MethodScore, Methods, Predictor, cross_validate, transfer};
+use gpu_tuner::predict::{
+    Evaluation, MethodScore, Methods, Predictor, cross_validate, few_tuned, few_tuned_with,
+    transfer,
+};
 
 use crate::context::Context;
 use crate::exit;
@@ -33,6 +36,10 @@ pub(crate) struct EvaluateArgs {
     /// Folds of the cross-validation (keys split by fingerprint)
     #[arg(long, default_value_t = 5)]
     folds: usize,
+    /// Few tuned instead: each fold in turn is the only one tuned and predicts all the others
+    /// (--folds 10 --few-tuned: 10% of the keys tuned, as on a device just started)
+    #[arg(long)]
+    few_tuned: bool,
     /// The k of each top-k method, comma-separated
     #[arg(long, value_delimiter = ',', default_value = "1,3,5")]
     top: Vec<usize>,
@@ -79,6 +86,7 @@ struct Group {
 #[derive(Debug, Serialize)]
 struct EvaluateReport {
     folds: usize,
+    few_tuned: bool,
     groups: Vec<Group>,
     /// Groups left out: too few keys with every candidate recorded.
     skipped: Vec<String>,
@@ -89,6 +97,10 @@ impl Report for EvaluateReport {
         for g in &self.groups {
             let how = match &g.from {
                 Some(from) => format!("predicted from {from} alone"),
+                None if self.few_tuned => format!(
+                    "each of {} folds by key fingerprint the only one tuned",
+                    self.folds
+                ),
                 None => format!("{}-fold by key fingerprint", self.folds),
             };
             out.line(format!(
@@ -162,6 +174,7 @@ impl EvaluateArgs {
         };
         let mut report = EvaluateReport {
             folds: self.folds,
+            few_tuned: self.few_tuned,
             groups: Vec::new(),
             skipped: Vec::new(),
         };
@@ -172,6 +185,7 @@ impl EvaluateArgs {
                 top: &self.top,
                 default: default.as_ref(),
                 predictor: &predictor,
+                few_tuned: self.few_tuned.then_some(self.folds),
             };
             transfers(&groups, &how, &mut report);
             out.report(&report, ctx.json)?;
@@ -181,7 +195,11 @@ impl EvaluateArgs {
             let scope_text = Value::Map(scope.fields().clone()).to_string();
             // A default no key of the group has is no baseline: the first candidate is.
             let methods = methods_for(&self.top, default.as_ref(), &entries);
-            let cv = cross_validate(&entries, &current, &predictor, self.folds, &methods);
+            let cv = if self.few_tuned {
+                few_tuned(&entries, &current, &predictor, self.folds, &methods)
+            } else {
+                cross_validate(&entries, &current, &predictor, self.folds, &methods)
+            };
             if cv.overall.held_out < self.folds * 2 {
                 report.skipped.push(format!(
                     "{ns} in {scope_text}: {} keys with every candidate recorded, too few for {} folds",
@@ -247,6 +265,8 @@ struct Transfer<'a> {
     top: &'a [usize],
     default: Option<&'a CandidateId>,
     predictor: &'a Predictor,
+    /// With --few-tuned: each of this many folds of the target tuned in turn, with the source.
+    few_tuned: Option<usize>,
 }
 
 /// Each target scope's keys of each namespace, predicted from the source's alone.
@@ -285,7 +305,12 @@ fn transfers(groups: &Groups, how: &Transfer<'_>, report: &mut EvaluateReport) {
             }
         };
         let methods = methods_for(how.top, how.default, target);
-        let eval = transfer(&source, target, &current, how.predictor, &methods);
+        let eval = match how.few_tuned {
+            Some(folds) => {
+                few_tuned_with(&source, target, &current, how.predictor, folds, &methods).overall
+            }
+            None => transfer(&source, target, &current, how.predictor, &methods),
+        };
         let scope_text = Value::Map(scope.fields().clone()).to_string();
         let mut g = group(ns.clone(), scope_text, target.len(), &eval);
         g.from = Some(from_text);

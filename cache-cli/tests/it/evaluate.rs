@@ -101,6 +101,19 @@ fn prediction_is_cross_validated_per_namespace_and_small_groups_are_said() {
             .is_some_and(|s| s.starts_with("rare in {\"device\":\"x\"}: 4 keys")),
         "{report:#}"
     );
+    // Few tuned: each fold alone predicts the other four (each key four times).
+    let out = tunecache(
+        &file,
+        &["--json", "evaluate", "--few-tuned", "-n", "matmul"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let few: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(few["groups"][0]["evaluated"], 240, "{few:#}");
+    assert_eq!(few["few_tuned"], true);
     // Bad arguments are usage errors, not panics.
     for args in [
         &["evaluate", "--folds", "1"][..],

@@ -34,6 +34,71 @@ pub fn cross_validate(
     folds: usize,
     methods: &Methods<'_>,
 ) -> CrossValidation {
+    rotate(entries, current, predictor, folds, methods, true)
+}
+
+/// The other way round: with only one fold in `folds` tuned (10% for 10 folds, as a device
+/// with a few keys tuned), every other key predicted from that fold alone, for each fold in
+/// turn. `CrossValidation::folds[i]` is the one trained on fold `i`.
+pub fn few_tuned(
+    entries: &[Entry],
+    current: &dyn Fn(&Entry) -> Vec<CandidateId>,
+    predictor: &Predictor,
+    folds: usize,
+    methods: &Methods<'_>,
+) -> CrossValidation {
+    rotate(entries, current, predictor, folds, methods, false)
+}
+
+/// [`few_tuned`] on `target` with every key of `source` (another scope: another device) tuned
+/// too: each fold of `target` in turn tuned along with `source`, the rest of `target`
+/// predicted from both ([`Predictor::transfer`]: a key tuned on the source is a neighbour at
+/// distance 0).
+pub fn few_tuned_with(
+    source: &[Entry],
+    target: &[Entry],
+    current: &dyn Fn(&Entry) -> Vec<CandidateId>,
+    predictor: &Predictor,
+    folds: usize,
+    methods: &Methods<'_>,
+) -> CrossValidation {
+    let folds = folds.max(2);
+    let complete = complete(target, current);
+    let names = names(predictor, methods);
+    let mut all: Vec<Vec<Pick>> = names.iter().map(|_| Vec::new()).collect();
+    let mut all_full = 0.0;
+    let mut per_fold = Vec::with_capacity(folds);
+    for f in 0..folds {
+        let (tuned, held): (Vec<&Keyed<'_>>, Vec<&Keyed<'_>>) =
+            complete.iter().partition(|(e, _)| fold_of(e, folds) == f);
+        let train: Vec<&Entry> = tuned
+            .into_iter()
+            .map(|(e, _)| *e)
+            .chain(source.iter())
+            .collect();
+        let (picks, full) = split_by(&held, &train, predictor, methods, true);
+        let n = held.len();
+        for (into, from) in all.iter_mut().zip(&picks) {
+            into.extend(from.iter().copied());
+        }
+        all_full += full;
+        per_fold.push(summarize(n, &names, picks, full));
+    }
+    CrossValidation {
+        folds: per_fold,
+        overall: summarize(complete.len(), &names, all, all_full),
+    }
+}
+
+/// Each fold in turn held out from (`hold`) or trained on (otherwise) by the others.
+fn rotate(
+    entries: &[Entry],
+    current: &dyn Fn(&Entry) -> Vec<CandidateId>,
+    predictor: &Predictor,
+    folds: usize,
+    methods: &Methods<'_>,
+    hold: bool,
+) -> CrossValidation {
     let folds = folds.max(2);
     let complete = complete(entries, current);
     let names = names(predictor, methods);
@@ -41,8 +106,9 @@ pub fn cross_validate(
     let mut all_full = 0.0;
     let mut per_fold = Vec::with_capacity(folds);
     for f in 0..folds {
-        let (held, train): (Vec<&Keyed<'_>>, Vec<&Keyed<'_>>) =
-            complete.iter().partition(|(e, _)| fold_of(e, folds) == f);
+        let (held, train): (Vec<&Keyed<'_>>, Vec<&Keyed<'_>>) = complete
+            .iter()
+            .partition(|(e, _)| (fold_of(e, folds) == f) == hold);
         let train: Vec<&Entry> = train.into_iter().map(|(e, _)| *e).collect();
         let (picks, full) = split(&held, &train, predictor, methods);
         let n = held.len();
@@ -52,6 +118,8 @@ pub fn cross_validate(
         all_full += full;
         per_fold.push(summarize(n, &names, picks, full));
     }
+    // Trained on one fold, each key is held out folds - 1 times: the overall figures
+    // weigh every prediction alike.
     CrossValidation {
         folds: per_fold,
         overall: summarize(complete.len(), &names, all, all_full),
@@ -183,5 +251,35 @@ mod tests {
         assert!(pred.share_of_optimum() > base.share_of_optimum(), "{cv:?}");
         assert!(pred.p10_share > 0.0 && pred.p10_share <= 1.0, "{pred:?}");
         assert!(cv.overall.methods[4].measured_per_key >= 3.0);
+    }
+
+    #[test]
+    fn with_few_tuned_each_fold_alone_predicts_all_the_others() {
+        let methods = Methods {
+            top: &[1],
+            default: None,
+        };
+        let grid = super::super::evaluate::tests::grid();
+        let few = few_tuned(
+            &grid,
+            &|_: &Entry| super::super::evaluate::tests::tiles(),
+            &Predictor::default(),
+            5,
+            &methods,
+        );
+        let many = cross_validate(
+            &grid,
+            &|_: &Entry| super::super::evaluate::tests::tiles(),
+            &Predictor::default(),
+            5,
+            &methods,
+        );
+        // Each key is predicted by four folds' single-fold training sets, once by the others.
+        assert_eq!(few.overall.held_out, 4 * many.overall.held_out);
+        assert!(
+            few.overall.methods[2].share_of_optimum()
+                <= many.overall.methods[2].share_of_optimum() + 1e-9,
+            "fewer tuned keys predict no better: {few:?}"
+        );
     }
 }

@@ -24,7 +24,7 @@ mod evaluate;
 mod folds;
 
 pub use evaluate::{Evaluation, MethodScore, Methods, evaluate};
-pub use folds::{CrossValidation, cross_validate, fold_of, transfer};
+pub use folds::{CrossValidation, cross_validate, few_tuned, few_tuned_with, fold_of, transfer};
 
 /// How many tuned keys vote, by default.
 pub const DEFAULT_NEIGHBOURS: usize = 4;
