@@ -1,5 +1,6 @@
-//! Benchmarks of the tuner: dispatch on a hit, and NVRTC compilation against loading cached
-//! PTX. (The built-in workload cold and warm is cache-cli's `tune` bench.)
+//! Benchmarks of the tuner: dispatch on a hit, a prediction among 100k tuned keys (issue 41's
+//! bound: 100 µs), and NVRTC compilation against loading cached PTX. (The built-in workload
+//! cold and warm is cache-cli's `tune` bench.)
 //!
 //! `cargo bench -p gpu-tuner` (the NVRTC pair runs only where libnvrtc loads; see .ci/run).
 #![allow(clippy::print_stdout, reason = "benchmarks report what they skipped")]
@@ -139,5 +140,72 @@ fn nvrtc(_: &mut Criterion) {
     println!("nvrtc benchmarks skipped: built without the cuda feature");
 }
 
-criterion_group!(benches, dispatch, nvrtc);
+/// A prediction for a key never tuned among 100,000 tuned keys (m, n, k and a dtype; 30
+/// candidates each, as an Inductor mm), and a transfer from five devices' results for a
+/// key of 4,362 candidates (a Kernel Tuner space).
+fn predict(c: &mut Criterion) {
+    use cache_core::cache_format::{
+        Candidate, CandidateId, Entry, Fields, Fingerprint, Key, Origin, Stats, Value,
+    };
+    use gpu_tuner::predict::Predictor;
+
+    let entry = |fields: Fields, n: usize, seed: u64| {
+        let candidates = (0..n).map(|i| {
+            let t = 1000.0 + ((seed.wrapping_mul(2_654_435_761) ^ i as u64) % 997) as f64;
+            let stats = Stats {
+                median_ns: t,
+                min_ns: t,
+                spread_ns: 0.0,
+                samples: 3,
+            };
+            Candidate::measured(
+                "cfg",
+                Fields::from([("i".to_owned(), Value::Int(i as i64))]),
+                stats,
+            )
+        });
+        Entry::new(
+            Key::new(fields),
+            Fingerprint::default(),
+            Origin::Measured("bench".into()),
+            0,
+            candidates,
+        )
+    };
+    let mm = |m: i64, n: i64, k: i64| {
+        Fields::from([
+            ("m".to_owned(), Value::Int(m)),
+            ("n".to_owned(), Value::Int(n)),
+            ("k".to_owned(), Value::Int(k)),
+            ("dtype".to_owned(), Value::from("f16")),
+        ])
+    };
+    let tuned: Vec<Entry> = (0..100_000u64)
+        .map(|i| {
+            let (m, n, k) = (
+                64 + (i % 97) * 37,
+                64 + (i / 97 % 89) * 41,
+                64 + (i % 83) * 53,
+            );
+            entry(mm(m as i64, n as i64, k as i64), 30, i)
+        })
+        .collect();
+    let current: Vec<CandidateId> = (0..30)
+        .map(|i| CandidateId::new("cfg", &[("i", i)]))
+        .collect();
+    let target = mm(1000, 2000, 3000);
+    c.bench_function("predict among 100k tuned keys (30 candidates)", |b| {
+        b.iter(|| black_box(Predictor::default().predict(&target, &tuned, &current)))
+    });
+    let space: Vec<CandidateId> = (0..4362)
+        .map(|i| CandidateId::new("cfg", &[("i", i)]))
+        .collect();
+    let devices: Vec<Entry> = (0..5).map(|d| entry(mm(4096, 4096, 1), 4362, d)).collect();
+    let key = mm(4096, 4096, 1);
+    c.bench_function("transfer from 5 devices (4,362 candidates)", |b| {
+        b.iter(|| black_box(Predictor { neighbours: 5 }.transfer(&key, &devices, &space)))
+    });
+}
+
+criterion_group!(benches, dispatch, predict, nvrtc);
 criterion_main!(benches);
