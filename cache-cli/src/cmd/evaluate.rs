@@ -69,6 +69,9 @@ struct MethodRow {
     tuning_share: f64,
     /// The lowest share of the optimum of any fold (none for a transfer: one split).
     worst_fold_share: Option<f64>,
+    /// Each fold's share of the optimum, in fold order (empty for a transfer).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    fold_shares: Vec<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -207,16 +210,17 @@ impl EvaluateArgs {
                 ));
                 continue;
             }
-            let worst = |i: usize| {
+            let shares = |i: usize| -> Vec<f64> {
                 cv.folds
                     .iter()
                     .filter(|f| f.held_out > 0)
                     .map(|f| f.methods[i].share_of_optimum())
-                    .fold(1.0, f64::min)
+                    .collect()
             };
             let mut g = group(ns, scope_text, entries.len(), &cv.overall);
             for (i, m) in g.methods.iter_mut().enumerate() {
-                m.worst_fold_share = Some(worst(i));
+                m.fold_shares = shares(i);
+                m.worst_fold_share = m.fold_shares.iter().copied().reduce(f64::min);
             }
             report.groups.push(g);
         }
@@ -328,6 +332,7 @@ fn group(namespace: String, scope: String, keys: usize, eval: &Evaluation) -> Gr
         measured_per_key: m.measured_per_key,
         tuning_share: m.tuning_share,
         worst_fold_share: None,
+        fold_shares: Vec::new(),
     };
     Group {
         scope,

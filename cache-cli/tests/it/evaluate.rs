@@ -95,6 +95,13 @@ fn prediction_is_cross_validated_per_namespace_and_small_groups_are_said() {
         "measuring three does no worse: {g:#}"
     );
     assert!(g["methods"][4]["measured_per_key"].as_f64().expect("n") >= 3.0);
+    let folds = g["methods"][2]["fold_shares"].as_array().expect("per fold");
+    assert_eq!(folds.len(), 5, "{g:#}");
+    let worst = folds
+        .iter()
+        .filter_map(serde_json::Value::as_f64)
+        .fold(1.0, f64::min);
+    assert_eq!(g["methods"][2]["worst_fold_share"].as_f64(), Some(worst));
     assert!(
         report["skipped"][0]
             .as_str()
