@@ -379,3 +379,44 @@ def test_a_worker_blocked_in_a_wait_flushes_and_ends_at_sigterm(tmp_path, method
     assert float(took) < 10, f"the worker took {took} s to end"
     with tunecache.Cache("mp", path=path) as c:
         assert len(c) == 5, f"{len(c)} of 5 results reached the file"
+
+
+_FORK_AFTER_ARMING = """
+import multiprocessing as mp, os, signal, sys, time, tunecache
+
+
+def work(path, out):
+    c = tunecache.Cache("mp", path=path, save_delay=600)
+    c.put("ns", {"i": 1}, "a", median_ns=1.0)  # arms the native SIGTERM flush here
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(30)  # the forked child: SIGTERM must end it, and only it
+        os._exit(0)
+    os.kill(pid, signal.SIGTERM)
+    _, status = os.waitpid(pid, 0)
+    out.put((os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, os.getpid()))
+    c.put("ns", {"i": 2}, "a", median_ns=1.0)
+
+
+if __name__ == "__main__":
+    path = sys.argv[1]
+    out = mp.get_context("spawn").Queue()
+    p = mp.get_context("spawn").Process(target=work, args=(path, out))
+    p.start()
+    child_died_of_sigterm, _ = out.get(timeout=60)
+    p.join(60)
+    print(child_died_of_sigterm, p.exitcode)
+"""
+
+
+def test_a_child_forked_after_arming_ends_at_sigterm_and_leaves_its_parent_alone(tmp_path):
+    """The native SIGTERM handler is inherited by a fork, but its pipe and thread are the
+    parent's: the child must end as SIGTERM ends it (not wake the parent's flush thread, which
+    would flush and kill the parent)."""
+    script = tmp_path / "forked.py"
+    script.write_text(_FORK_AFTER_ARMING)
+    path = tmp_path / "c.tcache"
+    out = run(sys.executable, str(script), str(path), timeout=120).stdout.split()
+    assert out == ["True", "0"], out
+    with tunecache.Cache("mp", path=path) as c:
+        assert len(c) == 2, "the parent lived on and recorded its second result"
