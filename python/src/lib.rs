@@ -17,7 +17,21 @@ mod imports;
 mod keys;
 mod log;
 mod outputs;
+#[cfg(unix)]
 mod sigterm;
+#[cfg(not(unix))]
+mod sigterm {
+    //! No SIGTERM on this platform: nothing to arm.
+    use pyo3::prelude::*;
+
+    pub(crate) fn register(_: &std::sync::Arc<cache_core::Cache>) {}
+
+    /// Arms nothing: there is no SIGTERM here.
+    #[pyfunction]
+    pub(crate) fn arm_sigterm_flush(_timeout: f64) -> bool {
+        false
+    }
+}
 
 use pyo3::prelude::*;
 

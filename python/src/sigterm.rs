@@ -72,10 +72,14 @@ pub(crate) fn arm_sigterm_flush(timeout: f64) -> bool {
             return false;
         }
         let mut fds = [0 as libc::c_int; 2];
-        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+        if libc::pipe(fds.as_mut_ptr()) != 0 {
             return false;
         }
         let (read_fd, write_fd) = (fds[0], fds[1]);
+        // Not inherited by programs this process executes (pipe2 is not on every unix).
+        for fd in fds {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
         let reader = cache_core::spawn_background("tunecache-sigterm".into(), move || {
             flush_then_end(read_fd, timeout);
         });
