@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 
 use cache_core::cache_format::{CandidateId, Entry, Fields, Fingerprint, Key, Outcome, Value};
 
-use crate::tuner::distance;
+use crate::tuner::distance_within;
 
 mod adapt;
 mod evaluate;
@@ -255,7 +255,12 @@ fn nearest<'a>(
     let own = skip_own.then(|| Key::new(target.clone()).fingerprint());
     let mut best: Vec<Near<'a>> = Vec::with_capacity(k + 1);
     for e in tuned {
-        let Some(d) = distance(target, e.key().fields()).map(quantized) else {
+        // Past the k-th's distance (with room for the rounding below) a key cannot enter.
+        let bound = match best.last() {
+            Some(w) if best.len() == k => w.0 + 1e-6,
+            _ => f64::INFINITY,
+        };
+        let Some(d) = distance_within(target, e.key().fields(), bound).map(quantized) else {
             continue;
         };
         // Only a key within the k-th's distance can enter (ties go on to the finer order).
@@ -373,6 +378,7 @@ mod tests {
     use cache_core::cache_format::{Candidate, Origin, Stats};
 
     use super::*;
+    use crate::tuner::distance;
 
     #[test]
     fn the_one_pass_selection_equals_sorting_every_key() {

@@ -174,6 +174,13 @@ fn alignment(v: i64) -> f64 {
 /// values; otherwise the sum over integer fields (elementwise in lists) of |ln(a+1) - ln(b+1)|
 /// plus [`ALIGNMENT_WEIGHT`] times the difference of their power-of-two alignments.
 pub(crate) fn distance(a: &Fields, b: &Fields) -> Option<f64> {
+    distance_within(a, b, f64::INFINITY)
+}
+
+/// [`distance`], giving up as soon as the sum passes `bound` (then some value above `bound`,
+/// which may be less than the whole distance, or `None` for keys found incomparable so far): a
+/// search for the nearest keys dismisses most keys after a field or two.
+pub(crate) fn distance_within(a: &Fields, b: &Fields, bound: f64) -> Option<f64> {
     if a.len() != b.len() {
         return None;
     }
@@ -183,6 +190,9 @@ pub(crate) fn distance(a: &Fields, b: &Fields) -> Option<f64> {
             return None;
         }
         total += value_distance(va, vb)?;
+        if total > bound {
+            return Some(total);
+        }
     }
     Some(total)
 }
