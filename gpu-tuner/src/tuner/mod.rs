@@ -37,7 +37,9 @@ pub use config::{MissPolicy, OpConfig, Progress, RemotePolicy, TuneError, TuneSt
 use consistency::Synced;
 pub use consistency::{Consistency, SyncReport};
 use counters::Counters;
-pub(crate) use plan::{distance, distance_within};
+#[cfg(test)]
+pub(crate) use plan::distance;
+pub(crate) use plan::distance_within;
 pub use stability::{KeyStability, StabilityReport};
 
 use crate::fleet::Fleet;
