@@ -116,7 +116,7 @@ pub(super) fn names(predictor: &Predictor, methods: &Methods<'_>) -> Vec<String>
 
 /// Each method's pick for each held-out key predicted from `train`, and the time measuring
 /// every candidate of those keys takes.
-pub(super) fn split(
+fn split(
     held: &[&Keyed<'_>],
     train: &[&Entry],
     predictor: &Predictor,

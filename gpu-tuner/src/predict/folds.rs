@@ -5,9 +5,7 @@
 use cache_core::cache_format::{CandidateId, Entry};
 
 use super::Predictor;
-use super::evaluate::{
-    Evaluation, Keyed, Methods, Pick, complete, names, split, split_by, summarize,
-};
+use super::evaluate::{Evaluation, Keyed, Methods, Pick, complete, names, split_by, summarize};
 
 /// The fold of a key in a `folds`-fold cross-validation: by its fingerprint, so a key is in
 /// the same fold whatever else is in the data.
@@ -34,7 +32,11 @@ pub fn cross_validate(
     folds: usize,
     methods: &Methods<'_>,
 ) -> CrossValidation {
-    rotate(entries, current, predictor, folds, methods, true)
+    let with = Rotation {
+        hold: true,
+        source: &[],
+    };
+    rotate(entries, current, predictor, folds, methods, &with)
 }
 
 /// The other way round: with only one fold in `folds` tuned (10% for 10 folds, as a device
@@ -47,7 +49,11 @@ pub fn few_tuned(
     folds: usize,
     methods: &Methods<'_>,
 ) -> CrossValidation {
-    rotate(entries, current, predictor, folds, methods, false)
+    let with = Rotation {
+        hold: false,
+        source: &[],
+    };
+    rotate(entries, current, predictor, folds, methods, &with)
 }
 
 /// [`few_tuned`] on `target` with every key of `source` (another scope: another device) tuned
@@ -62,42 +68,29 @@ pub fn few_tuned_with(
     folds: usize,
     methods: &Methods<'_>,
 ) -> CrossValidation {
-    let folds = folds.max(2);
-    let complete = complete(target, current);
-    let names = names(predictor, methods);
-    let mut all: Vec<Vec<Pick>> = names.iter().map(|_| Vec::new()).collect();
-    let mut all_full = 0.0;
-    let mut per_fold = Vec::with_capacity(folds);
-    for f in 0..folds {
-        let (tuned, held): (Vec<&Keyed<'_>>, Vec<&Keyed<'_>>) =
-            complete.iter().partition(|(e, _)| fold_of(e, folds) == f);
-        let train: Vec<&Entry> = tuned
-            .into_iter()
-            .map(|(e, _)| *e)
-            .chain(source.iter())
-            .collect();
-        let (picks, full) = split_by(&held, &train, predictor, methods, true);
-        let n = held.len();
-        for (into, from) in all.iter_mut().zip(&picks) {
-            into.extend(from.iter().copied());
-        }
-        all_full += full;
-        per_fold.push(summarize(n, &names, picks, full));
-    }
-    CrossValidation {
-        folds: per_fold,
-        overall: summarize(complete.len(), &names, all, all_full),
-    }
+    let with = Rotation {
+        hold: false,
+        source,
+    };
+    rotate(target, current, predictor, folds, methods, &with)
 }
 
-/// Each fold in turn held out from (`hold`) or trained on (otherwise) by the others.
+/// How [`rotate`] splits: each fold held out (`hold`) or alone tuned, with every key of
+/// `source` (another scope) tuned too; predictions from another scope use
+/// [`Predictor::transfer`].
+struct Rotation<'s> {
+    hold: bool,
+    source: &'s [Entry],
+}
+
+/// Each fold in turn held out from, or alone trained on, the others (see [`Rotation`]).
 fn rotate(
     entries: &[Entry],
     current: &dyn Fn(&Entry) -> Vec<CandidateId>,
     predictor: &Predictor,
     folds: usize,
     methods: &Methods<'_>,
-    hold: bool,
+    with: &Rotation<'_>,
 ) -> CrossValidation {
     let folds = folds.max(2);
     let complete = complete(entries, current);
@@ -108,9 +101,14 @@ fn rotate(
     for f in 0..folds {
         let (held, train): (Vec<&Keyed<'_>>, Vec<&Keyed<'_>>) = complete
             .iter()
-            .partition(|(e, _)| (fold_of(e, folds) == f) == hold);
-        let train: Vec<&Entry> = train.into_iter().map(|(e, _)| *e).collect();
-        let (picks, full) = split(&held, &train, predictor, methods);
+            .partition(|(e, _)| (fold_of(e, folds) == f) == with.hold);
+        let train: Vec<&Entry> = train
+            .into_iter()
+            .map(|(e, _)| *e)
+            .chain(with.source.iter())
+            .collect();
+        let across = !with.source.is_empty();
+        let (picks, full) = split_by(&held, &train, predictor, methods, across);
         let n = held.len();
         for (into, from) in all.iter_mut().zip(&picks) {
             into.extend(from.iter().copied());
