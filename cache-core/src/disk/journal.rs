@@ -65,12 +65,11 @@ impl Disk {
             .as_ref()
             .is_some_and(|j| j.id.same_file(&id) && id.len >= j.offset);
         if continuing {
+            // Read the header again and the new bytes, even when the length is the one read:
+            // a journal removed and created anew can get the old one's inode number back and
+            // reach that same length, and only its header (a nonce per journal) tells it
+            // apart. A different header means the journal was replaced: start over.
             let j = cursor.journal.as_ref().expect("checked above");
-            if id.len == j.offset {
-                return Ok(());
-            }
-            // Read the header again and the new bytes; a different header at the same inode
-            // means the journal was replaced: start over.
             let read = read_range(
                 path,
                 j.header.len() as u64,
@@ -80,6 +79,9 @@ impl Disk {
             if let Ok((head, tail)) = read
                 && head == j.header
             {
+                if tail.is_empty() {
+                    return Ok(());
+                }
                 return self.apply_records(cursor, &tail, locked, inc);
             }
         }

@@ -154,3 +154,72 @@ fn inspection_during_compactions_misses_nothing_durable() {
     let _ = child.wait();
     assert!(reads > 10, "only {reads} reads happened");
 }
+
+/// A journal removed by one writer's fold and created anew by another can get the removed
+/// one's inode number back, and reach the very length a third writer last read. That writer
+/// must still read it as a new journal (its header differs): otherwise it takes the new
+/// journal's records for ones it has read, folds without them and removes the journal, losing
+/// acknowledged results (found under load by the lock-file test, as whole flush batches lost).
+/// The inode's reuse is made certain here by a hard link kept to the first journal.
+#[test]
+fn a_journal_created_anew_at_a_reused_inode_and_length_is_read_again() {
+    use std::os::unix::fs::FileExt;
+    let dir = temp_dir();
+    // The length of a journal of one record, measured on a scratch cache of the same shape:
+    // the journal's bound is set to it, so a second record makes the writer fold.
+    let one_record = {
+        let scratch = path_in(&dir, "scratch.tcache");
+        let cache = builder(&scratch).compaction(0.5, 1 << 20).open();
+        cache.put(ns(), entry(0, 0));
+        cache.flush().expect("saved");
+        cache.put(ns(), entry(0, 1));
+        cache.flush().expect("saved");
+        std::fs::metadata(path_in(&dir, "scratch.tcache.journal"))
+            .expect("a journal of one record")
+            .len()
+    };
+    let path = path_in(&dir, "c.tcache");
+    let journal = path_in(&dir, "c.tcache.journal");
+    let kept = path_in(&dir, "kept-inode");
+    let a = builder(&path).compaction(0.5, one_record).open();
+    a.put(ns(), entry(0, 0));
+    a.flush().expect("saved");
+    a.put(ns(), entry(0, 1));
+    a.flush().expect("saved");
+    assert_eq!(
+        std::fs::metadata(&journal).expect("journal").len(),
+        one_record
+    );
+    std::fs::hard_link(&journal, &kept).expect("keep the first journal's inode");
+    // Another writer folds the journal (it is full) and removes it, then starts a new one.
+    let b = builder(&path).compaction(0.5, one_record).open();
+    b.put(ns(), entry(1, 0));
+    b.flush().expect("saved");
+    assert!(!journal.exists(), "the fold removed the journal");
+    b.put(ns(), entry(1, 1));
+    b.flush().expect("saved");
+    let second = std::fs::read(&journal).expect("the new journal");
+    assert_eq!(
+        second.len() as u64,
+        one_record,
+        "the same length as the first"
+    );
+    // The new journal at the first one's inode, as a file system reusing the number makes it.
+    let reused = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&kept)
+        .expect("the kept inode");
+    reused.write_all_at(&second, 0).expect("write");
+    drop(reused);
+    std::fs::rename(&kept, &journal).expect("put in place");
+    // The first writer's next save folds: it must fold the new journal's record in.
+    a.put(ns(), entry(0, 2));
+    a.flush().expect("saved");
+    drop((a, b));
+    assert_eq!(ids_on_disk(&path, 0, 3), [0, 1, 2]);
+    assert_eq!(
+        ids_on_disk(&path, 1, 2),
+        [0, 1],
+        "the record in the journal at the reused inode was lost"
+    );
+}
