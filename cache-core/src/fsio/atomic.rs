@@ -39,6 +39,10 @@ impl AtomicFile {
             .create_new(true)
             .open(&tmp)
             .map_err(|e| StoreError::io("create", &tmp, e))?;
+        // Held until the file is put in place or dropped: the sweep of leftovers
+        // (`remove_stale_temporaries`) spares a temporary a live writer holds. A file system
+        // without locks still writes (the sweep then runs only under the cache lock).
+        let _ = file.try_lock();
         Ok(AtomicFile {
             out: Some(io::BufWriter::with_capacity(1 << 16, file)),
             tmp,

@@ -123,8 +123,10 @@ pub(crate) fn temporary_of(name: &str) -> Option<&str> {
 
 /// Removes temporary files left beside `target` by writers that crashed: exactly the names
 /// [`AtomicFile`] gives them (`.<name>.tmp.<pid>.<counter>`), nothing that merely starts the
-/// same way. Call only while holding the cache lock: every live writer creates its
-/// temporaries under the lock.
+/// same way, and none that a live writer still holds (an [`AtomicFile`] keeps a lock on its
+/// temporary until it is put in place or dropped: a compaction writes its copy without the
+/// cache lock, so holding that lock does not mean no temporary is being written). Call while
+/// holding the cache lock.
 pub(crate) fn remove_stale_temporaries(target: &Path) {
     let dir = parent_dir(target);
     let prefix = tmp_prefix(target);
@@ -134,11 +136,19 @@ pub(crate) fn remove_stale_temporaries(target: &Path) {
             let name = entry.file_name();
             let ours = name.to_str().and_then(temporary_of) == Some(fitted);
             let file = entry.file_type().is_ok_and(|t| t.is_file());
-            if ours && file {
+            if ours && file && !held_by_a_writer(&entry.path()) {
                 let _ = fs::remove_file(entry.path());
             }
         }
     }
+}
+
+/// Whether a live writer holds the lock an [`AtomicFile`] takes on its temporary.
+fn held_by_a_writer(path: &Path) -> bool {
+    let Ok(file) = fs::File::open(path) else {
+        return false;
+    };
+    matches!(file.try_lock(), Err(fs::TryLockError::WouldBlock))
 }
 
 /// The directory holding `path` (`.` for a bare file name).
@@ -385,6 +395,26 @@ mod tests {
         ] {
             assert_eq!(temporary_of(other), None, "{other}");
         }
+    }
+
+    /// A temporary being written (a compaction's copy, made without the cache lock) is not
+    /// a leftover: the sweep a locked writer makes leaves it; once dropped unfinished by a
+    /// process that died, with no lock on it, it goes.
+    #[test]
+    fn the_sweep_of_leftover_temporaries_spares_one_being_written() {
+        let dir = tempfile::tempdir().expect("dir");
+        let target = dir.path().join("c.tcache");
+        let mut live = AtomicFile::create(&target, false).expect("started");
+        live.write_all(b"a copy in progress").expect("write");
+        let crashed = dir
+            .path()
+            .join(format!("{}{}.{}", tmp_prefix(&target), 999_999, 0));
+        fs::write(&crashed, b"half a snapshot").expect("write");
+        remove_stale_temporaries(&target);
+        assert!(!crashed.exists(), "a leftover of a dead writer goes");
+        live.commit()
+            .expect("the live writer's temporary was spared");
+        assert_eq!(fs::read(&target).expect("read"), b"a copy in progress");
     }
 
     #[test]
