@@ -147,7 +147,7 @@ fn predict(c: &mut Criterion) {
     use cache_core::cache_format::{
         Candidate, CandidateId, Entry, Fields, Fingerprint, Key, Origin, Stats, Value,
     };
-    use gpu_tuner::predict::Predictor;
+    use gpu_tuner::predict::{KeyIndex, Predictor};
 
     let entry = |fields: Fields, n: usize, seed: u64| {
         let candidates = (0..n).map(|i| {
@@ -197,6 +197,20 @@ fn predict(c: &mut Criterion) {
     c.bench_function("predict among 100k tuned keys (30 candidates)", |b| {
         b.iter(|| black_box(Predictor::default().predict(&target, &tuned, &current)))
     });
+    let shared: Vec<std::sync::Arc<Entry>> =
+        tuned.iter().cloned().map(std::sync::Arc::new).collect();
+    c.bench_function("index 100k tuned keys", |b| {
+        b.iter(|| black_box(KeyIndex::new(shared.iter().cloned())))
+    });
+    let index = KeyIndex::new(shared.iter().cloned());
+    c.bench_function(
+        "predict among 100k tuned keys, indexed (30 candidates)",
+        |b| {
+            b.iter(|| {
+                black_box(Predictor::default().predict_indexed(&target, &index, &[], &current))
+            })
+        },
+    );
     let space: Vec<CandidateId> = (0..4362)
         .map(|i| CandidateId::new("cfg", &[("i", i)]))
         .collect();

@@ -235,6 +235,18 @@ impl Cache {
         self.shared.all_entries(None)
     }
 
+    /// A count that grows whenever what [`Cache::entries`] returns may have changed: an entry
+    /// recorded or imported here, brought by a lower tier, or read from the file after another
+    /// process's save. Read before the entries, it tells a caller that keeps something made
+    /// from them (the tuner's index of tuned keys) when to make it again.
+    pub fn changes(&self) -> u64 {
+        self.shared.memory.changes()
+            + self
+                .shared
+                .file_epoch
+                .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Every entry of namespace `ns` in the current scope (as [`Cache::entries`], walking only
     /// that namespace's part of the file).
     pub fn entries_of(&self, ns: Namespace) -> Vec<(Namespace, Arc<Entry>)> {

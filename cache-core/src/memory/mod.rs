@@ -80,6 +80,8 @@ pub struct MemoryStore {
     delta_from: usize,
     /// A file stands behind it: a new key recorded here is partial until the file is read.
     backed: std::sync::atomic::AtomicBool,
+    /// How many merges changed an entry (see [`MemoryStore::changes`]).
+    changes: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -106,6 +108,7 @@ impl MemoryStore {
         MemoryStore {
             delta_from,
             backed: std::sync::atomic::AtomicBool::new(false),
+            changes: std::sync::atomic::AtomicU64::new(0),
             shards: (0..SHARDS)
                 .map(|_| ShardCell {
                     map: ArcSwap::from_pointee(Shard::empty()),
@@ -341,7 +344,17 @@ impl MemoryStore {
             cell.map
                 .store(Arc::new(current.with(updates, self.delta_from)));
         }
+        if changed > 0 {
+            self.changes
+                .fetch_add(changed as u64, std::sync::atomic::Ordering::Release);
+        }
         changed
+    }
+
+    /// A count that grows with every entry a merge changed: read before the entries, it
+    /// tells whether what was read may be out of date.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Number of entries (complete or not; keys known absent are not entries).

@@ -14,17 +14,20 @@
 
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-use cache_core::cache_format::{CandidateId, Entry, Fields, Fingerprint, Key, Outcome, Value};
-
-use crate::tuner::distance_within;
+use cache_core::cache_format::{CandidateId, Entry, Fields, Key, Outcome};
 
 mod adapt;
 mod evaluate;
 mod folds;
+mod index;
+mod select;
 
 pub use evaluate::{Evaluation, MethodScore, Methods, evaluate};
 pub use folds::{CrossValidation, cross_validate, few_tuned, few_tuned_with, fold_of, transfer};
+pub use index::KeyIndex;
+use select::{Near, Selection, nearest};
 
 /// How many tuned keys vote, by default.
 pub const DEFAULT_NEIGHBOURS: usize = 4;
@@ -178,6 +181,30 @@ impl Predictor {
         self.rank(target, tuned, current, false, measured)
     }
 
+    /// [`Predictor::predict`] from an index of the tuned keys ([`KeyIndex`]) and `fresher`:
+    /// entries recorded since the index was built, which vote in place of any version of the
+    /// same key the index holds. The same prediction a walk of all of them gives, at about
+    /// the logarithm of their number.
+    pub fn predict_indexed(
+        &self,
+        target: &Fields,
+        index: &KeyIndex,
+        fresher: &[Arc<Entry>],
+        current: &[CandidateId],
+    ) -> Option<Prediction> {
+        if current.is_empty() {
+            return None;
+        }
+        let set = Current::new(current);
+        let mut selection = Selection::new(target, &set, self.neighbours, true);
+        for e in fresher {
+            selection.offer(e);
+        }
+        let skip: HashSet<_> = fresher.iter().map(|e| e.fingerprint()).collect();
+        index.select(target, &mut selection, &skip);
+        self.ranked(selection.finish(), current, &set, true, &[])
+    }
+
     fn rank<'a>(
         &self,
         target: &Fields,
@@ -189,14 +216,25 @@ impl Predictor {
         if current.is_empty() {
             return None;
         }
-        let ids = current;
-        let current = Current::new(ids);
-        let near = nearest(target, tuned, &current, self.neighbours.max(1), skip_own);
+        let set = Current::new(current);
+        let near = nearest(target, tuned, &set, self.neighbours, skip_own);
+        self.ranked(near, current, &set, skip_own, measured)
+    }
+
+    /// The ranking the selected keys `near` vote for.
+    fn ranked(
+        &self,
+        near: Vec<Near<'_>>,
+        ids: &[CandidateId],
+        current: &Current<'_>,
+        skip_own: bool,
+        measured: &[(CandidateId, f64)],
+    ) -> Option<Prediction> {
         if near.is_empty() {
             return None;
         }
-        let agreement = adapt::agreement(&near, &current, measured);
-        let scores = scores(&near, &current, &agreement);
+        let agreement = adapt::agreement(&near, current, measured);
+        let scores = scores(&near, current, &agreement);
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by(|&a, &b| match (scores[a], scores[b]) {
             (Some(x), Some(y)) => x.total_cmp(&y).then(a.cmp(&b)),
@@ -214,7 +252,7 @@ impl Predictor {
             .map(|(d, _, _, e)| Neighbour {
                 key: e.key().clone(),
                 distance: *d,
-                winner: measured_best(e, &current).map(|(id, _)| id.clone()),
+                winner: measured_best(e, current).map(|(id, _)| id.clone()),
             })
             .collect();
         Some(Prediction {
@@ -223,68 +261,6 @@ impl Predictor {
             transferred: !skip_own,
         })
     }
-}
-
-/// A tuned key as the selection orders it: distance, then the smaller problem, then the
-/// fingerprint.
-type Near<'a> = (f64, f64, Fingerprint, &'a Entry);
-
-/// A distance rounded to 1e-9: sums of logarithms that are equal in exact arithmetic (sizes
-/// mirrored around the target on the log scale) can differ in their last bits, and the
-/// prefer-lower rule must see them as the tie they are.
-fn quantized(d: f64) -> f64 {
-    (d * 1e9).round() / 1e9
-}
-
-fn near_cmp(a: &Near<'_>, b: &Near<'_>) -> Ordering {
-    a.0.total_cmp(&b.0)
-        .then(a.1.total_cmp(&b.1))
-        .then(a.2.cmp(&b.2))
-}
-
-/// The `k` nearest tuned keys with a measured current candidate, nearest first, in one pass
-/// that keeps only the `k` best so far: a key farther than the k-th is dismissed on its
-/// distance alone, so a million tuned keys cost a million distances, not a sort.
-fn nearest<'a>(
-    target: &Fields,
-    tuned: impl IntoIterator<Item = &'a Entry>,
-    current: &Current<'_>,
-    k: usize,
-    skip_own: bool,
-) -> Vec<Near<'a>> {
-    let own = skip_own.then(|| Key::new(target.clone()).fingerprint());
-    let mut best: Vec<Near<'a>> = Vec::with_capacity(k + 1);
-    for e in tuned {
-        // Past the k-th's distance (with room for the rounding below) a key cannot enter.
-        let bound = match best.last() {
-            Some(w) if best.len() == k => w.0 + 1e-6,
-            _ => f64::INFINITY,
-        };
-        let Some(d) = distance_within(target, e.key().fields(), bound).map(quantized) else {
-            continue;
-        };
-        // Only a key within the k-th's distance can enter (ties go on to the finer order).
-        if best.len() == k && best.last().is_some_and(|w| d > w.0) {
-            continue;
-        }
-        if Some(e.fingerprint()) == own || measured_best(e, current).is_none() {
-            continue;
-        }
-        let cand = (d, lower_first(target, e.key().fields()), e.fingerprint(), e);
-        if best.len() == k
-            && best
-                .last()
-                .is_some_and(|w| near_cmp(&cand, w) != Ordering::Less)
-        {
-            continue;
-        }
-        let at = best
-            .binary_search_by(|x| near_cmp(x, &cand))
-            .unwrap_or_else(|i| i);
-        best.insert(at, cand);
-        best.truncate(k);
-    }
-    best
 }
 
 /// The current candidates, with a set to look them up in when there are many (a Kernel Tuner
@@ -351,124 +327,9 @@ fn scores(near: &[Near<'_>], current: &Current<'_>, agreement: &[f64]) -> Vec<Op
         .collect()
 }
 
-/// For ties in distance: how much larger the neighbour is than the target, on the log scale
-/// (negative: smaller), so the smaller neighbour comes first.
-fn lower_first(target: &Fields, other: &Fields) -> f64 {
-    target
-        .iter()
-        .zip(other.iter())
-        .map(|((_, a), (_, b))| signed(a, b))
-        .sum()
-}
-
-fn signed(a: &Value, b: &Value) -> f64 {
-    match (a, b) {
-        (Value::Int(x), Value::Int(y)) => {
-            let f = |v: i64| ((v.max(0) as f64) + 1.0).ln();
-            f(*y) - f(*x)
-        }
-        (Value::List(x), Value::List(y)) => x.iter().zip(y).map(|(p, q)| signed(p, q)).sum(),
-        (Value::Map(x), Value::Map(y)) => lower_first(x, y),
-        _ => 0.0,
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use cache_core::cache_format::{Candidate, Origin, Stats};
-
     use super::*;
-    use crate::tuner::distance;
-
-    #[test]
-    fn the_one_pass_selection_equals_sorting_every_key() {
-        let current = vec![CandidateId::new("a", &[]), CandidateId::new("b", &[])];
-        // Many keys at equal distances (mirror sizes around the target), some without a
-        // measured current candidate, one of another layout.
-        let mut entries = Vec::new();
-        for (i, (m, n)) in (1..40i64)
-            .flat_map(|m| (1..6i64).map(move |n| (m, n)))
-            .enumerate()
-        {
-            let layout = if i % 17 == 0 { "nt" } else { "nn" };
-            let key = Key::new(Fields::from([
-                ("m".to_owned(), Value::Int(m * 8)),
-                ("n".to_owned(), Value::Int(n * 8)),
-                ("layout".to_owned(), Value::from(layout)),
-            ]));
-            let stats = Stats {
-                median_ns: 10.0 + (i % 5) as f64,
-                min_ns: 10.0,
-                spread_ns: 0.0,
-                samples: 3,
-            };
-            let algo = if i % 11 == 0 { "retired" } else { "a" };
-            let c = Candidate::measured(algo, Fields::new(), stats);
-            entries.push(Entry::new(
-                key,
-                Fingerprint::default(),
-                Origin::Measured("t".into()),
-                0,
-                [c],
-            ));
-        }
-        for (m, n) in [(160, 24), (8, 8), (333, 40), (1, 1)] {
-            let target = Fields::from([
-                ("m".to_owned(), Value::Int(m)),
-                ("n".to_owned(), Value::Int(n)),
-                ("layout".to_owned(), Value::from("nn")),
-            ]);
-            let own = Key::new(target.clone()).fingerprint();
-            let mut all: Vec<Near<'_>> = entries
-                .iter()
-                .filter(|e| {
-                    e.fingerprint() != own && measured_best(e, &Current::new(&current)).is_some()
-                })
-                .filter_map(|e| {
-                    let d = quantized(distance(&target, e.key().fields())?);
-                    Some((
-                        d,
-                        lower_first(&target, e.key().fields()),
-                        e.fingerprint(),
-                        e,
-                    ))
-                })
-                .collect();
-            all.sort_by(near_cmp);
-            for k in [1, 4, 10] {
-                let fast: Vec<Fingerprint> =
-                    nearest(&target, &entries, &Current::new(&current), k, true)
-                        .iter()
-                        .map(|n| n.2)
-                        .collect();
-                let slow: Vec<Fingerprint> = all.iter().take(k).map(|n| n.2).collect();
-                assert_eq!(fast, slow, "target {m}x{n}, k {k}");
-            }
-        }
-        // An exact tie met larger first: ln 64 - ln 16 = ln 16 - ln 4, so for m = 15 the keys
-        // m = 63 and m = 3 are equally near, and the smaller one must win the one place.
-        let key = |m: i64| {
-            let stats = Stats {
-                median_ns: 10.0,
-                min_ns: 10.0,
-                spread_ns: 0.0,
-                samples: 3,
-            };
-            let c = Candidate::measured("a", Fields::new(), stats);
-            let fields = Fields::from([("m".to_owned(), Value::Int(m))]);
-            Entry::new(
-                Key::new(fields),
-                Fingerprint::default(),
-                Origin::Measured("t".into()),
-                0,
-                [c],
-            )
-        };
-        let pair = [key(63), key(3)];
-        let target = Fields::from([("m".to_owned(), Value::Int(15))]);
-        let got = nearest(&target, &pair, &Current::new(&current), 1, true);
-        assert_eq!(got[0].3.key().fields().get("m"), Some(&Value::Int(3)));
-    }
 
     #[test]
     fn a_top_set_starts_diverse_and_then_follows_the_ranking() {

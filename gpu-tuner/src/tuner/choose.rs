@@ -439,10 +439,11 @@ impl<O: Operation> TunedInner<O> {
     /// from the same key's results under other scopes (other devices: every one votes,
     /// [`Prediction::transferred`]); `None` if neither exists.
     pub(super) fn predict(&self, ckey: &Key, current: &[CandidateId]) -> Option<Prediction> {
-        // This namespace's part of the file only (a walk of its keys), not the whole cache.
-        let entries = self.cache().entries_of(self.ns);
-        let tuned = entries.iter().map(|(_, e)| e.as_ref());
-        if let Some(p) = Predictor::default().predict(ckey.fields(), tuned, current) {
+        // This namespace's tuned keys, indexed (made again when they change: neighbours.rs).
+        let (index, fresher) = self.neighbours.current(self.cache(), self.ns);
+        if let Some(p) =
+            Predictor::default().predict_indexed(ckey.fields(), &index, &fresher, current)
+        {
             return Some(p);
         }
         let elsewhere = self

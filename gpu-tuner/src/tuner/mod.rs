@@ -16,6 +16,7 @@ mod consistency;
 mod counters;
 mod loose;
 mod miss;
+mod neighbours;
 mod plan;
 mod stability;
 mod topk;
@@ -40,6 +41,7 @@ use counters::Counters;
 #[cfg(test)]
 pub(crate) use plan::distance;
 pub(crate) use plan::distance_within;
+pub(crate) use plan::{ALIGNMENT_WEIGHT, alignment};
 pub use stability::{KeyStability, StabilityReport};
 
 use crate::fleet::Fleet;
@@ -251,6 +253,7 @@ impl Tuner {
                 counters: Counters::default(),
                 background: Mutex::new(Background::default()),
                 counted: Mutex::new(HashSet::new()),
+                neighbours: neighbours::Neighbours::default(),
             }),
         };
         let synced: Arc<dyn Synced> = Arc::clone(&tuned.inner) as Arc<dyn Synced>;
@@ -300,6 +303,8 @@ struct TunedInner<O: Operation> {
     /// Cache keys already counted as tuned or reused in this process, so a bucket shared by
     /// many keys is counted once in `saved_time`.
     counted: Mutex<HashSet<Fingerprint>>,
+    /// The tuned keys of the namespace, indexed for predictions.
+    neighbours: neighbours::Neighbours,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -467,7 +472,9 @@ impl<O: Operation> TunedInner<O> {
     /// all while saves are failing) until it is durable.
     pub(super) fn record(&self, entry: Entry) {
         let cache = self.cache();
+        let key = entry.key().clone();
         cache.put(self.ns, entry);
+        self.neighbours.recorded(cache, self.ns, &key);
         if self.config.flush_each && !cache.is_saving_behind() {
             match cache.flush_within(self.config.durable_wait) {
                 Ok(()) | Err(StoreError::NotPersistent { .. }) => {}

@@ -162,7 +162,7 @@ pub(super) fn compatible(current: &Scope, other: &Scope, volatile: &[String]) ->
 pub(crate) const ALIGNMENT_WEIGHT: f64 = 0.3;
 
 /// The power of two a size is a multiple of, as its trailing zero bits up to 7.
-fn alignment(v: i64) -> f64 {
+pub(crate) fn alignment(v: i64) -> f64 {
     if v > 0 {
         f64::from(v.trailing_zeros().min(7))
     } else {
