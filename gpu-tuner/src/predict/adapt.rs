@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use cache_core::cache_format::{CandidateId, Outcome};
+use cache_core::cache_format::{CandidateId, Entry, Outcome};
 
 use super::{Current, FAILED_SLOWDOWN, Near, measured_best};
 
@@ -34,21 +34,7 @@ pub(super) fn agreement(
     }
     near.iter()
         .map(|(_, _, _, entry)| {
-            let Some((_, best)) = measured_best(entry, current) else {
-                return FLOOR;
-            };
-            let theirs: HashMap<&CandidateId, f64> = entry
-                .candidates()
-                .iter()
-                .filter_map(|c| {
-                    let slowdown = match (&c.outcome, c.stats()) {
-                        (Outcome::Failed(_), _) => FAILED_SLOWDOWN.ln(),
-                        (_, Some(s)) if best > 0.0 => (s.median_ns / best).max(1.0).ln(),
-                        _ => return None,
-                    };
-                    Some((&c.id, slowdown))
-                })
-                .collect();
+            let theirs = slowdowns(entry, current);
             let pairs: Vec<(f64, f64)> = ours
                 .iter()
                 .filter_map(|(c, t)| Some((*t, *theirs.get(c)?)))
@@ -58,6 +44,63 @@ pub(super) fn agreement(
             }
             let rho = spearman(&pairs);
             rho.max(0.0).powi(2) + FLOOR
+        })
+        .collect()
+}
+
+/// Whether a transfer has measurements enough on the target to weigh the voters by.
+pub(super) fn measured_enough(measured: &[(CandidateId, f64)]) -> bool {
+    measured
+        .iter()
+        .filter(|(_, t)| t.is_finite() && *t > 0.0)
+        .count()
+        >= MIN_MEASURED
+}
+
+/// How far the voters agree among themselves: the mean Spearman correlation of their
+/// slowdowns over the pairs of them that measured at least [`MIN_MEASURED`] candidates in
+/// common; `None` when no pair did. Devices that rank a key's candidates the other way round
+/// from each other (a mean at or below zero) say nothing about a device none of them is: a
+/// transfer from them alone is not made.
+pub(super) fn consensus(near: &[Near<'_>], current: &Current<'_>) -> Option<f64> {
+    let each: Vec<HashMap<&CandidateId, f64>> = near
+        .iter()
+        .map(|(_, _, _, entry)| slowdowns(entry, current))
+        .collect();
+    let mut sum = 0.0;
+    let mut pairs_counted = 0usize;
+    for (i, a) in each.iter().enumerate() {
+        for b in &each[i + 1..] {
+            let pairs: Vec<(f64, f64)> = a
+                .iter()
+                .filter_map(|(c, x)| Some((*x, *b.get(c)?)))
+                .collect();
+            if pairs.len() >= MIN_MEASURED {
+                sum += spearman(&pairs);
+                pairs_counted += 1;
+            }
+        }
+    }
+    (pairs_counted > 0).then(|| sum / pairs_counted as f64)
+}
+
+/// Each current candidate `entry` measured (or saw fail), with its log slowdown against the
+/// entry's best.
+fn slowdowns<'e>(entry: &'e Entry, current: &Current<'_>) -> HashMap<&'e CandidateId, f64> {
+    let Some((_, best)) = measured_best(entry, current) else {
+        return HashMap::new();
+    };
+    entry
+        .candidates()
+        .iter()
+        .filter(|c| current.contains(&c.id))
+        .filter_map(|c| {
+            let slowdown = match (&c.outcome, c.stats()) {
+                (Outcome::Failed(_), _) => FAILED_SLOWDOWN.ln(),
+                (_, Some(s)) if best > 0.0 => (s.median_ns / best).max(1.0).ln(),
+                _ => return None,
+            };
+            Some((&c.id, slowdown))
         })
         .collect()
 }
@@ -139,7 +182,7 @@ mod tests {
         )
     }
 
-    /// Three devices of one kind and two of another, ranking six candidates the other way:
+    /// Four devices of one kind and one of another, ranking six candidates the other way:
     /// a new device of the minority kind is misled by the plain vote, and set right once three
     /// of its own measurements show which devices it is like.
     #[test]
@@ -150,8 +193,8 @@ mod tests {
             device("b1", &like_b),
             device("b2", &like_b),
             device("b3", &like_b),
+            device("b4", &like_b),
             device("a1", &like_a),
-            device("a2", &like_a),
         ];
         let current: Vec<CandidateId> = (0..6)
             .map(|i| CandidateId::new(format!("c{i}"), &[]))
@@ -177,5 +220,53 @@ mod tests {
             .transfer_measured(&target, &sources, &current, &measured[..2])
             .expect("a prediction");
         assert_eq!(adapted.winner(), &current[5]);
+    }
+
+    /// Devices that rank the candidates the other way round from each other, as many of each
+    /// kind: with nothing measured on the target, no transfer is made (there is no telling
+    /// which kind it is); once three measurements show it, the devices like it predict.
+    #[test]
+    fn devices_whose_rankings_disagree_are_not_transferred_from() {
+        let like_a = [10.0, 11.0, 12.0, 30.0, 31.0, 32.0];
+        let like_b = [32.0, 31.0, 30.0, 12.0, 11.0, 10.0];
+        let current: Vec<CandidateId> = (0..6)
+            .map(|i| CandidateId::new(format!("c{i}"), &[]))
+            .collect();
+        let target = Fields::from([("n".to_owned(), Value::Int(4096))]);
+        let p = Predictor { neighbours: 5 };
+        for split in [[1, 1], [2, 2], [3, 2], [2, 3]] {
+            let mut sources: Vec<Entry> = (0..split[0])
+                .map(|i| device(&format!("a{i}"), &like_a))
+                .collect();
+            sources.extend((0..split[1]).map(|i| device(&format!("b{i}"), &like_b)));
+            assert_eq!(
+                p.transfer(&target, &sources, &current),
+                None,
+                "split {split:?}"
+            );
+            let measured = vec![
+                (current[0].clone(), 10.0),
+                (current[2].clone(), 12.5),
+                (current[4].clone(), 29.0),
+            ];
+            let adapted = p
+                .transfer_measured(&target, &sources, &current, &measured)
+                .expect("a prediction once measured");
+            assert_eq!(adapted.winner(), &current[0], "split {split:?}");
+        }
+        // One device alone, or devices that agree, are transferred from.
+        let agree = [
+            device("a0", &like_a),
+            device("a1", &[11.0, 10.0, 13.0, 33.0, 30.0, 31.0]),
+        ];
+        let p1 = p
+            .transfer(&target, &agree, &current)
+            .expect("agreeing devices");
+        assert!(p1.transferred);
+        assert_eq!(p1.winner(), &current[0]);
+        assert!(
+            p.transfer(&target, &[device("b0", &like_b)], &current)
+                .is_some()
+        );
     }
 }

@@ -158,6 +158,8 @@ impl Predictor {
     /// The predicted ranking of `current` for `target` from `tuned` entries of *another*
     /// scope (another device, say): as [`Predictor::predict`], but an entry of the same key is
     /// the nearest neighbour there is (distance 0), not the target's own entry to leave out.
+    /// `None` also when the voters rank the candidates the other way round from each other
+    /// (their mean pairwise rank correlation is at or below zero): transfer is not used then.
     pub fn transfer<'a>(
         &self,
         target: &Fields,
@@ -231,6 +233,14 @@ impl Predictor {
         measured: &[(CandidateId, f64)],
     ) -> Option<Prediction> {
         if near.is_empty() {
+            return None;
+        }
+        // Voters from other scopes that contradict each other, with nothing measured here to
+        // tell which to follow, predict nothing (see `adapt::consensus`).
+        if !skip_own
+            && !adapt::measured_enough(measured)
+            && adapt::consensus(&near, current).is_some_and(|c| c <= 0.0)
+        {
             return None;
         }
         let agreement = adapt::agreement(&near, current, measured);

@@ -343,3 +343,83 @@ fn a_device_never_tuned_is_served_a_choice_transferred_from_other_devices() {
     let choice = near.get(&Shape { size: 7 }).expect("served");
     assert!(choice.prediction().is_some_and(|p| !p.transferred));
 }
+
+/// Transfer must not be used where the devices that tuned a key rank its candidates the
+/// other way round from each other: a third device is then served the first candidate,
+/// provisionally and not as a prediction, and the background tune measures everything here.
+#[test]
+fn a_device_is_not_served_a_transfer_from_devices_that_disagree() {
+    use cache_core::Namespace;
+    use cache_core::cache_format::{
+        Candidate, Entry, Fields, Fingerprint, Key, Origin, Scope, Stats, Value,
+    };
+
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("c.tcache");
+    let device = |name: &str| Scope::new(Fields::from([("device".to_owned(), Value::from(name))]));
+    let size = 300;
+    {
+        let a = Arc::new(crate::support::builder(&path).scope(device("A")).open());
+        let (_, full) = register(&Tuner::new(Arc::clone(&a)), MissPolicy::TuneNow);
+        full.get(&Shape { size }).expect("tuned");
+        a.flush().expect("saved");
+    }
+    {
+        // Device B times every tile the other way round: the best on A is the worst here.
+        let b = crate::support::builder(&path).scope(device("B")).open();
+        let candidates = TILES.iter().map(|&t| {
+            let ns = 1e12 / declared(t, size).as_nanos() as f64;
+            let stats = Stats {
+                median_ns: ns,
+                min_ns: ns,
+                spread_ns: 0.0,
+                samples: 3,
+            };
+            Candidate::measured(
+                "tiled",
+                Fields::from([("tile".to_owned(), Value::Int(t))]),
+                stats,
+            )
+        });
+        let key = Key::new(Fields::from([(
+            "size".to_owned(),
+            Value::Int(i64::from(size)),
+        )]));
+        let entry = Entry::new(
+            key,
+            Fingerprint::default(),
+            Origin::Measured("B".into()),
+            1,
+            candidates,
+        );
+        b.put(Namespace::new("shaped").expect("ns"), entry);
+        b.flush().expect("saved");
+    }
+    let c = Arc::new(crate::support::builder(&path).scope(device("C")).open());
+    let (op, near) = register(
+        &Tuner::new(Arc::clone(&c)),
+        MissPolicy::NearestThenTune {
+            budget: Duration::from_secs(30),
+        },
+    );
+    let choice = near.get(&Shape { size }).expect("served");
+    assert!(choice.is_provisional());
+    assert!(
+        choice.prediction().is_none(),
+        "transferred from devices that disagree: {:?}",
+        choice.prediction()
+    );
+    assert_eq!(
+        choice.candidate().int("tile"),
+        Some(TILES[0]),
+        "the first candidate"
+    );
+    assert!(near.wait_background(Duration::from_secs(30)), "tuned here");
+    assert_eq!(
+        measured_for(&op, size),
+        TILES.len(),
+        "measured here, all of them"
+    );
+    let tuned = near.get(&Shape { size }).expect("hit");
+    assert_eq!(tuned.candidate().int("tile"), Some(best_tile(size)));
+}
