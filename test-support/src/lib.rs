@@ -8,12 +8,15 @@
 //!   Python): skip loudly on a developer's machine, fail in CI;
 //! - [`env`](mod@env): an environment with no `TUNECACHE_*` variable, for every process a test starts;
 //! - [`redis_server`]: a real `redis-server` on a free loopback port, stopped by pid;
+//! - [`browser`]: Debian's `chromium`, headless, for the DOM, a screenshot and the console
+//!   of a page a person looks at;
 //! - [`hold_lock`], [`temp_dir`], [`wait_until`].
 
 use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+pub mod browser;
 pub mod child;
 pub mod cli;
 pub mod env;

@@ -62,7 +62,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
     let venv = root.join("target").join("test-venv");
     let python = prepare_venv(&venv)?;
     let nvrtc = nvrtc_lib(&python)?;
-    prepare_redis();
+    prepare_debian_tools();
     let skip_log = root.join("target").join("test-skips.log");
     let _ = std::fs::remove_file(&skip_log);
 
@@ -102,11 +102,12 @@ fn has(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// Installs Debian's `redis-server` (the shared tier's tests) and `openssl` (their TLS
-/// certificates) when missing and apt-get can (as root). Failing that, says what to install:
-/// those tests then fail in CI and skip elsewhere.
-fn prepare_redis() {
-    for tool in ["redis-server", "openssl"] {
+/// Installs Debian's `redis-server` (the shared tier's tests), `openssl` (their TLS
+/// certificates) and `chromium` (the report page's tests open it in a real browser) when
+/// missing and apt-get can (as root). Failing that, says what to install: those tests then
+/// fail in CI and skip elsewhere.
+fn prepare_debian_tools() {
+    for tool in ["redis-server", "openssl", "chromium"] {
         if has(tool) {
             println!("xtask test: {tool} is installed");
             continue;
@@ -125,7 +126,7 @@ fn prepare_redis() {
         if !(install(false) || install(true)) || !has(tool) {
             println!(
                 "xtask test: could not install {tool}; install it (apt-get install {tool}) or \
-                 the shared tier's tests fail in CI and skip elsewhere"
+                 the tests that need it fail in CI and skip elsewhere"
             );
         }
     }

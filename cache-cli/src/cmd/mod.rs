@@ -17,6 +17,7 @@ pub(crate) mod migrate;
 pub(crate) mod outputs;
 pub(crate) mod put;
 pub(crate) mod remote;
+pub(crate) mod report;
 pub(crate) mod show;
 pub(crate) mod stability;
 pub(crate) mod stats;
@@ -75,6 +76,9 @@ pub(crate) enum Command {
     /// How well prediction serves keys never tuned: k-fold cross-validation on fully tuned
     /// keys (default, nearest key, prediction, top-k), per scope and namespace
     Evaluate(evaluate::EvaluateArgs),
+    /// Write one self-contained HTML page that shows the cache: winners over the problem
+    /// space, time against size, provenance, margins, scopes side by side
+    Report(report::ReportArgs),
 }
 
 /// Runs one command; returns its exit code.
@@ -101,5 +105,6 @@ pub(crate) fn dispatch(command: Command, ctx: &Context<'_>, out: &mut Out) -> an
         Command::Outputs(args) => args.run(ctx, out),
         Command::Stability(args) => args.run(ctx, out),
         Command::Evaluate(args) => args.run(ctx, out),
+        Command::Report(args) => args.run(ctx, out),
     }
 }

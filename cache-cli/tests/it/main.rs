@@ -13,6 +13,7 @@ mod lookalikes;
 mod merge;
 mod migrate;
 mod outputs;
+mod report;
 mod robustness;
 mod s3;
 mod shared;

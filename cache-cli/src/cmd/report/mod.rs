@@ -1,0 +1,149 @@
+//! `tunecache report -o FILE.html`: one self-contained page that shows a cache: per
+//! namespace, the winners over the problem space, the winner's time against problem size,
+//! where results came from, how close the runner-up is, and the keys whose winners differ
+//! between scopes. Two walks of the entries (the second only for the keys listed as
+//! differing), memory bounded by the sample, not by the cache.
+
+mod gather;
+mod html;
+mod svg;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use serde::Serialize;
+
+use crate::context::Context;
+use crate::exit;
+use crate::output::{Out, Report, say};
+
+/// The arguments of `tunecache report`.
+#[derive(Debug, Args)]
+pub(crate) struct ReportArgs {
+    /// The page to write (HTML, self-contained: it fetches nothing)
+    #[arg(long, short = 'o', value_name = "FILE.html")]
+    output: PathBuf,
+}
+
+#[derive(Debug, Serialize)]
+struct ReportSummary {
+    path: PathBuf,
+    output: PathBuf,
+    bytes: usize,
+    entries: usize,
+    namespaces: usize,
+    /// Namespaces whose charts draw a sample of their keys.
+    sampled: usize,
+}
+
+impl Report for ReportSummary {
+    fn text(&self, _out: &mut Out) -> anyhow::Result<()> {
+        say(format_args!(
+            "wrote {} ({} bytes): {} entries in {} namespaces{}",
+            self.output.display(),
+            self.bytes,
+            self.entries,
+            self.namespaces,
+            if self.sampled > 0 {
+                format!(", {} drawn from a sample", self.sampled)
+            } else {
+                String::new()
+            }
+        ));
+        Ok(())
+    }
+}
+
+impl ReportArgs {
+    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let path = ctx.path()?;
+        let found = ctx.inspect(&path)?;
+        refuse_cache_files(&self.output, &found)?;
+        let (counts, _) = found.counts();
+        let namespaces: HashSet<&String> = counts.values().flat_map(|n| n.keys()).collect();
+        let budget = gather::Budget::for_namespaces(namespaces.len());
+        let host = cache_core::host_name();
+        let mut g = gather::Gathered::default();
+        found.for_each_entry(|scope, ns, entry| {
+            g.add(scope, ns, entry, host, budget);
+            ControlFlow::Continue(())
+        });
+        let mut diffs = BTreeMap::new();
+        for (name, n) in g.namespaces.iter_mut().take(budget.namespaces) {
+            diffs.insert(name.clone(), n.differing(budget.differing));
+        }
+        let wanted: HashSet<(String, cache_format::Fingerprint)> = diffs
+            .iter()
+            .flat_map(|(ns, d)| d.rows.iter().map(|(fp, _)| (ns.clone(), *fp)))
+            .collect();
+        let mut keys = HashMap::new();
+        if !wanted.is_empty() {
+            found.for_each_entry(|_, ns, entry| {
+                let fp = entry.fingerprint();
+                if wanted.contains(&(ns.to_owned(), fp)) {
+                    keys.insert(fp, entry.key().to_string());
+                }
+                ControlFlow::Continue(())
+            });
+        }
+        let header = html::Header {
+            path: found.path.display().to_string(),
+            app: found.snapshot.header.as_ref().map(|h| h.app.clone()),
+            schema: found.snapshot.header.as_ref().map(|h| h.schema),
+            problems: found.problems.len(),
+        };
+        let page = html::page(&header, &g, budget.namespaces, &diffs, &keys);
+        cache_core::file::write_atomic(&self.output, page.as_bytes())
+            .with_context(|| format!("cannot write {}", self.output.display()))?;
+        let summary = ReportSummary {
+            path: found.path.clone(),
+            output: self.output,
+            bytes: page.len(),
+            entries: g.entries,
+            namespaces: g.namespaces.len(),
+            sampled: g.namespaces.values().filter(|n| n.sampled()).count(),
+        };
+        out.item(&summary, ctx.json)?;
+        Ok(exit::OK)
+    }
+}
+
+/// A report never replaces the cache it shows, its journal or its lock file.
+fn refuse_cache_files(
+    output: &std::path::Path,
+    found: &cache_core::Inspection,
+) -> anyhow::Result<()> {
+    // The folder resolved, the name as given: the journal need not exist yet.
+    let parent = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let (Ok(folder), Some(name)) = (std::fs::canonicalize(parent), output.file_name()) else {
+        return Ok(());
+    };
+    let target = std::fs::canonicalize(output).unwrap_or_else(|_| folder.join(name));
+    let cache = std::fs::canonicalize(&found.path).unwrap_or_else(|_| found.path.clone());
+    let name = cache
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ours = [
+        name.clone(),
+        format!("{name}.journal"),
+        format!("{name}.lock"),
+    ];
+    if target.parent() == cache.parent()
+        && target
+            .file_name()
+            .is_some_and(|n| ours.iter().any(|o| *o == n.to_string_lossy()))
+    {
+        bail!(
+            "{}: that is the cache's own file; write the report elsewhere",
+            output.display()
+        );
+    }
+    Ok(())
+}
