@@ -10,3 +10,5 @@ pub const USAGE: u8 = 2;
 pub const PROBLEMS: u8 = 3;
 /// `get` found no entry for the key.
 pub const NOT_FOUND: u8 = 4;
+/// Stopped by Ctrl-C (SIGINT) before anything was written (128 + SIGINT, as shells say).
+pub const INTERRUPTED: u8 = 130;

@@ -15,8 +15,10 @@ mod cmd;
 mod config;
 mod context;
 pub mod exit;
+mod interrupt;
 mod options;
 mod output;
+mod progress;
 mod render;
 mod shared;
 pub mod workload;
@@ -70,6 +72,13 @@ where
     });
     match result {
         Ok(code) => ExitCode::from(code),
+        Err(e) if interrupt::stopped() => {
+            output::say(format_args!(
+                "interrupted (Ctrl-C): {}; the cache is as it was",
+                message(&e)
+            ));
+            ExitCode::from(exit::INTERRUPTED)
+        }
         Err(e) if e.downcast_ref::<options::UsageError>().is_some() => {
             output::say(format_args!("error: {}", message(&e)));
             ExitCode::from(exit::USAGE)

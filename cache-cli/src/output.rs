@@ -43,6 +43,11 @@ impl Out {
         Ok(())
     }
 
+    /// Text this program generated whole (a completion script), written as it is.
+    pub(crate) fn generated(&mut self, text: &str) -> anyhow::Result<()> {
+        self.raw(text.strip_suffix('\n').unwrap_or(text))
+    }
+
     /// One JSON document on one line (JSON lines), with every character a terminal would act
     /// on written as a JSON escape (`cache_format::json::terminal_safe`): valid JSON, safe to
     /// print.

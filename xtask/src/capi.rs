@@ -93,12 +93,12 @@ pub(crate) fn install(root: &Path, args: &[String]) -> anyhow::Result<()> {
         copy(built, &lib.join(name))?;
     }
     let prefix = std::path::absolute(&prefix)?;
+    // Relative to the .pc file itself, so the folder can be moved (an unpacked archive).
     let pc = format!(
-        "prefix={}\nlibdir=${{prefix}}/lib\nincludedir=${{prefix}}/include\n\n\
+        "prefix=${{pcfiledir}}/../..\nlibdir=${{prefix}}/lib\nincludedir=${{prefix}}/include\n\n\
          Name: tunecache\nDescription: Persistent, versioned autotune cache (C ABI)\n\
          Version: {}\nLibs: -L${{libdir}} -Wl,-rpath,${{libdir}} -ltunecache\n\
          Libs.private: {STATIC_DEPS}\nCflags: -I${{includedir}}\n",
-        prefix.display(),
         env!("CARGO_PKG_VERSION"),
     );
     std::fs::write(pkgconfig.join("tunecache.pc"), pc)?;

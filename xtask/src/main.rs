@@ -13,6 +13,7 @@
 //!   Python msgpack on the same files.
 //! - `header`, `capi`: the C header (cbindgen; `--verify` in the test command) and an install
 //!   of the C library with its pkg-config file.
+//! - `dist`: what a user installs: the CLI archive, the C library archive, the wheel.
 //! - `test`: the README's test command: prepares a Python environment, runs every test,
 //!   fails on a skip.
 //!
@@ -22,6 +23,8 @@
 mod api;
 mod bench;
 mod capi;
+mod dist;
+mod dist_check;
 mod docs;
 mod golden;
 mod layering;
@@ -61,6 +64,10 @@ tasks:
              that the checked-in one is what it would write)
   capi       [--release] [--prefix DIR] build the C library and install its headers,
              libraries and pkg-config file under DIR (default target/capi)
+  dist       [--dev] [--out DIR] build what a user installs into DIR (default target/dist):
+             the CLI archive (stripped, with completions and man pages), the C library
+             archive, the Python wheel (abi3, manylinux, checked with auditwheel);
+             --check: a dev dist installed and used as a user would (the test command runs it)
   test       [--allow-skips] [-- ARGS] prepare what the tests need (Python packages, the
              NVRTC wheel) and run the whole test suite; a skipped test fails the run";
 
@@ -76,6 +83,7 @@ fn main() -> ExitCode {
         Some("api") => api::run(&project_root(), &args[1..]),
         Some("header") => capi::header(&project_root(), &args[1..]),
         Some("capi") => capi::install(&project_root(), &args[1..]),
+        Some("dist") => dist::run(&project_root(), &args[1..]),
         Some("test") => test::run(&project_root(), &args[1..]),
         Some("bench-report") => bench::run(&project_root(), &args[1..]),
         Some("bench-gen") => bench::generate(&args[1..]),

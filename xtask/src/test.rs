@@ -27,10 +27,12 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// The Python packages the tests need.
-const PACKAGES: [&str; 11] = [
+const PACKAGES: [&str; 12] = [
     "msgpack",
     "nvidia-cuda-nvrtc-cu12",
     "maturin>=1.9,<2",
+    // `cargo xtask dist` checks the wheel's manylinux tag with `auditwheel show`.
+    "auditwheel",
     "numpy",
     "pytest",
     // `mypy.stubtest`: the extension's type stub checked against the built module; and mypy and
@@ -84,6 +86,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
         bail!("the tests failed");
     }
     python_tests(root, &venv, &skip_log)?;
+    crate::dist_check::run(root)?;
     let log = std::fs::read_to_string(&skip_log).unwrap_or_default();
     println!("xtask test: {}", verdict(&log, allow_skips)?);
     Ok(())
@@ -165,7 +168,7 @@ fn prepare_venv(venv: &Path) -> anyhow::Result<PathBuf> {
     let have = Command::new(&python)
         .args([
             "-c",
-            "import msgpack, nvidia.cuda_nvrtc, numpy, pytest, maturin, mypy.stubtest, torch, triton, helion, moto.server",
+            "import msgpack, nvidia.cuda_nvrtc, numpy, pytest, maturin, mypy.stubtest, torch, triton, helion, moto.server, auditwheel",
         ])
         .output()
         .is_ok_and(|o| o.status.success())
@@ -294,7 +297,7 @@ fn run_checked(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
 }
 
 /// `dir` in front of the list in the environment variable `var`.
-fn prepend(var: &str, dir: &Path) -> std::ffi::OsString {
+pub(crate) fn prepend(var: &str, dir: &Path) -> std::ffi::OsString {
     let mut paths = vec![dir.to_owned()];
     if let Some(old) = std::env::var_os(var) {
         paths.extend(std::env::split_paths(&old));

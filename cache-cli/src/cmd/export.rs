@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::context::Context;
 use crate::exit;
 use crate::output::{Out, Report, say};
+use crate::progress::{Pace, Progress};
 
 /// The arguments of `tunecache export`.
 #[derive(Debug, Args)]
@@ -55,6 +56,8 @@ impl Report for ConfigsReport {
 #[derive(Debug, Serialize)]
 struct ExportReport {
     exported: usize,
+    /// Entries written, and how fast.
+    pace: Pace,
     path: PathBuf,
     output: PathBuf,
     problems: usize,
@@ -147,7 +150,11 @@ impl ExportArgs {
         let file = std::fs::File::create(&self.output)
             .with_context(|| format!("cannot write {}", self.output.display()))?;
         let mut writer = std::io::BufWriter::new(file);
+        let (counts, _) = found.counts();
+        let total: usize = counts.values().flat_map(|n| n.values()).sum();
+        let mut progress = Progress::new("exporting", Some(total as u64), false, ctx.json);
         found.for_each_entry(|scope, ns, entry| {
+            progress.advance(1);
             let line = cache_format::json::line(scope, ns, entry, version);
             match writeln!(writer, "{line}") {
                 Ok(()) => {
@@ -163,8 +170,10 @@ impl ExportArgs {
         failed
             .and_then(|()| writer.flush().map_err(Into::into))
             .with_context(|| format!("cannot write {}", self.output.display()))?;
+        let pace = progress.finish();
         let report = ExportReport {
             exported,
+            pace,
             path: found.path,
             output: self.output,
             problems: found.problems.len(),

@@ -1,7 +1,9 @@
 //! `tunecache import`: merges entries from JSON lines, or from another tool's cache files
 //! (`--from FORMAT`, cache-import), all entries or none.
 
+use std::cell::RefCell;
 use std::path::PathBuf;
+use std::rc::Rc;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
@@ -18,6 +20,10 @@ use crate::context::{Context, saving};
 use crate::exit;
 use crate::options::WaitArgs;
 use crate::output::{Out, Report};
+use crate::progress::{self, Counting, Pace, Progress};
+
+/// The input's progress, shared with the reader that counts into it.
+type Shared = Rc<RefCell<Progress>>;
 
 /// The arguments of `tunecache import`.
 #[derive(Debug, Args)]
@@ -50,6 +56,8 @@ pub(crate) struct ImportArgs {
 #[derive(Debug, Serialize)]
 struct ImportReport {
     imported: usize,
+    /// Entries imported, over the whole command's time.
+    pace: Pace,
     path: PathBuf,
     #[serde(skip_serializing_if = "Option::is_none")]
     from: Option<String>,
@@ -99,26 +107,44 @@ impl ImportArgs {
         Ok(registry)
     }
 
-    /// The input, read a line at a time, and its name for messages.
-    fn open(&self) -> anyhow::Result<(Box<dyn std::io::BufRead>, String)> {
+    /// The input, read a line at a time and counted into `progress` (which stops it at
+    /// Ctrl-C), and its name for messages.
+    fn open(&self, progress: &Shared) -> anyhow::Result<(Box<dyn std::io::BufRead>, String)> {
         if self.input.as_os_str() == "-" {
-            return Ok((Box::new(std::io::stdin().lock()), "stdin".to_owned()));
+            let stdin = Counting::new(std::io::stdin().lock(), Rc::clone(progress));
+            return Ok((Box::new(stdin), "stdin".to_owned()));
         }
         let file = std::fs::File::open(&self.input)
             .with_context(|| format!("cannot read {}", self.input.display()))?;
+        let reader = std::io::BufReader::with_capacity(1 << 16, file);
         Ok((
-            Box::new(std::io::BufReader::with_capacity(1 << 16, file)),
+            Box::new(Counting::new(reader, Rc::clone(progress))),
             self.input.display().to_string(),
         ))
+    }
+
+    /// Progress of reading the input: a bar over its bytes when it is a regular file.
+    fn progress(&self, json: bool) -> Shared {
+        let total = (self.from.is_none() && self.input.as_os_str() != "-")
+            .then(|| std::fs::metadata(&self.input).ok())
+            .flatten()
+            .filter(std::fs::Metadata::is_file)
+            .map(|m| m.len());
+        Rc::new(RefCell::new(Progress::new("importing", total, true, json)))
     }
 
     /// JSON lines, line by line: the text (larger than the cache it makes) is never all in
     /// memory, and each entry is held as its encoded bytes (a builder per version the lines
     /// say), not as the model, which is about twice the size. Another tool's files are read
     /// the same way, each entry encoded as the importer hands it over.
-    fn read(&self, spill_dir: &std::path::Path) -> anyhow::Result<Read> {
+    fn read(
+        &self,
+        spill_dir: &std::path::Path,
+        progress: &Shared,
+        json: bool,
+    ) -> anyhow::Result<Read> {
         let Some(name) = &self.from else {
-            let (input, source) = self.open()?;
+            let (input, source) = self.open(progress)?;
             let lines =
                 ImportLines::read_in(input, &source, ImportOrigin::MarkImported, spill_dir)?;
             return Ok(Read {
@@ -148,7 +174,9 @@ impl ImportArgs {
         if let Some(text) = &self.scope {
             options.scope = crate::render::parse_fields("--scope", text)?;
         }
-        let (lines, summary) = cache_import::read_entries(format, &self.input, &options)?;
+        let (lines, summary) = progress::during(&format!("reading {name} files"), json, || {
+            cache_import::read_entries(format, &self.input, &options)
+        })?;
         Ok(Read {
             lines,
             source: self.input.display().to_string(),
@@ -158,6 +186,7 @@ impl ImportArgs {
     }
 
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let started = std::time::Instant::now();
         let path = ctx.path()?;
         ctx.check_writable("import")?;
         // Entries past the memory bound spill to a file beside the cache (its disk).
@@ -165,12 +194,19 @@ impl ImportArgs {
             Some(p) if !p.as_os_str().is_empty() && p.is_dir() => p.to_owned(),
             _ => std::env::temp_dir(),
         };
+        // Ctrl-C while the input is read stops the import before anything is written.
+        crate::interrupt::catch();
+        let progress = self.progress(ctx.json);
         let Read {
             lines,
             source,
             files,
             notes,
-        } = self.read(&spill_dir)?;
+        } = self.read(&spill_dir, &progress, ctx.json)?;
+        drop(progress);
+        if crate::interrupt::requested() {
+            return Err(crate::interrupt::Interrupted.into());
+        }
         for note in &notes {
             crate::output::say(format_args!("note: {note}"));
         }
@@ -190,15 +226,20 @@ impl ImportArgs {
         // The shared tier takes the model: kept only when there is one to publish to.
         let to_publish =
             std::env::var_os(cache_remote::ENV_REMOTE).is_some() && crate::shared::writable();
+        let writing = format!("writing {}", what.trim_start_matches("the "));
         let (imported, published) = if to_publish {
             let model = data.into_data()?;
-            let imported = saving(&what, &path, || {
-                merge_into_file(&path, &registry, model.clone(), &options)
+            let imported = progress::during(&writing, ctx.json, || {
+                saving(&what, &path, || {
+                    merge_into_file(&path, &registry, model.clone(), &options)
+                })
             });
             (imported, Some(model))
         } else {
-            let imported = saving(&what, &path, || {
-                merge_built_into_file(&path, &registry, data, &options)
+            let imported = progress::during(&writing, ctx.json, || {
+                saving(&what, &path, || {
+                    merge_built_into_file(&path, &registry, data, &options)
+                })
             });
             (imported, None)
         };
@@ -207,8 +248,14 @@ impl ImportArgs {
         if let Some(model) = published {
             crate::shared::publish(&registry, &model)?;
         }
+        let seconds = started.elapsed().as_secs_f64();
         let report = ImportReport {
             imported,
+            pace: Pace {
+                done: imported as u64,
+                seconds,
+                per_second: imported as f64 / seconds.max(1e-9),
+            },
             path,
             from: self.from.clone(),
             files,

@@ -2,6 +2,7 @@
 //! the typed report it renders as text or JSON.
 
 pub(crate) mod bundle;
+pub(crate) mod completions;
 pub(crate) mod diff;
 pub(crate) mod evaluate;
 pub(crate) mod explain;
@@ -79,6 +80,11 @@ pub(crate) enum Command {
     /// Write one self-contained HTML page that shows the cache: winners over the problem
     /// space, time against size, provenance, margins, scopes side by side
     Report(report::ReportArgs),
+    /// Print a shell completion script: `tunecache completions bash > ~/.local/share/bash-completion/completions/tunecache`
+    Completions(completions::CompletionsArgs),
+    /// Write the manual pages (tunecache.1, tunecache-COMMAND.1) into a folder
+    #[command(hide = true)]
+    Man(completions::ManArgs),
 }
 
 /// Runs one command; returns its exit code.
@@ -90,21 +96,35 @@ pub(crate) fn dispatch(command: Command, ctx: &Context<'_>, out: &mut Out) -> an
         Command::List(args) => args.run(ctx, out),
         Command::Get(args) => args.run(ctx, out),
         Command::Put(args) => args.run(ctx, out),
-        Command::Verify(args) => args.run(ctx, out),
+        Command::Verify(args) => long("verifying", ctx, || args.run(ctx, out)),
         Command::Export(args) => args.run(ctx, out),
-        Command::Migrate(args) => args.run(ctx, out),
+        Command::Migrate(args) => long("migrating", ctx, || args.run(ctx, out)),
         Command::Import(args) => args.run(ctx, out),
-        Command::Remote(args) => args.run(ctx, out),
+        Command::Remote(args) => long("talking to the shared tier", ctx, || args.run(ctx, out)),
         #[cfg(feature = "s3")]
         Command::Generation(args) => args.run(ctx, out),
-        Command::Diff(args) => args.run(ctx, out),
-        Command::Bundle(args) => args.run(ctx, out),
+        Command::Diff(args) => long("comparing", ctx, || args.run(ctx, out)),
+        Command::Bundle(args) => long("working on the bundle", ctx, || args.run(ctx, out)),
         Command::Gc(args) => args.run(ctx, out),
         Command::Explain(args) => args.run(ctx, out),
-        Command::Merge(args) => args.run(ctx, out),
+        Command::Merge(args) => long("merging", ctx, || args.run(ctx, out)),
         Command::Outputs(args) => args.run(ctx, out),
-        Command::Stability(args) => args.run(ctx, out),
+        Command::Stability(args) => {
+            long("measuring stored winners again", ctx, || args.run(ctx, out))
+        }
         Command::Evaluate(args) => args.run(ctx, out),
         Command::Report(args) => args.run(ctx, out),
+        Command::Completions(args) => args.run(ctx, out),
+        Command::Man(args) => args.run(ctx, out),
     }
+}
+
+/// A command whose work reports no progress of its own: a spinner once it has run a second
+/// (see `progress.rs`). Its output is buffered (`Out`), so nothing it prints meets the spinner.
+fn long(
+    what: &str,
+    ctx: &Context<'_>,
+    run: impl FnOnce() -> anyhow::Result<u8>,
+) -> anyhow::Result<u8> {
+    crate::progress::during(what, ctx.json, run)
 }

@@ -3,6 +3,7 @@
 mod bundle;
 mod bundle_lies;
 mod commands;
+mod completions;
 mod diff;
 mod evaluate;
 mod explain;
@@ -13,6 +14,7 @@ mod lookalikes;
 mod merge;
 mod migrate;
 mod outputs;
+mod progress;
 mod report;
 mod robustness;
 mod s3;

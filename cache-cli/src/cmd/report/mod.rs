@@ -19,6 +19,7 @@ use serde::Serialize;
 use crate::context::Context;
 use crate::exit;
 use crate::output::{Out, Report, say};
+use crate::progress::{Pace, Progress};
 
 /// The arguments of `tunecache report`.
 #[derive(Debug, Args)]
@@ -37,6 +38,8 @@ struct ReportSummary {
     namespaces: usize,
     /// Namespaces whose charts draw a sample of their keys.
     sampled: usize,
+    /// Entries read, and how fast.
+    pace: Pace,
 }
 
 impl Report for ReportSummary {
@@ -67,10 +70,21 @@ impl ReportArgs {
         let budget = gather::Budget::for_namespaces(namespaces.len());
         let host = cache_core::host_name();
         let mut g = gather::Gathered::default();
+        let total: usize = counts.values().flat_map(|n| n.values()).sum();
+        crate::interrupt::catch();
+        let mut progress = Progress::new("reading entries", Some(total as u64), false, ctx.json);
         found.for_each_entry(|scope, ns, entry| {
+            if crate::interrupt::requested() {
+                return ControlFlow::Break(());
+            }
             g.add(scope, ns, entry, host, budget);
+            progress.advance(1);
             ControlFlow::Continue(())
         });
+        let pace = progress.finish();
+        if crate::interrupt::requested() {
+            return Err(crate::interrupt::Interrupted.into());
+        }
         let mut diffs = BTreeMap::new();
         for (name, n) in g.namespaces.iter_mut().take(budget.namespaces) {
             diffs.insert(name.clone(), n.differing(budget.differing));
@@ -105,6 +119,7 @@ impl ReportArgs {
             entries: g.entries,
             namespaces: g.namespaces.len(),
             sampled: g.namespaces.values().filter(|n| n.sampled()).count(),
+            pace,
         };
         out.item(&summary, ctx.json)?;
         Ok(exit::OK)
