@@ -59,6 +59,22 @@ pub(crate) struct Pace {
     pub(crate) per_second: f64,
 }
 
+impl Pace {
+    /// `done` units of work since `start`.
+    pub(crate) fn since(start: Instant, done: u64) -> Pace {
+        let seconds = start.elapsed().as_secs_f64();
+        Pace {
+            done,
+            seconds,
+            per_second: if seconds > 0.0 {
+                done as f64 / seconds
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
 /// Progress of one piece of work (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Progress {
@@ -130,16 +146,7 @@ impl Progress {
     /// Ends it (the bar's line cleared); returns the pace.
     pub(crate) fn finish(mut self) -> Pace {
         self.clear();
-        let seconds = self.start.elapsed().as_secs_f64();
-        Pace {
-            done: self.done,
-            seconds,
-            per_second: if seconds > 0.0 {
-                self.done as f64 / seconds
-            } else {
-                0.0
-            },
-        }
+        Pace::since(self.start, self.done)
     }
 
     fn clear(&mut self) {

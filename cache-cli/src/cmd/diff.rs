@@ -17,6 +17,7 @@ use cache_format::{Candidate, CandidateId, Entry, Outcome};
 use crate::context::Context;
 use crate::exit;
 use crate::output::{Out, Report};
+use crate::progress::Pace;
 
 /// The arguments of `tunecache diff`.
 #[derive(Debug, Args)]
@@ -98,10 +99,14 @@ struct DiffReport {
     changes: Vec<Change>,
     /// The `--fail-on` categories that were found.
     failed_on: Vec<Category>,
+    /// Keys compared, and how fast.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pace: Option<Pace>,
 }
 
 impl DiffArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let started = std::time::Instant::now();
         let (a, b) = (ctx.inspect_as_read(&self.a)?, ctx.inspect_as_read(&self.b)?);
         // Key by key is only meaningful within one application and schema: two others'
         // fingerprints may coincide and their candidates mean other things.
@@ -130,6 +135,10 @@ impl DiffArgs {
             .collect();
         report.failed_on.sort();
         report.failed_on.dedup();
+        report.pace = Some(Pace::since(
+            started,
+            report.counts.values().sum::<usize>() as u64,
+        ));
         out.report(&report, ctx.json)?;
         Ok(if report.failed_on.is_empty() {
             exit::OK
@@ -202,6 +211,7 @@ fn diff(a: impl Iterator<Item = KeyedEntry>, b: impl Iterator<Item = KeyedEntry>
         geomean_ratio: (n_ratios > 0).then(|| (log_sum / n_ratios as f64).exp()),
         changes,
         failed_on: Vec::new(),
+        pace: None,
     }
 }
 

@@ -16,6 +16,7 @@ use crate::context::Context;
 use crate::exit;
 use crate::options::nonneg_f64;
 use crate::output::{Out, Report};
+use crate::progress::Pace;
 use crate::render::{fmt_ns, scope_filter};
 
 /// The filters, parsed once.
@@ -74,6 +75,8 @@ struct MergeReport {
     entries: usize,
     bytes: u64,
     conflicts: Vec<Conflict>,
+    /// Entries written, and how fast.
+    pace: Pace,
 }
 
 /// The conflict of one key, if its inputs' winners differ: how far apart their times are (the
@@ -107,6 +110,7 @@ fn conflict(scope: &Scope, namespace: &str, key: String, winners: Vec<Winner>) -
 
 impl MergeArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let started = std::time::Instant::now();
         let filters = Filters {
             scope: scope_filter(self.scope.as_deref())?,
             oldest: self
@@ -192,6 +196,7 @@ impl MergeArgs {
             entries,
             bytes,
             conflicts,
+            pace: Pace::since(started, entries as u64),
         };
         out.report(&report, ctx.json)?;
         Ok(exit::OK)

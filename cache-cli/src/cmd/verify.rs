@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::context::Context;
 use crate::exit;
 use crate::output::{Out, Report};
+use crate::progress::Pace;
 
 /// The arguments of `tunecache verify`.
 #[derive(Debug, Args)]
@@ -23,10 +24,13 @@ struct VerifyReport {
     gate: Option<String>,
     problems: Vec<String>,
     notes: Vec<String>,
+    /// Entries checked, and how fast.
+    pace: Pace,
 }
 
 impl VerifyArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let started = std::time::Instant::now();
         let mut found = ctx.inspect(&ctx.path()?)?;
         // Entry by entry, in constant memory.
         let (entries, problems) = found.check_entries();
@@ -39,6 +43,7 @@ impl VerifyArgs {
             path: found.path,
             problems: found.problems,
             notes: found.notes,
+            pace: Pace::since(started, entries as u64),
         };
         out.report(&report, ctx.json)?;
         Ok(if report.ok { exit::OK } else { exit::PROBLEMS })

@@ -249,3 +249,34 @@ fn a_report_never_replaces_the_cache_it_shows() {
             .is_fifo()
     );
 }
+
+/// A damaged cache still gives a page, which says what is wrong (escaped) and draws what can
+/// be read.
+#[test]
+fn a_damaged_cache_gives_a_page_that_names_its_problems() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("c.tcache");
+    import(&file, &normal());
+    let mut bytes = std::fs::read(&file).expect("cache");
+    let n = bytes.len();
+    for at in (n / 3..n / 3 + 600).step_by(37) {
+        bytes[at] ^= 0xFF;
+    }
+    std::fs::write(&file, &bytes).expect("damage");
+    let verify = tunecache(&file, &["verify"]);
+    assert_eq!(
+        verify.status.code(),
+        Some(3),
+        "the damage is seen by verify"
+    );
+    let (_, html) = report(&file);
+    assert!(
+        html.contains(" problems</b>"),
+        "the page names the problems"
+    );
+    assert!(html.contains("<ul class=\"problems\"><li><code>"));
+    assert!(
+        html.contains("<section class=\"namespace\""),
+        "what can be read is drawn"
+    );
+}

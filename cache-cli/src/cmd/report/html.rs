@@ -32,7 +32,8 @@ pub(crate) struct Header {
     pub(crate) path: String,
     pub(crate) app: Option<String>,
     pub(crate) schema: Option<u32>,
-    pub(crate) problems: usize,
+    /// What reading the file found wrong (the entries around damage are not shown).
+    pub(crate) problems: Vec<String>,
 }
 
 /// The page for `g`; `keys` has the text of the keys listed as differing between scopes.
@@ -61,15 +62,22 @@ pub(crate) fn page(
                 format!(", application {} at schema {schema}", escape(app)),
             _ => String::new(),
         },
-        if header.problems > 0 {
+        if header.problems.is_empty() {
+            String::new()
+        } else {
             format!(
                 "; <b>{} problems</b> (<code>tunecache verify</code> lists them)",
-                header.problems
+                header.problems.len()
             )
-        } else {
-            String::new()
         }
     );
+    if !header.problems.is_empty() {
+        s.push_str("<ul class=\"problems\">");
+        for p in header.problems.iter().take(10) {
+            let _ = write!(s, "<li><code>{}</code></li>", escape(&shorten(p, 2 * TEXT)));
+        }
+        s.push_str("</ul>");
+    }
     if g.entries == 0 {
         s.push_str("<p class=\"empty\">This cache holds no entries yet.</p>");
     }
@@ -503,7 +511,7 @@ mod tests {
             path: "/big.tcache".into(),
             app: None,
             schema: None,
-            problems: 0,
+            problems: Vec::new(),
         };
         let page = page(&header, &g, budget.namespaces, &diffs, &HashMap::new());
         eprintln!("a page of a million entries: {} bytes", page.len());

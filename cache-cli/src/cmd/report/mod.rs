@@ -73,7 +73,7 @@ impl ReportArgs {
         let total: usize = counts.values().flat_map(|n| n.values()).sum();
         crate::interrupt::catch();
         let mut progress = Progress::new("reading entries", Some(total as u64), false, ctx.json);
-        found.for_each_entry(|scope, ns, entry| {
+        let damaged = found.for_each_entry(|scope, ns, entry| {
             if crate::interrupt::requested() {
                 return ControlFlow::Break(());
             }
@@ -107,7 +107,7 @@ impl ReportArgs {
             path: found.path.display().to_string(),
             app: found.snapshot.header.as_ref().map(|h| h.app.clone()),
             schema: found.snapshot.header.as_ref().map(|h| h.schema),
-            problems: found.problems.len(),
+            problems: found.problems.iter().chain(&damaged).cloned().collect(),
         };
         let page = html::page(&header, &g, budget.namespaces, &diffs, &keys);
         cache_core::file::write_atomic(&self.output, page.as_bytes())
