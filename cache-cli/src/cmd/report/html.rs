@@ -8,7 +8,8 @@ use std::fmt::Write as _;
 use cache_core::cache_format::{Fields, Fingerprint, Value};
 
 use super::gather::{Differing, Gathered, MARGIN_BINS, Namespace, Point, Provenance};
-use super::svg::{Axis, Dot, OTHER, PALETTE, Ticks, bars, escape, format_nanos, scatter, shorten};
+use super::svg::{Axis, Dot, OTHER, PALETTE, Ticks, bars, escape, scatter, shorten};
+use crate::render::fmt_ns;
 
 /// Longest key or candidate text shown.
 const TEXT: usize = 160;
@@ -262,7 +263,7 @@ fn title(p: &Point) -> String {
         p.winner
             .as_deref()
             .map_or("none".to_owned(), |w| shorten(w, HOVER)),
-        p.median_ns.map_or("-".to_owned(), format_nanos),
+        p.median_ns.map_or("-".to_owned(), fmt_ns),
         p.margin
             .map_or("none measured".to_owned(), |m| format!("{m:.1}% slower")),
     )
@@ -356,7 +357,7 @@ fn time_by_size(points: &[Point], colours: &HashMap<String, &'static str>) -> St
             title: format!(
                 "{}\n{}",
                 shorten(&p.key, HOVER / 2),
-                p.median_ns.map_or(String::new(), format_nanos)
+                p.median_ns.map_or(String::new(), fmt_ns)
             ),
         })
         .collect();

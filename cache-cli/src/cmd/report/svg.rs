@@ -138,19 +138,6 @@ fn tick_nanos(ns: f64) -> String {
     format!("{v:.0} {unit}")
 }
 
-/// A time in nanoseconds, in the unit that suits it.
-pub(crate) fn format_nanos(ns: f64) -> String {
-    if ns >= 1e9 {
-        format!("{:.3} s", ns / 1e9)
-    } else if ns >= 1e6 {
-        format!("{:.3} ms", ns / 1e6)
-    } else if ns >= 1e3 {
-        format!("{:.3} µs", ns / 1e3)
-    } else {
-        format!("{ns:.0} ns")
-    }
-}
-
 /// One point of a scatter: where, its colour, and what hovering it says.
 #[derive(Debug)]
 pub(crate) struct Dot {
@@ -160,7 +147,7 @@ pub(crate) struct Dot {
     pub(crate) title: String,
 }
 
-const W: f64 = 520.0;
+const W: f64 = 500.0;
 const H: f64 = 340.0;
 const LEFT: f64 = 78.0;
 const BOTTOM: f64 = 40.0;
