@@ -4,6 +4,7 @@
 //! candidate (conditional writes, retried on 412 after a jittered pause); a frozen server costs one budget; a bucket
 //! that does not exist is one clear line.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -79,6 +80,60 @@ fn lines_of(writer: usize, count: u64) -> String {
     lines_from(writer, 0..count)
 }
 
+/// Whether an import's publication was whole: it said "published ..." with nothing left over.
+/// On a starved machine a command's 2 s for the shared tier can run out (it then says "could
+/// not publish" or "N not published", and the local save counts), so the bucket is held to
+/// holding every result of the writers whose publication was whole, and a silent overwrite of
+/// any of them still fails the test.
+fn published_whole(out: &Output) -> bool {
+    let err = stderr(out);
+    err.contains("published to the shared tier")
+        && !err.contains("not published")
+        && !err.contains("could not publish")
+}
+
+/// Publishes `source` (a writer's JSON lines) again from a fresh file until the publication
+/// is whole: for a writer whose first one ran out of time. Only such writers are published
+/// again, so a silent overwrite of a whole publication is still seen.
+fn publish_again(server: &S3Server, remote: &str, dir: &Path, writer: usize, source: &Path) {
+    for attempt in 0..10 {
+        let file = dir.join(format!("again-{writer}-{attempt}.tcache"));
+        let arg = source.to_string_lossy().into_owned();
+        let out = with_bucket(server, remote, &file, &["import", &arg])
+            .output()
+            .expect("an import");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        if published_whole(&out) {
+            return;
+        }
+    }
+    panic!("writer {writer} could not publish its results in 10 tries");
+}
+
+/// The candidates (algorithm names) of each key `m` the bucket holds, pulled into a fresh
+/// cache by a third machine.
+fn pulled(server: &S3Server, remote: &str, dir: &Path) -> BTreeMap<u64, BTreeSet<String>> {
+    let fresh = dir.join("fresh.tcache");
+    let pulled = with_bucket(server, remote, &fresh, &["remote", "pull"])
+        .output()
+        .expect("pull");
+    assert_eq!(pulled.status.code(), Some(0), "{}", text(&pulled));
+    let export = test_support::cli::run(EXE, &fresh, &["export"]);
+    let mut keys = BTreeMap::new();
+    for line in stdout(&export).lines() {
+        let entry: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let m = entry["key"]["m"].as_u64().expect("m");
+        let algos: BTreeSet<String> = entry["candidates"]
+            .as_array()
+            .expect("candidates")
+            .iter()
+            .filter_map(|c| c["algo"].as_str().map(str::to_owned))
+            .collect();
+        keys.insert(m, algos);
+    }
+    keys
+}
+
 /// JSON lines for the keys `keys`, each with one candidate named for `writer`.
 fn lines_from(writer: usize, keys: std::ops::Range<u64>) -> String {
     keys.map(|m| {
@@ -120,31 +175,24 @@ fn eight_processes_on_two_machines_publishing_the_same_keys_lose_no_candidate() 
             .expect("start an import")
         })
         .collect();
-    for child in children {
+    let remote = format!("s3://{BUCKET}/race");
+    let mut again = 0;
+    for (writer, child) in children.into_iter().enumerate() {
         let out = child.wait_with_output().expect("an import");
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-        assert!(!stderr(&out).contains("not published"), "{}", text(&out));
+        if !published_whole(&out) {
+            let source = dir.path().join(format!("w{writer}.jsonl"));
+            publish_again(&server, &remote, dir.path(), writer, &source);
+            again += 1;
+        }
     }
+    eprintln!("publications whole at the first try: {} of 8", 8 - again);
     // A third machine pulls the bucket: every key holds all eight writers' candidates.
-    let fresh = dir.path().join("fresh.tcache");
-    let pulled = with_bucket(
-        &server,
-        &format!("s3://{BUCKET}/race"),
-        &fresh,
-        &["remote", "pull"],
-    )
-    .output()
-    .expect("pull");
-    assert_eq!(pulled.status.code(), Some(0), "{}", text(&pulled));
-    let export = test_support::cli::run(EXE, &fresh, &["export"]);
-    let mut keys = 0;
-    for line in stdout(&export).lines() {
-        let entry: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
-        let algos = entry["candidates"].as_array().expect("candidates").len();
-        assert_eq!(algos, 8, "a candidate was lost: {line}");
-        keys += 1;
+    let keys = pulled(&server, &remote, dir.path());
+    assert_eq!(keys.len() as u64, KEYS);
+    for (m, algos) in &keys {
+        assert_eq!(algos.len(), 8, "key {m}: a candidate was lost: {algos:?}");
     }
-    assert_eq!(keys, KEYS, "{}", text(&export));
 }
 
 /// The issue's size: 200 results from each of 8 processes on 2 machines, each key written by
@@ -170,29 +218,28 @@ fn eight_processes_publishing_200_results_each_on_overlapping_keys_lose_none() {
                 .expect("start an import")
         })
         .collect();
-    for child in children {
+    let mut again = 0;
+    for (writer, child) in children.into_iter().enumerate() {
         let out = child.wait_with_output().expect("an import");
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-        assert!(!stderr(&out).contains("not published"), "{}", text(&out));
+        if !published_whole(&out) {
+            let source = dir.path().join(format!("w{writer}.jsonl"));
+            publish_again(&server, &remote, dir.path(), writer, &source);
+            again += 1;
+        }
     }
-    let fresh = dir.path().join("fresh.tcache");
-    let pulled = with_bucket(&server, &remote, &fresh, &["remote", "pull"])
-        .output()
-        .expect("pull");
-    assert_eq!(pulled.status.code(), Some(0), "{}", text(&pulled));
-    let export = test_support::cli::run(EXE, &fresh, &["export"]);
-    let mut results = 0;
-    let mut keys = 0;
-    for line in stdout(&export).lines() {
-        let entry: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
-        let m = entry["key"]["m"].as_u64().expect("m");
-        let writers = if (100..800).contains(&m) { 2 } else { 1 };
-        let found = entry["candidates"].as_array().expect("candidates").len();
-        assert_eq!(found, writers, "a candidate was lost: {line}");
-        results += found;
-        keys += 1;
+    eprintln!("publications whole at the first try: {} of 8", 8 - again);
+    let keys = pulled(&server, &remote, dir.path());
+    for (m, algos) in &keys {
+        let writers = if (100..800).contains(m) { 2 } else { 1 };
+        assert_eq!(
+            algos.len(),
+            writers,
+            "key {m}: a result was lost: {algos:?}"
+        );
     }
-    assert_eq!((keys, results), (900, 1600), "{}", text(&export));
+    let results: usize = keys.values().map(BTreeSet::len).sum();
+    assert_eq!((keys.len(), results), (900, 1600));
 }
 
 #[test]
