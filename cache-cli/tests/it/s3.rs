@@ -110,6 +110,27 @@ fn publish_again(server: &S3Server, remote: &str, dir: &Path, writer: usize, sou
     panic!("writer {writer} could not publish its results in 10 tries");
 }
 
+/// Waits for the writers' imports (`children`, writer `w` reading `w{w}.jsonl` in `dir`),
+/// each of which must succeed; a writer whose publication was not whole is published again
+/// ([`publish_again`]).
+fn settle(server: &S3Server, remote: &str, dir: &Path, children: Vec<std::process::Child>) {
+    let writers = children.len();
+    let mut again = 0;
+    for (writer, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().expect("an import");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        if !published_whole(&out) {
+            let source = dir.join(format!("w{writer}.jsonl"));
+            publish_again(server, remote, dir, writer, &source);
+            again += 1;
+        }
+    }
+    eprintln!(
+        "publications whole at the first try: {} of {writers}",
+        writers - again
+    );
+}
+
 /// The candidates (algorithm names) of each key `m` the bucket holds, pulled into a fresh
 /// cache by a third machine.
 fn pulled(server: &S3Server, remote: &str, dir: &Path) -> BTreeMap<u64, BTreeSet<String>> {
@@ -176,17 +197,7 @@ fn eight_processes_on_two_machines_publishing_the_same_keys_lose_no_candidate() 
         })
         .collect();
     let remote = format!("s3://{BUCKET}/race");
-    let mut again = 0;
-    for (writer, child) in children.into_iter().enumerate() {
-        let out = child.wait_with_output().expect("an import");
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-        if !published_whole(&out) {
-            let source = dir.path().join(format!("w{writer}.jsonl"));
-            publish_again(&server, &remote, dir.path(), writer, &source);
-            again += 1;
-        }
-    }
-    eprintln!("publications whole at the first try: {} of 8", 8 - again);
+    settle(&server, &remote, dir.path(), children);
     // A third machine pulls the bucket: every key holds all eight writers' candidates.
     let keys = pulled(&server, &remote, dir.path());
     assert_eq!(keys.len() as u64, KEYS);
@@ -218,17 +229,7 @@ fn eight_processes_publishing_200_results_each_on_overlapping_keys_lose_none() {
                 .expect("start an import")
         })
         .collect();
-    let mut again = 0;
-    for (writer, child) in children.into_iter().enumerate() {
-        let out = child.wait_with_output().expect("an import");
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-        if !published_whole(&out) {
-            let source = dir.path().join(format!("w{writer}.jsonl"));
-            publish_again(&server, &remote, dir.path(), writer, &source);
-            again += 1;
-        }
-    }
-    eprintln!("publications whole at the first try: {} of 8", 8 - again);
+    settle(&server, &remote, dir.path(), children);
     let keys = pulled(&server, &remote, dir.path());
     for (m, algos) in &keys {
         let writers = if (100..800).contains(m) { 2 } else { 1 };
