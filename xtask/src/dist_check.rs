@@ -67,7 +67,7 @@ fn wheel_in_a_fresh_venv(root: &Path, wheel: &Path, work: &Path) -> anyhow::Resu
         "python3 -m venv",
     )?;
     let bin = venv.join("bin");
-    // numpy for the quickstart (from pip's cache after the test environment's install).
+    // numpy for the quickstart (from pip's cache after the test environment's install, or PyPI).
     user(
         Command::new(bin.join("pip"))
             .args(["install", "--quiet", "--disable-pip-version-check"])

@@ -184,6 +184,9 @@ fn prepare_venv(venv: &Path) -> anyhow::Result<PathBuf> {
                     "--quiet",
                     "--disable-pip-version-check",
                 ])
+                // In CI, pip's copy of every wheel (torch's CUDA libraries: gigabytes) would
+                // only take the disk that the build and the tests need.
+                .args(std::env::var_os("CI").map(|_| "--no-cache-dir"))
                 .args(PACKAGES),
             "install the Python packages the tests need",
         )?;
