@@ -4,6 +4,7 @@
 //! as every read.
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand, ValueEnum};
@@ -21,6 +22,7 @@ use crate::context::{Context, saving};
 use crate::exit;
 use crate::options::WaitArgs;
 use crate::output::{Out, Report, say};
+use crate::progress::Pace;
 use crate::render::{parse_fields, scope_filter};
 
 /// The arguments of `tunecache bundle`.
@@ -121,6 +123,9 @@ struct BundleReport {
     bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     imported: Option<ImportCounts>,
+    /// Entries written, checked or read, and how fast.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pace: Option<Pace>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -153,11 +158,13 @@ fn empty_report(bundle: &Path) -> BundleReport {
         scopes: Vec::new(),
         bytes: None,
         imported: None,
+        pace: None,
     }
 }
 
 impl CreateArgs {
     fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let started = Instant::now();
         let path = ctx.path()?;
         let found = ctx.inspect_as_read(&path)?;
         let Some((app, schema)) = ctx.version_as_read(&found) else {
@@ -193,10 +200,16 @@ impl CreateArgs {
         .with_context(|| format!("the bundle was not written to {}", self.output.display()))?;
         let mut report = empty_report(&self.output);
         report.bytes = Some(written.bytes);
+        report.pace = Some(Pace::since(started, written.manifest.entries));
         report.manifest = Some(written.manifest);
         out.report(&report, ctx.json)?;
         Ok(exit::OK)
     }
+}
+
+/// The pace of a check: the entries its scopes hold (what the entries say), since `started`.
+fn checked_pace(started: Instant, checked: &BundleCheck) -> Pace {
+    Pace::since(started, checked.scopes.iter().map(|(_, n)| n).sum())
 }
 
 /// Checks a bundle whole (every checksum, the manifest against the entries, every entry
@@ -207,9 +220,11 @@ fn check(path: &Path) -> anyhow::Result<BundleCheck> {
 }
 
 fn verify(ctx: &Context<'_>, path: &Path, out: &mut Out) -> anyhow::Result<u8> {
+    let started = Instant::now();
     let checked = check(path)?;
     let mut report = empty_report(path);
     report.bytes = Some(checked.bytes);
+    report.pace = Some(checked_pace(started, &checked));
     report.ok = checked.problems.is_empty();
     report.problems = checked.problems;
     report.manifest = checked.manifest;
@@ -223,9 +238,11 @@ impl InspectArgs {
             Some(s) => Scope::new(parse_fields("--scope", s)?),
             None => gpu_tuner::cpu::scope(),
         };
+        let started = Instant::now();
         let checked = check(&self.bundle)?;
         let mut report = empty_report(&self.bundle);
         report.bytes = Some(checked.bytes);
+        report.pace = Some(checked_pace(started, &checked));
         report.ok = checked.problems.is_empty();
         report.problems = checked.problems;
         if let Some(manifest) = checked.manifest {
@@ -265,6 +282,7 @@ impl InspectArgs {
 
 impl ImportArgs {
     fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let started = Instant::now();
         let path = ctx.path()?;
         ctx.check_writable("bundle import")?;
         let checked = check(&self.bundle)?;
@@ -351,6 +369,8 @@ impl ImportArgs {
             })
             .with_context(|| format!("the bundle was not imported into {}", path.display()))?;
         }
+        let read = counts.added + counts.replaced + counts.skipped;
+        report.pace = Some(Pace::since(started, read as u64));
         report.imported = Some(counts);
         report.manifest = Some(manifest);
         out.report(&report, ctx.json)?;

@@ -16,6 +16,7 @@ use crate::context::{Context, peek_app};
 use crate::exit;
 use crate::options::seconds;
 use crate::output::{Out, Report};
+use crate::progress::Pace;
 
 /// The arguments of `tunecache migrate`.
 #[derive(Debug, Args)]
@@ -64,6 +65,8 @@ struct Migrated {
     collisions: Vec<String>,
     backups: Vec<PathBuf>,
     seconds: f64,
+    /// The entries migrated, and how fast.
+    pace: Pace,
     /// The plan's lines (dry run text only).
     #[serde(skip)]
     plan: Vec<String>,
@@ -109,7 +112,6 @@ impl MigrateArgs {
         };
         let started = Instant::now();
         let outcome = migrate_file(&path, &registry, &options)?;
-        let seconds = started.elapsed().as_secs_f64();
         let report = match outcome {
             MigrateOutcome::Missing => Outcome::Missing { path },
             MigrateOutcome::Current { entries } => Outcome::Current {
@@ -123,7 +125,7 @@ impl MigrateArgs {
                 backups,
                 entries,
             } => {
-                let migrated = Migrated::new(&registry, path, report, backups, entries, seconds);
+                let migrated = Migrated::new(&registry, path, report, backups, entries, started);
                 if written {
                     Outcome::Migrated(migrated)
                 } else {
@@ -143,8 +145,9 @@ impl Migrated {
         report: MigrationReport,
         backups: Vec<PathBuf>,
         entries: usize,
-        seconds: f64,
+        started: Instant,
     ) -> Self {
+        let pace = Pace::since(started, entries as u64);
         Migrated {
             app: report.app.clone(),
             from: report.from,
@@ -162,7 +165,8 @@ impl Migrated {
                 .collect(),
             collisions: report.collisions.iter().map(ToString::to_string).collect(),
             backups,
-            seconds,
+            seconds: pace.seconds,
+            pace,
             plan: registry
                 .path(report.from)
                 .unwrap_or_default()

@@ -16,6 +16,7 @@ use crate::context::{Context, saving};
 use crate::exit;
 use crate::options::{WaitArgs, usage};
 use crate::output::{Out, Report, say};
+use crate::progress::Pace;
 
 /// The arguments of `tunecache remote`.
 #[derive(Debug, Args)]
@@ -65,6 +66,9 @@ struct RemoteReport {
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     rejected: std::collections::BTreeMap<&'static str, u64>,
     path: PathBuf,
+    /// Entries pushed or pulled, and how fast (push and pull only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pace: Option<Pace>,
 }
 
 impl RemoteArgs {
@@ -98,6 +102,7 @@ impl RemoteArgs {
             pulled: None,
             rejected: Default::default(),
             path: path.clone(),
+            pace: None,
         };
         let code = match self.action {
             Action::Ping => {
@@ -142,8 +147,9 @@ fn push(
     }
     // Streamed: the cache's entries in key order, published a few thousand at a time, all
     // within one wait.
+    let started = std::time::Instant::now();
     let found = ctx.inspect_as_read(path)?;
-    let deadline = std::time::Instant::now() + wait;
+    let deadline = started + wait;
     let (mut written, mut unchanged, mut left, mut failed) = (0, 0, 0, 0);
     let mut chunk = cache_format::CacheData::new();
     let mut walk = found.in_key_order().peekable();
@@ -163,6 +169,7 @@ fn push(
     report.published = Some(written);
     report.already_there = Some(unchanged);
     report.not_published = Some(left);
+    report.pace = Some(Pace::since(started, written + unchanged + left as u64));
     report.rejected = tier.health().rejected;
     Ok(if failed > 0 { exit::ERROR } else { exit::OK })
 }
@@ -176,6 +183,7 @@ fn pull(
     report: &mut RemoteReport,
 ) -> anyhow::Result<u8> {
     ctx.check_writable("remote pull")?;
+    let started = std::time::Instant::now();
     let pulled = tier
         .pull(wait)
         .with_context(|| format!("cannot read {}", tier.describe()))?;
@@ -200,6 +208,7 @@ fn pull(
         ));
     }
     report.pulled = Some(n);
+    report.pace = Some(Pace::since(started, n as u64));
     Ok(exit::OK)
 }
 

@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::Args;
@@ -20,6 +21,7 @@ use gpu_tuner::{Operation, StabilityReport, Tuner};
 use crate::context::Context;
 use crate::exit;
 use crate::output::{Out, Report};
+use crate::progress::Pace;
 use crate::workload;
 
 /// The arguments of `tunecache stability`.
@@ -46,6 +48,8 @@ struct StabilityOut {
     namespaces: Vec<NamespaceOut>,
     /// Why it exits 3, if it does.
     failed: Vec<String>,
+    /// Keys measured (each `runs` times), and how fast.
+    pace: Pace,
 }
 
 #[derive(Debug, Serialize)]
@@ -75,6 +79,7 @@ struct KeyOut {
 
 impl StabilityArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        let started = Instant::now();
         let path = ctx.path()?;
         let cache = Arc::new(
             Cache::builder(workload::registry())
@@ -126,6 +131,7 @@ impl StabilityArgs {
             runs: self.runs,
             namespaces: reports.iter().map(namespace_out).collect(),
             failed,
+            pace: Pace::since(started, reports.iter().map(|r| r.keys.len() as u64).sum()),
         };
         out.report(&report, ctx.json)?;
         Ok(if report.failed.is_empty() {

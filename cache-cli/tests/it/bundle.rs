@@ -56,6 +56,7 @@ fn a_bundle_round_trips_and_the_same_inputs_give_the_same_bytes() {
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
     assert_eq!(r["manifest"]["created"], 1_700_000_000, "{r:#}");
     assert_eq!(r["manifest"]["entries"], 20, "{r:#}");
+    crate::progress::has_pace(&r, 20);
 
     let empty = dir.path().join("empty.tcache");
     let o = run(&empty, &["--json", "bundle", "import", p(&b1)]);
@@ -67,6 +68,7 @@ fn a_bundle_round_trips_and_the_same_inputs_give_the_same_bytes() {
     );
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
     assert_eq!(r["imported"]["added"], 20, "{r:#}");
+    crate::progress::has_pace(&r, 20);
     assert_eq!(
         stdout(&run(&empty, &["export"])),
         stdout(&run(&source, &["export"])),
@@ -88,10 +90,10 @@ fn a_bundle_round_trips_and_the_same_inputs_give_the_same_bytes() {
             "{policy}: {r:#}"
         );
     }
-    assert_eq!(
-        run(&empty, &["bundle", "verify", p(&b1)]).status.code(),
-        Some(0)
-    );
+    let o = run(&empty, &["--json", "bundle", "verify", p(&b1)]);
+    assert_eq!(o.status.code(), Some(0));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    crate::progress::has_pace(&r, 20);
 }
 
 #[test]

@@ -118,6 +118,23 @@ fn a_dry_run_prints_the_plan_and_changes_nothing() {
         .map(|e| e.file_name())
         .collect();
     assert_eq!(names.len(), 1, "the dry run created files: {names:?}");
+    // Its --json summary counts the entries and their pace.
+    let o = tunecache(
+        &path,
+        &[
+            "--json",
+            "migrate",
+            "--dry-run",
+            "--migrations",
+            migrations().to_str().expect("utf-8"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(r["outcome"], "dry-run", "{r:#}");
+    let entries = r["entries"].as_u64().expect("entries");
+    assert!(entries > 0, "{r:#}");
+    crate::progress::has_pace(&r, entries);
 }
 
 #[test]

@@ -116,12 +116,21 @@ fn a_forced_bar_is_drawn_then_cleared_and_the_summary_has_the_pace() {
     );
     let summary: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON summary");
     assert_eq!(summary["imported"], 300);
-    assert_eq!(summary["pace"]["done"], 300);
-    assert!(summary["pace"]["seconds"].as_f64().is_some_and(|s| s > 0.0));
+    has_pace(&summary, 300);
+}
+
+/// A `--json` summary's pace: `done` units, in some time, at a rate.
+pub(crate) fn has_pace(summary: &serde_json::Value, done: u64) {
+    assert_eq!(summary["pace"]["done"], done, "{summary:#}");
+    assert!(
+        summary["pace"]["seconds"].as_f64().is_some_and(|s| s > 0.0),
+        "{summary:#}"
+    );
     assert!(
         summary["pace"]["per_second"]
             .as_f64()
-            .is_some_and(|r| r > 0.0)
+            .is_some_and(|r| r > 0.0),
+        "{summary:#}"
     );
 }
 

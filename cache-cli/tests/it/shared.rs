@@ -124,6 +124,7 @@ fn put_publishes_get_reads_through_and_remote_pulls_and_pushes() {
     assert_eq!(pull.status.code(), Some(0), "{}", text(&pull));
     let r: serde_json::Value = serde_json::from_slice(&pull.stdout).expect("JSON");
     assert_eq!(r["pulled"], 2, "{r:#}");
+    crate::progress::has_pace(&r, 2);
     let push = with_remote(&url, &c, &["--json", "remote", "push"]);
     let r: serde_json::Value = serde_json::from_slice(&push.stdout).expect("JSON");
     assert_eq!(
@@ -131,6 +132,7 @@ fn put_publishes_get_reads_through_and_remote_pulls_and_pushes() {
         (Some(0), Some(2)),
         "{r:#}"
     );
+    crate::progress::has_pace(&r, 2);
     let ping = with_remote(&url, &c, &["remote", "ping"]);
     assert_eq!(ping.status.code(), Some(0), "{}", text(&ping));
     // Read mode: nothing is written.

@@ -141,6 +141,13 @@ fn stability_measures_stored_keys_again_without_recording_and_fails_past_its_thr
     assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
     let r = json(&ok);
     assert_eq!(r["runs"], 2);
+    let keys: usize = r["namespaces"]
+        .as_array()
+        .expect("namespaces")
+        .iter()
+        .map(|ns| ns["keys"].as_array().expect("keys").len())
+        .sum();
+    crate::progress::has_pace(&r, keys as u64);
     for ns in r["namespaces"].as_array().expect("namespaces") {
         let keys = ns["keys"].as_array().expect("keys");
         assert!(!keys.is_empty() && keys.len() <= 2, "{ns:#}");
