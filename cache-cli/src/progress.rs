@@ -30,11 +30,24 @@ pub(crate) enum Mode {
 }
 
 impl Mode {
+    /// `TUNECACHE_PROGRESS`'s mode; a value it does not know is said once on stderr and
+    /// taken as `auto`.
     pub(crate) fn from_env() -> Mode {
-        match std::env::var(ENV_PROGRESS).as_deref() {
-            Ok("always") => Mode::Always,
-            Ok("never") => Mode::Never,
-            _ => Mode::Auto,
+        static SAID: std::sync::Once = std::sync::Once::new();
+        let value = std::env::var_os(ENV_PROGRESS);
+        Mode::parse(value.as_ref().map(|v| v.to_string_lossy()).as_deref()).unwrap_or_else(|e| {
+            SAID.call_once(|| crate::output::say(format_args!("ignoring {ENV_PROGRESS}: {e}")));
+            Mode::Auto
+        })
+    }
+
+    /// The mode a value of `TUNECACHE_PROGRESS` asks for (pure); unset or empty is `auto`.
+    pub(crate) fn parse(value: Option<&str>) -> Result<Mode, String> {
+        match value.map(str::trim) {
+            None | Some("" | "auto") => Ok(Mode::Auto),
+            Some("always") => Ok(Mode::Always),
+            Some("never") => Ok(Mode::Never),
+            Some(other) => Err(format!("{other:?} is not one of always, never, auto")),
         }
     }
 }
@@ -300,6 +313,17 @@ mod tests {
             "--json wins over always"
         );
         assert!(!drawn(Mode::Never, true, false, late));
+    }
+
+    #[test]
+    fn progress_modes_parse_and_an_unknown_one_is_an_error_naming_it() {
+        assert_eq!(Mode::parse(None), Ok(Mode::Auto));
+        assert_eq!(Mode::parse(Some("")), Ok(Mode::Auto));
+        assert_eq!(Mode::parse(Some("auto")), Ok(Mode::Auto));
+        assert_eq!(Mode::parse(Some(" always ")), Ok(Mode::Always));
+        assert_eq!(Mode::parse(Some("never")), Ok(Mode::Never));
+        let e = Mode::parse(Some("sometimes")).expect_err("unknown");
+        assert!(e.contains("\"sometimes\"") && e.contains("always"), "{e}");
     }
 
     #[test]
