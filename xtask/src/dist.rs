@@ -10,7 +10,9 @@
 //!   again with `auditwheel show` (the wheel's tag must be the one auditwheel finds).
 //!
 //! `--dev` builds with the dev profile (the test command's `dist` check reuses its debug
-//! build); the packaging is the same. Only the artifacts named above are replaced in DIR.
+//! build); the packaging is the same. Only the three artifacts are written into DIR (a file of
+//! the same name replaced, nothing else there touched): each is staged in a private folder
+//! made new in DIR (`.tunecache-dist-<random>`), removed when it ends.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -60,19 +62,60 @@ pub(crate) fn build(root: &Path, dev: bool, out: &Path) -> anyhow::Result<Artifa
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let version = workspace_version(root)?;
     let target = host_target()?;
-    let cli = cli_archive(root, dev, out, &format!("tunecache-{version}-{target}"))?;
+    let work = Staging::new(out)?;
+    let cli = cli_archive(root, dev, &work, &format!("tunecache-{version}-{target}"))?;
     let capi = capi_archive(
         root,
         dev,
-        out,
+        &work,
         &format!("tunecache-capi-{version}-{target}"),
     )?;
-    let wheel = wheel(root, dev, out)?;
+    let wheel = wheel(root, dev, &work)?;
     Ok(Artifacts { cli, capi, wheel })
 }
 
+/// The private folder artifacts are staged in (made new in `out` under a random name, so
+/// nothing of the user's is in it), removed with everything in it when dropped; each finished
+/// artifact is moved from it into `out` (the same file system: a rename).
+struct Staging {
+    out: PathBuf,
+    dir: PathBuf,
+    _made: tempfile::TempDir,
+}
+
+impl Staging {
+    fn new(out: &Path) -> anyhow::Result<Staging> {
+        let made = tempfile::Builder::new()
+            .prefix(".tunecache-dist-")
+            .tempdir_in(out)
+            .with_context(|| format!("cannot create a staging folder in {}", out.display()))?;
+        Ok(Staging {
+            out: out.to_owned(),
+            dir: made.path().to_owned(),
+            _made: made,
+        })
+    }
+
+    /// A new folder `name` in the staging folder.
+    fn folder(&self, name: &str) -> anyhow::Result<PathBuf> {
+        let dir = self.dir.join(name);
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(dir)
+    }
+
+    /// Moves the staged file `staged` into `out` under its own name (a file of that name
+    /// there is replaced); returns where it now is.
+    fn deliver(&self, staged: &Path) -> anyhow::Result<PathBuf> {
+        let to = self.out.join(staged.file_name().context("a file name")?);
+        std::fs::rename(staged, &to)
+            .with_context(|| format!("cannot move {} to {}", staged.display(), to.display()))?;
+        Ok(to)
+    }
+}
+
 /// The workspace's version (`[workspace.package] version` of the root Cargo.toml).
-fn workspace_version(root: &Path) -> anyhow::Result<String> {
+pub(crate) fn workspace_version(root: &Path) -> anyhow::Result<String> {
     let manifest = std::fs::read_to_string(root.join("Cargo.toml"))?;
     let mut in_package = false;
     for line in manifest.lines() {
@@ -91,7 +134,7 @@ fn workspace_version(root: &Path) -> anyhow::Result<String> {
 }
 
 /// The host's target triple (`rustc -vV`).
-fn host_target() -> anyhow::Result<String> {
+pub(crate) fn host_target() -> anyhow::Result<String> {
     let out = Command::new("rustc")
         .arg("-vV")
         .output()
@@ -114,21 +157,10 @@ fn checked(cmd: &mut Command, what: &str) -> anyhow::Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
-/// A fresh folder `out/name` (only this name in `out` is replaced).
-fn fresh(out: &Path, name: &str) -> anyhow::Result<PathBuf> {
-    let dir = out.join(name);
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)
-            .with_context(|| format!("cannot remove {}", dir.display()))?;
-    }
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    Ok(dir)
-}
-
-/// `out/name.tar.gz` of the folder `out/name`, entries sorted and owned by root, so the same
-/// files give the same archive.
-fn tar(out: &Path, name: &str) -> anyhow::Result<PathBuf> {
-    let archive = out.join(format!("{name}.tar.gz"));
+/// `out/name.tar.gz` of the staged folder `name`, entries sorted and owned by root, so the
+/// same files give the same archive.
+fn tar(work: &Staging, name: &str) -> anyhow::Result<PathBuf> {
+    let archive = work.dir.join(format!("{name}.tar.gz"));
     checked(
         Command::new("tar")
             .arg("-czf")
@@ -140,11 +172,11 @@ fn tar(out: &Path, name: &str) -> anyhow::Result<PathBuf> {
                 "--numeric-owner",
                 "-C",
             ])
-            .arg(out)
+            .arg(&work.dir)
             .arg(name),
         "tar",
     )?;
-    Ok(archive)
+    work.deliver(&archive)
 }
 
 /// The release (or dev) `tunecache` executable, built now.
@@ -171,9 +203,9 @@ fn build_cli(root: &Path, dev: bool) -> anyhow::Result<PathBuf> {
         .context("cargo built no tunecache executable")
 }
 
-fn cli_archive(root: &Path, dev: bool, out: &Path, name: &str) -> anyhow::Result<PathBuf> {
+fn cli_archive(root: &Path, dev: bool, work: &Staging, name: &str) -> anyhow::Result<PathBuf> {
     let exe = build_cli(root, dev)?;
-    let stage = fresh(out, name)?;
+    let stage = work.folder(name)?;
     let bin = stage.join("bin").join("tunecache");
     std::fs::create_dir_all(stage.join("bin"))?;
     std::fs::copy(&exe, &bin).with_context(|| format!("cannot copy {}", exe.display()))?;
@@ -199,11 +231,11 @@ fn cli_archive(root: &Path, dev: bool, out: &Path, name: &str) -> anyhow::Result
         "tunecache man",
     )?;
     std::fs::copy(root.join("README.md"), stage.join("README.md"))?;
-    tar(out, name)
+    tar(work, name)
 }
 
-fn capi_archive(root: &Path, dev: bool, out: &Path, name: &str) -> anyhow::Result<PathBuf> {
-    let stage = fresh(out, name)?;
+fn capi_archive(root: &Path, dev: bool, work: &Staging, name: &str) -> anyhow::Result<PathBuf> {
+    let stage = work.folder(name)?;
     let mut args = vec!["--prefix".to_owned(), stage.display().to_string()];
     if !dev {
         args.push("--release".to_owned());
@@ -216,7 +248,7 @@ fn capi_archive(root: &Path, dev: bool, out: &Path, name: &str) -> anyhow::Resul
         "strip (binutils)",
     )?;
     strip_archive(&stage.join("lib").join("libtunecache.a"))?;
-    tar(out, name)
+    tar(work, name)
 }
 
 /// Strips the debug info from a static library. The release profile's split debuginfo leaves
@@ -260,13 +292,8 @@ fn maturin(root: &Path) -> (PathBuf, Option<PathBuf>) {
     }
 }
 
-fn wheel(root: &Path, dev: bool, out: &Path) -> anyhow::Result<PathBuf> {
-    for old in std::fs::read_dir(out)?.flatten() {
-        let n = old.file_name().to_string_lossy().into_owned();
-        if n.starts_with("tunecache-") && n.ends_with(".whl") {
-            std::fs::remove_file(old.path())?;
-        }
-    }
+fn wheel(root: &Path, dev: bool, work: &Staging) -> anyhow::Result<PathBuf> {
+    let out = work.folder("wheel")?;
     let (maturin, venv_bin) = maturin(root);
     let mut build = Command::new(&maturin);
     build
@@ -278,7 +305,7 @@ fn wheel(root: &Path, dev: bool, out: &Path) -> anyhow::Result<PathBuf> {
             "python/Cargo.toml",
             "--out",
         ])
-        .arg(out);
+        .arg(&out);
     if !dev {
         build.arg("--release");
     }
@@ -289,7 +316,7 @@ fn wheel(root: &Path, dev: bool, out: &Path) -> anyhow::Result<PathBuf> {
         &mut build,
         "maturin build (pip install maturin, or run cargo xtask test once)",
     )?;
-    let wheel = std::fs::read_dir(out)?
+    let wheel = std::fs::read_dir(&out)?
         .flatten()
         .map(|e| e.path())
         .find(|p| {
@@ -302,7 +329,7 @@ fn wheel(root: &Path, dev: bool, out: &Path) -> anyhow::Result<PathBuf> {
         })
         .context("maturin wrote no wheel")?;
     check_manylinux(&wheel, venv_bin.as_deref())?;
-    Ok(wheel)
+    work.deliver(&wheel)
 }
 
 /// The wheel's platform tag must be a manylinux one, and the one `auditwheel show` finds the

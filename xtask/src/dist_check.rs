@@ -20,8 +20,10 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         .prefix("tunecache-dist-check-")
         .tempdir()?;
     let out = work.path().join("dist");
+    let theirs = plant_look_alikes(root, &out)?;
     println!("xtask test: cargo xtask dist --dev (packaging, installed below as a user would)");
     let made = crate::dist::build(root, true, &out)?;
+    only_the_artifacts_were_written(&out, &theirs, &made)?;
     for path in [&made.cli, &made.capi, &made.wheel] {
         println!(
             "xtask test:   {} ({:.1} MB)",
@@ -33,6 +35,68 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     cli_archive_tunes_twice(&made.cli, work.path())?;
     c_archive_links(&made.capi, work.path())?;
     println!("xtask test: the wheel, the CLI archive and the C archive work as installed");
+    Ok(())
+}
+
+/// Files of the user's in the output folder that look like what `dist` makes (another
+/// version's wheel, a folder with an archive's name): `dist` must leave them as they are.
+fn plant_look_alikes(root: &Path, out: &Path) -> anyhow::Result<Vec<(PathBuf, Vec<u8>)>> {
+    let name = format!(
+        "tunecache-{}-{}",
+        crate::dist::workspace_version(root)?,
+        crate::dist::host_target()?
+    );
+    let theirs = vec![
+        (
+            out.join("tunecache-0.0.1-cp39-abi3-manylinux_2_17_x86_64.whl"),
+            b"an older wheel of the user's".to_vec(),
+        ),
+        (
+            out.join(&name).join("notes.txt"),
+            b"the user's notes".to_vec(),
+        ),
+    ];
+    for (path, bytes) in &theirs {
+        std::fs::create_dir_all(path.parent().context("a parent")?)?;
+        std::fs::write(path, bytes)?;
+    }
+    Ok(theirs)
+}
+
+/// `out` holds the user's files as they were, the three artifacts, and nothing else.
+fn only_the_artifacts_were_written(
+    out: &Path,
+    theirs: &[(PathBuf, Vec<u8>)],
+    made: &crate::dist::Artifacts,
+) -> anyhow::Result<()> {
+    for (path, bytes) in theirs {
+        if std::fs::read(path).ok().as_ref() != Some(bytes) {
+            bail!(
+                "dist removed or changed {}, which it did not create",
+                path.display()
+            );
+        }
+    }
+    let mut expected: Vec<PathBuf> = theirs
+        .iter()
+        .filter_map(|(p, _)| {
+            let rel = p.strip_prefix(out).ok()?;
+            Some(out.join(rel.components().next()?))
+        })
+        .chain([made.cli.clone(), made.capi.clone(), made.wheel.clone()])
+        .collect();
+    expected.sort();
+    let mut found: Vec<PathBuf> = std::fs::read_dir(out)?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    if found != expected {
+        bail!(
+            "dist left in {}: {found:?}, expected {expected:?}",
+            out.display()
+        );
+    }
     Ok(())
 }
 
