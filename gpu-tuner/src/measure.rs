@@ -191,7 +191,8 @@ fn first_run<O: Operation>(
     };
     Contender {
         iterations,
-        samples: Vec::with_capacity(config.samples as usize),
+        // Grows as samples come: a huge configured count reserves no memory up front.
+        samples: Vec::with_capacity(config.samples.min(4096) as usize),
         spent: started.elapsed(),
         stopped_early: false,
         done: error.is_some(),

@@ -143,6 +143,9 @@ impl EvaluateArgs {
         if self.top.contains(&0) {
             return Err(usage("--top takes k of 1 or more".to_owned()));
         }
+        if self.neighbours == 0 {
+            return Err(usage("--neighbours takes 1 or more".to_owned()));
+        }
         let found = ctx.inspect_as_read(&ctx.path()?)?;
         let scope = scope_filter(self.scope.as_deref())?;
         let from = match self.transfer_from.as_deref() {
@@ -173,7 +176,7 @@ impl EvaluateArgs {
         }
         let default = self.default.as_ref().map(|a| CandidateId::new(a, &[]));
         let predictor = Predictor {
-            neighbours: self.neighbours.max(1),
+            neighbours: self.neighbours,
         };
         let mut report = EvaluateReport {
             folds: self.folds,

@@ -125,9 +125,23 @@ fn prediction_is_cross_validated_per_namespace_and_small_groups_are_said() {
     for args in [
         &["evaluate", "--folds", "1"][..],
         &["evaluate", "--top", "0"],
+        &["evaluate", "--neighbours", "0"],
     ] {
         let out = tunecache(&file, args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    // A huge k or number of neighbours is "all of them", not an allocation that aborts.
+    for args in [
+        &["evaluate", "--top", "999999999999"][..],
+        &["evaluate", "--neighbours", "18446744073709551615"],
+    ] {
+        let out = tunecache(&file, args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 

@@ -106,7 +106,8 @@ impl Prediction {
                     .count()
                     >= DIVERSE_PARAMS
         };
-        let mut picked: Vec<CandidateId> = Vec::with_capacity(n);
+        // Never more than the ranking holds, whatever `n` asks (a huge `n` is "all").
+        let mut picked: Vec<CandidateId> = Vec::with_capacity(n.min(self.ranking.len()));
         for (c, _) in &self.ranking {
             if picked.len() >= n.min(DIVERSE_PICKS) {
                 break;
@@ -376,5 +377,6 @@ mod tests {
             ]
         );
         assert_eq!(p.top(10).len(), 6, "never more than there are");
+        assert_eq!(p.top(usize::MAX).len(), 6, "a huge k is all, not an abort");
     }
 }

@@ -53,7 +53,8 @@ impl<'a, 't> Selection<'a, 't> {
             current,
             k: k.max(1),
             own: skip_own.then(|| Key::new(target.clone()).fingerprint()),
-            best: Vec::with_capacity(k + 1),
+            // Grows past this only when there are that many keys: a huge `k` is "all".
+            best: Vec::with_capacity(k.min(1024) + 1),
         }
     }
 
