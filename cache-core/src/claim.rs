@@ -84,7 +84,7 @@ pub(crate) struct LocalClaims {
 impl LocalClaims {
     /// Takes `key`, waiting at most `wait` for its holder.
     pub(crate) fn take(self: &Arc<Self>, key: (Namespace, Fingerprint), wait: Duration) -> Claim {
-        let deadline = Instant::now() + wait;
+        let deadline = crate::deadline_after(wait);
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         while held.contains(&key) {
             let left = deadline.saturating_duration_since(Instant::now());

@@ -286,8 +286,12 @@ impl CacheBuilder {
     }
 
     pub(crate) fn effective_flush_timeout(&self) -> Duration {
-        self.flush_timeout
-            .unwrap_or(self.lock_timeout * 2 + Duration::from_secs(1))
+        self.flush_timeout.unwrap_or_else(|| {
+            // Saturating: a lock timeout near Duration::MAX is "wait for ever", not a panic.
+            self.lock_timeout
+                .saturating_mul(2)
+                .saturating_add(Duration::from_secs(1))
+        })
     }
 
     /// Resolves where the cache lives; the strings are warnings about ignored settings.

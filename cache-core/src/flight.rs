@@ -129,7 +129,7 @@ impl<V: Clone> Follower<V> {
     /// The leader's result, waiting at most `timeout`: `None` if it did not land in time or
     /// the leader ended without one.
     pub fn wait(&self, timeout: Duration) -> Option<V> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::deadline_after(timeout);
         let mut done = lock(&self.slot.done);
         loop {
             if let Some(outcome) = done.as_ref() {

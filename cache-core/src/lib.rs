@@ -23,6 +23,7 @@ mod bundle;
 mod cache;
 mod claim;
 mod config;
+mod deadline;
 mod disk;
 mod error;
 mod flight;
@@ -53,6 +54,7 @@ pub use claim::{Claim, ClaimGuard};
 pub use config::{
     CacheBuilder, Location, MemoryOnly, SwitchError, Switches, default_dir, file_name,
 };
+pub use deadline::{FOREVER, deadline_after, deadline_from};
 pub use error::{Refusal, StoreError};
 pub use flight::{Follower, Join, Leader, SingleFlight};
 pub use fork_safe::GlobalLock;

@@ -264,7 +264,7 @@ pub(crate) fn claim(
     let entry_key = policy.layout.key(&tier.scope, ns.name(), fp);
     let key = lease::lease_key(&entry_key);
     let value = lease::new_value();
-    let give_up = Instant::now() + wait;
+    let give_up = cache_core::deadline_after(wait);
     // The entry as the server held it at the last look while waiting: a change is the
     // holder's publication.
     let mut before: Option<Option<Vec<u8>>> = None;
@@ -275,7 +275,7 @@ pub(crate) fn claim(
             return FleetClaim::Alone(Alone::Unavailable);
         }
         // The lease and the entry in one round trip.
-        let deadline = Instant::now() + policy.options.budget;
+        let deadline = cache_core::deadline_after(policy.options.budget);
         let acquire = LeaseOp::Acquire { value: &value, ttl };
         let result =
             policy
@@ -443,7 +443,7 @@ impl Drop for LeaseGuard {
         }
         // Compared on the server: a lease that expired and was taken by another is left alone.
         let policy = &self.tier.policy;
-        let deadline = Instant::now() + policy.options.budget;
+        let deadline = cache_core::deadline_after(policy.options.budget);
         let release = LeaseOp::Release { value: &held.value };
         let _ = policy.remote.lease(&held.key, release, deadline);
     }

@@ -12,7 +12,7 @@
 //! - Old generations are pruned by age, never the one the pointer names.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 
@@ -116,7 +116,7 @@ impl Generations {
 
     /// Publishes the bundle file `bundle` as a generation and makes it current; its id.
     pub fn publish(&self, bundle: &Path, timeout: Duration) -> Result<String, GenerationError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = cache_core::deadline_after(timeout);
         let bytes = read_bounded(bundle)?;
         let id = hex(&Sha256::digest(&bytes));
         let objects = self.store.objects();
@@ -146,7 +146,7 @@ impl Generations {
 
     /// The generation the pointer names.
     pub fn current(&self, timeout: Duration) -> Result<String, GenerationError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = cache_core::deadline_after(timeout);
         let describe = crate::Remote::describe(&self.store);
         let Some(fetched) =
             self.store
@@ -163,7 +163,7 @@ impl Generations {
 
     /// Every generation in the bucket, with when it was written.
     pub fn list(&self, timeout: Duration) -> Result<Vec<Listed>, GenerationError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = cache_core::deadline_after(timeout);
         let prefix = self.key("");
         Ok(self
             .store
@@ -189,7 +189,7 @@ impl Generations {
         dir: &Path,
         timeout: Duration,
     ) -> Result<PathBuf, GenerationError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = cache_core::deadline_after(timeout);
         let id = if id == "current" {
             self.current(timeout)?
         } else if is_id(id) {
@@ -250,7 +250,7 @@ impl Generations {
         now_ms: u64,
         timeout: Duration,
     ) -> Result<Vec<String>, GenerationError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = cache_core::deadline_after(timeout);
         let keep = match self.current(timeout) {
             Ok(id) => Some(id),
             Err(GenerationError::NoneYet(_)) => None,
@@ -262,7 +262,7 @@ impl Generations {
                 .written
                 .as_deref()
                 .and_then(unix_ms)
-                .is_some_and(|at| now_ms.saturating_sub(at) > age.as_millis() as u64);
+                .is_some_and(|at| older_than(at, now_ms, age));
             if old && keep.as_deref() != Some(listed.id.as_str()) {
                 self.store
                     .objects()
@@ -272,6 +272,14 @@ impl Generations {
         }
         Ok(deleted)
     }
+}
+
+/// Whether a generation written at `at_ms` is more than `age` before `now_ms` (Unix
+/// milliseconds; pure). An age past what milliseconds in a u64 hold is never reached: nothing
+/// is that old (a cast would wrap it round to a short age and delete young generations).
+fn older_than(at_ms: u64, now_ms: u64, age: Duration) -> bool {
+    let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+    now_ms.saturating_sub(at_ms) > age_ms
 }
 
 /// The bytes of `path`, a regular file of at most [`MAX_GENERATION_BYTES`].
@@ -350,6 +358,22 @@ mod tests {
         for bad in ["", "2026-13-01T00:00:00Z", "yesterday", "2026-11-27"] {
             assert_eq!(unix_ms(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_generation_is_old_past_its_age_and_a_huge_age_is_never_reached() {
+        let day = Duration::from_secs(86_400);
+        let now = 1_795_767_382_000;
+        assert!(older_than(now - 2 * 86_400_000, now, day));
+        assert!(!older_than(now - 3_600_000, now, day));
+        assert!(
+            !older_than(now + 5_000, now, day),
+            "a clock behind the bucket's"
+        );
+        // 2^64 + 1 ms: cast to u64 it was 1 ms, and every generation older than that went.
+        let wraps = Duration::from_millis(u64::MAX) + Duration::from_millis(2);
+        assert!(!older_than(0, now, wraps));
+        assert!(!older_than(0, u64::MAX, Duration::MAX));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! method is added to `Cache` or `Tier` for either.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cache_core::{Cache, Namespace};
 use cache_format::{Entry, Fingerprint};
@@ -36,7 +36,7 @@ impl RemoteHandle {
     /// the file as well); returns how many it held. For warming a fresh machine at start-up,
     /// or converging with what other machines published since.
     pub fn pull(&self, timeout: Duration) -> Result<usize, RemoteError> {
-        let pulled = self.tier.pull_scope(Instant::now() + timeout)?;
+        let pulled = self.tier.pull_scope(cache_core::deadline_after(timeout))?;
         let n = pulled.len();
         self.tier.link.absorb(pulled);
         Ok(n)

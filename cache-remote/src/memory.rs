@@ -111,7 +111,7 @@ impl Remote for MemoryRemote {
                     return None;
                 }
                 if let Some(ttl) = touch {
-                    *exp = Some(now + ttl);
+                    *exp = Some(cache_core::deadline_from(now, ttl));
                 }
                 let cut = value.len().min(read.limit.saturating_add(1));
                 Some(value[..cut].to_vec())

@@ -107,7 +107,7 @@ impl Policy {
             let first = {
                 let mut b = crate::lock(&self.breaker);
                 let first = b.full_until.is_none_or(|t| t <= Instant::now());
-                b.full_until = Some(Instant::now() + self.options.full_cooldown);
+                b.full_until = Some(cache_core::deadline_after(self.options.full_cooldown));
                 first
             };
             if first {

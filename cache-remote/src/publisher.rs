@@ -141,7 +141,7 @@ impl Publisher {
     /// Waits at most `timeout` until everything queued so far was published (or a round
     /// failed); returns the error of the last round, if it failed.
     pub(crate) fn publish_within(&self, timeout: Duration) -> Result<(), RemoteError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = cache_core::deadline_after(timeout);
         let mut q = self.lock();
         if !q.running || q.pending.is_empty() {
             return Ok(());
@@ -167,7 +167,7 @@ impl Publisher {
     /// Asks the thread to make its last round and stop; waits at most `wait` for it.
     /// Returns whether it stopped.
     pub(crate) fn stop(&self, wait: Duration) -> bool {
-        let deadline = Instant::now() + wait;
+        let deadline = cache_core::deadline_after(wait);
         let mut q = self.lock();
         q.shutdown = true;
         self.cv.notify_all();

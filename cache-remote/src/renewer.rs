@@ -61,7 +61,7 @@ impl Renewer {
             lost: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
         });
-        let due = Instant::now() + ttl / 3;
+        let due = cache_core::deadline_after(ttl / 3);
         let mut st = crate::lock(&self.state);
         st.held.push((Arc::clone(&renewal), due));
         st.tick = Some(st.tick.map_or(ttl / 3, |t| t.min(ttl / 3)));
@@ -202,7 +202,7 @@ fn renew(remote: &dyn Remote, renewal: &Renewal, budget: Duration) {
         value: &held.value,
         ttl: renewal.ttl,
     };
-    match remote.lease(&held.key, op, Instant::now() + budget) {
+    match remote.lease(&held.key, op, cache_core::deadline_after(budget)) {
         Ok(LeaseReply::Done) | Err(_) => {}
         Ok(_) if renewal.stopped.load(Ordering::Relaxed) => {}
         Ok(_) => {

@@ -61,7 +61,10 @@ impl SharedTier {
     /// One round trip within `timeout`; returns how long it took.
     pub fn ping(&self, timeout: Duration) -> Result<Duration, RemoteError> {
         let started = Instant::now();
-        let result = self.policy.remote.ping(started + timeout);
+        let result = self
+            .policy
+            .remote
+            .ping(cache_core::deadline_from(started, timeout));
         self.policy.outcome(&result);
         result.map(|()| started.elapsed())
     }
@@ -75,7 +78,7 @@ impl SharedTier {
         scope: Option<&Scope>,
         timeout: Duration,
     ) -> Result<Vec<(Scope, Entry)>, RemoteError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = cache_core::deadline_after(timeout);
         let keys = match scope {
             Some(scope) => vec![self.policy.layout.key(scope, ns, fp)],
             None => self
@@ -93,7 +96,7 @@ impl SharedTier {
     /// Every entry of this application and schema on the server, checked (a key listing,
     /// then reads of up to 500 keys per round trip, all within `timeout`).
     pub fn pull(&self, timeout: Duration) -> Result<Pulled, RemoteError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = cache_core::deadline_after(timeout);
         let keys = self.all_keys(deadline)?;
         let before = self.policy.counters.rejected();
         let mut data = CacheData::new();
@@ -116,13 +119,14 @@ impl SharedTier {
 
     /// How many keys of this application and schema the server holds.
     pub fn count(&self, timeout: Duration) -> Result<usize, RemoteError> {
-        self.all_keys(Instant::now() + timeout).map(|k| k.len())
+        self.all_keys(cache_core::deadline_after(timeout))
+            .map(|k| k.len())
     }
 
     /// The fleet leases of this application and schema held now, as (lease key, holder);
     /// lease keys holding something tunecache did not write are left out.
     pub fn leases(&self, timeout: Duration) -> Result<Vec<(String, String)>, RemoteError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = cache_core::deadline_after(timeout);
         let pattern = format!("{{{}*}}:lease", self.policy.layout.prefix());
         let mut held = Vec::new();
         for key in self.policy.scan(&pattern, deadline)? {
@@ -153,7 +157,7 @@ impl SharedTier {
     /// Publishes every entry of `data` (any scope), merged with what the server holds, within
     /// `timeout`.
     pub fn publish(&self, data: &CacheData, timeout: Duration) -> Result<Published, RemoteError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = cache_core::deadline_after(timeout);
         let counters = &self.policy.counters;
         let before = (
             Counters::get(&counters.published),

@@ -52,7 +52,7 @@ impl CacheTier {
 
     /// Publishes entries of the cache's scope within the publish budget.
     pub(crate) fn publish(&self, entries: Vec<(Namespace, Entry)>, force: bool) -> PublishOutcome {
-        let deadline = Instant::now() + self.policy.options.publish_budget;
+        let deadline = cache_core::deadline_after(self.policy.options.publish_budget);
         let fences = self.publisher.fences();
         crate::publish::publish(&self.policy, &self.scope, entries, deadline, force, &fences)
     }
@@ -155,7 +155,7 @@ impl CacheTier {
             return Err(ViewError::Unavailable { tier: tier() });
         }
         let values = self
-            .read(ns, fps, Instant::now() + budget)
+            .read(ns, fps, cache_core::deadline_after(budget))
             .ok_or_else(|| ViewError::Unread { tier: tier() })?;
         if values.len() != fps.len() {
             return Err(ViewError::Short {

@@ -103,7 +103,8 @@ pub(crate) fn measure_all<O: Operation>(
         .map(|handle| first_run(op, handle, problem, config))
         .collect();
     // Warm-up, round-robin until every live candidate has had its share (at least one run).
-    let warm_until = Instant::now() + config.warmup * (all.len().max(1) as u32);
+    let warm_until =
+        cache_core::deadline_after(config.warmup.saturating_mul(all.len().max(1) as u32));
     loop {
         for (c, handle) in all.iter_mut().zip(handles) {
             if c.done {

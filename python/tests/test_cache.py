@@ -37,6 +37,15 @@ def test_put_get_best(tmp_path):
         assert c.health()["mode"] == "persistent"
 
 
+def test_a_wait_too_long_for_the_clock_is_forever_not_a_panic(tmp_path):
+    # A deadline of now + 1e19 s overflowed the clock and raised a PanicException.
+    with tunecache.Cache("pyapp", path=tmp_path / "c.tcache", scope=SCOPE, lock_timeout=1e19) as c:
+        c.put("mm", KEY, "naive", median_ns=1000.0)
+        c.flush(1e19)
+    with tunecache.Cache("pyapp", path=tmp_path / "c.tcache", scope=SCOPE) as c:
+        assert c.get("mm", KEY).best.algorithm == "naive"
+
+
 def test_bad_measurements_are_refused_where_they_enter(tmp_path):
     with tunecache.Cache("pyapp", path=tmp_path / "c.tcache") as c:
         with pytest.raises(ValueError):

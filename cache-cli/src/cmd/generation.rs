@@ -207,7 +207,9 @@ impl GenerationArgs {
                 report.fetched = Some(generations.fetch(&id, &dir, timeout)?);
             }
             Action::Prune { older_than_days } => {
-                let age = Duration::from_secs(older_than_days * 24 * 3600);
+                // Saturating: a huge number of days is "older than anything", never a wrap
+                // round to a short age (or a panic).
+                let age = Duration::from_secs(older_than_days.saturating_mul(24 * 3600));
                 report.pruned = generations.prune(age, now_millis(), timeout)?;
                 report.current = generations.current(timeout).ok();
             }

@@ -149,7 +149,7 @@ fn push(
     // within one wait.
     let started = std::time::Instant::now();
     let found = ctx.inspect_as_read(path)?;
-    let deadline = started + wait;
+    let deadline = cache_core::deadline_from(started, wait);
     let (mut written, mut unchanged, mut left, mut failed) = (0, 0, 0, 0);
     let mut chunk = cache_format::CacheData::new();
     let mut walk = found.in_key_order().peekable();

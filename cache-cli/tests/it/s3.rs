@@ -380,6 +380,32 @@ fn ranks_pinned_to_a_generation_read_the_same_bytes_while_newer_results_arrive()
         best(&server, &rank, 3, &[("TUNECACHE_GENERATION", "current")]),
         "new"
     );
+    // An age of 2^54 days is older than anything: nothing pruned (the days were once
+    // multiplied into seconds without saturating, and milliseconds cast to u64 wrapped).
+    let none = with_bucket(
+        &server,
+        &remote,
+        &rank,
+        &[
+            "--json",
+            "generation",
+            "--timeout",
+            "18446744073709551615",
+            "prune",
+            "--older-than-days",
+            "18014398509481984",
+        ],
+    )
+    .output()
+    .expect("prune");
+    assert_eq!(none.status.code(), Some(0), "{}", text(&none));
+    let report: serde_json::Value = serde_json::from_slice(&none.stdout).expect("JSON");
+    assert_eq!(
+        report["pruned"].as_array().map_or(0, Vec::len),
+        0,
+        "{report:#}"
+    );
+    assert!(report["current"].is_string(), "{report:#}");
     let pruned = with_bucket(
         &server,
         &remote,

@@ -334,3 +334,36 @@ fn a_ca_file_that_is_a_fifo_or_a_device_is_refused_at_once() {
         );
     }
 }
+
+/// A wait too long for the clock (`--wait 1e19`) is as good as forever, not a panic: against
+/// a server that refuses connections, push and pull fail in a line (exit 1), not exit 101.
+#[test]
+fn a_wait_too_long_for_the_clock_is_forever_not_a_panic() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("c.tcache");
+    let put = command(
+        EXE,
+        &file,
+        &[
+            "put",
+            "-n",
+            "mm",
+            "-k",
+            r#"{"m":1}"#,
+            "--algo",
+            "a",
+            "--median-ns",
+            "5",
+        ],
+    )
+    .output()
+    .expect("put");
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put));
+    // Port 1: nothing listens there (as the unreachable-server test of shared.rs uses).
+    let url = "redis://127.0.0.1:1/0";
+    for action in ["push", "pull"] {
+        let o = with_remote(url, &file, &["remote", action, "--wait", "1e19"]);
+        assert_eq!(o.status.code(), Some(1), "{action}: {}", text(&o));
+        assert!(!stderr(&o).contains("panicked"), "{action}: {}", text(&o));
+    }
+}

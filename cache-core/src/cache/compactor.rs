@@ -76,7 +76,7 @@ impl Shared {
             }
             true
         };
-        let mut done = finished(Instant::now() + self.timings.flush_timeout);
+        let mut done = finished(crate::deadline_after(self.timings.flush_timeout));
         if !done {
             running.stop.store(true, Ordering::Release);
             done = finished(Instant::now() + Duration::from_secs(2));

@@ -278,7 +278,7 @@ impl Cache {
     /// (the saver thread does the reading). A memory-only cache has nothing to read.
     pub fn refresh(&self) -> Result<(), StoreError> {
         let timeout = self.shared.timings.flush_timeout;
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::deadline_after(timeout);
         let mut st = lock(&self.shared.state);
         if !st.saver_running {
             return Ok(());
@@ -400,7 +400,7 @@ impl Cache {
     }
 
     fn flush_inner(&self, timeout: Duration) -> Result<(), StoreError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::deadline_after(timeout);
         let mut st = lock(&self.shared.state);
         if !st.saver_running || lock(&self.shared.diag).mode != Mode::Persistent {
             let reason = lock(&self.shared.diag)
@@ -451,7 +451,7 @@ impl Cache {
         let Some(handle) = self.saver.take() else {
             return;
         };
-        let deadline = Instant::now() + self.shared.timings.flush_timeout;
+        let deadline = crate::deadline_after(self.shared.timings.flush_timeout);
         let mut st = lock(&self.shared.state);
         st.shutdown = true;
         self.shared.cv.notify_all();

@@ -132,7 +132,7 @@ struct Job {
 impl Shared {
     pub(super) fn run_saver(self: Arc<Self>, mut disk: Disk, mode: Mode) {
         let persistent = mode == Mode::Persistent;
-        let mut next_refresh = self.timings.refresh_interval.map(|i| Instant::now() + i);
+        let mut next_refresh = self.timings.refresh_interval.map(crate::deadline_after);
         loop {
             let mut st = lock(&self.state);
             let now = Instant::now();
@@ -183,8 +183,7 @@ impl Shared {
                     }
                     match settled {
                         Settled::Saved => {
-                            next_refresh =
-                                self.timings.refresh_interval.map(|i| Instant::now() + i);
+                            next_refresh = self.timings.refresh_interval.map(crate::deadline_after);
                         }
                         Settled::Retry => {}
                         Settled::Blocked => return,
@@ -205,7 +204,7 @@ impl Shared {
                         }
                         Err(Failure::Retry(e)) => self.notify(Notice::refresh_failed(&e)),
                     }
-                    next_refresh = self.timings.refresh_interval.map(|i| Instant::now() + i);
+                    next_refresh = self.timings.refresh_interval.map(crate::deadline_after);
                     let mut st = lock(&self.state);
                     st.refresh_served = st.refresh_served.max(serving);
                     self.cv.notify_all();

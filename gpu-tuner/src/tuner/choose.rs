@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use cache_core::Store as _;
 use cache_core::cache_format::{
@@ -327,7 +326,7 @@ impl<O: Operation> TunedInner<O> {
             _ => self.nearest(key, &ckey, &current)?,
         };
         if let Some(c) = Arc::get_mut(&mut choice) {
-            c.expires = Some(Instant::now() + self.config.provisional_ttl);
+            c.expires = Some(cache_core::deadline_after(self.config.provisional_ttl));
         }
         self.publish(key, &choice);
         Ok(choice)

@@ -187,7 +187,7 @@ impl<O: Operation> TunedInner<O> {
             return (plan, None);
         };
         let fp = ckey.fingerprint();
-        let give_up = Instant::now() + self.config.wait;
+        let give_up = cache_core::deadline_after(self.config.wait);
         let mut plan = plan;
         loop {
             let left = give_up.saturating_duration_since(Instant::now());

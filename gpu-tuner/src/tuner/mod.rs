@@ -213,7 +213,7 @@ impl Tuner {
             ops.iter().filter_map(Weak::upgrade).collect()
         };
         // One bound for the whole sync, not one per operation.
-        let deadline = Instant::now() + timeout;
+        let deadline = cache_core::deadline_after(timeout);
         let mut report = SyncReport::default();
         for op in ops {
             op.sync(
@@ -395,7 +395,7 @@ impl<O: Operation> Tuned<O> {
 
     /// Waits (bounded) until background tuning has nothing left to do.
     pub fn wait_background(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        let deadline = cache_core::deadline_after(timeout);
         loop {
             if !lock(&self.inner.background).busy() {
                 return true;
