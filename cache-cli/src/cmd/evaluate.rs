@@ -99,6 +99,11 @@ impl Report for EvaluateReport {
     fn text(&self, out: &mut Out) -> anyhow::Result<()> {
         for g in &self.groups {
             let how = match &g.from {
+                Some(from) if self.few_tuned => format!(
+                    "each of {} folds by key fingerprint the only one tuned, with {from}'s \
+                     results for the same key voting beside it",
+                    self.folds
+                ),
                 Some(from) => format!("predicted from {from} alone"),
                 None if self.few_tuned => format!(
                     "each of {} folds by key fingerprint the only one tuned",
@@ -276,7 +281,8 @@ struct Transfer<'a> {
     few_tuned: Option<usize>,
 }
 
-/// Each target scope's keys of each namespace, predicted from the source's alone.
+/// Each target scope's keys of each namespace, predicted from the source's alone (with
+/// --few-tuned: from a tuned fold of the target, the source's same key voting beside).
 fn transfers(groups: &Groups, how: &Transfer<'_>, report: &mut EvaluateReport) {
     for ((_, ns), (scope, target)) in groups {
         if how.target.is_some_and(|t| t != scope) {

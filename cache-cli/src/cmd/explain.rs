@@ -70,6 +70,10 @@ struct PredictionOut {
     /// no key of this scope could predict it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     transferred_from: Vec<TransferredOut>,
+    /// The scopes (other devices) whose results for this key voted beside this scope's
+    /// tuned keys.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    beside: Vec<TransferredOut>,
 }
 
 /// A scope a prediction was transferred from, and its winner for the key.
@@ -84,6 +88,8 @@ struct NeighbourOut {
     key: String,
     distance: f64,
     winner: Option<String>,
+    /// Another device's result for this very key (see `beside`).
+    elsewhere: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -194,18 +200,23 @@ impl ExplainArgs {
             };
             let p = voters.transfer(key.fields(), &entries, &current)?;
             let mut out = prediction_out(&p);
-            out.transferred_from = elsewhere
-                .iter()
-                .map(|(s, e)| TransferredOut {
-                    scope: s.to_string(),
-                    winner: e.best().map(|c| c.id.label()),
-                })
-                .collect();
+            out.transferred_from = scopes_out(&elsewhere);
             return Some(out);
         }
+        // As the tuner does: this scope's nearest keys, and beside them the key's results
+        // on other devices.
         let current = self.current_of(&tuned);
-        let p = Predictor::default().predict(key.fields(), &tuned, &current)?;
-        Some(prediction_out(&p))
+        let p = Predictor::default().predict_beside(
+            key.fields(),
+            &tuned,
+            elsewhere.iter().map(|(_, e)| e),
+            &current,
+        )?;
+        let mut out = prediction_out(&p);
+        if p.neighbours.iter().any(|n| n.elsewhere) {
+            out.beside = scopes_out(&elsewhere);
+        }
+        Some(out)
     }
 
     /// The candidates `entries` recorded (those `--candidate` names, if any), once each.
@@ -320,6 +331,17 @@ fn scope_diff(here: &Scope, there: &Scope) -> Vec<FieldDiff> {
         .collect()
 }
 
+/// Each scope with its winner for the key.
+fn scopes_out(elsewhere: &[(Scope, Entry)]) -> Vec<TransferredOut> {
+    elsewhere
+        .iter()
+        .map(|(s, e)| TransferredOut {
+            scope: s.to_string(),
+            winner: e.best().map(|c| c.id.label()),
+        })
+        .collect()
+}
+
 fn prediction_out(p: &gpu_tuner::predict::Prediction) -> PredictionOut {
     PredictionOut {
         winner: p.winner().label(),
@@ -336,9 +358,11 @@ fn prediction_out(p: &gpu_tuner::predict::Prediction) -> PredictionOut {
                 key: n.key.to_string(),
                 distance: n.distance,
                 winner: n.winner.as_ref().map(CandidateId::label),
+                elsewhere: n.elsewhere,
             })
             .collect(),
         transferred_from: Vec::new(),
+        beside: Vec::new(),
     }
 }
 
@@ -396,12 +420,27 @@ impl Report for ExplainReport {
                 p.winner
             ))?;
             for n in &p.neighbours {
+                let whose = if n.elsewhere {
+                    "this key on another device, "
+                } else {
+                    ""
+                };
                 out.line(format!(
-                    "      {} (distance {:.2}): winner {}",
+                    "      {} ({whose}distance {:.2}): winner {}",
                     n.key,
                     n.distance,
                     n.winner.as_deref().unwrap_or("-")
                 ))?;
+            }
+            if !p.beside.is_empty() {
+                out.line("    beside them, this key's results on other devices:")?;
+                for t in &p.beside {
+                    out.line(format!(
+                        "      {}: winner {}",
+                        t.scope,
+                        t.winner.as_deref().unwrap_or("-")
+                    ))?;
+                }
             }
         }
         Ok(())

@@ -273,3 +273,50 @@ fn a_key_on_a_device_never_tuned_shows_the_transferred_prediction() {
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("transferred here: y"), "{text}");
 }
+
+/// A device with a few keys tuned: `explain` shows its own nearest keys and, beside them,
+/// the key's result on another device, marked so, with that device named.
+#[test]
+fn a_key_on_a_device_with_a_few_keys_shows_other_devices_results_beside_them() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("a.tcache");
+    let a100 = Scope::new(Fields::from([("device".to_owned(), Value::from("A100"))]));
+    let b200 = Scope::new(Fields::from([("device".to_owned(), Value::from("B200"))]));
+    let y_wins = &[("x", Some((300.0, 5.0))), ("y", Some((100.0, 5.0)))];
+    let x_wins = &[("x", Some((100.0, 5.0))), ("y", Some((300.0, 5.0)))];
+    write_cache(&path, a100, vec![entry(1, 0, y_wins)]);
+    write_cache(&path, b200, vec![entry(1000, 0, x_wins)]);
+    let (code, r) = explain(&path, &["--scope", r#"{"device":"B200"}"#]);
+    assert_eq!(code, Some(4), "a miss still: {r:#}");
+    let p = &r["prediction"];
+    assert_eq!(
+        p["winner"], "y",
+        "the same key's result outweighs a far key: {r:#}"
+    );
+    assert!(p.get("transferred_from").is_none(), "{r:#}");
+    assert_eq!(p["beside"][0]["scope"], r#"{"device":"A100"}"#, "{r:#}");
+    let flags: Vec<bool> = p["neighbours"]
+        .as_array()
+        .expect("neighbours")
+        .iter()
+        .map(|n| n["elsewhere"].as_bool().expect("flag"))
+        .collect();
+    assert_eq!(flags, [true, false], "{r:#}");
+    let text = tunecache(
+        &path,
+        &[
+            "explain",
+            "-n",
+            "mm",
+            "-k",
+            r#"{"id":1}"#,
+            "--scope",
+            r#"{"device":"B200"}"#,
+        ],
+    );
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("this key on another device") && text.contains("A100"),
+        "{text}"
+    );
+}

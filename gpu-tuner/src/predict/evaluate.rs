@@ -6,7 +6,9 @@
 //! does it k-fold, folds by key fingerprint, each fold predicted from the others alone. Pure:
 //! the truth is what the entries recorded.
 
-use cache_core::cache_format::{CandidateId, Entry, Outcome};
+use std::collections::HashMap;
+
+use cache_core::cache_format::{CandidateId, Entry, Fingerprint, Outcome};
 
 use super::Predictor;
 
@@ -122,33 +124,61 @@ fn split(
     predictor: &Predictor,
     methods: &Methods<'_>,
 ) -> (Vec<Vec<Pick>>, f64) {
-    split_by(held, train, predictor, methods, false)
+    split_by(held, train, predictor, methods, &Voters::Here)
 }
 
-/// [`split`], from another scope's keys when `across` ([`Predictor::transfer`]).
+/// Whom a held-out key is predicted from, besides the keys tuned in its own scope.
+pub(super) enum Voters<'s> {
+    /// Only those ([`Predictor::predict`]).
+    Here,
+    /// Those, and the same key's entries under other scopes voting beside them, by
+    /// fingerprint, as the tuner does ([`Predictor::predict_beside`]; a transfer from those
+    /// entries alone when no key here is comparable).
+    Beside(&'s HashMap<Fingerprint, Vec<&'s Entry>>),
+    /// The tuned keys are another scope's: a device never tuned ([`Predictor::transfer`]);
+    /// top-k measures in rounds ([`adaptive`]).
+    Across,
+}
+
+/// [`split`], with the held-out keys predicted as `voters` says.
 pub(super) fn split_by(
     held: &[&Keyed<'_>],
     train: &[&Entry],
     predictor: &Predictor,
     methods: &Methods<'_>,
-    across: bool,
+    voters: &Voters<'_>,
 ) -> (Vec<Vec<Pick>>, f64) {
-    let ask = |p: &Predictor, fields, current| {
-        if across {
-            p.transfer(fields, train.iter().copied(), current)
-        } else {
-            p.predict(fields, train.iter().copied(), current)
+    let ask = |p: &Predictor, entry: &Entry, current: &[CandidateId]| {
+        let fields = entry.key().fields();
+        match voters {
+            Voters::Here => p.predict(fields, train.iter().copied(), current),
+            Voters::Across => p.transfer(fields, train.iter().copied(), current),
+            Voters::Beside(map) => {
+                let elsewhere = map.get(&entry.fingerprint()).map_or(&[][..], Vec::as_slice);
+                p.predict_beside(
+                    fields,
+                    train.iter().copied(),
+                    elsewhere.iter().copied(),
+                    current,
+                )
+                .or_else(|| {
+                    let all = Predictor {
+                        neighbours: elsewhere.len().max(1),
+                    };
+                    all.transfer(fields, elsewhere.iter().copied(), current)
+                })
+            }
         }
     };
+    let across = matches!(voters, Voters::Across);
     let nearest = Predictor { neighbours: 1 };
     let mut picks: Vec<Vec<Pick>> = (0..3 + methods.top.len()).map(|_| Vec::new()).collect();
     let mut full_time = 0.0;
     for (entry, current) in held {
         let (entry, current) = (*entry, current.as_slice());
-        let fields = entry.key().fields();
         let (Some(near), Some(pred)) = (
-            ask(&nearest, fields, current),
-            ask(predictor, fields, current),
+            ask(&nearest, entry, current),
+            ask(predictor, entry, current),
         ) else {
             continue;
         };

@@ -2,10 +2,14 @@
 //! by key fingerprint, each fold predicted from the other folds alone, and transfer, every key
 //! of one scope predicted from another scope's keys alone.
 
-use cache_core::cache_format::{CandidateId, Entry};
+use std::collections::HashMap;
+
+use cache_core::cache_format::{CandidateId, Entry, Fingerprint};
 
 use super::Predictor;
-use super::evaluate::{Evaluation, Keyed, Methods, Pick, complete, names, split_by, summarize};
+use super::evaluate::{
+    Evaluation, Keyed, Methods, Pick, Voters, complete, names, split_by, summarize,
+};
 
 /// The fold of a key in a `folds`-fold cross-validation: by its fingerprint, so a key is in
 /// the same fold whatever else is in the data.
@@ -57,9 +61,9 @@ pub fn few_tuned(
 }
 
 /// [`few_tuned`] on `target` with every key of `source` (another scope: another device) tuned
-/// too: each fold of `target` in turn tuned along with `source`, the rest of `target`
-/// predicted from both ([`Predictor::transfer`]: a key tuned on the source is a neighbour at
-/// distance 0).
+/// too: each fold of `target` in turn tuned, the rest of `target` predicted from it with the
+/// same key's entry in `source` voting beside ([`Predictor::predict_beside`], as the tuner
+/// does; from the source alone where no tuned key of the target is comparable).
 pub fn few_tuned_with(
     source: &[Entry],
     target: &[Entry],
@@ -76,8 +80,7 @@ pub fn few_tuned_with(
 }
 
 /// How [`rotate`] splits: each fold held out (`hold`) or alone tuned, with every key of
-/// `source` (another scope) tuned too; predictions from another scope use
-/// [`Predictor::transfer`].
+/// `source` (another scope) tuned too, voting beside for the same key.
 struct Rotation<'s> {
     hold: bool,
     source: &'s [Entry],
@@ -98,17 +101,21 @@ fn rotate(
     let mut all: Vec<Vec<Pick>> = names.iter().map(|_| Vec::new()).collect();
     let mut all_full = 0.0;
     let mut per_fold = Vec::with_capacity(folds);
+    let mut by_key: HashMap<Fingerprint, Vec<&Entry>> = HashMap::new();
+    for e in with.source {
+        by_key.entry(e.fingerprint()).or_default().push(e);
+    }
+    let voters = if with.source.is_empty() {
+        Voters::Here
+    } else {
+        Voters::Beside(&by_key)
+    };
     for f in 0..folds {
         let (held, train): (Vec<&Keyed<'_>>, Vec<&Keyed<'_>>) = complete
             .iter()
             .partition(|(e, _)| (fold_of(e, folds) == f) == with.hold);
-        let train: Vec<&Entry> = train
-            .into_iter()
-            .map(|(e, _)| *e)
-            .chain(with.source.iter())
-            .collect();
-        let across = !with.source.is_empty();
-        let (picks, full) = split_by(&held, &train, predictor, methods, across);
+        let train: Vec<&Entry> = train.into_iter().map(|(e, _)| *e).collect();
+        let (picks, full) = split_by(&held, &train, predictor, methods, &voters);
         let n = held.len();
         for (into, from) in all.iter_mut().zip(&picks) {
             into.extend(from.iter().copied());
@@ -138,7 +145,7 @@ pub fn transfer(
     let held = complete(target, current);
     let held: Vec<&Keyed<'_>> = held.iter().collect();
     let train: Vec<&Entry> = source.iter().collect();
-    let (picks, full) = split_by(&held, &train, predictor, methods, true);
+    let (picks, full) = split_by(&held, &train, predictor, methods, &Voters::Across);
     summarize(held.len(), &names(predictor, methods), picks, full)
 }
 
@@ -249,6 +256,88 @@ mod tests {
         assert!(pred.share_of_optimum() > base.share_of_optimum(), "{cv:?}");
         assert!(pred.p10_share > 0.0 && pred.p10_share <= 1.0, "{pred:?}");
         assert!(cv.overall.methods[4].measured_per_key >= 3.0);
+    }
+
+    /// An entry of key `m` timing `ids[i]` at `medians[i]`.
+    fn timed(m: i64, ids: &[CandidateId], medians: &[f64]) -> Entry {
+        let key = Key::new(Fields::from([("m".to_owned(), Value::Int(m))]));
+        let candidates = ids.iter().zip(medians).map(|(id, &median)| {
+            let stats = Stats {
+                median_ns: median,
+                min_ns: median,
+                spread_ns: 0.0,
+                samples: 3,
+            };
+            Candidate::measured(&id.algorithm, Fields::new(), stats)
+        });
+        Entry::new(
+            key,
+            Fingerprint::default(),
+            Origin::Measured("t".into()),
+            0,
+            candidates,
+        )
+    }
+
+    /// With another device's keys tuned too, a held-out key hears only that device's result
+    /// for the same key, beside its own device's tuned keys: the other device's keys nearest
+    /// to it (but other keys) never vote. Here they all say `c1` while this device's truth is
+    /// `c0` everywhere, so one vote of theirs would make the prediction wrong.
+    #[test]
+    fn another_devices_other_keys_never_vote_only_its_result_for_the_same_key() {
+        let ids = [CandidateId::new("c0", &[]), CandidateId::new("c1", &[])];
+        let target: Vec<Entry> = (0..200)
+            .map(|i| timed(1000 + 2 * i, &ids, &[10.0, 20.0]))
+            .collect();
+        let source: Vec<Entry> = (0..200)
+            .map(|i| timed(1001 + 2 * i, &ids, &[100.0, 1.0]))
+            .collect();
+        let methods = Methods {
+            top: &[1],
+            default: None,
+        };
+        let few = few_tuned_with(
+            &source,
+            &target,
+            &|_: &Entry| ids.to_vec(),
+            &Predictor::default(),
+            10,
+            &methods,
+        );
+        let prediction = &few.overall.methods[2];
+        assert_eq!(prediction.exact, few.overall.held_out, "{prediction:?}");
+        // And the same key's result there does vote: a source that has the target's keys,
+        // with c1 decisively ahead, pulls the nearest-key baseline (one own key beside it)
+        // over to c1 for some keys.
+        let same: Vec<Entry> = (0..200)
+            .map(|i| timed(1000 + 2 * i, &ids, &[100.0, 1.0]))
+            .collect();
+        let beside = few_tuned_with(
+            &same,
+            &target,
+            &|_: &Entry| ids.to_vec(),
+            &Predictor { neighbours: 1 },
+            10,
+            &methods,
+        );
+        assert!(
+            beside.overall.methods[2].exact < beside.overall.held_out,
+            "{beside:?}"
+        );
+        // Beside needs a key of this device: with none, it is not a prediction (the tuner
+        // transfers instead).
+        let (held, elsewhere) = (&target[0], &same[0]);
+        let alone = Predictor::default().predict_beside(held.key().fields(), [], [elsewhere], &ids);
+        assert!(alone.is_none());
+        let with = Predictor::default()
+            .predict_beside(held.key().fields(), &target[1..], [elsewhere], &ids)
+            .expect("a prediction");
+        assert_eq!(
+            with.neighbours.iter().filter(|n| n.elsewhere).count(),
+            1,
+            "{with:?}"
+        );
+        assert!(!with.transferred);
     }
 
     #[test]

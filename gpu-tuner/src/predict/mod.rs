@@ -45,6 +45,13 @@ pub const DIVERSE_PARAMS: usize = 2;
 /// others completely.
 pub const SMOOTHING: f64 = 0.25;
 
+/// The distance at which another scope's entry for the same key (another device's results for
+/// this very problem) votes beside this scope's nearest tuned keys
+/// ([`Predictor::predict_beside`]). Chosen on the AutoHeuristic A100/H100 data from 0, 0.5, 1
+/// and 2: with 10% to 90% of the H100's keys tuned, each beat this scope's keys alone (by 2.5
+/// points at 10%, 0.3 at 90% on TIMM shapes); 0.5 was best or within 0.1 of it throughout.
+pub const ELSEWHERE_DISTANCE: f64 = 0.5;
+
 /// What a prediction is made from and how.
 #[derive(Debug, Clone)]
 pub struct Predictor {
@@ -69,6 +76,9 @@ pub struct Neighbour {
     pub distance: f64,
     /// Its winner among the current candidates.
     pub winner: Option<CandidateId>,
+    /// Another scope's entry for the same key (another device's), voting beside this scope's
+    /// keys at [`ELSEWHERE_DISTANCE`] ([`Predictor::predict_beside`]).
+    pub elsewhere: bool,
 }
 
 /// The predicted ranking of a key's current candidates.
@@ -199,13 +209,92 @@ impl Predictor {
             return None;
         }
         let set = Current::new(current);
-        let mut selection = Selection::new(target, &set, self.neighbours, true);
+        let near = self.select_indexed(target, index, fresher, &set);
+        self.ranked(near, current, &set, true, &[])
+    }
+
+    /// [`Predictor::predict`] with `elsewhere`: the same key's entries under other scopes
+    /// (other devices), each voting beside this scope's nearest tuned keys as one more
+    /// neighbour at [`ELSEWHERE_DISTANCE`] (marked [`Neighbour::elsewhere`]). A device with a
+    /// few keys tuned predicts from its own keys and from what other devices measured for this
+    /// very problem. `None` when no key of this scope is comparable: that is a transfer
+    /// ([`Predictor::transfer`]), not this.
+    pub fn predict_beside<'a>(
+        &self,
+        target: &Fields,
+        tuned: impl IntoIterator<Item = &'a Entry>,
+        elsewhere: impl IntoIterator<Item = &'a Entry>,
+        current: &[CandidateId],
+    ) -> Option<Prediction> {
+        if current.is_empty() {
+            return None;
+        }
+        let set = Current::new(current);
+        let near = nearest(target, tuned, &set, self.neighbours, true);
+        self.beside(near, elsewhere, current, &set)
+    }
+
+    /// [`Predictor::predict_beside`] from an index of this scope's tuned keys and `fresher`
+    /// ones, as [`Predictor::predict_indexed`] takes them.
+    pub fn predict_indexed_beside<'a>(
+        &self,
+        target: &Fields,
+        index: &'a KeyIndex,
+        fresher: &'a [Arc<Entry>],
+        elsewhere: impl IntoIterator<Item = &'a Entry>,
+        current: &[CandidateId],
+    ) -> Option<Prediction> {
+        if current.is_empty() {
+            return None;
+        }
+        let set = Current::new(current);
+        let near = self.select_indexed(target, index, fresher, &set);
+        self.beside(near, elsewhere, current, &set)
+    }
+
+    /// This scope's nearest keys `near` and the other scopes' `elsewhere` voting together.
+    fn beside<'a>(
+        &self,
+        mut near: Vec<Near<'a>>,
+        elsewhere: impl IntoIterator<Item = &'a Entry>,
+        ids: &[CandidateId],
+        current: &Current<'_>,
+    ) -> Option<Prediction> {
+        if near.is_empty() {
+            return None;
+        }
+        let own = near.len();
+        near.extend(
+            elsewhere
+                .into_iter()
+                .filter(|e| measured_best(e, current).is_some())
+                .map(|e| (ELSEWHERE_DISTANCE, 0.0, e.fingerprint(), e)),
+        );
+        let mut p = self.ranked(near, ids, current, true, &[])?;
+        for n in &mut p.neighbours[own..] {
+            n.elsewhere = true;
+        }
+        // Nearest first, as everywhere (stable: this scope's key first at an equal distance).
+        p.neighbours
+            .sort_by(|a, b| a.distance.total_cmp(&b.distance));
+        Some(p)
+    }
+
+    /// The `k` nearest of `index` and `fresher` (see [`Predictor::predict_indexed`]).
+    fn select_indexed<'a>(
+        &self,
+        target: &Fields,
+        index: &'a KeyIndex,
+        fresher: &'a [Arc<Entry>],
+        set: &Current<'_>,
+    ) -> Vec<Near<'a>> {
+        let mut selection = Selection::new(target, set, self.neighbours, true);
         for e in fresher {
             selection.offer(e);
         }
         let skip: HashSet<_> = fresher.iter().map(|e| e.fingerprint()).collect();
         index.select(target, &mut selection, &skip);
-        self.ranked(selection.finish(), current, &set, true, &[])
+        selection.finish()
     }
 
     fn rank<'a>(
@@ -264,6 +353,7 @@ impl Predictor {
                 key: e.key().clone(),
                 distance: *d,
                 winner: measured_best(e, current).map(|(id, _)| id.clone()),
+                elsewhere: false,
             })
             .collect();
         Some(Prediction {

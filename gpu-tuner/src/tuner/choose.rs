@@ -433,21 +433,26 @@ impl<O: Operation> TunedInner<O> {
         .map(|c| c.id.clone())
     }
 
-    /// The predicted ranking of `current` for `ckey` from the tuned keys of this namespace
-    /// (see [`crate::predict`]); with none comparable here (a device never tuned), transferred
-    /// from the same key's results under other scopes (other devices: every one votes,
-    /// [`Prediction::transferred`]); `None` if neither exists.
+    /// The predicted ranking of `current` for `ckey` from the tuned keys of this namespace,
+    /// with the same key's results under other scopes (other devices) voting beside them
+    /// ([`Predictor::predict_beside`]); with no key comparable here (a device never tuned),
+    /// transferred from those results alone (every one votes, [`Prediction::transferred`]);
+    /// `None` if neither exists.
     pub(super) fn predict(&self, ckey: &Key, current: &[CandidateId]) -> Option<Prediction> {
         // This namespace's tuned keys, indexed (made again when they change: neighbours.rs).
         let (index, fresher) = self.neighbours.current(self.cache(), self.ns);
-        if let Some(p) =
-            Predictor::default().predict_indexed(ckey.fields(), &index, &fresher, current)
-        {
-            return Some(p);
-        }
         let elsewhere = self
             .cache()
             .lookup_other_scopes(self.ns, &ckey.fingerprint());
+        if let Some(p) = Predictor::default().predict_indexed_beside(
+            ckey.fields(),
+            &index,
+            &fresher,
+            elsewhere.iter().map(|(_, e)| e),
+            current,
+        ) {
+            return Some(p);
+        }
         let voters = Predictor {
             neighbours: elsewhere.len().max(1),
         };
