@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cache_core::Cache;
 use cache_core::cache_migrate::Migrations;
+use cache_core::{Cache, Store as _};
 use criterion::{Criterion, criterion_group, criterion_main};
 use gpu_tuner::cpu::{Matmul, MatmulKey};
 use gpu_tuner::{MeasureConfig, OpConfig, Tuner};
@@ -211,6 +211,69 @@ fn predict(c: &mut Criterion) {
             })
         },
     );
+    // A device with tuned keys of its own, and five others' results for the key beside them
+    // (what the tuner does on a miss once a device has any key tuned).
+    let others: Vec<Entry> = (0..5).map(|d| entry(target.clone(), 30, 7 + d)).collect();
+    c.bench_function(
+        "predict among 100k tuned keys, indexed, 5 devices' results beside (30 candidates)",
+        |b| {
+            b.iter(|| {
+                black_box(Predictor::default().predict_indexed_beside(
+                    &target,
+                    &index,
+                    &[],
+                    &others,
+                    &current,
+                ))
+            })
+        },
+    );
+    // What the tuner reads for them: the key under every other scope of the file (six
+    // devices of 20,000 keys each).
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("devices.tcache");
+    let ns = cache_core::Namespace::new("mm").expect("ns");
+    for d in 0..6u64 {
+        let scope = cache_core::cache_format::Scope::new(Fields::from([(
+            "device".to_owned(),
+            Value::Int(d as i64),
+        )]));
+        let cache = Cache::builder(Migrations::new("bench", 1))
+            .file(&path)
+            .ignore_env()
+            .scope(scope)
+            .refresh_interval(None)
+            .open();
+        for e in tuned.iter().take(20_000) {
+            cache.put(ns, e.clone());
+        }
+        cache.put(ns, entry(target.clone(), 30, d));
+        cache.close().expect("saved");
+    }
+    let device0 = Cache::builder(Migrations::new("bench", 1))
+        .file(&path)
+        .ignore_env()
+        .scope(cache_core::cache_format::Scope::new(Fields::from([(
+            "device".to_owned(),
+            Value::Int(0),
+        )])))
+        .refresh_interval(None)
+        .open();
+    let fp = Key::new(target.clone()).fingerprint();
+    assert_eq!(device0.lookup_other_scopes(ns, &fp).len(), 5);
+    c.bench_function("a key under the 5 other scopes of a 120k-entry file", |b| {
+        b.iter(|| black_box(device0.lookup_other_scopes(ns, &fp)))
+    });
+    // The same look where the file holds one device only (most caches): nothing to read.
+    let alone = dir.path().join("alone.tcache");
+    let single = open(&alone);
+    for e in tuned.iter().take(20_000) {
+        single.put(ns, e.clone());
+    }
+    single.flush().expect("saved");
+    c.bench_function("a key under the other scopes of a one-scope file", |b| {
+        b.iter(|| black_box(single.lookup_other_scopes(ns, &fp)))
+    });
     let space: Vec<CandidateId> = (0..4362)
         .map(|i| CandidateId::new("cfg", &[("i", i)]))
         .collect();
