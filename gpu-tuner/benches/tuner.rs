@@ -11,10 +11,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use cache_core::cache_format::{
+    Candidate, CandidateId, Entry, Fields, Fingerprint, Key, Origin, Scope, Stats, Value,
+};
 use cache_core::cache_migrate::Migrations;
-use cache_core::{Cache, Store as _};
+use cache_core::{Cache, Namespace, Store as _};
 use criterion::{Criterion, criterion_group, criterion_main};
 use gpu_tuner::cpu::{Matmul, MatmulKey};
+use gpu_tuner::predict::{KeyIndex, Predictor};
 use gpu_tuner::{MeasureConfig, OpConfig, Tuner};
 
 fn open(path: &std::path::Path) -> Arc<Cache> {
@@ -140,65 +144,68 @@ fn nvrtc(_: &mut Criterion) {
     println!("nvrtc benchmarks skipped: built without the cuda feature");
 }
 
-/// A prediction for a key never tuned among 100,000 tuned keys (m, n, k and a dtype; 30
-/// candidates each, as an Inductor mm), and a transfer from five devices' results for a
-/// key of 4,362 candidates (a Kernel Tuner space).
-fn predict(c: &mut Criterion) {
-    use cache_core::cache_format::{
-        Candidate, CandidateId, Entry, Fields, Fingerprint, Key, Origin, Stats, Value,
-    };
-    use gpu_tuner::predict::{KeyIndex, Predictor};
-
-    let entry = |fields: Fields, n: usize, seed: u64| {
-        let candidates = (0..n).map(|i| {
-            let t = 1000.0 + ((seed.wrapping_mul(2_654_435_761) ^ i as u64) % 997) as f64;
-            let stats = Stats {
-                median_ns: t,
-                min_ns: t,
-                spread_ns: 0.0,
-                samples: 3,
-            };
-            Candidate::measured(
-                "cfg",
-                Fields::from([("i".to_owned(), Value::Int(i as i64))]),
-                stats,
-            )
-        });
-        Entry::new(
-            Key::new(fields),
-            Fingerprint::default(),
-            Origin::Measured("bench".into()),
-            0,
-            candidates,
+/// An entry of `n` candidates `cfg {"i": ..}` timed from `seed`.
+fn timed_entry(fields: Fields, n: usize, seed: u64) -> Entry {
+    let candidates = (0..n).map(|i| {
+        let t = 1000.0 + ((seed.wrapping_mul(2_654_435_761) ^ i as u64) % 997) as f64;
+        let stats = Stats {
+            median_ns: t,
+            min_ns: t,
+            spread_ns: 0.0,
+            samples: 3,
+        };
+        Candidate::measured(
+            "cfg",
+            Fields::from([("i".to_owned(), Value::Int(i as i64))]),
+            stats,
         )
-    };
-    let mm = |m: i64, n: i64, k: i64| {
-        Fields::from([
-            ("m".to_owned(), Value::Int(m)),
-            ("n".to_owned(), Value::Int(n)),
-            ("k".to_owned(), Value::Int(k)),
-            ("dtype".to_owned(), Value::from("f16")),
-        ])
-    };
-    let tuned: Vec<Entry> = (0..100_000u64)
+    });
+    Entry::new(
+        Key::new(fields),
+        Fingerprint::default(),
+        Origin::Measured("bench".into()),
+        0,
+        candidates,
+    )
+}
+
+/// The key of an f16 mm.
+fn mm(m: i64, n: i64, k: i64) -> Fields {
+    Fields::from([
+        ("m".to_owned(), Value::Int(m)),
+        ("n".to_owned(), Value::Int(n)),
+        ("k".to_owned(), Value::Int(k)),
+        ("dtype".to_owned(), Value::from("f16")),
+    ])
+}
+
+/// 100,000 tuned mm keys of 30 candidates each, as an Inductor mm, and those candidates.
+fn tuned_keys() -> (Vec<Entry>, Vec<CandidateId>) {
+    let tuned = (0..100_000u64)
         .map(|i| {
             let (m, n, k) = (
                 64 + (i % 97) * 37,
                 64 + (i / 97 % 89) * 41,
                 64 + (i % 83) * 53,
             );
-            entry(mm(m as i64, n as i64, k as i64), 30, i)
+            timed_entry(mm(m as i64, n as i64, k as i64), 30, i)
         })
         .collect();
-    let current: Vec<CandidateId> = (0..30)
+    let current = (0..30)
         .map(|i| CandidateId::new("cfg", &[("i", i)]))
         .collect();
+    (tuned, current)
+}
+
+/// A prediction for a key never tuned among 100,000 tuned keys, and a transfer from five
+/// devices' results for a key of 4,362 candidates (a Kernel Tuner space).
+fn predict(c: &mut Criterion) {
+    let (tuned, current) = tuned_keys();
     let target = mm(1000, 2000, 3000);
     c.bench_function("predict among 100k tuned keys (30 candidates)", |b| {
         b.iter(|| black_box(Predictor::default().predict(&target, &tuned, &current)))
     });
-    let shared: Vec<std::sync::Arc<Entry>> =
-        tuned.iter().cloned().map(std::sync::Arc::new).collect();
+    let shared: Vec<Arc<Entry>> = tuned.iter().cloned().map(Arc::new).collect();
     c.bench_function("index 100k tuned keys", |b| {
         b.iter(|| black_box(KeyIndex::new(shared.iter().cloned())))
     });
@@ -211,9 +218,28 @@ fn predict(c: &mut Criterion) {
             })
         },
     );
-    // A device with tuned keys of its own, and five others' results for the key beside them
-    // (what the tuner does on a miss once a device has any key tuned).
-    let others: Vec<Entry> = (0..5).map(|d| entry(target.clone(), 30, 7 + d)).collect();
+    let space: Vec<CandidateId> = (0..4362)
+        .map(|i| CandidateId::new("cfg", &[("i", i)]))
+        .collect();
+    let devices: Vec<Entry> = (0..5)
+        .map(|d| timed_entry(mm(4096, 4096, 1), 4362, d))
+        .collect();
+    let key = mm(4096, 4096, 1);
+    c.bench_function("transfer from 5 devices (4,362 candidates)", |b| {
+        b.iter(|| black_box(Predictor { neighbours: 5 }.transfer(&key, &devices, &space)))
+    });
+}
+
+/// A device with tuned keys of its own and five others' results for the key beside them
+/// (what the tuner does on a miss once a device has any key tuned), and what the miss reads
+/// for them: the key under every other scope of a file of six devices.
+fn beside(c: &mut Criterion) {
+    let (tuned, current) = tuned_keys();
+    let target = mm(1000, 2000, 3000);
+    let index = KeyIndex::new(tuned.iter().cloned().map(Arc::new));
+    let others: Vec<Entry> = (0..5)
+        .map(|d| timed_entry(target.clone(), 30, 7 + d))
+        .collect();
     c.bench_function(
         "predict among 100k tuned keys, indexed, 5 devices' results beside (30 candidates)",
         |b| {
@@ -228,45 +254,34 @@ fn predict(c: &mut Criterion) {
             })
         },
     );
-    // What the tuner reads for them: the key under every other scope of the file (six
-    // devices of 20,000 keys each).
     let dir = tempfile::tempdir().expect("dir");
-    let path = dir.path().join("devices.tcache");
-    let ns = cache_core::Namespace::new("mm").expect("ns");
-    for d in 0..6u64 {
-        let scope = cache_core::cache_format::Scope::new(Fields::from([(
-            "device".to_owned(),
-            Value::Int(d as i64),
-        )]));
-        let cache = Cache::builder(Migrations::new("bench", 1))
-            .file(&path)
+    let ns = Namespace::new("mm").expect("ns");
+    let device = |d: i64| Scope::new(Fields::from([("device".to_owned(), Value::Int(d))]));
+    let open_as = |path: &std::path::Path, scope: Scope| {
+        Cache::builder(Migrations::new("bench", 1))
+            .file(path)
             .ignore_env()
             .scope(scope)
             .refresh_interval(None)
-            .open();
+            .open()
+    };
+    let path = dir.path().join("devices.tcache");
+    for d in 0..6 {
+        let cache = open_as(&path, device(d));
         for e in tuned.iter().take(20_000) {
             cache.put(ns, e.clone());
         }
-        cache.put(ns, entry(target.clone(), 30, d));
+        cache.put(ns, timed_entry(target.clone(), 30, d as u64));
         cache.close().expect("saved");
     }
-    let device0 = Cache::builder(Migrations::new("bench", 1))
-        .file(&path)
-        .ignore_env()
-        .scope(cache_core::cache_format::Scope::new(Fields::from([(
-            "device".to_owned(),
-            Value::Int(0),
-        )])))
-        .refresh_interval(None)
-        .open();
+    let device0 = open_as(&path, device(0));
     let fp = Key::new(target.clone()).fingerprint();
     assert_eq!(device0.lookup_other_scopes(ns, &fp).len(), 5);
     c.bench_function("a key under the 5 other scopes of a 120k-entry file", |b| {
         b.iter(|| black_box(device0.lookup_other_scopes(ns, &fp)))
     });
     // The same look where the file holds one device only (most caches): nothing to read.
-    let alone = dir.path().join("alone.tcache");
-    let single = open(&alone);
+    let single = open_as(&dir.path().join("alone.tcache"), device(0));
     for e in tuned.iter().take(20_000) {
         single.put(ns, e.clone());
     }
@@ -274,15 +289,7 @@ fn predict(c: &mut Criterion) {
     c.bench_function("a key under the other scopes of a one-scope file", |b| {
         b.iter(|| black_box(single.lookup_other_scopes(ns, &fp)))
     });
-    let space: Vec<CandidateId> = (0..4362)
-        .map(|i| CandidateId::new("cfg", &[("i", i)]))
-        .collect();
-    let devices: Vec<Entry> = (0..5).map(|d| entry(mm(4096, 4096, 1), 4362, d)).collect();
-    let key = mm(4096, 4096, 1);
-    c.bench_function("transfer from 5 devices (4,362 candidates)", |b| {
-        b.iter(|| black_box(Predictor { neighbours: 5 }.transfer(&key, &devices, &space)))
-    });
 }
 
-criterion_group!(benches, dispatch, predict, nvrtc);
+criterion_group!(benches, dispatch, predict, beside, nvrtc);
 criterion_main!(benches);
