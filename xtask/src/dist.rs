@@ -79,8 +79,7 @@ pub(crate) fn build(root: &Path, dev: bool, out: &Path) -> anyhow::Result<Artifa
 /// artifact is moved from it into `out` (the same file system: a rename).
 struct Staging {
     out: PathBuf,
-    dir: PathBuf,
-    _made: tempfile::TempDir,
+    made: tempfile::TempDir,
 }
 
 impl Staging {
@@ -91,14 +90,18 @@ impl Staging {
             .with_context(|| format!("cannot create a staging folder in {}", out.display()))?;
         Ok(Staging {
             out: out.to_owned(),
-            dir: made.path().to_owned(),
-            _made: made,
+            made,
         })
+    }
+
+    /// The staging folder.
+    fn dir(&self) -> &Path {
+        self.made.path()
     }
 
     /// A new folder `name` in the staging folder.
     fn folder(&self, name: &str) -> anyhow::Result<PathBuf> {
-        let dir = self.dir.join(name);
+        let dir = self.dir().join(name);
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
         Ok(dir)
@@ -160,7 +163,7 @@ fn checked(cmd: &mut Command, what: &str) -> anyhow::Result<Vec<u8>> {
 /// `out/name.tar.gz` of the staged folder `name`, entries sorted and owned by root, so the
 /// same files give the same archive.
 fn tar(work: &Staging, name: &str) -> anyhow::Result<PathBuf> {
-    let archive = work.dir.join(format!("{name}.tar.gz"));
+    let archive = work.dir().join(format!("{name}.tar.gz"));
     checked(
         Command::new("tar")
             .arg("-czf")
@@ -172,7 +175,7 @@ fn tar(work: &Staging, name: &str) -> anyhow::Result<PathBuf> {
                 "--numeric-owner",
                 "-C",
             ])
-            .arg(&work.dir)
+            .arg(work.dir())
             .arg(name),
         "tar",
     )?;

@@ -166,32 +166,12 @@ mod tests {
             .collect();
         let entries: Vec<Entry> = (0..200i64)
             .map(|i| {
-                let key = Key::new(Fields::from([("m".to_owned(), Value::Int(1000 + i))]));
-                let probe = Entry::new(
-                    key.clone(),
-                    Fingerprint::default(),
-                    Origin::Measured("t".into()),
-                    0,
-                    [],
-                );
-                let fold = fold_of(&probe, FOLDS);
-                let candidates = ids.iter().enumerate().map(|(f, id)| {
-                    let median = if f == fold { 10.0 } else { 20.0 + f as f64 };
-                    let stats = Stats {
-                        median_ns: median,
-                        min_ns: median,
-                        spread_ns: 0.0,
-                        samples: 3,
-                    };
-                    Candidate::measured(&id.algorithm, Fields::new(), stats)
-                });
-                Entry::new(
-                    key,
-                    Fingerprint::default(),
-                    Origin::Measured("t".into()),
-                    0,
-                    candidates,
-                )
+                // The fold of the key (by its fingerprint alone: no candidates needed).
+                let fold = fold_of(&timed(1000 + i, &[], &[]), FOLDS);
+                let medians: Vec<f64> = (0..FOLDS)
+                    .map(|f| if f == fold { 10.0 } else { 20.0 + f as f64 })
+                    .collect();
+                timed(1000 + i, &ids, &medians)
             })
             .collect();
         let methods = Methods {
