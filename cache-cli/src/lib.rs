@@ -14,6 +14,7 @@ mod args;
 mod cmd;
 mod config;
 mod context;
+mod damage;
 pub mod exit;
 mod interrupt;
 mod options;

@@ -34,92 +34,127 @@ pub struct BundleWritten {
     pub bytes: u64,
 }
 
-/// Writes a bundle of `entries` (scope, namespace, entry, in table-key order: what
-/// [`Inspection::in_key_order`] gives) at `output`, at `registry`'s application and current
-/// schema. `created`: the manifest's time (`None`: the latest entry's). Each entry is checked
-/// as `try_put` checks it; the table is read back whole before the bundle is written, so no
-/// bytes a reader refuses are ever shipped. Replaces a regular file at `output`, nothing else.
-pub fn write_bundle(
-    output: &Path,
-    registry: &Migrations,
-    entries: impl IntoIterator<Item = (Scope, String, Entry)>,
-    created: Option<u64>,
-    producer: &str,
-    limits: &Limits,
-) -> Result<BundleWritten, StoreError> {
-    crate::fsio::check_regular(output)?;
-    let dir = crate::fsio::parent_dir(output);
-    let table = crate::spill::anonymous_file(&dir)?;
-    let mut out = BufWriter::with_capacity(1 << 20, &table);
-    let mut builder = TableBuilder::new(registry.app(), registry.current(), None);
-    let mut manifest = ManifestBuilder::default();
-    let mut latest = 0u64;
-    let io = |e: std::io::Error| StoreError::io("write the bundle's table beside", output, e);
-    for (scope, ns, entry) in entries {
-        crate::cache::check_entry(&scope, &ns, &entry, limits).map_err(|reason| {
+/// Writes a bundle (see the module docs): entries are added in table-key order (what
+/// [`Inspection::in_key_order`] gives) at a registry's application and current schema, into a
+/// table in an anonymous file beside the output; [`BundleWriter::finish`] reads the table back
+/// whole (so no bytes a reader refuses are ever shipped) and only then writes the bundle.
+/// Dropped without `finish`, nothing is written. Replaces a regular file at the output,
+/// nothing else.
+#[derive(Debug)]
+pub struct BundleWriter {
+    output: std::path::PathBuf,
+    app: String,
+    schema: u32,
+    limits: Limits,
+    out: BufWriter<File>,
+    builder: TableBuilder,
+    manifest: ManifestBuilder,
+    latest: u64,
+}
+
+impl BundleWriter {
+    /// A writer of the bundle `output` at `registry`'s application and current schema.
+    pub fn create(
+        output: &Path,
+        registry: &Migrations,
+        limits: &Limits,
+    ) -> Result<BundleWriter, StoreError> {
+        crate::fsio::check_regular(output)?;
+        let dir = crate::fsio::parent_dir(output);
+        let table = crate::spill::anonymous_file(&dir)?;
+        Ok(BundleWriter {
+            output: output.to_owned(),
+            app: registry.app().to_owned(),
+            schema: registry.current(),
+            limits: *limits,
+            out: BufWriter::with_capacity(1 << 20, table),
+            builder: TableBuilder::new(registry.app(), registry.current(), None),
+            manifest: ManifestBuilder::default(),
+            latest: 0,
+        })
+    }
+
+    fn io(&self, e: std::io::Error) -> StoreError {
+        StoreError::io("write the bundle's table beside", &self.output, e)
+    }
+
+    /// Adds `entry` of namespace `ns` in `scope`, after every entry added before it in
+    /// table-key order; checked as `try_put` checks it.
+    pub fn add(&mut self, scope: &Scope, ns: &str, entry: &Entry) -> Result<(), StoreError> {
+        crate::cache::check_entry(scope, ns, entry, &self.limits).map_err(|reason| {
             StoreError::Refused {
-                namespace: ns.clone(),
+                namespace: ns.to_owned(),
                 reason,
             }
         })?;
-        builder
-            .add_entry(&scope, &ns, &entry)
-            .map_err(|e| crate::tablefile::format_error(output, e))?;
-        manifest.add(&scope, &ns, &entry);
-        latest = latest.max(entry.recorded_at());
-        let chunk = builder.take_output_if(1 << 20);
-        out.write_all(&chunk).map_err(io)?;
+        self.builder
+            .add_entry(scope, ns, entry)
+            .map_err(|e| crate::tablefile::format_error(&self.output, e))?;
+        self.manifest.add(scope, ns, entry);
+        self.latest = self.latest.max(entry.recorded_at());
+        let chunk = self.builder.take_output_if(1 << 20);
+        self.out.write_all(&chunk).map_err(|e| self.io(e))
     }
-    let chunk = builder.take_output();
-    out.write_all(&chunk).map_err(io)?;
-    let (rest, slot, _) = builder.finish();
-    out.write_all(&rest).map_err(io)?;
-    out.flush().map_err(io)?;
-    drop(out);
-    table.write_all_at(&slot, SLOT_A).map_err(io)?;
-    let len = table.metadata().map_err(io)?.len();
-    // Read back: every byte a reader would use.
-    let file = Arc::new(table);
-    let t = Table::open(FileBytes::whole(Arc::clone(&file)), limits)
-        .map_err(|e| crate::tablefile::table_error(output, e))?;
-    let report = check_table(&t, |_, _, _| ControlFlow::Continue(()));
-    if let Some(first) = report.problems.first() {
-        return Err(crate::tablefile::format_error(
-            output,
-            FormatError::Invalid {
-                what: "bundle",
-                detail: format!("the table would not read back ({first}); nothing was written"),
-            },
-        ));
+
+    /// Writes the bundle: `created` is the manifest's time (`None`: the latest entry's),
+    /// `producer` who made it.
+    pub fn finish(
+        mut self,
+        created: Option<u64>,
+        producer: &str,
+    ) -> Result<BundleWritten, StoreError> {
+        let output = self.output.clone();
+        let io = |e: std::io::Error| StoreError::io("write the bundle's table beside", &output, e);
+        let chunk = self.builder.take_output();
+        self.out.write_all(&chunk).map_err(io)?;
+        let (rest, slot, _) = self.builder.finish();
+        self.out.write_all(&rest).map_err(io)?;
+        let table = self.out.into_inner().map_err(|e| io(e.into_error()))?;
+        table.write_all_at(&slot, SLOT_A).map_err(io)?;
+        let len = table.metadata().map_err(io)?.len();
+        // Read back: every byte a reader would use.
+        let file = Arc::new(table);
+        let t = Table::open(FileBytes::whole(Arc::clone(&file)), &self.limits)
+            .map_err(|e| crate::tablefile::table_error(&output, e))?;
+        let report = check_table(&t, |_, _, _| ControlFlow::Continue(()));
+        if let Some(first) = report.problems.first() {
+            return Err(crate::tablefile::format_error(
+                &output,
+                FormatError::Invalid {
+                    what: "bundle",
+                    detail: format!("the table would not read back ({first}); nothing was written"),
+                },
+            ));
+        }
+        let (crc, sha) = digests(&file, 0, len).map_err(io)?;
+        let manifest = self.manifest.finish(
+            &self.app,
+            self.schema,
+            cache_format::FORMAT_VERSION,
+            sha,
+            created.unwrap_or(self.latest / 1000),
+            producer,
+        );
+        let mut bundle = AtomicFile::create(&output, true)?;
+        let head = bundle_head(&manifest, len);
+        bundle.write_all(&head)?;
+        let mut at = 0;
+        let mut buf = vec![0u8; 1 << 20];
+        while at < len {
+            let n = (len - at).min(buf.len() as u64) as usize;
+            file.read_exact_at(&mut buf[..n], at).map_err(io)?;
+            bundle.write_all(&buf[..n])?;
+            at += n as u64;
+        }
+        let mut tail = vec![0xce];
+        tail.extend_from_slice(&crc.to_be_bytes());
+        bundle.write_all(&tail)?;
+        bundle.commit()?;
+        Ok(BundleWritten {
+            manifest,
+            bytes: head.len() as u64 + len + 5,
+        })
     }
-    let (crc, sha) = digests(&file, 0, len).map_err(io)?;
-    let manifest = manifest.finish(
-        registry.app(),
-        registry.current(),
-        cache_format::FORMAT_VERSION,
-        sha,
-        created.unwrap_or(latest / 1000),
-        producer,
-    );
-    let mut bundle = AtomicFile::create(output, true)?;
-    let head = bundle_head(&manifest, len);
-    bundle.write_all(&head)?;
-    let mut at = 0;
-    let mut buf = vec![0u8; 1 << 20];
-    while at < len {
-        let n = (len - at).min(buf.len() as u64) as usize;
-        file.read_exact_at(&mut buf[..n], at).map_err(io)?;
-        bundle.write_all(&buf[..n])?;
-        at += n as u64;
-    }
-    let mut tail = vec![0xce];
-    tail.extend_from_slice(&crc.to_be_bytes());
-    bundle.write_all(&tail)?;
-    bundle.commit()?;
-    Ok(BundleWritten {
-        manifest,
-        bytes: head.len() as u64 + len + 5,
-    })
 }
 
 /// The CRC-32 and SHA-256 (lower-case hex) of `len` bytes of `file` from `at`, read a chunk

@@ -15,7 +15,7 @@ use cache_core::cache_format::{
     Candidate, Entry, Fields, Fingerprint, Key, Limits, Origin, Scope, Stats, Value, now_millis,
 };
 use cache_core::cache_migrate::Migrations;
-use cache_core::{Cache, Namespace, Store, write_bundle};
+use cache_core::{BundleWriter, Cache, Namespace, Store};
 use cache_remote::{Generations, RemoteBuilder as _, RemoteCache as _};
 
 fn registry() -> Migrations {
@@ -119,18 +119,12 @@ fn main() {
     // A bundle is written in key order (one scope and namespace here: key fingerprint order).
     let mut sorted: Vec<Entry> = (0..100_000u64).map(entry).collect();
     sorted.sort_by_key(Entry::fingerprint);
-    let entries = sorted
-        .into_iter()
-        .map(|e| (scope(), "matmul".to_owned(), e));
-    write_bundle(
-        &bundle,
-        &registry(),
-        entries,
-        Some(0),
-        "bench",
-        &Limits::default(),
-    )
-    .expect("bundle");
+    let mut writer =
+        BundleWriter::create(&bundle, &registry(), &Limits::default()).expect("bundle");
+    for e in sorted {
+        writer.add(&scope(), "matmul", &e).expect("added");
+    }
+    writer.finish(Some(0), "bench").expect("bundle");
     let store =
         cache_remote::S3Remote::open("s3://bench/tier", |k| std::env::var(k).ok()).expect("s3");
     let generations = Generations::new(store);

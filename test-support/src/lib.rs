@@ -4,6 +4,7 @@
 //! - [`child`]: the test binary re-executed as a child process in a named role, killed when
 //!   its guard drops, speaking a line protocol on stdout;
 //! - [`cli`]: runs the `tunecache` binary with a clean environment;
+//! - [`craft`]: hostile tables written by hand from FORMAT.md (a DAG, a node naming itself);
 //! - [`skip`]: the rule for tests that need something the machine may lack (a GPU library,
 //!   Python): skip loudly on a developer's machine, fail in CI;
 //! - [`env`](mod@env): an environment with no `TUNECACHE_*` variable, for every process a test starts;
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 pub mod browser;
 pub mod child;
 pub mod cli;
+pub mod craft;
 pub mod env;
 pub mod example;
 pub mod redis_server;

@@ -12,13 +12,14 @@ use serde::Serialize;
 
 use cache_core::cache_migrate::Migrations;
 use cache_core::{
-    AppendOptions, BundleCheck, Inspection, Spill, check_bundle, merge_built_into_file,
-    open_bundle, write_bundle,
+    AppendOptions, BundleCheck, BundleWriter, Inspection, Spill, check_bundle,
+    merge_built_into_file, open_bundle,
 };
 use cache_format::bundle::Manifest;
 use cache_format::{Limits, Scope};
 
 use crate::context::{Context, saving};
+use crate::damage::Damage;
 use crate::exit;
 use crate::options::WaitArgs;
 use crate::output::{Out, Report, say};
@@ -58,6 +59,11 @@ struct CreateArgs {
     /// Who made it, for the manifest (e.g. a CI job's name)
     #[arg(long, default_value = "tunecache")]
     producer: String,
+    /// Write the bundle even if the cache is damaged: without what could not be read (each
+    /// lost block and what it cost is said on stderr). Without it, a damaged cache writes
+    /// nothing and exits 3
+    #[arg(long)]
+    allow_damaged: bool,
 }
 
 #[derive(Debug, Args)]
@@ -178,26 +184,32 @@ impl CreateArgs {
                 })?),
                 Err(_) => None,
             };
-        // Streamed: the cache's entries in key order, filtered, into the bundle's table.
-        let entries = found
-            .in_key_order()
-            .filter(|(_, scope, ns, _)| {
-                want.as_ref().is_none_or(|w| w == scope)
-                    && (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == ns))
-            })
-            .map(|(_, scope, ns, entry)| (scope, ns, entry));
         if self.output.file_name().is_none() {
             bail!("the output needs a file name: {}", self.output.display());
         }
-        let written = write_bundle(
+        let not_written = || format!("the bundle was not written to {}", self.output.display());
+        // Streamed: the cache's entries in key order, filtered, into the bundle's table.
+        let mut writer = BundleWriter::create(
             &self.output,
             &Migrations::new(app, schema),
-            entries,
-            created,
-            &self.producer,
             &Limits::default(),
         )
-        .with_context(|| format!("the bundle was not written to {}", self.output.display()))?;
+        .with_context(not_written)?;
+        let mut walk = found.in_key_order();
+        for (_, scope, ns, entry) in walk.by_ref() {
+            if want.as_ref().is_none_or(|w| *w == scope)
+                && (self.namespaces.is_empty() || self.namespaces.contains(&ns))
+            {
+                writer.add(&scope, &ns, &entry).with_context(not_written)?;
+            }
+        }
+        let damage = Damage::of([found.problems.as_slice(), walk.problems()]);
+        if let Some(code) = damage.refuse("the bundle", self.allow_damaged) {
+            return Ok(code);
+        }
+        let written = writer
+            .finish(created, &self.producer)
+            .with_context(not_written)?;
         let mut report = empty_report(&self.output);
         report.bytes = Some(written.bytes);
         report.pace = Some(Pace::since(started, written.manifest.entries));

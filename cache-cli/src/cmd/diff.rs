@@ -15,6 +15,7 @@ use cache_core::KeyedEntry;
 use cache_format::{Candidate, CandidateId, Entry, Outcome};
 
 use crate::context::Context;
+use crate::damage::Damage;
 use crate::exit;
 use crate::output::{Out, Report};
 use crate::progress::Pace;
@@ -102,6 +103,9 @@ struct DiffReport {
     /// Keys compared, and how fast.
     #[serde(skip_serializing_if = "Option::is_none")]
     pace: Option<Pace>,
+    /// What could not be read of either cache (the diff is then incomplete: exit 3).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    damaged: Vec<String>,
 }
 
 impl DiffArgs {
@@ -124,7 +128,15 @@ impl DiffArgs {
             );
         }
         // Streamed: both caches in key order, joined key by key.
-        let mut report = diff(a.in_key_order(), b.in_key_order());
+        let (mut walk_a, mut walk_b) = (a.in_key_order(), b.in_key_order());
+        let mut report = diff(&mut walk_a, &mut walk_b);
+        let damage = Damage::of([
+            a.problems.as_slice(),
+            walk_a.problems(),
+            b.problems.as_slice(),
+            walk_b.problems(),
+        ]);
+        report.damaged = damage.lines().to_vec();
         report.a = self.a;
         report.b = self.b;
         report.failed_on = self
@@ -140,7 +152,10 @@ impl DiffArgs {
             report.counts.values().sum::<usize>() as u64,
         ));
         out.report(&report, ctx.json)?;
-        Ok(if report.failed_on.is_empty() {
+        damage.say(
+            "the diff is of what could be read; keys under the damage may show as only in one",
+        );
+        Ok(if report.failed_on.is_empty() && damage.is_empty() {
             exit::OK
         } else {
             exit::PROBLEMS
@@ -212,6 +227,7 @@ fn diff(a: impl Iterator<Item = KeyedEntry>, b: impl Iterator<Item = KeyedEntry>
         changes,
         failed_on: Vec::new(),
         pace: None,
+        damaged: Vec::new(),
     }
 }
 

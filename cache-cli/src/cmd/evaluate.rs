@@ -177,7 +177,7 @@ impl EvaluateArgs {
             }
             ControlFlow::Continue(())
         }) {
-            crate::output::say(problem);
+            crate::output::say(format_args!("damaged: {problem}"));
         }
         let default = self.default.as_ref().map(|a| CandidateId::new(a, &[]));
         let predictor = Predictor {

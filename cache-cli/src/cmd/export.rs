@@ -11,6 +11,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::context::Context;
+use crate::damage::Damage;
 use crate::exit;
 use crate::output::{Out, Report, say};
 use crate::progress::{Pace, Progress};
@@ -105,12 +106,6 @@ impl ExportArgs {
             return self.configs(to, ctx, out);
         }
         let found = ctx.inspect(&ctx.path()?)?;
-        if !found.problems.is_empty() {
-            say(format_args!(
-                "warning: exporting what is readable; `tunecache verify` lists {} problems",
-                found.problems.len()
-            ));
-        }
         // Each line says the application and schema it is written in (as stored), so an
         // import elsewhere can pass it through the version gate.
         let version = found
@@ -132,7 +127,7 @@ impl ExportArgs {
         let mut exported = 0usize;
         let mut failed: anyhow::Result<()> = Ok(());
         if self.output.as_os_str() == "-" {
-            found.for_each_entry(|scope, ns, entry| {
+            let walked = found.for_each_entry(|scope, ns, entry| {
                 if out.closed() {
                     return ControlFlow::Break(());
                 }
@@ -145,7 +140,10 @@ impl ExportArgs {
                 }
             });
             failed?;
-            return Ok(exit::OK);
+            if out.closed() {
+                return Ok(exit::OK);
+            }
+            return Ok(said(&found.problems, &walked));
         }
         let file = std::fs::File::create(&self.output)
             .with_context(|| format!("cannot write {}", self.output.display()))?;
@@ -153,7 +151,7 @@ impl ExportArgs {
         let (counts, _) = found.counts();
         let total: usize = counts.values().flat_map(|n| n.values()).sum();
         let mut progress = Progress::new("exporting", Some(total as u64), false, ctx.json);
-        found.for_each_entry(|scope, ns, entry| {
+        let walked = found.for_each_entry(|scope, ns, entry| {
             progress.advance(1);
             let line = cache_format::json::line(scope, ns, entry, version);
             match writeln!(writer, "{line}") {
@@ -171,16 +169,27 @@ impl ExportArgs {
             .and_then(|()| writer.flush().map_err(Into::into))
             .with_context(|| format!("cannot write {}", self.output.display()))?;
         let pace = progress.finish();
+        let damage = Damage::of([found.problems.as_slice(), walked.as_slice()]);
         let report = ExportReport {
             exported,
             pace,
-            path: found.path,
+            path: found.path.clone(),
             output: self.output,
-            problems: found.problems.len(),
+            problems: damage.len(),
         };
         out.item(&report, ctx.json)?;
-        Ok(exit::OK)
+        Ok(said(&found.problems, &walked))
     }
+}
+
+/// Says what an export could not read, and its exit code: 3 if anything is missing.
+fn said(found: &[String], walked: &[String]) -> u8 {
+    let damage = Damage::of([found, walked]);
+    if damage.is_empty() {
+        return exit::OK;
+    }
+    damage.say("exported what could be read; what is listed above is not in the output");
+    exit::PROBLEMS
 }
 
 impl Report for ExportReport {

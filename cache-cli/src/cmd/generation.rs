@@ -11,12 +11,13 @@ use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
+use cache_core::BundleWriter;
 use cache_core::cache_format::{Limits, now_millis};
 use cache_core::cache_migrate::Migrations;
-use cache_core::write_bundle;
 use cache_remote::{Generations, S3Remote};
 
 use crate::context::Context;
+use crate::damage::Damage;
 use crate::exit;
 use crate::options::usage;
 use crate::output::{Out, Report};
@@ -34,7 +35,12 @@ pub(crate) struct GenerationArgs {
 #[derive(Debug, Subcommand)]
 enum Action {
     /// Publish the cache file as a generation and make it the current one
-    Snapshot,
+    Snapshot {
+        /// Publish even if the cache is damaged: without what could not be read (each lost
+        /// block is said on stderr). Without it, a damaged cache publishes nothing and exits 3
+        #[arg(long)]
+        allow_damaged: bool,
+    },
     /// The generations in the bucket, and the current one
     List,
     /// Download a generation (default: the current one) into the cache's folder, verified
@@ -151,7 +157,7 @@ impl GenerationArgs {
             ..GenerationReport::default()
         };
         match self.action {
-            Action::Snapshot => {
+            Action::Snapshot { allow_damaged } => {
                 let path = ctx.path()?;
                 let found = ctx.inspect_as_read(&path)?;
                 let Some((app, schema)) = ctx.version_as_read(&found) else {
@@ -162,20 +168,26 @@ impl GenerationArgs {
                 std::fs::create_dir_all(&dir)
                     .with_context(|| format!("cannot create {}", dir.display()))?;
                 let bundle = dir.join(format!(".snapshot.{}.tcb", std::process::id()));
-                let entries = found
-                    .in_key_order()
-                    .map(|(_, scope, ns, entry)| (scope, ns, entry));
                 // Reproducible: the same entries give the same bytes, so the same generation.
-                let created = Some(0);
-                write_bundle(
+                let not_written =
+                    || format!("the generation of {} was not written", path.display());
+                let mut writer = BundleWriter::create(
                     &bundle,
                     &Migrations::new(app, schema),
-                    entries,
-                    created,
-                    "tunecache generation",
                     &Limits::default(),
                 )
-                .with_context(|| format!("the generation of {} was not written", path.display()))?;
+                .with_context(not_written)?;
+                let mut walk = found.in_key_order();
+                for (_, scope, ns, entry) in walk.by_ref() {
+                    writer.add(&scope, &ns, &entry).with_context(not_written)?;
+                }
+                let damage = Damage::of([found.problems.as_slice(), walk.problems()]);
+                if let Some(code) = damage.refuse("the generation", allow_damaged) {
+                    return Ok(code);
+                }
+                writer
+                    .finish(Some(0), "tunecache generation")
+                    .with_context(not_written)?;
                 let published = generations.publish(&bundle, timeout);
                 let id = match published {
                     Ok(id) => id,

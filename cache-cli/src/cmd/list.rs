@@ -10,6 +10,7 @@ use cache_format::json::{JsonCandidate, candidate_json};
 use cache_format::{Entry, Fields, Outcome};
 
 use crate::context::Context;
+use crate::damage::Damage;
 use crate::exit;
 use crate::output::{Out, Report};
 use crate::render::{fmt_ns, scope_filter, short};
@@ -49,8 +50,9 @@ impl ListArgs {
         // of a few entries costs a few entries.
         let mut left = self.limit.unwrap_or(usize::MAX);
         let mut failed: anyhow::Result<()> = Ok(());
+        let mut walked = Vec::new();
         if left > 0 {
-            found.for_each_entry(|s, n, e| {
+            walked = found.for_each_entry(|s, n, e| {
                 if self.namespace.as_deref().is_some_and(|want| n != want)
                     || scope.as_ref().is_some_and(|want| s != want)
                 {
@@ -78,7 +80,12 @@ impl ListArgs {
             });
         }
         failed?;
-        Ok(exit::OK)
+        let damage = Damage::of([found.problems.as_slice(), walked.as_slice()]);
+        if damage.is_empty() || out.closed() {
+            return Ok(exit::OK);
+        }
+        damage.say("listed what could be read; what is listed above is missing");
+        Ok(exit::PROBLEMS)
     }
 }
 

@@ -8,11 +8,12 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use serde::Serialize;
 
-use cache_core::TableWriter;
 use cache_core::cache_migrate::Migrations;
+use cache_core::{Inspection, KeyedEntry, TableWriter};
 use cache_format::{Entry, Limits, Outcome, Scope, now_millis};
 
 use crate::context::Context;
+use crate::damage::Damage;
 use crate::exit;
 use crate::options::nonneg_f64;
 use crate::output::{Out, Report};
@@ -46,6 +47,11 @@ pub(crate) struct MergeArgs {
     /// Drop measurements taken with fewer samples (failures are kept)
     #[arg(long, value_name = "N")]
     min_samples: Option<u32>,
+    /// Write the merge even if an input is damaged: without what could not be read (each
+    /// lost block and what it cost is said on stderr). Without it, a damaged input writes
+    /// nothing and exits 3
+    #[arg(long)]
+    allow_damaged: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -117,29 +123,8 @@ impl MergeArgs {
                 .max_age
                 .map(|days| now_millis().saturating_sub((days * 86_400_000.0) as u64)),
         };
-        let mut target: Option<(String, u32)> = None;
-        let mut found = Vec::new();
-        for path in &self.inputs {
-            if path == &self.output {
-                bail!("{} is both an input and the output", path.display());
-            }
-            let inspection = ctx.inspect_as_read(path)?;
-            let Some((app, schema)) = ctx.version_as_read(&inspection) else {
-                bail!("{}: no readable snapshot to merge", path.display());
-            };
-            match &target {
-                None => target = Some((app.clone(), schema)),
-                Some((first, s)) if *first != app || *s != schema => bail!(
-                    "{} is application {app:?} schema {schema}, the first input {first:?} schema {s}: \
-                     merge caches of one application and schema (`tunecache migrate` brings one \
-                     forward)",
-                    path.display(),
-                ),
-                Some(_) => {}
-            }
-            found.push(inspection);
-        }
-        let (app, schema) = target.context("no input")?;
+        let (found, target) = self.inputs(ctx)?;
+        let (app, schema) = target;
         let mut writer = TableWriter::create(
             &self.output,
             &Migrations::new(app.clone(), schema),
@@ -147,15 +132,19 @@ impl MergeArgs {
         )
         .with_context(|| format!("the merge was not written to {}", self.output.display()))?;
         // Streamed: every input's entries in key order, the same key from each joined.
-        let mut walks: Vec<_> = found.iter().map(|f| f.in_key_order().peekable()).collect();
+        let mut walks: Vec<_> = found.iter().map(Inspection::in_key_order).collect();
+        let mut heads: Vec<Option<KeyedEntry>> = walks.iter_mut().map(Iterator::next).collect();
         let mut kept = vec![0usize; walks.len()];
         let mut conflicts = Vec::new();
         let mut entries = 0usize;
-        while let Some(key) = walks.iter_mut().filter_map(|w| w.peek().map(|k| k.0)).min() {
+        while let Some(key) = heads.iter().flatten().map(|k| k.0).min() {
             let mut merged: Option<(Scope, String, Entry)> = None;
             let mut winners = Vec::new();
-            for (i, walk) in walks.iter_mut().enumerate() {
-                let Some((_, s, ns, entry)) = walk.next_if(|k| k.0 == key) else {
+            for (i, (walk, head)) in walks.iter_mut().zip(heads.iter_mut()).enumerate() {
+                if head.as_ref().is_none_or(|k| k.0 != key) {
+                    continue;
+                }
+                let Some((_, s, ns, entry)) = std::mem::replace(head, walk.next()) else {
                     continue;
                 };
                 let Some(entry) = self.kept(&filters, &s, &ns, &entry) else {
@@ -185,6 +174,15 @@ impl MergeArgs {
             })?;
             entries += 1;
         }
+        let damage = Damage::of(
+            found
+                .iter()
+                .map(|f| f.problems.as_slice())
+                .chain(walks.iter().map(|w| w.problems())),
+        );
+        if let Some(code) = damage.refuse("the merge", self.allow_damaged) {
+            return Ok(code);
+        }
         let bytes = writer
             .finish()
             .with_context(|| format!("the merge was not written to {}", self.output.display()))?;
@@ -200,6 +198,33 @@ impl MergeArgs {
         };
         out.report(&report, ctx.json)?;
         Ok(exit::OK)
+    }
+
+    /// The inputs, inspected as this build reads them, and their one application and schema.
+    fn inputs(&self, ctx: &Context<'_>) -> anyhow::Result<(Vec<Inspection>, (String, u32))> {
+        let mut target: Option<(String, u32)> = None;
+        let mut found = Vec::new();
+        for path in &self.inputs {
+            if path == &self.output {
+                bail!("{} is both an input and the output", path.display());
+            }
+            let inspection = ctx.inspect_as_read(path)?;
+            let Some((app, schema)) = ctx.version_as_read(&inspection) else {
+                bail!("{}: no readable snapshot to merge", path.display());
+            };
+            match &target {
+                None => target = Some((app.clone(), schema)),
+                Some((first, s)) if *first != app || *s != schema => bail!(
+                    "{} is application {app:?} schema {schema}, the first input {first:?} schema {s}: \
+                     merge caches of one application and schema (`tunecache migrate` brings one \
+                     forward)",
+                    path.display(),
+                ),
+                Some(_) => {}
+            }
+            found.push(inspection);
+        }
+        Ok((found, target.context("no input")?))
     }
 
     /// `entry` (of namespace `ns` in `scope`) as the filters keep it, or `None`.

@@ -20,7 +20,7 @@ const WINS: Cands<'static> = &[("x", Some((100.0, 5.0))), ("y", Some((200.0, 5.0
 
 /// Writes a table of entries `0..n` (namespace `mm`, the default scope) in key order, holding
 /// the keys, not the entries.
-fn table_of(path: &Path, n: i64) {
+pub(crate) fn table_of(path: &Path, n: i64) {
     let scope = Scope::default();
     let mut keys: Vec<(TKey, i64)> = (0..n)
         .map(|id| (TableWriter::key_of(&scope, "mm", &entry(id, 0, WINS)), id))
@@ -104,6 +104,15 @@ fn a_damaged_entry_among_100k_is_one_miss_and_verify_names_it() {
         report.matches(&hex).count(),
         1,
         "one problem, said once: {report}"
+    );
+    // A walk leaves it out and says so: every other entry exported, the entry named, exit 3.
+    let x = tunecache(&path, &["export"]);
+    assert_eq!(x.status.code(), Some(3));
+    assert_eq!(stdout(&x).lines().count(), 99_999);
+    let err = String::from_utf8_lossy(&x.stderr);
+    assert!(
+        err.contains(&hex) && err.contains("1 of the 100000 entries"),
+        "{err}"
     );
 }
 

@@ -4,6 +4,7 @@ mod bundle;
 mod bundle_lies;
 mod commands;
 mod completions;
+mod damaged;
 mod diff;
 mod evaluate;
 mod explain;

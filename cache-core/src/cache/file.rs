@@ -174,15 +174,15 @@ impl Shared {
             Ok(d) => d,
             Err(e) => return self.damaged(&TKey::scope_start(&scope_fp), "", &e.to_string()),
         };
-        let cursor = match table.cursor(&start) {
-            Ok(c) => c,
-            Err(e) => return self.damaged(&start, "", &e.to_string()),
-        };
         let mut names: HashMap<Fingerprint, Option<Namespace>> = HashMap::new();
-        for item in cursor {
+        for item in table.cursor(&start) {
+            // A lost part of the tree is said once; the walk goes on after it.
             let (key, r) = match item {
                 Ok(item) => item,
-                Err(e) => return self.damaged(&start, "", &e.to_string()),
+                Err(lost) => {
+                    self.damaged(&lost.from.unwrap_or(start), "", &lost.to_string());
+                    continue;
+                }
             };
             if key.scope() != scope_fp || hash.is_some_and(|h| key.namespace() != h) {
                 break;

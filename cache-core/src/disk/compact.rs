@@ -165,16 +165,13 @@ impl Compaction {
         let dir = t
             .directory()
             .map_err(|e| tablefile::table_error(&path, e))?;
-        let cursor = t
-            .cursor(&TKey([0; 48]))
-            .map_err(|e| tablefile::table_error(&path, e))?;
-        for (n, item) in cursor.enumerate() {
+        for (n, item) in t.cursor(&TKey([0; 48])).enumerate() {
             if n % 4096 == 0 && give_up() {
                 return Ok(Err(closing));
             }
             // A damaged block stops the copy: the next fold meets it and rewrites what is
             // readable, keeping a copy of the damage.
-            let (key, r) = item.map_err(|e| tablefile::table_error(&path, e))?;
+            let (key, r) = item.map_err(|lost| tablefile::table_error(&path, lost.error))?;
             if drops.keys.contains(&key) {
                 continue;
             }
@@ -244,15 +241,11 @@ impl Compaction {
         let dir = t.directory().map_err(|e| tablefile::table_error(path, e))?;
         let mut keys = Vec::new();
         let mut items = Vec::new();
-        for (n, item) in t
-            .cursor(&TKey([0; 48]))
-            .map_err(|e| tablefile::table_error(path, e))?
-            .enumerate()
-        {
+        for (n, item) in t.cursor(&TKey([0; 48])).enumerate() {
             if n % 4096 == 0 && stop.load(Ordering::Relaxed) {
                 break;
             }
-            let (key, r) = item.map_err(|e| tablefile::table_error(path, e))?;
+            let (key, r) = item.map_err(|lost| tablefile::table_error(path, lost.error))?;
             let Some(ns) = dir.names.get(&key.namespace()) else {
                 continue;
             };

@@ -446,7 +446,7 @@ fn copy_merged(
 ) -> Result<(), Copy> {
     let dir = table.directory().map_err(|_| Copy::Damaged)?;
     let mut pending = keyed(changes).into_iter().peekable();
-    let mut cursor = table.cursor(&TKey([0; 48])).map_err(|_| Copy::Damaged)?;
+    let mut cursor = table.cursor(&TKey([0; 48]));
     let put = |out: &mut NewTable, key: TKey, scope: &Scope, ns: &str, e: &Entry| {
         let bytes = tbl::encode_entry(e);
         tbl::decode_entry(&key, ns, &bytes, limits)

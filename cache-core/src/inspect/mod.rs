@@ -220,8 +220,8 @@ impl Inspection {
             }
             return (Vec::new(), 0);
         }
-        if let Some(t) = &self.table {
-            return self.walk_table(t, &mut visit);
+        if self.table.is_some() {
+            return self.walk_table(&mut visit);
         }
         let mut stored = 0u64;
         let mut problems = Vec::new();

@@ -4,10 +4,11 @@
 //! its journal's records merged in (held sorted: the journal is bounded); a file of an older
 //! format, or one migrated in memory, is sorted whole.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cache_format::table::{Cursor, Directory, TKey};
-use cache_format::{Entry, Scope};
+use cache_format::{Entry, Fingerprint, Scope};
 
 use super::Inspection;
 use crate::tablefile::{FileBytes, TableFile};
@@ -30,6 +31,14 @@ struct TableWalk<'a> {
     dir: Arc<Directory>,
     cursor: Cursor<'a, FileBytes>,
     next: Option<KeyedEntry>,
+    /// Entries read, by scope and namespace hash, to say at the end how many damage cost.
+    read: BTreeMap<(Fingerprint, Fingerprint), u64>,
+    /// Keys the table files (read or not).
+    stored: u64,
+    /// Whether the walk met damage.
+    damaged: bool,
+    /// Whether the end of the walk was reached and said.
+    ended: bool,
 }
 
 impl Inspection {
@@ -55,15 +64,21 @@ impl Inspection {
                 })
                 .collect();
             by_key(&mut journal);
-            let table = match (t.directory(), t.cursor(&TKey([0; 48]))) {
-                (Ok(dir), Ok(cursor)) => Some(TableWalk {
+            let table = match t.directory() {
+                Ok(dir) => Some(TableWalk {
                     t,
                     dir,
-                    cursor,
+                    cursor: t.cursor(&TKey([0; 48])),
                     next: None,
+                    read: BTreeMap::new(),
+                    stored: 0,
+                    damaged: false,
+                    ended: false,
                 }),
-                (Err(e), _) | (_, Err(e)) => {
-                    problems.push(format!("{path}: {e}"));
+                Err(e) => {
+                    problems.push(format!(
+                        "{path}: the directory: {e}; every entry of the table is lost"
+                    ));
                     None
                 }
             };
@@ -100,21 +115,44 @@ impl InKeyOrder<'_> {
         &self.problems
     }
 
-    /// The table's next readable entry, kept as `next` until taken.
+    /// The number of keys the table files, readable or not, walked so far.
+    pub fn stored(&self) -> u64 {
+        self.table.as_ref().map_or(0, |w| w.stored)
+    }
+
+    /// The table's next readable entry, kept as `next` until taken. Damage is said (a lost
+    /// part of the tree once, with the keys it held; an entry that cannot be read) and the
+    /// walk goes on past it; at the end, what damage cost each namespace.
     fn peek_table(&mut self) -> Option<&KeyedEntry> {
         let walk = self.table.as_mut()?;
         while walk.next.is_none() {
-            let (key, r) = match walk.cursor.next_ref()? {
+            let Some(item) = walk.cursor.next_ref() else {
+                if !walk.ended {
+                    walk.ended = true;
+                    let lost = lost_counts(walk);
+                    self.problems
+                        .extend(lost.into_iter().map(|l| format!("{}: {l}", self.path)));
+                }
+                return None;
+            };
+            let (key, r) = match item {
                 Ok(item) => item,
-                Err(e) => {
-                    self.problems.push(format!("{}: {e}", self.path));
-                    return None;
+                Err(lost) => {
+                    walk.damaged = true;
+                    self.problems.push(format!("{}: {lost}", self.path));
+                    continue;
                 }
             };
+            walk.stored += 1;
             let (Some(ns), Some(s)) = (
                 walk.dir.names.get(&key.namespace()),
                 walk.dir.scopes.get(&key.scope()),
             ) else {
+                walk.damaged = true;
+                self.problems.push(format!(
+                    "{}: the entry {key:?} is of a scope or namespace the directory does not list",
+                    self.path
+                ));
                 continue;
             };
             let read = walk
@@ -122,17 +160,46 @@ impl InKeyOrder<'_> {
                 .entry_bytes(&r)
                 .and_then(|b| Ok(walk.t.decode_entry(&key, ns, &b)?));
             match read {
-                Ok(e) => walk.next = Some((key, s.scope.clone(), ns.clone(), e)),
-                Err(e) => self.problems.push(format!(
-                    "{}: the entry {} of namespace {ns:?} at offset {}: {e}",
-                    self.path,
-                    key.key(),
-                    r.offset
-                )),
+                Ok(e) => {
+                    *walk.read.entry((key.scope(), key.namespace())).or_default() += 1;
+                    walk.next = Some((key, s.scope.clone(), ns.clone(), e));
+                }
+                Err(e) => {
+                    walk.damaged = true;
+                    self.problems.push(format!(
+                        "{}: the entry {} of namespace {ns:?} at offset {}: {e}",
+                        self.path,
+                        key.key(),
+                        r.offset
+                    ));
+                }
             }
         }
         walk.next.as_ref()
     }
+}
+
+/// After a walk that met damage: for each namespace of each scope, how many of the entries
+/// the directory counts were not read.
+fn lost_counts(walk: &TableWalk<'_>) -> Vec<String> {
+    if !walk.damaged {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    for (scope_fp, s) in &walk.dir.scopes {
+        for (ns, listed) in &s.counts {
+            let read = walk.read.get(&(*scope_fp, *ns)).copied().unwrap_or(0);
+            if read < *listed {
+                lines.push(format!(
+                    "{} of the {listed} entries of namespace {:?} in scope {} could not be read",
+                    listed - read,
+                    walk.dir.names.get(ns).map_or("?", String::as_str),
+                    s.scope
+                ));
+            }
+        }
+    }
+    lines
 }
 
 impl Iterator for InKeyOrder<'_> {

@@ -2,7 +2,7 @@
 //! entry decoded once, the journal's records merged in; counted from the table's directory;
 //! a key looked up in each scope the table holds; checked whole by `check_table`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
 use cache_format::table::{TKey, check_table};
@@ -12,86 +12,20 @@ use super::Inspection;
 use crate::tablefile::TableFile;
 
 impl Inspection {
-    /// Every entry of the table with the journal's records merged, then the journal's keys
-    /// the table lacks; the entries that could not be read, one line each.
+    /// Every entry of the table with the journal's records merged, in key order (the one
+    /// walk, [`Inspection::in_key_order`]); what could not be read, one line each, and the
+    /// number of keys the table files.
     pub(super) fn walk_table(
         &self,
-        t: &TableFile,
         visit: &mut dyn FnMut(&Scope, &str, &Entry) -> ControlFlow<()>,
     ) -> (Vec<String>, u64) {
-        let mut problems = Vec::new();
-        let mut stored = 0u64;
-        let mut seen: HashSet<TKey> = HashSet::new();
-        let mut stopped = false;
-        let dir = match t.directory() {
-            Ok(d) => Some(d),
-            Err(e) => {
-                problems.push(format!("{}: the directory: {e}", self.path.display()));
-                None
-            }
-        };
-        if let Some(dir) = &dir {
-            match t.cursor(&TKey([0; 48])) {
-                Ok(cursor) => {
-                    for item in cursor {
-                        let (key, r) = match item {
-                            Ok(item) => item,
-                            Err(e) => {
-                                problems.push(format!("{}: {e}", self.path.display()));
-                                break;
-                            }
-                        };
-                        stored += 1;
-                        let (Some(ns), Some(s)) = (
-                            dir.names.get(&key.namespace()),
-                            dir.scopes.get(&key.scope()),
-                        ) else {
-                            problems.push(format!(
-                                "{}: the entry {key:?} is of a scope or namespace the directory does not list",
-                                self.path.display()
-                            ));
-                            continue;
-                        };
-                        let read = t
-                            .entry_bytes(&r)
-                            .and_then(|b| Ok(t.decode_entry(&key, ns, &b)?));
-                        let mut entry = match read {
-                            Ok(e) => e,
-                            Err(e) => {
-                                problems.push(format!(
-                                    "{}: the entry {} of namespace {ns:?} at offset {}: {e}",
-                                    self.path.display(),
-                                    key.key(),
-                                    r.offset
-                                ));
-                                continue;
-                            }
-                        };
-                        if let Some(j) = self.journal_data.get(&s.scope, ns, &key.key()) {
-                            entry.merge(j.clone());
-                            seen.insert(key);
-                        }
-                        if visit(&s.scope, ns, &entry).is_break() {
-                            stopped = true;
-                            break;
-                        }
-                    }
-                }
-                Err(e) => problems.push(format!("{}: {e}", self.path.display())),
+        let mut walk = self.in_key_order();
+        for (_, scope, ns, entry) in walk.by_ref() {
+            if visit(&scope, &ns, &entry).is_break() {
+                break;
             }
         }
-        if !stopped {
-            for (scope, ns, entry) in self.journal_data.entries() {
-                let key = TKey::of(scope, ns, &entry.fingerprint());
-                if seen.contains(&key) || matches!(t.locate(&key), Ok(Some(_))) {
-                    continue;
-                }
-                if visit(scope, ns, entry).is_break() {
-                    break;
-                }
-            }
-        }
-        (problems, stored)
+        (walk.problems().to_vec(), walk.stored())
     }
 
     /// Entries per scope and namespace: the table's directory, and the journal's keys the

@@ -131,9 +131,13 @@ fn a_damaged_entry_is_one_miss_with_one_warning_and_the_rest_is_served() {
     let found = cache_core::inspect(&path, &Limits::default(), None).expect("inspect");
     let (entries, problems) = found.check_entries();
     assert_eq!(entries, 2999);
-    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems.len(), 2, "{problems:?}");
     assert!(problems[0].contains(&victim.to_hex()), "{problems:?}");
     assert!(problems[0].contains(&path.display().to_string()));
+    assert!(
+        problems[1].contains("1 of the 3000 entries of namespace \"matmul\""),
+        "what the damage cost: {problems:?}"
+    );
 }
 
 #[test]

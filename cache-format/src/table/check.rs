@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
-use super::node::Node;
 use super::read::{Table, TableError};
 use super::{ReadAt, TKey};
 use crate::fingerprint::Fingerprint;
@@ -45,26 +44,34 @@ pub fn check_table<R: ReadAt>(
         visit: &mut visit,
         stopped: false,
     };
-    match t.root() {
-        Ok(Some(root)) => {
-            let first = root.records[0].0;
-            walk.node(&root, Some(first));
+    let mut cursor = t.cursor(&TKey([0; 48]));
+    for item in cursor.by_ref() {
+        match item {
+            Ok((key, r)) => walk.entry(&key, &r),
+            Err(lost) => walk.report.problems.push(lost.to_string()),
         }
-        Ok(None) => {}
-        Err(e) => walk.report.problems.push(format!("the root: {e}")),
+        if walk.stopped {
+            return report;
+        }
     }
-    if walk.stopped {
-        return report;
-    }
+    walk.report
+        .problems
+        .extend(cursor.oddities().iter().cloned());
     let counts = std::mem::take(&mut walk.counts);
     let damaged = !report.problems.is_empty();
     for (scope_fp, s) in &dir.scopes {
         for (ns, listed) in &s.counts {
             let found = counts.get(&(*scope_fp, *ns)).copied().unwrap_or(0);
-            if found != *listed && !damaged {
+            let name = dir.names.get(ns).map_or("?", String::as_str);
+            if damaged && found < *listed {
                 report.problems.push(format!(
-                    "the directory counts {listed} entries of namespace {:?} in scope {}, the tree holds {found}",
-                    dir.names.get(ns).map_or("?", String::as_str),
+                    "{} of the {listed} entries of namespace {name:?} in scope {} could not be read",
+                    listed - found,
+                    s.scope
+                ));
+            } else if found != *listed && !damaged {
+                report.problems.push(format!(
+                    "the directory counts {listed} entries of namespace {name:?} in scope {}, the tree holds {found}",
                     s.scope
                 ));
             }
@@ -102,34 +109,6 @@ struct Walk<'a, R, F> {
 }
 
 impl<R: ReadAt, F: FnMut(&Scope, &str, Entry) -> ControlFlow<()>> Walk<'_, R, F> {
-    /// Checks `node`, whose parent files it under `expected` (its smallest key).
-    fn node(&mut self, node: &Node, expected: Option<TKey>) {
-        if let Some(expected) = expected
-            && node.records[0].0 != expected
-        {
-            self.report.problems.push(format!(
-                "a tree node filed under {expected:?} starts at {:?}",
-                node.records[0].0
-            ));
-        }
-        for (i, (key, r)) in node.records.iter().enumerate() {
-            if self.stopped {
-                return;
-            }
-            if node.is_leaf() {
-                self.entry(key, r);
-                continue;
-            }
-            match self.t.child(node, i) {
-                Ok(child) => self.node(&child, Some(*key)),
-                Err(e) => self.report.problems.push(format!(
-                    "the tree node at offset {} (keys from {key:?}): {e}; its entries are lost",
-                    r.offset
-                )),
-            }
-        }
-    }
-
     fn entry(&mut self, key: &TKey, r: &super::BlockRef) {
         if self.last.is_some_and(|last| last >= *key) {
             self.report

@@ -25,6 +25,7 @@
 
 mod build;
 mod check;
+mod cursor;
 mod head;
 mod node;
 mod read;
@@ -35,6 +36,7 @@ use sha2::{Digest, Sha256};
 
 pub use build::{TableBuilder, table_bytes};
 pub use check::{CheckReport, check_table};
+pub use cursor::{Cursor, Lost};
 #[allow(
     unused_imports,
     reason = "the layout's constants, for the crate's own modules"
@@ -48,7 +50,7 @@ pub use head::{SLOT_A, SLOT_B, Slot, is_table};
     reason = "the node bounds, for the crate's own modules"
 )]
 pub(crate) use node::{INTERNAL_MAX, LEAF_MAX, MAX_HEIGHT, NODE_MAX_BYTES};
-pub use read::{Cursor, Table, TableError};
+pub use read::{Table, TableError};
 pub use update::{Change, Decide, Item, Update, UpdateOutcome};
 pub use wire::{Commit, DirScope, Directory, Rewritten};
 

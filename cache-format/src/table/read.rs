@@ -5,6 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::cursor::Cursor;
 use super::head::{Slot, TableHead, read_head};
 use super::node::{MAX_HEIGHT, NODE_MAX_BYTES, Node};
 use super::wire::{COMMIT_MAX_BYTES, Commit, Directory};
@@ -215,7 +216,7 @@ impl<R: ReadAt> Table<R> {
     }
 
     /// The node at `r`, which must be at `height`.
-    fn node(&self, r: &BlockRef, height: u8) -> Result<Arc<Node>, TableError> {
+    pub(crate) fn node(&self, r: &BlockRef, height: u8) -> Result<Arc<Node>, TableError> {
         if height > 0
             && let Some(n) = self
                 .nodes
@@ -291,23 +292,11 @@ impl<R: ReadAt> Table<R> {
         decode_entry_at(key, ns, bytes, &self.limits)
     }
 
-    /// A cursor over the entries in key order, from the first key at or after `from`.
-    pub fn cursor(&self, from: &TKey) -> Result<Cursor<'_, R>, TableError> {
-        let mut stack = Vec::new();
-        if let Some(mut node) = self.root()? {
-            loop {
-                if node.is_leaf() {
-                    let i = node.records.partition_point(|(k, _)| k < from);
-                    stack.push((node, i));
-                    break;
-                }
-                let i = node.route(from);
-                let child = self.child(&node, i)?;
-                stack.push((node, i + 1));
-                node = child;
-            }
-        }
-        Ok(Cursor { table: self, stack })
+    /// A cursor over the entries in key order, from the first key at or after `from`. It
+    /// goes on past damage: a node that cannot be read, or is out of place, is one
+    /// [`Lost`] item, and the walk carries on with the nodes after it.
+    pub fn cursor(&self, from: &TKey) -> Cursor<'_, R> {
+        Cursor::new(self, from)
     }
 
     /// The keys the commits after `seq` up to this table's wrote or removed, sorted; `None`
@@ -358,48 +347,6 @@ impl<R: ReadAt> Table<R> {
             commit = older;
         }
         Ok(None)
-    }
-}
-
-/// A table's entries in key order (see [`Table::cursor`]): each item is a key and where its
-/// entry is. A damaged node ends the walk with its error.
-#[derive(Debug)]
-pub struct Cursor<'a, R> {
-    table: &'a Table<R>,
-    /// The path from the root: each node with the index of the next record to visit.
-    stack: Vec<(Arc<Node>, usize)>,
-}
-
-impl<R: ReadAt> Cursor<'_, R> {
-    /// The next key and its entry's place, or `None` at the end.
-    pub fn next_ref(&mut self) -> Option<Result<(TKey, BlockRef), TableError>> {
-        loop {
-            let (node, i) = self.stack.last_mut()?;
-            if *i >= node.records.len() {
-                self.stack.pop();
-                continue;
-            }
-            let at = *i;
-            *i += 1;
-            if node.is_leaf() {
-                return Some(Ok(node.records[at]));
-            }
-            let node = Arc::clone(node);
-            match self.table.child(&node, at) {
-                Ok(child) => self.stack.push((child, 0)),
-                Err(e) => {
-                    self.stack.clear();
-                    return Some(Err(e));
-                }
-            }
-        }
-    }
-}
-
-impl<R: ReadAt> Iterator for Cursor<'_, R> {
-    type Item = Result<(TKey, BlockRef), TableError>;
-    fn next(&mut self) -> Option<Self::Item> {
-        self.next_ref()
     }
 }
 

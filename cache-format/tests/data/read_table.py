@@ -88,9 +88,20 @@ def lookup(path, scope, namespace, key):
             + key_fp
         )
         ref = commit["root"]
+        height = commit["height"]
+        seen = set()
         while ref is not None:
+            # A node is visited once, and each is one level below its parent: a node that
+            # names itself (or an ancestor), however well its checksum matches, is damage.
+            if ref[0] in seen:
+                raise Damaged(f"the node at {ref[0]} is on its own path")
+            seen.add(ref[0])
             node = read_block(f, ref, start, end)
-            kind, _height, count = node[0], node[1], struct.unpack(">H", node[2:4])[0]
+            kind, node_height, count = node[0], node[1], struct.unpack(">H", node[2:4])[0]
+            if node_height != height:
+                raise Damaged(f"the node at {ref[0]} has height {node_height}, not {height}")
+            if count == 0 or len(node) != 4 + 64 * count:
+                raise Damaged(f"the node at {ref[0]} has {count} records in {len(node)} bytes")
             records = []
             for i in range(count):
                 rec = node[4 + 64 * i : 4 + 64 * (i + 1)]
@@ -110,6 +121,7 @@ def lookup(path, scope, namespace, key):
                 if k <= wanted:
                     chosen = r
             ref = chosen
+            height -= 1
         return None
 
 

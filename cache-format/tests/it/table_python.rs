@@ -126,3 +126,41 @@ fn python_reads_a_table_from_the_spec_alone() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("damaged"), "{out}");
 }
+
+#[test]
+fn python_refuses_a_node_that_names_itself() {
+    // A root whose second record names the root itself, its CRC-32 made to match by four key
+    // bytes: a reader that follows references alone loops for ever on a key routed there.
+    let scope = Scope::default();
+    let mut data = CacheData::new();
+    for id in 0..300 {
+        data.insert(&scope, "matmul", entry(id, "tiled"));
+    }
+    let file = test_support::craft::self_naming(table_bytes("app", 1, None, &data));
+    let t = Table::open(file.clone(), &Limits::default()).expect("opens");
+    // Every key that routes to the second record: the Rust reader refuses it by height.
+    let dir = test_support::temp_dir();
+    let path = dir.path().join("c.tcache");
+    std::fs::write(&path, &file).expect("write");
+    let mut tried = 0;
+    for id in 0..300 {
+        let e = entry(id, "tiled");
+        let key = TKey::of(&scope, "matmul", &e.fingerprint());
+        if t.locate(&key).is_ok() {
+            continue;
+        }
+        tried += 1;
+        let Some((code, out)) = python(
+            &path,
+            "{}",
+            "matmul",
+            &format!(r#"{{"id": {id}, "dtype": "f16"}}"#),
+        ) else {
+            return;
+        };
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains("on its own path"), "{out}");
+        break;
+    }
+    assert_eq!(tried, 1, "a key routed to the node that names itself");
+}

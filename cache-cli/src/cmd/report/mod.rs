@@ -109,6 +109,8 @@ impl ReportArgs {
             schema: found.snapshot.header.as_ref().map(|h| h.schema),
             problems: found.problems.iter().chain(&damaged).cloned().collect(),
         };
+        crate::damage::Damage::of([found.problems.as_slice(), damaged.as_slice()])
+            .say("the report shows what could be read; its page lists what could not");
         let page = html::page(&header, &g, budget.namespaces, &diffs, &keys);
         cache_core::file::write_atomic(&self.output, page.as_bytes())
             .with_context(|| format!("cannot write {}", self.output.display()))?;
