@@ -161,6 +161,8 @@ fn merge_batch(
     };
     let paths = Paths::new(path.to_owned());
     crate::fsio::check_regular(&paths.snapshot)?;
+    // A first write on a fresh machine makes the cache's folder, as opening a cache does.
+    std::fs::create_dir_all(&paths.dir).map_err(|e| StoreError::io("create", &paths.dir, e))?;
     let disk_options = DiskOptions::new(options.limits);
     let mut disk = Disk::new(paths, Arc::new(registry.clone()), disk_options);
     let _lock = CacheLock::acquire(&disk.paths.lock, &disk.paths.dir, options.lock_timeout)?;

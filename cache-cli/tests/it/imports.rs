@@ -293,3 +293,61 @@ fn explain_and_diff_say_what_a_shipped_winner_is() {
         "{changed:?}"
     );
 }
+
+#[test]
+fn a_fresh_machine_imports_into_a_folder_not_made_yet() {
+    // The documented ways in for a new machine, with no ~/.cache/tunecache yet: JSON lines,
+    // another tool's files, a bundle; each makes the folder as opening a cache does.
+    let dir = tempfile::tempdir().expect("dir");
+    let source = dir.path().join("source.tcache");
+    ok(&tunecache(
+        &source,
+        &["import", "--from", "vllm", fixtures("real/vllm").to_str().expect("utf-8")],
+    ));
+    let bundle = dir.path().join("b.tcb");
+    ok(&tunecache(
+        &source,
+        &["bundle", "create", "-o", bundle.to_str().expect("utf-8")],
+    ));
+    let lines = ok(&tunecache(&source, &["export"]));
+    let fresh = |name: &str| dir.path().join(name).join("not/made/yet/c.tcache");
+    ok(&tunecache(
+        &fresh("a"),
+        &["import", "--from", "vllm", fixtures("real/vllm").to_str().expect("utf-8")],
+    ));
+    ok(&tunecache(
+        &fresh("b"),
+        &["bundle", "import", bundle.to_str().expect("utf-8")],
+    ));
+    let mut cmd = test_support::cli::command(crate::EXE, &fresh("c"), &["import"]);
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(lines.as_bytes())
+        .expect("write");
+    ok(&child.wait_with_output().expect("wait"));
+    // The same through the default folder under a fresh HOME, without --cache-file.
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).expect("home");
+    let mut cmd = std::process::Command::new(crate::EXE);
+    test_support::env::clean(&mut cmd);
+    let o = cmd
+        .env("HOME", &home)
+        .env_remove("XDG_CACHE_HOME")
+        .args(["bundle", "import", bundle.to_str().expect("utf-8")])
+        .output()
+        .expect("run");
+    ok(&o);
+    for name in ["a", "b", "c"] {
+        let exported = ok(&tunecache(&fresh(name), &["export"]));
+        assert_eq!(exported.lines().count(), lines.lines().count(), "{name}");
+    }
+}

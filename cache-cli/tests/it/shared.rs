@@ -73,10 +73,11 @@ fn put_publishes_get_reads_through_and_remote_pulls_and_pushes() {
     };
     let url = server.url();
     let dir = tempfile::tempdir().expect("dir");
+    // c's folder is not made yet: a fresh machine's first pull makes it.
     let (a, b, c) = (
         dir.path().join("a.tcache"),
         dir.path().join("b.tcache"),
-        dir.path().join("c.tcache"),
+        dir.path().join("fresh/folder/c.tcache"),
     );
     let put = |file: &Path, m: u32| {
         let key = format!("{{\"m\":{m}}}");
