@@ -180,8 +180,11 @@ impl<'a> Context<'a> {
 
     /// Reads a migration file.
     pub(crate) fn migration_file(&self, file: &Path) -> anyhow::Result<Migrations> {
-        let text = std::fs::read_to_string(file)
+        // A migration file is small: one past 16 MiB (or a FIFO, a device) is refused unread.
+        let bytes = cache_core::file::read_bounded(file, 16 << 20)
             .with_context(|| format!("cannot read {}", file.display()))?;
+        let text = String::from_utf8(bytes)
+            .with_context(|| format!("{}: not UTF-8 text", file.display()))?;
         Migrations::from_json(&text).with_context(|| format!("{}", file.display()))
     }
 }

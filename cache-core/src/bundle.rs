@@ -205,7 +205,7 @@ pub fn check_bundle(path: &Path, limits: &Limits) -> Result<BundleCheck, StoreEr
     let file = Arc::new(file);
     let region = match locate(&file, bytes) {
         Ok(Some(region)) => region,
-        Ok(None) => return check_whole(path, limits, out),
+        Ok(None) => return check_whole(path, &file, limits, out),
         Err(e) => {
             out.problems.push(e.to_string());
             return Ok(out);
@@ -316,13 +316,44 @@ pub(crate) fn locate(file: &File, len: u64) -> Result<Option<Located>, FormatErr
     Ok(Some(found))
 }
 
+/// The whole of a bundle of version 1 or 2 (`file`, `len` bytes as its size said): refused
+/// before anything is read when over the bound, and read no further than it even if the file
+/// grows meanwhile.
+fn read_old(
+    file: &File,
+    len: u64,
+    limits: &Limits,
+) -> std::io::Result<Result<Vec<u8>, FormatError>> {
+    if len > limits.max_file_bytes {
+        return Ok(Err(FormatError::TooLarge {
+            what: "bundle",
+            len,
+            limit: limits.max_file_bytes,
+        }));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(file, limits.max_file_bytes),
+        &mut bytes,
+    )?;
+    Ok(Ok(bytes))
+}
+
 /// A bundle of version 1 or 2, read and checked whole.
 fn check_whole(
     path: &Path,
+    file: &File,
     limits: &Limits,
     mut out: BundleCheck,
 ) -> Result<BundleCheck, StoreError> {
-    let bytes = std::fs::read(path).map_err(|e| StoreError::io("read", path, e))?;
+    let bytes = match read_old(file, out.bytes, limits) {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(e)) => {
+            out.problems.push(e.to_string());
+            return Ok(out);
+        }
+        Err(e) => return Err(StoreError::io("read", path, e)),
+    };
     let bundle = match read_bundle(&bytes, limits) {
         Ok(b) => b,
         Err(e) => {
@@ -396,7 +427,9 @@ pub fn open_bundle(
             Ok((manifest, Inspection::of_table(path, t, limits, registry)))
         }
         None => {
-            let bytes = std::fs::read(path).map_err(|e| StoreError::io("read", path, e))?;
+            let bytes = read_old(&file, len, limits)
+                .map_err(|e| StoreError::io("read", path, e))?
+                .map_err(format)?;
             let bundle = read_bundle(&bytes, limits).map_err(format)?;
             let snap = cache_format::read_snapshot(bundle.snapshot, limits).map_err(format)?;
             let data: CacheData = cache_format::raw::decode_snapshot(&snap).map_err(format)?;

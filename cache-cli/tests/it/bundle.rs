@@ -261,3 +261,43 @@ fn a_bundle_is_never_written_over_a_fifo_and_leaves_no_temporary() {
         "a temporary was left: {names:?}"
     );
 }
+
+#[test]
+fn a_huge_file_that_starts_like_an_old_bundle_is_refused_by_its_size_unread() {
+    // 3 GiB, sparse: the first bytes of a version 2 bundle, then nothing. Reading it whole
+    // would take 3 GiB of memory before its size is refused.
+    let dir = test_support::temp_dir();
+    let huge = dir.path().join("huge.tcb");
+    let mut head = vec![0x96, 0xa8];
+    head.extend_from_slice(b"TCBUNDLE");
+    head.push(2);
+    std::fs::write(&huge, &head).expect("write");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&huge)
+        .expect("open")
+        .set_len(3 << 30)
+        .expect("sparse");
+    let cache = dir.path().join("c.tcache");
+    let h = huge.to_str().expect("utf-8");
+    for args in [
+        &["bundle", "verify", h][..],
+        &["bundle", "inspect", h],
+        &["bundle", "import", h],
+    ] {
+        let (ok, kib) = crate::large::peak_kib(test_support::cli::command(EXE, &cache, args));
+        assert!(!ok, "{args:?} refuses it");
+        assert!(kib < 200 * 1024, "{args:?} read it: {kib} KiB at its peak");
+    }
+    let out = tunecache(&cache, &["bundle", "verify", h]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("over the limit"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // The system tier too.
+    let mut get = test_support::cli::command(EXE, &cache, &["get", "-n", "mm", "-k", "{}"]);
+    get.env("TUNECACHE_SYSTEM_PATH", &huge);
+    let (_, kib) = crate::large::peak_kib(get);
+    assert!(kib < 200 * 1024, "the system tier read it: {kib} KiB");
+}

@@ -532,3 +532,57 @@ fn stats_and_verify_say_what_a_load_would_do() {
         text(&o)
     );
 }
+
+#[test]
+fn a_migration_file_that_is_a_fifo_or_huge_is_refused_unread() {
+    let dir = test_support::temp_dir();
+    let cache = dir.path().join("c.tcache");
+    let put = crate::tunecache(
+        &cache,
+        &[
+            "put",
+            "-n",
+            "mm",
+            "-k",
+            "{}",
+            "--algo",
+            "x",
+            "--median-ns",
+            "5",
+        ],
+    );
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+    let fifo = dir.path().join("m.json");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let huge = dir.path().join("huge.json");
+    std::fs::File::create(&huge)
+        .expect("create")
+        .set_len(1 << 30)
+        .expect("sparse");
+    for file in [&fifo, &huge] {
+        let f = file.to_str().expect("utf-8");
+        let started = std::time::Instant::now();
+        let (ok, kib) = crate::large::peak_kib(test_support::cli::command(
+            crate::EXE,
+            &cache,
+            &["migrate", "--migrations", f],
+        ));
+        assert!(!ok, "{f} refused");
+        assert!(kib < 100 * 1024, "{f} read: {kib} KiB");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "no wait on a FIFO"
+        );
+        let out = crate::tunecache(&cache, &["migrate", "--migrations", f]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("cannot read") && err.contains(f), "{err}");
+    }
+}

@@ -302,7 +302,12 @@ fn a_fresh_machine_imports_into_a_folder_not_made_yet() {
     let source = dir.path().join("source.tcache");
     ok(&tunecache(
         &source,
-        &["import", "--from", "vllm", fixtures("real/vllm").to_str().expect("utf-8")],
+        &[
+            "import",
+            "--from",
+            "vllm",
+            fixtures("real/vllm").to_str().expect("utf-8"),
+        ],
     ));
     let bundle = dir.path().join("b.tcb");
     ok(&tunecache(
@@ -313,7 +318,12 @@ fn a_fresh_machine_imports_into_a_folder_not_made_yet() {
     let fresh = |name: &str| dir.path().join(name).join("not/made/yet/c.tcache");
     ok(&tunecache(
         &fresh("a"),
-        &["import", "--from", "vllm", fixtures("real/vllm").to_str().expect("utf-8")],
+        &[
+            "import",
+            "--from",
+            "vllm",
+            fixtures("real/vllm").to_str().expect("utf-8"),
+        ],
     ));
     ok(&tunecache(
         &fresh("b"),

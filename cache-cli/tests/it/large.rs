@@ -39,7 +39,7 @@ fn key_arg(id: i64) -> String {
 }
 
 /// Runs `cmd` and returns whether it succeeded and its peak resident memory in KiB (`wait4`).
-fn peak_kib(mut cmd: Command) -> (bool, i64) {
+pub(crate) fn peak_kib(mut cmd: Command) -> (bool, i64) {
     let child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -198,6 +198,23 @@ pub(crate) fn read_with_id(path: &Path, limit: u64) -> Result<WholeFile, StoreEr
     Ok(read_keeping_file(path, limit)?.map(|(bytes, id, _)| (bytes, id)))
 }
 
+/// The bytes of the regular file at `path` (an input: a migration file, a policy), refused
+/// before anything is read when it is over `limit` bytes, and never read past it.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, StoreError> {
+    match read_with_id(path, limit)? {
+        None => Err(StoreError::io(
+            "read",
+            path,
+            std::io::ErrorKind::NotFound.into(),
+        )),
+        Some((Ok(bytes), _)) => Ok(bytes),
+        Some((Err(source), _)) => Err(StoreError::Format {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
 /// [`read_with_id`], also returning the open file (to read parts of it again later).
 #[allow(clippy::type_complexity)]
 pub(crate) fn read_keeping_file(
