@@ -179,7 +179,10 @@ impl EvaluateArgs {
         }) {
             crate::output::say(format_args!("damaged: {problem}"));
         }
-        let default = self.default.as_ref().map(|a| CandidateId::new(a, &[]));
+        let default = self.default.as_deref().map(default_id).transpose()?;
+        if let Some(d) = &default {
+            refuse_unknown_default(d, &groups)?;
+        }
         let predictor = Predictor {
             neighbours: self.neighbours,
         };
@@ -261,6 +264,45 @@ fn methods_for<'a>(
     }
 }
 
+/// The candidate `--default` names: `ALGO`, or `ALGO {PARAMS}` as `list` and `show` print one.
+fn default_id(text: &str) -> anyhow::Result<CandidateId> {
+    match text.split_once(' ') {
+        Some((algo, params)) => {
+            let fields = crate::render::parse_fields("--default's params", params.trim())?;
+            Ok(CandidateId {
+                algorithm: algo.to_owned(),
+                params: fields,
+            })
+        }
+        None => Ok(CandidateId::new(text, &[])),
+    }
+}
+
+/// A usage error when no key of `groups` has the candidate `default` (`--default` names
+/// none: a baseline of nothing would silently become each key's first candidate).
+fn refuse_unknown_default(default: &CandidateId, groups: &Groups) -> anyhow::Result<()> {
+    let entries = || groups.values().flat_map(|(_, e)| e);
+    if entries().any(|e| e.candidates().iter().any(|c| c.id == *default)) {
+        return Ok(());
+    }
+    let mut names: Vec<String> = entries()
+        .flat_map(|e| e.candidates().iter().map(|c| c.id.to_string()))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let more = names.len().saturating_sub(8);
+    names.truncate(8);
+    Err(usage(format!(
+        "--default {default}: no key evaluated has that candidate (candidates here: {}{})",
+        names.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    )))
+}
+
 /// Where a transfer predicts from.
 enum Source {
     /// One scope's keys.
@@ -325,6 +367,15 @@ fn transfers(groups: &Groups, how: &Transfer<'_>, report: &mut EvaluateReport) {
             None => transfer(&source, target, &current, how.predictor, &methods),
         };
         let scope_text = Value::Map(scope.fields().clone()).to_string();
+        if eval.held_out == 0 {
+            // Nothing scored is no score: a share of the optimum over no key would read 100%.
+            report.skipped.push(format!(
+                "{ns} in {scope_text}: none of its {} keys could be predicted from {from_text} \
+                 (no key with every candidate recorded and candidates in common); nothing evaluated",
+                target.len()
+            ));
+            continue;
+        }
         let mut g = group(ns.clone(), scope_text, target.len(), &eval);
         g.from = Some(from_text);
         report.groups.push(g);

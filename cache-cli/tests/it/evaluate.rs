@@ -51,7 +51,14 @@ fn prediction_is_cross_validated_per_namespace_and_small_groups_are_said() {
     );
     let out = tunecache(
         &file,
-        &["--json", "evaluate", "--default", "blocked", "--top", "1,3"],
+        &[
+            "--json",
+            "evaluate",
+            "--default",
+            r#"blocked {"tile":32}"#,
+            "--top",
+            "1,3",
+        ],
     );
     assert!(
         out.status.success(),
@@ -77,13 +84,13 @@ fn prediction_is_cross_validated_per_namespace_and_small_groups_are_said() {
     assert_eq!(
         methods,
         [
-            "first candidate",
+            r#"default (blocked {"tile":32})"#,
             "nearest key's winner",
             "prediction (k=4)",
             "top-1 tuning",
             "top-3 tuning"
         ],
-        "a default no key has falls back to the first candidate"
+        "the default a candidate's label names"
     );
     let share = |i: usize| g["methods"][i]["share_of_optimum"].as_f64().expect("share");
     assert!(
@@ -220,5 +227,46 @@ fn a_device_never_tuned_is_predicted_from_another_alone() {
             .iter()
             .all(|g| g["from"] == "the other scopes" && g["evaluated"] == 60),
         "{report:#}"
+    );
+}
+
+#[test]
+fn nothing_evaluated_is_no_score_and_an_unknown_default_is_refused() {
+    // Two devices whose candidates have different names: a transfer predicts nothing.
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("c.tcache");
+    let source = dir.path().join("two.jsonl");
+    let other = grid_on("y", 0.0, 0).replace("\"blocked\"", "\"tiled\"");
+    std::fs::write(&source, grid_on("x", 0.0, 0) + &other).expect("lines");
+    let out = tunecache(&file, &["import", source.to_str().expect("utf-8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = tunecache(
+        &file,
+        &["--json", "evaluate", "--transfer-from", r#"{"device":"x"}"#],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        report["groups"].as_array().map(Vec::len),
+        Some(0),
+        "{report:#}"
+    );
+    let skipped = report["skipped"].to_string();
+    assert!(skipped.contains("nothing evaluated"), "{report:#}");
+    // A default that names no candidate of any key is a usage error, not each key's first.
+    let out = tunecache(&file, &["evaluate", "--default", "extern_mm"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--default extern_mm") && err.contains("blocked"),
+        "{err}"
     );
 }
