@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use cache_format::raw::decode_payload;
-use cache_format::table::ReadAt as _;
+use cache_format::table::{ReadAt as _, SLOT_A, SLOT_B};
 use cache_format::{
     CacheData, Limits, Tail, read_journal_header, read_snapshot_framing, scan_records,
 };
@@ -134,6 +134,24 @@ fn inspect_once(
         match crate::tablefile::open(std::sync::Arc::new(file), limits) {
             Ok(t) => {
                 generation = Some(t.lineage());
+                for (i, at) in [SLOT_A, SLOT_B].into_iter().enumerate() {
+                    if !t.head().damaged[i] {
+                        continue;
+                    }
+                    let found = if t.recovered_slot() == Some(at) {
+                        format!(
+                            "; its commit {} was found whole by its block and is read",
+                            t.commit().seq
+                        )
+                    } else {
+                        String::new()
+                    };
+                    out.problems.push(format!(
+                        "{}: the commit slot at offset {at} fails its check (a torn write or \
+                         damage){found}; the next folds write the slots afresh",
+                        path.display()
+                    ));
+                }
                 let torn = crate::tablefile::torn_len(&t);
                 if torn > 0 {
                     out.notes.push(format!(

@@ -342,3 +342,55 @@ fn a_corrupted_length_mid_journal_costs_only_its_record() {
         "only the damaged record is lost"
     );
 }
+
+#[test]
+fn a_damaged_newest_slot_loses_no_commit_and_verify_says_so() {
+    use cache_core::cache_format::table::{SLOT_A, Table};
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    // Every save folds (a journal bound of one byte): the first makes the table, the second
+    // folds four entries into it as commit 2.
+    let fold_each = || builder(&path).compaction(1e9, 1);
+    let cache = fold_each().open();
+    cache.put(ns(), entry(1, 0));
+    cache.flush().expect("saved");
+    for id in 1..5 {
+        cache.put(ns(), entry(1, id));
+    }
+    cache.flush().expect("saved");
+    drop(cache);
+    let bytes = std::fs::read(&path).expect("read");
+    let t = Table::open(bytes.clone(), &Default::default()).expect("a table");
+    assert_eq!(t.commit().seq, 2, "the four entries are one fold");
+    assert!(!path.with_extension("tcache.journal").exists());
+    // One bit of that commit's slot flipped, as a failing disk would.
+    let slot = t.slot_at();
+    let mut damaged = bytes;
+    damaged[slot as usize + 20] ^= 0x01;
+    std::fs::write(&path, &damaged).expect("write");
+    assert_eq!(
+        ids_on_disk(&path, 1, 5),
+        [0, 1, 2, 3, 4],
+        "the newest commit is read"
+    );
+    let found = cache_core::inspect(&path, &Default::default(), None).expect("inspect");
+    let which = if slot == SLOT_A { "16" } else { "80" };
+    assert!(
+        found.problems.iter().any(|p| p
+            .contains(&format!("commit slot at offset {which} fails its check"))
+            && p.contains("commit 2 was found whole")),
+        "{:?}",
+        found.problems
+    );
+    // The next folds keep it: nothing is cut off, and the slots are written afresh.
+    let cache = fold_each().open();
+    cache.put(ns(), entry(1, 5));
+    cache.flush().expect("saved");
+    cache.put(ns(), entry(1, 6));
+    cache.flush().expect("saved");
+    drop(cache);
+    assert_eq!(ids_on_disk(&path, 1, 7), [0, 1, 2, 3, 4, 5, 6]);
+    let t = Table::open(std::fs::read(&path).expect("read"), &Default::default()).expect("a table");
+    assert_eq!(t.recovered_slot(), None);
+    assert_eq!(t.head().damaged, [false, false]);
+}

@@ -51,6 +51,9 @@ pub struct TableHead {
     pub schema: u32,
     /// The two slots, each `None` if empty or damaged.
     pub slots: [Option<Slot>; 2],
+    /// Which slots are damaged: not all zero (never written), yet failing their check (a
+    /// torn write, or damage since).
+    pub damaged: [bool; 2],
     /// Where blocks start: just after the header.
     pub blocks_at: u64,
 }
@@ -184,11 +187,17 @@ pub(crate) fn read_head(
     if h.app.is_empty() {
         return Err(FormatError::invalid("header", "empty application name"));
     }
-    let slot = |at: u64| decode_slot(&bytes[at as usize..at as usize + SLOT_LEN]);
+    let raw = |at: u64| &bytes[at as usize..at as usize + SLOT_LEN];
+    let slots = [decode_slot(raw(SLOT_A)), decode_slot(raw(SLOT_B))];
+    let damaged = [SLOT_A, SLOT_B].map(|at| raw(at).iter().any(|b| *b != 0));
     Ok(Ok(TableHead {
         app: h.app,
         schema: h.schema,
-        slots: [slot(SLOT_A), slot(SLOT_B)],
+        damaged: [
+            damaged[0] && slots[0].is_none(),
+            damaged[1] && slots[1].is_none(),
+        ],
+        slots,
         blocks_at: end as u64,
     }))
 }
@@ -228,6 +237,7 @@ mod tests {
             .expect("valid")
             .expect("whole");
         assert_eq!(head.slots, [None, None]);
+        assert_eq!(head.damaged, [false, true], "slot A is empty, B damaged");
     }
 
     #[test]

@@ -29,6 +29,7 @@ mod cursor;
 mod head;
 mod node;
 mod read;
+mod recover;
 mod update;
 mod wire;
 

@@ -52,6 +52,8 @@ pub struct Table<R> {
     /// Where `slot` is in the file ([`super::SLOT_A`] or [`super::SLOT_B`]).
     slot_at: u64,
     commit: Commit,
+    /// The slot whose commit was found by its block (the slot fails its check).
+    recovered: Option<u64>,
     dir: OnceLock<Arc<Directory>>,
     /// Internal nodes by offset. The lock is held only to look up or insert, never across a
     /// read.
@@ -105,6 +107,10 @@ impl<R: ReadAt> Table<R> {
                     } else {
                         super::SLOT_B
                     };
+                    let next =
+                        super::recover::next_commit(&src, limits, &head, &slot, slot_at, size);
+                    let recovered = next.as_ref().map(|(at, ..)| *at);
+                    let (slot_at, slot, commit) = next.unwrap_or((slot_at, slot, commit));
                     return Ok(Table {
                         src,
                         limits: *limits,
@@ -112,6 +118,7 @@ impl<R: ReadAt> Table<R> {
                         slot,
                         slot_at,
                         commit,
+                        recovered,
                         dir: OnceLock::new(),
                         nodes: Mutex::new(HashMap::new()),
                     });
@@ -165,6 +172,12 @@ impl<R: ReadAt> Table<R> {
     /// Where the slot of the commit read is.
     pub fn slot_at(&self) -> u64 {
         self.slot_at
+    }
+
+    /// The slot (its offset) whose check fails but whose commit was found by its block and is
+    /// the one read (see FORMAT.md, "Commit slots"); `None` when the slots are sound.
+    pub fn recovered_slot(&self) -> Option<u64> {
+        self.recovered
     }
 
     /// The table's lineage (see [`Commit::lineage`]).

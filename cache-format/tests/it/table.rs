@@ -338,15 +338,29 @@ fn damage_costs_only_what_lies_under_it() {
     let t = Table::open(file.clone(), &Limits::default()).expect("opens");
     assert_eq!(t.commit().seq, 2);
     assert_eq!(t.slot_at(), SLOT_B);
+    assert_eq!(t.recovered_slot(), None);
+    // Its slot damaged, its commit block whole at the file's end: the commit is found by its
+    // block (it was synced before its slot was written), not dropped.
     let mut torn = file.clone();
     torn[SLOT_B as usize + 9] ^= 1;
-    let t = Table::open(torn, &Limits::default()).expect("falls back");
+    let t = Table::open(torn.clone(), &Limits::default()).expect("recovers");
+    assert_eq!((t.commit().seq, t.slot_at()), (2, SLOT_B));
+    assert_eq!(t.recovered_slot(), Some(SLOT_B));
+    assert!(t.get(&k).expect("reads").is_some());
+    // The same damaged slot with the commit block cut short: the first commit serves.
+    let cut = &torn[..torn.len() - 3];
+    let t = Table::open(cut.to_vec(), &Limits::default()).expect("falls back");
     assert_eq!((t.commit().seq, t.slot_at()), (1, SLOT_A));
     assert!(t.get(&k).expect("reads").is_none());
-    // Cut just before the second commit ends: its block is gone, the first commit serves.
+    // A sound slot naming a commit cut short: the first commit serves.
     let cut = &file[..file.len() - 3];
     let t = Table::open(cut.to_vec(), &Limits::default()).expect("falls back");
     assert_eq!(t.commit().seq, 1);
+    // An older slot damaged while the newest is sound: nothing to recover, the newest serves.
+    let mut older = file.clone();
+    older[SLOT_A as usize + 9] ^= 1;
+    let t = Table::open(older, &Limits::default()).expect("opens");
+    assert_eq!((t.commit().seq, t.recovered_slot()), (2, None));
     // Cut into the first table: refused.
     assert!(Table::open(clean[..clean.len() / 2].to_vec(), &Limits::default()).is_err());
 }

@@ -1,0 +1,67 @@
+//! A commit whose slot fails its check, found by its block. A fold syncs every block it
+//! appends, the commit block last, before it writes the slot; so when a slot is damaged (a torn
+//! slot write, or a bit flipped since) and the file ends with a complete commit block whose
+//! sequence number follows the newest valid slot's and whose `prev` is that slot's commit, the
+//! commit is whole and safe to adopt. Without this, a reader would fall back one commit and the
+//! next fold would cut the newer commit off for good.
+
+use super::head::{SLOT_A, SLOT_B, Slot, TableHead};
+use super::read::read_block;
+use super::wire::{COMMIT_MAX_BYTES, Commit};
+use super::{BlockRef, ReadAt};
+use crate::scan::Limits;
+
+/// The commit after `base` (the newest commit a valid slot names, in the slot at `base_at`)
+/// whose slot is the damaged other one: its slot as it would read, and the commit. `None` when
+/// the other slot is not damaged, or no such commit ends the file.
+pub(crate) fn next_commit<R: ReadAt + ?Sized>(
+    src: &R,
+    limits: &Limits,
+    head: &TableHead,
+    base: &Slot,
+    base_at: u64,
+    size: u64,
+) -> Option<(u64, Slot, Commit)> {
+    let other = if base_at == SLOT_A { SLOT_B } else { SLOT_A };
+    if !head.damaged[usize::from(other == SLOT_B)] || size <= base.end() {
+        return None;
+    }
+    // The commit block is the last thing a fold appends: it ends the file.
+    let window = (size - base.end()).min(u64::from(COMMIT_MAX_BYTES));
+    let start = size - window;
+    let mut tail = vec![0u8; window as usize];
+    src.read_exact_at(&mut tail, start).ok()?;
+    for at in 0..tail.len() {
+        // A commit block is a msgpack map.
+        if !matches!(tail[at], 0x80..=0x8f | 0xde | 0xdf) {
+            continue;
+        }
+        // One msgpack value, and the file's end is its end.
+        let ends = crate::scan::scan_value(&tail[at..], 0, "commit", limits.max_depth);
+        if ends.ok() != Some(tail.len() - at) {
+            continue;
+        }
+        let Ok(commit) = Commit::decode(&tail[at..], limits) else {
+            continue;
+        };
+        if commit.seq != base.seq + 1 || commit.prev != Some(base.commit) {
+            continue;
+        }
+        let offset = start + at as u64;
+        let reads_back = |r: &BlockRef| {
+            r.offset >= head.blocks_at && r.end() <= offset && read_block(src, "block", r).is_ok()
+        };
+        let whole = reads_back(&commit.dir)
+            && commit.root.as_ref().is_none_or(reads_back)
+            && commit.changes.as_ref().is_none_or(reads_back);
+        if !whole {
+            continue;
+        }
+        let slot = Slot {
+            seq: commit.seq,
+            commit: BlockRef::of(offset, &tail[at..]),
+        };
+        return Some((other, slot, commit));
+    }
+    None
+}
