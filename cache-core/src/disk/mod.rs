@@ -29,6 +29,8 @@ use crate::fsio::{self, FileId};
 use crate::tablefile::TableFile;
 
 mod append;
+#[cfg(test)]
+mod between_reads;
 mod compact;
 mod fold;
 mod journal;
@@ -162,6 +164,55 @@ impl Incoming {
     pub(crate) fn mirrors(&self) -> bool {
         self.view.as_ref().is_none_or(|v| v.table.is_none())
     }
+
+    /// Takes in what a read right after this one found: one read that saw both.
+    fn absorb(&mut self, later: Incoming) {
+        if later.whole {
+            // A file read afresh: its data is all of it.
+            self.data = later.data;
+        } else {
+            self.data.merge(later.data);
+        }
+        self.salvaged.merge(later.salvaged);
+        self.events.extend(later.events);
+        self.needs_rewrite |= later.needs_rewrite;
+        self.whole |= later.whole;
+        self.view = match (self.view.take(), later.view) {
+            (Some(first), Some(mut second)) => {
+                second.changed = first.changed.join(std::mem::replace(
+                    &mut second.changed,
+                    Changed::Keys(BTreeSet::new()),
+                ));
+                Some(second)
+            }
+            (first, second) => second.or(first),
+        };
+    }
+}
+
+impl Changed {
+    /// What changed over two reads in a row.
+    fn join(self, later: Changed) -> Changed {
+        match (self, later) {
+            (Changed::Keys(mut a), Changed::Keys(b)) => {
+                a.extend(b);
+                Changed::Keys(a)
+            }
+            (Changed::All { faithful: a }, Changed::All { faithful: b }) => {
+                Changed::All { faithful: a && b }
+            }
+            (Changed::All { faithful }, Changed::Keys(_))
+            | (Changed::Keys(_), Changed::All { faithful }) => Changed::All { faithful },
+        }
+    }
+}
+
+/// Whether a read without the lock reads again: the file moved while it was read (see
+/// [`Disk::read_updates`]), and it has not tried too often already (a writer that folds
+/// without pause cannot hold a reader for ever; past the bound it keeps what it read).
+fn read_again(locked: bool, tries: usize, moved: bool) -> bool {
+    const TRIES: usize = 16;
+    !locked && moved && tries < TRIES
 }
 
 /// A format 1 to 3 snapshot, read whole.
@@ -278,11 +329,57 @@ impl Disk {
     /// Reads what changed on disk since the last read. With `locked`, the caller holds the
     /// cache lock and this may also repair: quarantine unusable files, cut torn tails,
     /// remove stale journals. Without it, it only reads.
+    ///
+    /// Without the lock, the cache file and the journal are read one after the other while a
+    /// writer may fold between the two reads (the journal's records go into a new commit, then
+    /// the journal goes): a reader that read the older commit and then no journal would miss
+    /// acknowledged results. So the read is checked the way a sequence lock is: after the
+    /// journal, the file's current commit must still be the one read; if a writer moved it,
+    /// what changed is read again (the new commit's keys, the new journal), up to a bound.
+    /// A fold writes its commit before it removes the journal, so a commit still current
+    /// after the journal was read means no record the journal held was lost.
     pub(crate) fn read_updates(&mut self, locked: bool) -> Result<Incoming, Failure> {
         let mut cursor = std::mem::take(&mut self.cursor);
-        let result = self.read_into(&mut cursor, locked);
+        let mut result = self.read_into(&mut cursor, locked);
+        let mut tries = 0;
+        while let Ok(inc) = &mut result {
+            if !read_again(locked, tries, self.moved_since(&cursor)) {
+                break;
+            }
+            tries += 1;
+            match self.read_into(&mut cursor, locked) {
+                Ok(later) => inc.absorb(later),
+                Err(e) => result = Err(e),
+            }
+        }
         self.cursor = cursor;
         result
+    }
+
+    /// Whether the cache file is no longer what `cursor` read: another commit is current, the
+    /// file was replaced, removed or created.
+    fn moved_since(&self, cursor: &Cursor) -> bool {
+        let Ok(meta) = fsio::stat(&self.paths.snapshot) else {
+            return true;
+        };
+        let Some(meta) = meta else {
+            return cursor.base.is_some();
+        };
+        let id = FileId::of(&meta);
+        match &cursor.base {
+            None => true,
+            Some(Base::Legacy(s)) => s.id != id,
+            Some(Base::Table(t)) => {
+                if !t.id.same_file(&id) {
+                    return true;
+                }
+                // The slots and commit as they are now: a few hundred bytes.
+                match tablefile::open(Arc::clone(t.table.source().file()), &self.options.limits) {
+                    Ok(now) => now.slot() != t.table.slot() || now.lineage() != t.table.lineage(),
+                    Err(_) => true,
+                }
+            }
+        }
     }
 
     /// Forgets what was read, so the next [`Disk::read_updates`] reads everything again.
@@ -350,6 +447,8 @@ impl Disk {
             return Ok(inc);
         };
         let journal_base = base.journal_base();
+        #[cfg(test)]
+        between_reads::run();
         self.read_journal(cursor, journal_base, locked, &mut inc)?;
         Ok(inc)
     }

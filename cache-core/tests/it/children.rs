@@ -31,6 +31,7 @@ fn child_process_entry() {
         "env-open" => env_open(),
         "system-reader" => system_reader(path, &args),
         "opener" => opener(path, num(0)),
+        "folder" => folder(path, num(0), &args[1]),
         other => panic!("unknown child role {other}"),
     }
 }
@@ -63,6 +64,24 @@ fn writer(path: PathBuf, writer: u64, count: u64, every: u64) {
     }
     flush_until_ok(&cache);
     say!("done");
+}
+
+/// Records results one at a time as `writer`, each flushed (a journal record) and folded into
+/// the table every few kilobytes, appending each id to `acks` once its flush returned: what a
+/// reader opened after that line must see.
+fn folder(path: PathBuf, writer: u64, acks: &str) {
+    use std::io::Write as _;
+    let cache = builder(&path).compaction(1e9, 1 << 10).open();
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(acks)
+        .expect("acks");
+    for i in 0.. {
+        cache.put(ns(), entry(writer, i));
+        flush_until_ok(&cache);
+        writeln!(log, "{i}").expect("ack");
+    }
 }
 
 /// Records batches forever, printing the last id of each batch once it is durable; the parent

@@ -223,3 +223,52 @@ fn a_journal_created_anew_at_a_reused_inode_and_length_is_read_again() {
         "the record in the journal at the reused inode was lost"
     );
 }
+
+#[test]
+fn a_reader_opened_while_others_fold_sees_every_result_acknowledged_before() {
+    // Two writers fold at every save; a reader opens the cache again and again and looks for
+    // every result a writer acknowledged before the open began.
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let acks: Vec<std::path::PathBuf> = (0..2)
+        .map(|w| dir.path().join(format!("acks-{w}")))
+        .collect();
+    let _writers: Vec<_> = (0..2u64)
+        .map(|w| {
+            spawn_child(
+                "folder",
+                &path,
+                &[w.to_string(), acks[w as usize].display().to_string()],
+                &[],
+            )
+        })
+        .collect();
+    let acknowledged = |w: usize| -> Vec<u64> {
+        let text = std::fs::read_to_string(&acks[w]).unwrap_or_default();
+        // Only whole lines: the last may be half written.
+        let whole = text.rsplit_once('\n').map_or("", |(done, _)| done);
+        whole.lines().filter_map(|l| l.parse().ok()).collect()
+    };
+    let started = std::time::Instant::now();
+    let (mut opens, mut missed) = (0, Vec::new());
+    while started.elapsed() < std::time::Duration::from_secs(8) {
+        let before: Vec<Vec<u64>> = (0..2).map(acknowledged).collect();
+        let reader = builder(&path).read_only(true).open();
+        opens += 1;
+        for (w, ids) in before.iter().enumerate() {
+            for id in ids.iter().rev().take(20) {
+                if !has(&reader, w as u64, *id) {
+                    missed.push((opens, w, *id));
+                }
+            }
+        }
+    }
+    assert!(opens > 20, "the reader opened {opens} times");
+    assert!(acknowledged(0).len() > 20 && acknowledged(1).len() > 20);
+    assert!(
+        missed.is_empty(),
+        "{} misses in {opens} opens: {:?}",
+        missed.len(),
+        &missed[..missed.len().min(5)]
+    );
+}
