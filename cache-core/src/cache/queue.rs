@@ -141,12 +141,14 @@ impl Shared {
             events,
             needs_rewrite,
             whole,
+            replaced,
             view,
         } = inc;
-        // What lookups read changes first, then memory follows what changed in it.
-        let mut rewrite_own = false;
+        // What lookups read changes first, then memory follows what changed in it. A file
+        // replaced by one that may lack this process's results gets them again.
+        let mut rewrite_own = replaced;
         if let Some(view) = view {
-            rewrite_own = self.publish(view);
+            rewrite_own |= self.publish(view);
         }
         // A file read whole that lacks what this process acknowledged (an old copy restored,
         // another tool's rename): those entries are written again. A compaction by another

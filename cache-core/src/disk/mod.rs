@@ -153,6 +153,10 @@ pub(crate) struct Incoming {
     /// `data` holds a whole file (and its journal) read afresh, because the file is not the
     /// one this process saw last: whatever memory holds that it lacks must be written again.
     pub(crate) whole: bool,
+    /// The cache file is not the one this process read before, nor a faithful rewrite of it
+    /// (renamed in, written over in place, damaged): what this process recorded may be
+    /// missing from it and must be written again.
+    pub(crate) replaced: bool,
     /// The file as lookups now see it, when it changed (a table's new commit, a journal's new
     /// records); `None`: no change to what lookups see.
     pub(crate) view: Option<View>,
@@ -177,6 +181,7 @@ impl Incoming {
         self.events.extend(later.events);
         self.needs_rewrite |= later.needs_rewrite;
         self.whole |= later.whole;
+        self.replaced |= later.replaced;
         self.view = match (self.view.take(), later.view) {
             (Some(first), Some(mut second)) => {
                 second.changed = first.changed.join(std::mem::replace(
@@ -436,11 +441,14 @@ impl Disk {
             Some(Base::Legacy(s)) => s.id == id,
             None => false,
         };
-        if unchanged {
-            if let Some(Base::Table(_)) = &cursor.base {
-                self.refresh_table(cursor, id, &mut inc)?;
-            }
-        } else if !self.load_base(cursor, locked, &mut inc)? {
+        // The same inode, and still a later commit of the table read: what changed. Anything
+        // else (a new file, or bytes written over this one) is read afresh through the gate.
+        let refreshed = unchanged
+            && match &cursor.base {
+                Some(Base::Table(_)) => self.refresh_table(cursor, id, &mut inc)?,
+                _ => true,
+            };
+        if !refreshed && !self.load_base(cursor, locked, &mut inc)? {
             return Ok(inc);
         }
         let Some(base) = cursor.base.as_ref() else {
@@ -464,6 +472,9 @@ impl Disk {
         let before = cursor.base.take();
         cursor.journal = None;
         cursor.journal_data = Arc::new(CacheData::new());
+        // Another file than the one read before: unless it proves to be a faithful rewrite of
+        // it (below), this process's results may be missing from it.
+        inc.replaced |= before.is_some();
         let Some(file) = fsio::open_regular(&self.paths.snapshot)? else {
             return Ok(false);
         };

@@ -51,10 +51,15 @@ impl Disk {
         }
         let table = Arc::new(table);
         if schema == self.registry.current() {
+            let changed = changed_from(before, &table);
+            if matches!(changed, Changed::All { faithful: true }) {
+                // A rewrite of the file read before that holds all it held (a compaction).
+                inc.replaced = false;
+            }
             inc.view = Some(View {
                 table: Some(Arc::clone(&table)),
                 journal: Arc::new(CacheData::new()),
-                changed: changed_from(before, &table),
+                changed,
             });
             return Ok(Loaded::Base(Base::Table(TableState {
                 id,
@@ -115,41 +120,40 @@ impl Disk {
         })))
     }
 
-    /// The same file as the cursor's table: a newer commit, if any, and what it changed.
+    /// The same file (inode) as the cursor's table: a newer commit, if any, and what it
+    /// changed. `false`: the file's bytes are no longer a later commit of the table read (it
+    /// was written over in place: another table, another schema, another format, damage), so
+    /// it must be read afresh as a new file, through the gate like any open.
     pub(super) fn refresh_table(
         &self,
         cursor: &mut Cursor,
         id: FileId,
         inc: &mut Incoming,
-    ) -> Result<(), Failure> {
+    ) -> Result<bool, Failure> {
         let Some(Base::Table(state)) = &cursor.base else {
-            return Ok(());
+            return Ok(true);
         };
-        if state.migrated_from.is_some() {
-            return Ok(());
-        }
         let path = &self.paths.snapshot;
         let file = Arc::clone(state.table.source().file());
         let now = match tablefile::open(file, &self.options.limits) {
             Ok(t) => t,
-            // Damaged in place since it was opened: read it afresh, as a new file.
-            Err(TableError::Format(_)) => {
-                cursor.base = None;
-                return Ok(());
-            }
+            Err(TableError::Format(_)) => return Ok(false),
             Err(TableError::Io(e)) => return Err(StoreError::io("read", path, e).into()),
         };
         let old = &state.table;
-        if now.slot() == old.slot() && now.lineage() == old.lineage() {
-            return Ok(());
+        if (&now.head().app, now.head().schema) != (&old.head().app, old.head().schema) {
+            return Ok(false);
         }
-        let changed = if now.lineage() != old.lineage() || now.commit().seq < old.commit().seq {
-            Changed::All { faithful: false }
-        } else {
-            match now.changes_since(old.commit().seq, HISTORY) {
-                Ok(Some(keys)) => Changed::Keys(keys),
-                _ => Changed::All { faithful: true },
-            }
+        if now.lineage() != old.lineage() || now.commit().seq < old.commit().seq {
+            // Another table written over this one's bytes: not its history.
+            return Ok(false);
+        }
+        if state.migrated_from.is_some() || now.slot() == old.slot() {
+            return Ok(true);
+        }
+        let changed = match now.changes_since(old.commit().seq, HISTORY) {
+            Ok(Some(keys)) => Changed::Keys(keys),
+            _ => Changed::All { faithful: true },
         };
         let table = Arc::new(now);
         inc.view = Some(View {
@@ -162,7 +166,7 @@ impl Disk {
             table,
             migrated_from: None,
         }));
-        Ok(())
+        Ok(true)
     }
 }
 

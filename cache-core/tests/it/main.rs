@@ -18,6 +18,7 @@ mod io_promise;
 mod lazy;
 mod lock;
 mod migration;
+mod replaced;
 mod support;
 mod system;
 mod versions;
