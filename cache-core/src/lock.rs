@@ -44,7 +44,24 @@ impl FileLock {
         timeout: Duration,
         mut give_up: impl FnMut() -> bool,
     ) -> Result<Option<FileLock>, StoreError> {
-        let start = Instant::now();
+        Self::acquire_while(path, Instant::now(), &mut |waited| {
+            if give_up() {
+                Wait::GiveUp
+            } else if waited >= timeout {
+                Wait::TimedOut
+            } else {
+                Wait::For(timeout - waited)
+            }
+        })
+    }
+
+    /// Takes the lock at `path`, waiting as `wait` says, given how long it has waited since
+    /// `start` (see [`Wait`]).
+    pub(crate) fn acquire_while(
+        path: &Path,
+        start: Instant,
+        wait: &mut dyn FnMut(Duration) -> Wait,
+    ) -> Result<Option<FileLock>, StoreError> {
         let mut pause = Duration::from_millis(1);
         let mut file = open(path)?;
         loop {
@@ -66,17 +83,18 @@ impl FileLock {
                     return Err(StoreError::io("lock", path, e));
                 }
             }
-            if give_up() {
-                return Ok(None);
-            }
             let waited = start.elapsed();
-            if waited >= timeout {
-                return Err(StoreError::LockTimeout {
-                    path: path.to_owned(),
-                    waited,
-                });
-            }
-            std::thread::sleep(pause.min(timeout - waited));
+            let left = match wait(waited) {
+                Wait::GiveUp => return Ok(None),
+                Wait::TimedOut => {
+                    return Err(StoreError::LockTimeout {
+                        path: path.to_owned(),
+                        waited,
+                    });
+                }
+                Wait::For(left) => left,
+            };
+            std::thread::sleep(pause.min(left));
             pause = (pause * 2).min(Duration::from_millis(25));
             // The holder may have replaced the file: wait on the one the path names now.
             if !still_at(&file, path)? {
@@ -108,6 +126,51 @@ fn unreachable_give_up(path: &Path) -> StoreError {
     )
 }
 
+/// What a waiter for a lock does next, given how long it has waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Try again, for at most this much longer before asking again.
+    For(Duration),
+    /// Stop: the wait is over (`LockTimeout`).
+    TimedOut,
+    /// Stop without the lock, as asked (`Ok(None)`).
+    GiveUp,
+}
+
+/// How long a writer waits for a cache's lock that others hold: `idle` with no sign of
+/// progress by them, and, while they make progress (each save they finish changes the cache's
+/// files), on and on, up to `cap` in all. A holder that makes no progress for `idle` (stuck,
+/// frozen) is given up on as before; a queue of writers that moves is waited out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Patience {
+    pub(crate) idle: Duration,
+    pub(crate) cap: Duration,
+}
+
+impl Patience {
+    /// Waits `timeout`, whatever others do.
+    pub(crate) fn fixed(timeout: Duration) -> Patience {
+        Patience {
+            idle: timeout,
+            cap: timeout,
+        }
+    }
+
+    /// The decision, given the time waited and the time since others last made progress (or
+    /// since the start).
+    pub(crate) fn next(&self, waited: Duration, since_progress: Duration) -> Wait {
+        let left = self
+            .cap
+            .saturating_sub(waited)
+            .min(self.idle.saturating_sub(since_progress));
+        if left.is_zero() {
+            Wait::TimedOut
+        } else {
+            Wait::For(left)
+        }
+    }
+}
+
 /// The lock a writer of a cache holds: its lock file, then its folder (see the module docs).
 #[derive(Debug)]
 pub(crate) struct CacheLock {
@@ -119,9 +182,27 @@ pub(crate) struct CacheLock {
 impl CacheLock {
     /// Takes the lock file `lock` and then the folder `dir`, waiting at most `timeout` in all.
     pub(crate) fn acquire(lock: &Path, dir: &Path, timeout: Duration) -> Result<Self, StoreError> {
+        Self::acquire_patient(lock, dir, &mut |waited| {
+            Patience::fixed(timeout).next(waited, waited)
+        })
+    }
+
+    /// Takes the lock file `lock` and then the folder `dir`, waiting as `wait` says given the
+    /// time waited in all (the caller's closure observes others' progress itself, see
+    /// [`Patience`]). `Wait::GiveUp` is taken as a time-out.
+    pub(crate) fn acquire_patient(
+        lock: &Path,
+        dir: &Path,
+        wait: &mut dyn FnMut(Duration) -> Wait,
+    ) -> Result<Self, StoreError> {
         let start = Instant::now();
-        let file = FileLock::acquire(lock, timeout)?;
-        let dir = FolderLock::acquire(dir, timeout.saturating_sub(start.elapsed()))?;
+        let mut step = |waited: Duration| match wait(waited) {
+            Wait::GiveUp => Wait::TimedOut,
+            w => w,
+        };
+        let file = FileLock::acquire_while(lock, start, &mut step)?
+            .ok_or_else(|| unreachable_give_up(lock))?;
+        let dir = FolderLock::acquire(dir, start, &mut step)?;
         Ok(CacheLock {
             _dir: dir,
             _file: file,
@@ -145,8 +226,11 @@ struct FolderLock {
 }
 
 impl FolderLock {
-    fn acquire(dir: &Path, timeout: Duration) -> Result<FolderLock, StoreError> {
-        let start = Instant::now();
+    fn acquire(
+        dir: &Path,
+        start: Instant,
+        wait: &mut dyn FnMut(Duration) -> Wait,
+    ) -> Result<FolderLock, StoreError> {
         let file = File::open(dir).map_err(|e| StoreError::io("open the folder", dir, e))?;
         let mut pause = Duration::from_millis(1);
         loop {
@@ -156,13 +240,16 @@ impl FolderLock {
                 Err(TryLockError::Error(e)) => return Err(StoreError::io("lock", dir, e)),
             }
             let waited = start.elapsed();
-            if waited >= timeout {
-                return Err(StoreError::LockTimeout {
-                    path: dir.to_owned(),
-                    waited,
-                });
-            }
-            std::thread::sleep(pause.min(timeout - waited));
+            let left = match wait(waited) {
+                Wait::For(left) => left,
+                Wait::TimedOut | Wait::GiveUp => {
+                    return Err(StoreError::LockTimeout {
+                        path: dir.to_owned(),
+                        waited,
+                    });
+                }
+            };
+            std::thread::sleep(pause.min(left));
             pause = (pause * 2).min(Duration::from_millis(25));
         }
     }
@@ -213,6 +300,43 @@ fn still_at(file: &File, path: &Path) -> Result<bool, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_waiter_waits_while_others_progress_and_gives_up_on_a_stuck_holder() {
+        let s = Duration::from_secs;
+        let p = Patience {
+            idle: s(2),
+            cap: s(60),
+        };
+        assert_eq!(
+            p.next(s(1), s(1)),
+            Wait::For(s(1)),
+            "within the first idle window"
+        );
+        assert_eq!(
+            p.next(s(2), s(2)),
+            Wait::TimedOut,
+            "no progress for idle: stuck"
+        );
+        assert_eq!(
+            p.next(s(30), Duration::from_millis(500)),
+            Wait::For(Duration::from_millis(1500)),
+            "others progressed half a second ago: go on"
+        );
+        assert_eq!(
+            p.next(s(60), s(0)),
+            Wait::TimedOut,
+            "the cap, progress or not"
+        );
+        assert_eq!(p.next(s(59), s(0)), Wait::For(s(1)), "never past the cap");
+        let fixed = Patience::fixed(s(2));
+        assert_eq!(
+            fixed.next(s(1), s(0)),
+            Wait::For(s(1)),
+            "a fixed wait ignores progress"
+        );
+        assert_eq!(fixed.next(s(2), s(0)), Wait::TimedOut);
+    }
 
     /// A waiter that was granted the lock on a file that has since been replaced must not go
     /// on as if it held the lock: whoever locked the new file holds it.

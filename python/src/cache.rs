@@ -494,14 +494,18 @@ impl PyCache {
     }
 
     /// Makes every recorded result durable, waiting at most `timeout` seconds (default: the
-    /// cache's flush timeout). Raises `CacheError` if they are not.
-    #[pyo3(signature = (timeout=None))]
-    fn flush(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+    /// cache's flush timeout). Raises `CacheError` if they are not. With `budget` (a process
+    /// about to end), past `timeout` it goes on waiting while other processes' saves ahead of
+    /// it are landing, up to `budget` seconds in all.
+    #[pyo3(signature = (timeout=None, budget=None))]
+    fn flush(&self, py: Python<'_>, timeout: Option<f64>, budget: Option<f64>) -> PyResult<()> {
         let cache = self.get_cache()?;
         let timeout = timeout.map(|t| secs(t, "timeout")).transpose()?;
-        py.detach(|| match timeout {
-            Some(t) => cache.flush_within(t),
-            None => cache.flush(),
+        let budget = budget.map(|t| secs(t, "budget")).transpose()?;
+        py.detach(|| match (timeout, budget) {
+            (t, Some(b)) => cache.flush_before_exit(t.unwrap_or(b), b),
+            (Some(t), None) => cache.flush_within(t),
+            (None, None) => cache.flush(),
         })
         .map_err(|e| errors::store(&e))
     }

@@ -27,6 +27,10 @@ static WRITE_FD: AtomicI32 = AtomicI32::new(-1);
 /// The process that armed it.
 static ARMED_PID: AtomicI32 = AtomicI32::new(0);
 
+/// How long the SIGTERM flush waits in all while other processes' saves ahead of it land
+/// (the same as `tunecache._cache.EXIT_BUDGET`).
+const EXIT_BUDGET: Duration = Duration::from_secs(120);
+
 /// Every cache this process opened from Python, to flush at SIGTERM.
 static LIVE: Mutex<Vec<Weak<Cache>>> = Mutex::new(Vec::new());
 
@@ -124,7 +128,7 @@ fn flush_then_end(read_fd: libc::c_int, timeout: Duration) {
         .filter_map(Weak::upgrade)
         .collect();
     for cache in live {
-        if let Err(e) = cache.flush_within(timeout) {
+        if let Err(e) = cache.flush_before_exit(timeout, EXIT_BUDGET) {
             tracing::warn!("tunecache: results are not all on disk at SIGTERM: {e}");
         }
     }

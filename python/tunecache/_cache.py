@@ -5,7 +5,8 @@
   fork, so the child never inherits the parent's file lock and sees what was recorded before
   it; the child leaves the parent's object alone (its saver thread exists only in the parent)
   and opens its own on first use.
-- Picklable by configuration: a worker process that unpickles a ``Cache`` opens the same file.
+- Picklable by configuration: a worker process that unpickles a ``Cache`` opens the same file,
+  once: every task that brings the same pickled cache shares one object in that process.
 - Results are flushed (bounded) at interpreter exit, and on SIGTERM once
   :func:`flush_on_sigterm` was called; in a process ``multiprocessing`` started (whose end
   skips atexit, and which a pool terminates with SIGTERM) both are armed on first use.
@@ -28,8 +29,12 @@ from . import _tunecache as _ext
 
 log = logging.getLogger("tunecache")
 
-#: How long the exit and SIGTERM flushes wait, in seconds.
+#: How long the exit and SIGTERM flushes wait, in seconds, for a lock whose holders make no
+#: progress (a stuck or frozen process).
 EXIT_FLUSH_TIMEOUT = 5.0
+#: How long they wait in all while other processes' saves ahead of them are landing (a pool
+#: of hundreds of workers ending together queues for one lock), in seconds.
+EXIT_BUDGET = 120.0
 #: How long the flush before a fork waits, in seconds.
 FORK_FLUSH_TIMEOUT = 2.0
 
@@ -429,10 +434,22 @@ class Cache:
         self._invalidate()
 
 
+# The caches this process unpickled, by configuration: every task a pool sends the same
+# pickled cache gets one object per process (one saver, one exit flush), as a module-level
+# cache would; one object per task, dropped with the task, left its last results to a saver
+# the worker's exit could cut short.
+_unpickled: dict[str, Cache] = {}
+
+
 def _from_config(config: dict[str, Any]) -> Cache:
+    key = json.dumps(config, sort_keys=True, default=str)
+    cache = _unpickled.get(key)
+    if cache is not None and not cache._closed:
+        return cache
     cache = Cache.__new__(Cache)
     cache._config = config
     cache._start()
+    _unpickled[key] = cache
     return cache
 
 
@@ -458,9 +475,10 @@ os.register_at_fork(
 )
 
 
-def flush_all(timeout: float = EXIT_FLUSH_TIMEOUT) -> None:
-    """Flushes every open cache of this process, each waiting at most ``timeout`` seconds;
-    failures are logged, never raised."""
+def flush_all(timeout: float = EXIT_FLUSH_TIMEOUT, budget: float = EXIT_BUDGET) -> None:
+    """Flushes every open cache of this process before it ends: each waits ``timeout`` seconds
+    for a lock whose holders make no progress, and while other processes' saves ahead of it
+    are landing, up to ``budget`` seconds in all; failures are logged, never raised."""
     # Not inside itself: a SIGTERM that arrives while an exit flush runs on this thread waits
     # for it (see `flush_on_sigterm`) instead of flushing again from the middle of it.
     if getattr(_flushing, "active", False):
@@ -474,7 +492,7 @@ def flush_all(timeout: float = EXIT_FLUSH_TIMEOUT) -> None:
             try:
                 if c.mode() != "persistent":
                     continue
-                c.flush(timeout)
+                c.flush(timeout, budget)
             except Exception as e:  # noqa: BLE001 - at exit, report and go on
                 log.warning("tunecache: results of %s are not all on disk: %s", cache.app, e)
         emit_warnings()

@@ -105,6 +105,8 @@ struct State {
     paused: u32,
     /// A save is writing (the file lock may be held).
     saving: bool,
+    /// A flush before exit waiting out other processes' saves (see `patient.rs`).
+    patient: patient::Patient,
 }
 
 struct Diagnostics {
@@ -181,6 +183,7 @@ mod compactor;
 mod file;
 mod notice;
 mod open;
+mod patient;
 mod queue;
 pub(crate) mod system;
 mod tiers;

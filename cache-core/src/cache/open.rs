@@ -326,6 +326,7 @@ impl State {
             saver_running: false,
             paused: 0,
             saving: false,
+            patient: super::patient::Patient::default(),
         }
     }
 }

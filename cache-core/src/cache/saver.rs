@@ -11,7 +11,7 @@ use super::notice::Notice;
 use super::{Mode, Shared, State, lock};
 use crate::disk::{Changed, Disk, Failure, Incoming};
 use crate::error::StoreError;
-use crate::lock::CacheLock;
+use crate::lock::{CacheLock, Patience};
 
 /// What the saver sees when it decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,6 +273,25 @@ impl Shared {
         }
     }
 
+    /// The cache's lock, waited for the lock timeout; while a flush before exit waits (see
+    /// `patient.rs`), as long as others holding it make progress, until that flush's budget.
+    fn lock_patiently(&self, disk: &Disk) -> Result<CacheLock, StoreError> {
+        let idle = self.timings.lock_timeout;
+        let start = Instant::now();
+        let mut watch = super::patient::Watch::new(&disk.paths);
+        let mut last_progress = start;
+        CacheLock::acquire_patient(&disk.paths.lock, &disk.paths.dir, &mut |waited| {
+            let now = Instant::now();
+            let until = lock(&self.state).patient.until;
+            if until.is_some() && watch.moved() {
+                last_progress = now;
+                lock(&self.state).patient.progress_seen = Some(now);
+            }
+            let cap = until.map_or(idle, |u| u.saturating_duration_since(start).max(idle));
+            Patience { idle, cap }.next(waited, now - last_progress)
+        })
+    }
+
     /// One locked save: read others' updates (gated), then append or compact.
     #[allow(
         clippy::result_large_err,
@@ -284,11 +303,7 @@ impl Shared {
         mut batch: CacheData,
         rewrite: bool,
     ) -> Result<Incoming, (Failure, CacheData)> {
-        let guard = match CacheLock::acquire(
-            &disk.paths.lock,
-            &disk.paths.dir,
-            self.timings.lock_timeout,
-        ) {
+        let guard = match self.lock_patiently(disk) {
             Ok(g) => g,
             Err(e) => return Err((Failure::Retry(e), batch)),
         };
