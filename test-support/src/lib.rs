@@ -8,6 +8,7 @@
 //! - [`skip`]: the rule for tests that need something the machine may lack (a GPU library,
 //!   Python): skip loudly on a developer's machine, fail in CI;
 //! - [`env`](mod@env): an environment with no `TUNECACHE_*` variable, for every process a test starts;
+//! - [`fake_http`]: a hostile HTTP server (endless listings, names a URL rewrites, silence);
 //! - [`redis_server`]: a real `redis-server` on a free loopback port, stopped by pid;
 //! - [`browser`]: Debian's `chromium`, headless, for the DOM, a screenshot and the console
 //!   of a page a person looks at;
@@ -23,6 +24,7 @@ pub mod cli;
 pub mod craft;
 pub mod env;
 pub mod example;
+pub mod fake_http;
 pub mod redis_server;
 pub mod s3_server;
 pub mod skip;

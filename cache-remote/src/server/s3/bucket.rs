@@ -16,6 +16,75 @@ const SIGNED_FOR: Duration = Duration::from_secs(300);
 /// The largest listing page read (S3 returns at most 1,000 keys a page).
 const MAX_PAGE_BYTES: u64 = 8 << 20;
 
+/// The most objects one listing gathers: past it, the listing is refused (a store whose
+/// listing never ends would otherwise grow memory until the deadline).
+pub(crate) const MAX_LISTED: usize = 1_000_000;
+
+/// Pages in a row that bring no object not seen before: a store that sends the same page,
+/// or empty ones, again and again, is not making progress.
+const MAX_IDLE_PAGES: usize = 3;
+
+/// Whether `object` names exactly itself in a URL: not empty, and no path segment `.` or `..`
+/// (which a URL resolves, so `PREFIX/x/../../y` would reach `y`). Every other character is
+/// percent-encoded on its way into the URL.
+pub(crate) fn addressable(object: &str) -> bool {
+    !object.is_empty() && object.split('/').all(|seg| seg != "." && seg != "..")
+}
+
+/// Refuses a name that is not [`addressable`] before any request is made for it.
+fn check_name(object: &str, describe: &str) -> Result<(), RemoteError> {
+    if addressable(object) {
+        Ok(())
+    } else {
+        Err(RemoteError::Refused(format!(
+            "{describe}: the object name {:?} has a `.` or `..` segment (or is empty): a URL \
+             would name another object",
+            object.escape_debug().to_string()
+        )))
+    }
+}
+
+/// What a listing does after a page, given the tokens it was asked with so far, the token the
+/// page gives for the next, how many of its keys were new, how many pages in a row (this one
+/// included) brought none, and how many objects it holds: ask for the next page, stop (done),
+/// or refuse.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Page {
+    Next,
+    Done,
+    Refuse(String),
+}
+
+pub(crate) fn after_page(
+    seen_tokens: &std::collections::HashSet<String>,
+    next: Option<&str>,
+    new_keys: usize,
+    idle_pages: usize,
+    total: usize,
+) -> Page {
+    if total > MAX_LISTED {
+        return Page::Refuse(format!(
+            "the listing passes {MAX_LISTED} objects (a prefix that large, or a store whose \
+             listing never ends)"
+        ));
+    }
+    let Some(next) = next else {
+        return Page::Done;
+    };
+    if seen_tokens.contains(next) {
+        return Page::Refuse(
+            "the listing's next page is one it already gave (a token that does not advance)"
+                .to_owned(),
+        );
+    }
+    if new_keys == 0 && idle_pages >= MAX_IDLE_PAGES {
+        return Page::Refuse(format!(
+            "{MAX_IDLE_PAGES} listing pages in a row brought no object not listed before"
+        ));
+    }
+    Page::Next
+}
+
 /// A bucket, its credentials and the client that reaches it.
 pub(crate) struct Objects {
     pub(crate) bucket: Bucket,
@@ -55,6 +124,7 @@ impl Objects {
         limit: u64,
         deadline: Instant,
     ) -> Result<Option<Fetched>, RemoteError> {
+        check_name(object, &self.describe)?;
         let url = self
             .bucket
             .get_object(self.credentials.as_ref(), object)
@@ -116,6 +186,7 @@ impl Objects {
         etag: Option<&str>,
         deadline: Instant,
     ) -> Result<(Swapped, Option<String>), RemoteError> {
+        check_name(object, &self.describe)?;
         let url = self
             .bucket
             .put_object(self.credentials.as_ref(), object)
@@ -145,6 +216,7 @@ impl Objects {
 
     /// Deletes `object` (an absent one is no error).
     pub(crate) fn delete(&self, object: &str, deadline: Instant) -> Result<(), RemoteError> {
+        check_name(object, &self.describe)?;
         let url = self
             .bucket
             .delete_object(self.credentials.as_ref(), object)
@@ -163,9 +235,16 @@ impl Objects {
         }
     }
 
-    /// Every object whose name starts with `prefix`, page by page.
+    /// Every object whose name starts with `prefix`, page by page: each page must bring a new
+    /// token and objects not listed before, and the whole at most [`MAX_LISTED`] objects (see
+    /// [`after_page`]). A name a URL would rewrite ([`addressable`]) is left out, with one
+    /// warning per listing.
     pub(crate) fn list(&self, prefix: &str, deadline: Instant) -> Result<Vec<Listed>, RemoteError> {
         let mut out = Vec::new();
+        let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut tokens: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut idle_pages = 0;
+        let mut skipped: (usize, Option<String>) = (0, None);
         let mut token: Option<String> = None;
         loop {
             let mut list = self.bucket.list_objects_v2(self.credentials.as_ref());
@@ -197,15 +276,44 @@ impl Objects {
             let page =
                 rusty_s3::actions::ListObjectsV2::parse_response(&String::from_utf8_lossy(&page))
                     .map_err(|e| RemoteError::Protocol(format!("a listing: {e}")))?;
-            out.extend(page.contents.into_iter().map(|c| Listed {
-                key: c.key,
-                last_modified: c.last_modified,
-            }));
-            match page.next_continuation_token {
-                Some(next) => token = Some(next),
-                None => return Ok(out),
+            let mut new_keys = 0;
+            for c in page.contents {
+                if !seen.insert(c.key.clone()) {
+                    continue;
+                }
+                new_keys += 1;
+                if !addressable(&c.key) {
+                    skipped.0 += 1;
+                    skipped.1.get_or_insert(c.key);
+                    continue;
+                }
+                out.push(Listed {
+                    key: c.key,
+                    last_modified: c.last_modified,
+                });
+            }
+            idle_pages = if new_keys == 0 { idle_pages + 1 } else { 0 };
+            if let Some(t) = &token {
+                tokens.insert(t.clone());
+            }
+            let next = page.next_continuation_token;
+            match after_page(&tokens, next.as_deref(), new_keys, idle_pages, seen.len()) {
+                Page::Next => token = next,
+                Page::Done => break,
+                Page::Refuse(why) => {
+                    return Err(RemoteError::Protocol(format!("{}: {why}", self.describe)));
+                }
             }
         }
+        if let (n, Some(first)) = skipped {
+            tracing::warn!(
+                "tunecache: {}: {n} listed object names have a `.` or `..` segment (e.g. {:?}): \
+                 left out, since a URL would name another object",
+                self.describe,
+                first.escape_debug().to_string()
+            );
+        }
+        Ok(out)
     }
 
     /// A HEAD of the bucket: is it there, and may it be read?
@@ -230,5 +338,62 @@ impl Objects {
             ))),
             status => Err(status_error(status, "", &self.describe)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_with_a_dot_segment_is_not_addressable() {
+        for ok in [
+            "p/tc1:a:1:x:y:z",
+            "p/a.b",
+            "p/..a",
+            "p/a..",
+            "p/.../x",
+            "a//b",
+        ] {
+            assert!(addressable(ok), "{ok}");
+        }
+        for bad in ["", "p/tc1:x/../../y", "p/./x", "..", "p/..", "./p"] {
+            assert!(!addressable(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_listing_must_advance_and_stay_bounded() {
+        let mut tokens = std::collections::HashSet::new();
+        assert_eq!(after_page(&tokens, None, 5, 0, 5), Page::Done);
+        assert_eq!(after_page(&tokens, Some("a"), 5, 0, 5), Page::Next);
+        tokens.insert("a".to_owned());
+        assert!(
+            matches!(after_page(&tokens, Some("a"), 5, 0, 10), Page::Refuse(_)),
+            "the same token again"
+        );
+        assert_eq!(
+            after_page(&tokens, Some("b"), 0, 2, 10),
+            Page::Next,
+            "an empty page or two"
+        );
+        assert!(
+            matches!(after_page(&tokens, Some("c"), 0, 3, 10), Page::Refuse(_)),
+            "pages that bring nothing new"
+        );
+        assert!(
+            matches!(
+                after_page(&tokens, Some("d"), 1000, 0, MAX_LISTED + 1),
+                Page::Refuse(_)
+            ),
+            "too many"
+        );
+        assert!(
+            matches!(
+                after_page(&tokens, None, 1000, 0, MAX_LISTED + 1),
+                Page::Refuse(_)
+            ),
+            "too many, even at the end"
+        );
     }
 }

@@ -100,6 +100,11 @@ impl S3Remote {
             .build()
             .new_agent();
         let prefix = prefix.trim_matches('/');
+        if !prefix.is_empty() && !bucket::addressable(prefix) {
+            return Err(bad(
+                "a prefix with a `.` or `..` segment names other objects in a URL",
+            ));
+        }
         let host = url.host_str().unwrap_or("?").to_owned();
         let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
         Ok(S3Remote {
@@ -349,6 +354,8 @@ mod tests {
             ("s3://ab/x", "bucket name"),
             ("s3://Upper/x", "bucket name"),
             ("redis://x", "not an s3:// address"),
+            ("s3://team-cache/a/../b", "`..` segment"),
+            ("s3://team-cache/./b", "`..` segment"),
         ] {
             let e = S3Remote::open(address, env(vars))
                 .expect_err(address)
