@@ -54,15 +54,18 @@ pub(crate) fn publish(registry: &Migrations, data: &CacheData) -> anyhow::Result
             p.unchanged
         )),
         Ok(p) => say(format_args!(
-            "published to the shared tier at {}: {} written, {} already there, {} not published (the local save still counts)",
+            "published to the shared tier at {}: {} written, {} already there; {} results were \
+             not published (the local save still counts; `tunecache remote push` publishes them)",
             tier.describe(),
             p.written,
             p.unchanged,
             p.left
         )),
         Err(e) => say(format_args!(
-            "could not publish to the shared tier at {}: {e} (the local save still counts)",
-            tier.describe()
+            "could not publish to the shared tier at {}: {e}; {} results were not published \
+             (the local save still counts; `tunecache remote push` publishes them)",
+            tier.describe(),
+            data.len()
         )),
     }
     Ok(())

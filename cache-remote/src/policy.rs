@@ -34,6 +34,9 @@ pub(crate) struct Policy {
     pub(crate) counters: Counters,
     /// The store denied a write (permissions): this tier reads only from then on.
     denied: std::sync::atomic::AtomicBool,
+    /// Calls the store answered (a reply of any kind, not a time-out or a broken connection):
+    /// what shows a closing tier that a store still answers.
+    pub(crate) answered: std::sync::atomic::AtomicU64,
 }
 
 impl Policy {
@@ -54,6 +57,7 @@ impl Policy {
             breaker: Mutex::new(Breaker::default()),
             counters: Counters::default(),
             denied: std::sync::atomic::AtomicBool::new(false),
+            answered: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -79,6 +83,10 @@ impl Policy {
     /// outage), a full server pauses writes for the cool-down (one warning), a success
     /// closes it.
     pub(crate) fn outcome<T>(&self, result: &Result<T, RemoteError>) {
+        if result.as_ref().err().is_none_or(|e| !e.is_outage()) {
+            self.answered
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let e = match result {
             Ok(_) => {
                 if crate::lock(&self.breaker).success() {

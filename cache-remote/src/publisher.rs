@@ -32,6 +32,8 @@ pub(crate) struct Queue {
     shutdown: bool,
     /// The last attempt at shutdown was made.
     final_round: bool,
+    /// Keys of the round in progress (taken from `pending`).
+    in_flight: usize,
 }
 
 /// What the publisher does next.
@@ -164,21 +166,52 @@ impl Publisher {
         }
     }
 
-    /// Asks the thread to make its last round and stop; waits at most `wait` for it.
-    /// Returns whether it stopped.
-    pub(crate) fn stop(&self, wait: Duration) -> bool {
-        let deadline = cache_core::deadline_after(wait);
+    /// Asks the thread to make its last round and stop, and waits for it as [`closes`] says:
+    /// while the store answers (`answered` counts its replies), up to `cap`; a store silent
+    /// for `silence` is given up on. Returns how many keys were not published (0: all were,
+    /// or nothing was queued).
+    pub(crate) fn stop(
+        &self,
+        silence: Duration,
+        cap: Duration,
+        answered: impl Fn() -> u64,
+    ) -> usize {
+        let start = Instant::now();
+        let mut last = (answered(), start);
         let mut q = self.lock();
         q.shutdown = true;
         self.cv.notify_all();
         while q.running {
-            if Instant::now() >= deadline {
-                return false;
+            let now = Instant::now();
+            let seen = answered();
+            if seen != last.0 {
+                last = (seen, now);
             }
-            q = self.wait(q, Some(deadline));
+            match closes(now - start, now - last.1, silence, cap) {
+                Some(left) => {
+                    q = self.wait(q, Some(now + left.min(Duration::from_millis(50))));
+                }
+                None => return q.pending.len() + q.in_flight,
+            }
         }
-        true
+        q.pending.len()
     }
+}
+
+/// How much longer a closing tier waits for its last round (`None`: no longer), given the time
+/// waited, the time since the store last answered (or since the wait began), how long a
+/// silent store is waited for, and the cap (the publish budget). A store that answers keeps
+/// its whole budget; one that does not answer costs a command its exit only `silence`.
+pub(crate) fn closes(
+    waited: Duration,
+    since_answer: Duration,
+    silence: Duration,
+    cap: Duration,
+) -> Option<Duration> {
+    let left = cap
+        .saturating_sub(waited)
+        .min(silence.saturating_sub(since_answer));
+    (!left.is_zero()).then_some(left)
 }
 
 /// The publisher thread of `tier`.
@@ -208,6 +241,7 @@ pub(crate) fn run(tier: Arc<CacheTier>, delay: Duration) {
         let serving = q.requested;
         q.final_round = q.shutdown;
         let keys: Vec<(Namespace, Fingerprint)> = q.pending.drain().collect();
+        q.in_flight = keys.len();
         q.since = None;
         drop(q);
         let entries: Vec<(Namespace, Entry)> = keys
@@ -219,6 +253,7 @@ pub(crate) fn run(tier: Arc<CacheTier>, delay: Duration) {
             tier.link.absorb(outcome.folded);
         }
         let mut q = publisher.lock();
+        q.in_flight = 0;
         if !outcome.left.is_empty() {
             q.pending.extend(outcome.left);
             q.since.get_or_insert_with(Instant::now);
@@ -232,6 +267,28 @@ pub(crate) fn run(tier: Arc<CacheTier>, delay: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_closing_tier_waits_while_the_store_answers_and_briefly_when_it_does_not() {
+        let s = Duration::from_secs;
+        let (silence, cap) = (s(3), s(30));
+        assert_eq!(closes(s(1), s(1), silence, cap), Some(s(2)));
+        assert_eq!(
+            closes(s(3), s(3), silence, cap),
+            None,
+            "silent for 3 s: given up"
+        );
+        assert_eq!(
+            closes(s(20), s(1), silence, cap),
+            Some(s(2)),
+            "a store that answers keeps its budget"
+        );
+        assert_eq!(
+            closes(s(30), s(0), silence, cap),
+            None,
+            "never past the budget"
+        );
+    }
 
     const DELAY: Duration = Duration::from_millis(250);
 

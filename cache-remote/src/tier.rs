@@ -248,13 +248,33 @@ impl Tier for CacheTier {
         let Some(handle) = crate::lock(&self.thread).take() else {
             return;
         };
-        // One last bounded round; a server that does not answer costs at most its budget.
-        let wait = self.policy.options.publish_budget + Duration::from_millis(100);
-        if self.publisher.stop(wait) {
+        // One last round: the whole publish budget while the store answers, and only
+        // CLOSE_SILENCE for a store that does not (a frozen bucket must not cost a short
+        // command its whole budget at exit).
+        let cap = self.policy.options.publish_budget + Duration::from_millis(100);
+        let answered = || {
+            self.policy
+                .answered
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let left = self.publisher.stop(CLOSE_SILENCE, cap, answered);
+        if left > 0 {
+            tracing::warn!(
+                "tunecache: {left} results were not published to {} (it did not answer within \
+                 {:?} at the end); they are in the local cache, and `tunecache remote push` \
+                 publishes them",
+                self.policy.describe,
+                CLOSE_SILENCE
+            );
+        } else {
             let _ = handle.join();
         }
     }
 }
+
+/// How long a closing tier waits for a store that does not answer at all (its connection
+/// accepted and silent, or refused): then the process may end.
+const CLOSE_SILENCE: Duration = Duration::from_secs(3);
 
 /// Why the fleet's entries could not be read ([`crate::RemoteHandle::view`]): only this
 /// cache's own entries are known.

@@ -276,6 +276,38 @@ fn a_frozen_server_costs_one_budget_and_a_missing_bucket_is_one_clear_line() {
         took < Duration::from_secs(10),
         "a frozen server cost {took:?}"
     );
+    // A short command that publishes (issue 49, case 10: 31 s before, the whole publish
+    // budget): a few seconds, then it says what was not published and how to publish it.
+    let frozen = server.freeze();
+    let started = Instant::now();
+    let put = run(
+        &server,
+        &file,
+        &[
+            "put",
+            "-n",
+            "matmul",
+            "-k",
+            r#"{"m":2}"#,
+            "--algo",
+            "x",
+            "--median-ns",
+            "5",
+        ],
+    );
+    let took = started.elapsed();
+    drop(frozen);
+    assert_eq!(put.status.code(), Some(0), "saved locally: {}", text(&put));
+    assert!(
+        took < Duration::from_secs(8),
+        "a frozen store cost put {took:?}"
+    );
+    assert!(
+        stderr(&put).contains("1 results were not published")
+            && stderr(&put).contains("tunecache remote push"),
+        "{}",
+        text(&put)
+    );
 }
 
 /// `count` JSON lines for keys `0..count` with one candidate `algo` at `median` ns.

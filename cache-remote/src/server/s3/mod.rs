@@ -20,6 +20,9 @@ use rusty_s3::{Bucket, Credentials, UrlStyle};
 use super::ConfigError;
 use bucket::Objects;
 
+/// How long one request waits for a connection, and then for the first bytes of its reply.
+pub(crate) const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 mod bucket;
 mod http;
 mod lease;
@@ -94,9 +97,15 @@ impl S3Remote {
                 ));
             }
         };
+        // A store that accepts a connection and sends nothing is not waited for past
+        // ANSWER_WITHIN per request (a connection made, and a reply's first bytes), whatever
+        // the deadline of the call: a frozen bucket costs a command seconds, not the publish
+        // budget; a store that answers keeps every call's whole deadline.
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
+            .timeout_connect(Some(ANSWER_WITHIN))
+            .timeout_recv_response(Some(ANSWER_WITHIN))
             .build()
             .new_agent();
         let prefix = prefix.trim_matches('/');
