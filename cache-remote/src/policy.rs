@@ -165,6 +165,13 @@ impl Policy {
             .ok()
     }
 
+    /// How many keys a pull reads per round trip: up to 500, and no more than 16 MiB of
+    /// values at the value cap.
+    pub(crate) fn pull_batch(&self) -> usize {
+        let read = self.read(None);
+        (PULL_BYTES / read.limit.saturating_add(1)).clamp(1, PULL_BATCH)
+    }
+
     /// Reads `keys` (of this application and schema), up to 500 per round trip, checking
     /// each value against what its key says; returns what passed, with its namespace, and
     /// origin `remote`.
@@ -175,8 +182,7 @@ impl Policy {
     ) -> Result<Vec<(Scope, String, Entry)>, RemoteError> {
         let mut out = Vec::new();
         let read = self.read(None);
-        let per_batch = (PULL_BYTES / read.limit.saturating_add(1)).clamp(1, PULL_BATCH);
-        for batch in keys.chunks(per_batch) {
+        for batch in keys.chunks(self.pull_batch()) {
             let values = self.remote.get_many(batch, read, deadline);
             self.outcome(&values);
             for (key, value) in batch.iter().zip(values?) {

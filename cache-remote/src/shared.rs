@@ -28,15 +28,23 @@ pub struct Published {
     pub left: usize,
 }
 
-/// What [`SharedTier::pull`] read.
+/// Keys a pull reads and hands over at a time.
+const PULL_STEP: usize = 64;
+
+/// How far [`SharedTier::pull`] got.
 #[derive(Debug, Clone, Default)]
 pub struct Pulled {
-    /// The entries that passed every check, with origin `remote`.
-    pub data: CacheData,
     /// Keys of this application and schema found on the server.
     pub keys: usize,
+    /// Keys read (their values checked and handed over, or refused), in batches.
+    pub read: usize,
+    /// Entries handed over (they passed every check).
+    pub entries: usize,
     /// Values refused, by reason.
     pub rejected: BTreeMap<&'static str, u64>,
+    /// Why it stopped before reading every key (the wait ran out, the store failed), if it
+    /// did: what was handed over before stands.
+    pub stopped: Option<RemoteError>,
 }
 
 /// The shared tier of one application and schema, without a cache.
@@ -93,15 +101,52 @@ impl SharedTier {
             .collect())
     }
 
-    /// Every entry of this application and schema on the server, checked (a key listing,
-    /// then reads of up to 500 keys per round trip, all within `timeout`).
-    pub fn pull(&self, timeout: Duration) -> Result<Pulled, RemoteError> {
+    /// Every entry of this application and schema on the server, checked: a key listing,
+    /// then reads of up to 500 keys per round trip, all within `timeout`, each batch handed to
+    /// `take` as it arrives (with origin `remote`), so what was read is kept when the time runs
+    /// out. Keys `first` says yes to (scope fingerprint, namespace, key fingerprint: say, those
+    /// the local cache lacks) are read first, so a pull cut short and run again goes on where
+    /// it stopped. An `Err` only when the listing fails or `take` does.
+    pub fn pull<E: From<RemoteError>>(
+        &self,
+        timeout: Duration,
+        first: impl Fn(&Fingerprint, &str, &Fingerprint) -> bool,
+        mut take: impl FnMut(CacheData) -> Result<(), E>,
+    ) -> Result<Pulled, E> {
         let deadline = cache_core::deadline_after(timeout);
-        let keys = self.all_keys(deadline)?;
+        let mut keys = self.all_keys(deadline)?;
+        // Stable: the server's order within each part.
+        keys.sort_by_key(|k| {
+            !self
+                .policy
+                .layout
+                .parse(k)
+                .is_some_and(|(scope, ns, fp)| first(&scope, &ns, &fp))
+        });
         let before = self.policy.counters.rejected();
-        let mut data = CacheData::new();
-        for (scope, ns, entry) in self.policy.read_keys(&keys, deadline)? {
-            data.insert(&scope, &ns, entry);
+        let mut pulled = Pulled {
+            keys: keys.len(),
+            ..Pulled::default()
+        };
+        // Small batches: each is kept as it arrives, so a slow store (an object store reads
+        // each key with a request of its own) keeps what it gave before the time ran out.
+        for batch in keys.chunks(self.policy.pull_batch().min(PULL_STEP)) {
+            let read = match self.policy.read_keys(batch, deadline) {
+                Ok(read) => read,
+                Err(e) => {
+                    pulled.stopped = Some(e);
+                    break;
+                }
+            };
+            pulled.read += batch.len();
+            pulled.entries += read.len();
+            let mut data = CacheData::new();
+            for (scope, ns, entry) in read {
+                data.insert(&scope, &ns, entry);
+            }
+            if !data.is_empty() {
+                take(data)?;
+            }
         }
         let mut rejected = self.policy.counters.rejected();
         for (why, n) in before {
@@ -110,11 +155,8 @@ impl SharedTier {
             }
         }
         rejected.retain(|_, n| *n > 0);
-        Ok(Pulled {
-            data,
-            keys: keys.len(),
-            rejected,
-        })
+        pulled.rejected = rejected;
+        Ok(pulled)
     }
 
     /// How many keys of this application and schema the server holds.

@@ -8,6 +8,7 @@ use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
+use cache_core::cache_format::Fingerprint;
 use cache_core::cache_migrate::Migrations;
 use cache_core::{AppendOptions, merge_into_file};
 use cache_remote::SharedTier;
@@ -63,6 +64,12 @@ struct RemoteReport {
     not_published: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pulled: Option<usize>,
+    /// Keys read by a pull (of `entries_on_server`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pulled_keys: Option<usize>,
+    /// Whether a pull read every key before its wait ran out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    complete: Option<bool>,
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     rejected: std::collections::BTreeMap<&'static str, u64>,
     path: PathBuf,
@@ -100,6 +107,8 @@ impl RemoteArgs {
             already_there: None,
             not_published: None,
             pulled: None,
+            pulled_keys: None,
+            complete: None,
             rejected: Default::default(),
             path: path.clone(),
             pace: None,
@@ -184,32 +193,61 @@ fn pull(
 ) -> anyhow::Result<u8> {
     ctx.check_writable("remote pull")?;
     let started = std::time::Instant::now();
+    // Keys this cache lacks are read first: a pull cut short by --wait, run again, goes on
+    // where it stopped instead of reading the same keys again.
+    let local = if path.exists() {
+        Some(ctx.inspect_as_read(path)?)
+    } else {
+        None
+    };
+    let lacks = |scope: &Fingerprint, ns: &str, fp: &Fingerprint| {
+        local.as_ref().is_none_or(|l| {
+            !l.find(ns, fp)
+                .iter()
+                .any(|(s, _)| s.fingerprint() == *scope)
+        })
+    };
+    let options = AppendOptions {
+        lock_timeout: wait,
+        ..AppendOptions::default()
+    };
+    // Each batch is saved as it arrives, so what was downloaded is kept when the wait runs
+    // out.
     let pulled = tier
-        .pull(wait)
+        .pull(wait, lacks, |batch| {
+            saving("the pulled entries", path, || {
+                merge_into_file(path, registry, batch, &options)
+            })
+            .map(|_| ())
+            .with_context(|| format!("the pulled entries were not saved to {}", path.display()))
+        })
         .with_context(|| format!("cannot read {}", tier.describe()))?;
     report.entries_on_server = Some(pulled.keys);
-    report.rejected = pulled.rejected;
-    let n = pulled.data.len();
-    if n > 0 {
-        let options = AppendOptions {
-            lock_timeout: wait,
-            ..AppendOptions::default()
-        };
-        saving("the pulled entries", path, || {
-            merge_into_file(path, registry, pulled.data, &options)
-        })
-        .with_context(|| format!("the pulled entries were not saved to {}", path.display()))?;
-    } else if report.rejected.is_empty() {
+    report.rejected = pulled.rejected.clone();
+    let n = pulled.entries;
+    if let Some(e) = &pulled.stopped {
+        say(format_args!(
+            "pulled {} of the server's {} keys before stopping ({e}); what was pulled is saved: \
+             run `tunecache remote pull` again to go on (keys this cache lacks are read first)",
+            pulled.read, pulled.keys
+        ));
+    } else if n == 0 && report.rejected.is_empty() {
         say("the server holds nothing for this application and schema");
-    } else {
+    } else if n == 0 {
         say(format_args!(
             "the server's {} value(s) for this application and schema were all refused",
             pulled.keys
         ));
     }
     report.pulled = Some(n);
+    report.pulled_keys = Some(pulled.read);
+    report.complete = Some(pulled.stopped.is_none());
     report.pace = Some(Pace::since(started, n as u64));
-    Ok(exit::OK)
+    Ok(if pulled.stopped.is_some() {
+        exit::ERROR
+    } else {
+        exit::OK
+    })
 }
 
 impl Report for RemoteReport {
@@ -241,6 +279,13 @@ impl Report for RemoteReport {
         }
         if let Some(n) = self.pulled {
             out.line(format!("  pulled {n} entries into {}", self.path.display()))?;
+        }
+        if let (Some(read), Some(false), Some(keys)) =
+            (self.pulled_keys, self.complete, self.entries_on_server)
+        {
+            out.line(format!(
+                "  read {read} of {keys} keys before stopping: run it again to go on"
+            ))?;
         }
         for (why, n) in &self.rejected {
             out.line(format!("  refused {n}: {why}"))?;

@@ -565,3 +565,70 @@ fn a_killed_publisher_leaves_no_half_generation_and_the_pointer_names_a_whole_on
         .to_owned();
     assert_eq!(check("after a whole snapshot"), whole);
 }
+
+#[test]
+fn a_pull_cut_short_keeps_what_it_read_and_the_next_goes_on() {
+    // Issue 49, case 12: 3,000 entries took 6.2 s on moto; a pull with --wait 5 downloaded for
+    // 5 s and kept nothing, so repeated pulls never made progress on a slow bucket. Here each
+    // pull has 1.5 s for 1,000 keys (moto answers one request at a time).
+    let Some(server) = S3Server::start(BUCKET) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let source = dir.path().join("source.tcache");
+    let lines = dir.path().join("lines.jsonl");
+    const N: u64 = 1000;
+    std::fs::write(&lines, lines_with("x", 7, N)).expect("lines");
+    let import = run(
+        &server,
+        &source,
+        &["import", lines.to_str().expect("utf-8")],
+    );
+    assert!(import.status.success(), "{}", text(&import));
+    let push = run(&server, &source, &["remote", "push", "--wait", "120"]);
+    assert!(push.status.success(), "{}", text(&push));
+    let target = dir.path().join("target.tcache");
+    let mut kept = Vec::new();
+    for _ in 0..40 {
+        let pull = run(
+            &server,
+            &target,
+            &["--json", "remote", "pull", "--wait", "1.5"],
+        );
+        let r: serde_json::Value =
+            serde_json::from_slice(&pull.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&pull)));
+        let have = tunecache_len(&target);
+        kept.push(have);
+        if r["complete"] == true {
+            assert_eq!(pull.status.code(), Some(0), "{}", text(&pull));
+            break;
+        }
+        if have == N as usize {
+            break;
+        }
+        assert_eq!(pull.status.code(), Some(1), "cut short: {}", text(&pull));
+        assert!(
+            stderr(&pull).contains("run `tunecache remote pull` again"),
+            "{}",
+            text(&pull)
+        );
+    }
+    assert!(kept.len() >= 2, "the first pull was cut short: {kept:?}");
+    assert!(kept[0] > 0, "the first pull kept what it read: {kept:?}");
+    assert!(
+        kept.windows(2).all(|w| w[1] > w[0] || w[1] == N as usize),
+        "each pull went on: {kept:?}"
+    );
+    assert_eq!(kept.last().copied(), Some(N as usize), "{kept:?}");
+}
+
+/// The number of entries `tunecache stats --json` counts in `file`.
+fn tunecache_len(file: &Path) -> usize {
+    let out = command(EXE, file, &["--json", "list"])
+        .output()
+        .expect("list");
+    stdout(&out)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
