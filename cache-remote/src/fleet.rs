@@ -8,7 +8,6 @@
 //! one look at the lease, [`step`] decides what follows, [`waits_on`] whether a holder that
 //! stalled before is waited on again.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,9 +22,13 @@ use crate::store::RemoteError;
 use crate::tier::CacheTier;
 use crate::value::Expect;
 
-/// How long a holder that kept this process waiting a whole wait is not waited on again: the
+/// How long waiting on leases that were never seen renewing stays charged to a process: the
 /// longest lease tunecache trusts (a holder that died holds its keys at most that long).
 const STALL_MEMORY: Duration = Duration::from_secs(600);
+
+/// The longest a process waits on a leader that renews its lease (the renewal is the proof of
+/// life): past it, it measures the key itself.
+pub(crate) const MAX_FLEET_WAIT: Duration = Duration::from_secs(600);
 
 /// The longest pause between two looks at a key another process is measuring.
 const MAX_POLL: Duration = Duration::from_millis(200);
@@ -85,12 +88,15 @@ pub enum Alone {
     /// The store answered an acquire with "absent" (it should have created the lease).
     #[error("the lease could not be taken")]
     NotTaken,
-    /// The holder already kept this process waiting a whole wait on another key.
+    /// Leases that were never seen renewing already kept this process waiting a whole wait
+    /// (on other keys, whatever holders they named): one that is not seen renewing is not
+    /// waited on again for a while.
     #[error(
-        "{holder} already kept this process waiting a whole wait on another key: measuring here"
+        "leases never renewed already kept this process waiting a whole wait; not waiting on \
+         {holder}'s, which has not been seen renewing: measuring here"
     )]
     Stalled {
-        /// Who holds the lease.
+        /// Who the lease says holds it (its own words: not trusted for any decision).
         holder: String,
     },
     /// The wait ran out with the holder still measuring.
@@ -122,37 +128,58 @@ pub enum FinishError {
     },
 }
 
-/// The leases of one shared tier: the renewer of those held, and the holders that stalled.
+/// The leases of one shared tier: the renewer of those held, and how long waiting on leases
+/// never seen renewing has cost this process.
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
     pub(crate) renewer: Arc<Renewer>,
-    /// Lease holders that kept this process waiting a whole wait, and when.
-    stalled: Mutex<HashMap<String, Instant>>,
+    /// Time spent waiting on leases not (yet) seen renewing, since when it is counted.
+    unrenewed: Mutex<Spent>,
 }
 
-impl Leases {
-    /// When `holder` last kept this process waiting a whole wait, if it did.
-    fn stalled_at(&self, holder: &str) -> Option<Instant> {
-        crate::lock(&self.stalled).get(holder).copied()
+/// Waiting charged to leases never seen renewing.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Spent {
+    pub(crate) spent: Duration,
+    pub(crate) since: Option<Instant>,
+}
+
+impl Spent {
+    /// What is spent at `now`: forgotten [`STALL_MEMORY`] after it began.
+    pub(crate) fn at(self, now: Instant) -> Spent {
+        match self.since {
+            Some(since) if now.saturating_duration_since(since) < STALL_MEMORY => self,
+            _ => Spent::default(),
+        }
     }
 
-    /// Remembers that `holder` kept this process waiting a whole wait (the oldest forgotten
-    /// past a bound, so a server full of squatted leases cannot grow it).
-    fn note_stalled(&self, holder: String) {
-        let mut stalled = crate::lock(&self.stalled);
-        let now = Instant::now();
-        stalled.retain(|_, at| now.duration_since(*at) < STALL_MEMORY);
-        if stalled.len() < 1024 {
-            stalled.insert(holder, now);
+    /// `self` with `d` more spent (`d` taken back when negative: a lease seen renewing).
+    pub(crate) fn charge(self, now: Instant, add: Duration, refund: Duration) -> Spent {
+        let s = self.at(now);
+        Spent {
+            spent: (s.spent + add).saturating_sub(refund),
+            since: Some(s.since.unwrap_or(now)),
         }
     }
 }
 
-/// Whether to wait on a lease holder that last kept this process waiting a whole wait at
-/// `stalled_at` (if ever): not within [`STALL_MEMORY`], so a dead holder's (or a squatter's)
-/// leases cost one wait, not one per key (a tune of 27 keys waited 590 s).
-pub(crate) fn waits_on(stalled_at: Option<Instant>, now: Instant) -> bool {
-    stalled_at.is_none_or(|at| now.saturating_duration_since(at) >= STALL_MEMORY)
+impl Leases {
+    fn spent(&self, now: Instant) -> Duration {
+        crate::lock(&self.unrenewed).at(now).spent
+    }
+
+    fn charge(&self, add: Duration, refund: Duration) {
+        let mut s = crate::lock(&self.unrenewed);
+        *s = s.charge(Instant::now(), add, refund);
+    }
+}
+
+/// Whether a lease whose expiry was `before` and is `now` (both as this process reckons them:
+/// the time of the look plus the time to live left) was renewed in between. A renewal moves
+/// the expiry later by the time since the last one (a third of the time to live); more than
+/// `slack` (the store's reckoning of a lease's age is in whole seconds on S3) is a renewal.
+pub(crate) fn renewed(before: Instant, now: Instant, slack: Duration) -> bool {
+    now > before + slack
 }
 
 /// One look at a key's lease, classified.
@@ -160,21 +187,15 @@ pub(crate) fn waits_on(stalled_at: Option<Instant>, now: Instant) -> bool {
 pub(crate) enum Look {
     /// The lease was free: this process holds it now.
     Taken,
-    /// Another process holds it with a tunecache lease that expires; `stalled`: that holder
-    /// kept this process waiting a whole wait before (see [`waits_on`]).
-    Held { holder: String, stalled: bool },
+    /// Another process holds it with a tunecache lease that expires, in `left`; `holder` is
+    /// what the lease says (for messages only).
+    Held { holder: String, left: Duration },
     /// Not a lease to wait on or take.
     Refused(Alone),
 }
 
-/// Reads an acquire's reply for the lease key `key` (time to live `ttl`); `stalled` says
-/// whether a holder is not to be waited on.
-pub(crate) fn classify(
-    reply: LeaseReply,
-    key: &str,
-    ttl: Duration,
-    stalled: impl Fn(&str) -> bool,
-) -> Look {
+/// Reads an acquire's reply for the lease key `key` (time to live `ttl`).
+pub(crate) fn classify(reply: LeaseReply, key: &str, ttl: Duration) -> Look {
     match reply {
         LeaseReply::Done => Look::Taken,
         LeaseReply::Foreign(kind) => Look::Refused(Alone::Foreign {
@@ -187,15 +208,20 @@ pub(crate) fn classify(
         LeaseReply::Held { value, ttl: left } => {
             // A value of another form, or one that never ends (no time to live, or more than
             // ten minutes), is not trusted.
-            let never_ends = left.is_none_or(|l| l > ttl.max(STALL_MEMORY));
-            if !lease::is_ours(&value) || never_ends {
+            let Some(left) = left.filter(|l| *l <= ttl.max(STALL_MEMORY)) else {
+                return Look::Refused(Alone::Untrusted {
+                    key: key.to_owned(),
+                });
+            };
+            if !lease::is_ours(&value) {
                 return Look::Refused(Alone::Untrusted {
                     key: key.to_owned(),
                 });
             }
-            let holder = lease::holder(&value);
-            let stalled = stalled(&holder);
-            Look::Held { holder, stalled }
+            Look::Held {
+                holder: lease::holder(&value),
+                left,
+            }
         }
     }
 }
@@ -216,27 +242,51 @@ pub(crate) enum Step {
     Wait { holder: String },
 }
 
-/// The decision after one look: `waiting` (an earlier look found a holder), `published`
-/// (the key's entry changed since the last look into one that passes the checks), `left` (of
-/// the wait) and `wait` (the whole wait, for messages).
-pub(crate) fn step(
-    look: Look,
-    waiting: bool,
-    published: bool,
-    left: Duration,
-    wait: Duration,
-) -> Step {
+/// Where a wait on one key stands, for [`step`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Waiting {
+    /// An earlier look found a holder.
+    pub(crate) waiting: bool,
+    /// The key's entry changed since the last look into one that passes the checks.
+    pub(crate) published: bool,
+    /// The lease was seen renewing while this process waited on it.
+    pub(crate) renewed: bool,
+    /// Left of the wait asked for.
+    pub(crate) left: Duration,
+    /// Left of [`MAX_FLEET_WAIT`] for a lease that renews.
+    pub(crate) left_renewing: Duration,
+    /// Waiting charged to leases never seen renewing, this process's, and the most it may be
+    /// (the wait asked for).
+    pub(crate) unrenewed: (Duration, Duration),
+}
+
+/// The decision after one look. A lease seen renewing is a leader alive: waited on (up to
+/// [`MAX_FLEET_WAIT`]) however long the wait asked for was. One not seen renewing is waited on
+/// at most the wait, and all of them together at most the wait (a squatter's leases, whatever
+/// holders they name, cost a process one wait in all, not one per key).
+pub(crate) fn step(look: Look, w: Waiting, wait: Duration) -> Step {
     match look {
         Look::Refused(why) => Step::Alone(why),
-        Look::Taken if published => Step::HandBack,
-        Look::Taken => Step::Lead { takeover: waiting },
-        Look::Held {
-            holder,
-            stalled: true,
-        } => Step::Alone(Alone::Stalled { holder }),
-        Look::Held { holder, .. } if published => Step::Published { by: holder },
-        Look::Held { holder, .. } if left.is_zero() => {
+        Look::Taken if w.published => Step::HandBack,
+        Look::Taken => Step::Lead {
+            takeover: w.waiting,
+        },
+        Look::Held { holder, .. } if w.published => Step::Published { by: holder },
+        Look::Held { holder, .. } if w.renewed => {
+            if w.left_renewing.is_zero() {
+                Step::Alone(Alone::WaitedOut {
+                    holder,
+                    wait: MAX_FLEET_WAIT,
+                })
+            } else {
+                Step::Wait { holder }
+            }
+        }
+        Look::Held { holder, .. } if w.left.is_zero() => {
             Step::Alone(Alone::WaitedOut { holder, wait })
+        }
+        Look::Held { holder, .. } if w.unrenewed.0 >= w.unrenewed.1 => {
+            Step::Alone(Alone::Stalled { holder })
         }
         Look::Held { holder, .. } => Step::Wait { holder },
     }
@@ -264,10 +314,20 @@ pub(crate) fn claim(
     let entry_key = policy.layout.key(&tier.scope, ns.name(), fp);
     let key = lease::lease_key(&entry_key);
     let value = lease::new_value();
-    let give_up = cache_core::deadline_after(wait);
+    let started = Instant::now();
+    let give_up = cache_core::deadline_from(started, wait);
+    let give_up_renewing = cache_core::deadline_from(started, MAX_FLEET_WAIT);
     // The entry as the server held it at the last look while waiting: a change is the
     // holder's publication.
     let mut before: Option<Option<Vec<u8>>> = None;
+    // The lease's expiry as last reckoned, whether it was seen renewing, and the waiting this
+    // claim charged to leases never seen renewing (given back once this one renews).
+    let mut expiry: Option<Instant> = None;
+    let mut renewing = false;
+    let mut charged = Duration::ZERO;
+    // A renewal moves the expiry by a third of the time to live; the store's reckoning of a
+    // lease's age may be a second off (whole seconds on S3).
+    let slack = (ttl / 6).min(Duration::from_secs(1));
     let mut pause = FIRST_POLL;
     let mut last_holder = String::new();
     loop {
@@ -287,9 +347,17 @@ pub(crate) fn claim(
             Ok(got) => got,
         };
         let now = Instant::now();
-        let look = classify(reply, &key, ttl, |h| {
-            !waits_on(tier.leases.stalled_at(h), now)
-        });
+        let look = classify(reply, &key, ttl);
+        if let Look::Held { left, .. } = &look {
+            let now_expiry = now + *left;
+            if expiry.is_some_and(|e| renewed(e, now_expiry, slack)) && !renewing {
+                // The holder renews: it is alive. What waiting on it cost is given back.
+                renewing = true;
+                tier.leases.charge(Duration::ZERO, charged);
+                charged = Duration::ZERO;
+            }
+            expiry = Some(expiry.map_or(now_expiry, |e| e.max(now_expiry)));
+        }
         let waiting = before.is_some();
         let published = before.as_ref().is_some_and(|seen| *seen != entry)
             && entry
@@ -299,13 +367,21 @@ pub(crate) fn claim(
             Look::Refused(Alone::Foreign { .. } | Alone::Untrusted { .. }) => {
                 policy.reject("lease: foreign");
             }
-            Look::Held { stalled: false, .. } if !waiting => {
+            Look::Held { .. } if !waiting => {
                 Counters::bump(&policy.counters.lease_waits, 1);
             }
             _ => {}
         }
         let left = give_up.saturating_duration_since(now);
-        match step(look, waiting, published, left, wait) {
+        let w = Waiting {
+            waiting,
+            published,
+            renewed: renewing,
+            left,
+            left_renewing: give_up_renewing.saturating_duration_since(now),
+            unrenewed: (tier.leases.spent(now), wait),
+        };
+        match step(look, w, wait) {
             Step::Lead { takeover } => {
                 return lead(tier, (ns, *fp, entry), key, value, ttl, takeover);
             }
@@ -317,16 +393,20 @@ pub(crate) fn claim(
                 return FleetClaim::Published { by: last_holder };
             }
             Step::Published { by } => return FleetClaim::Published { by },
-            Step::Alone(why) => {
-                if let Alone::WaitedOut { holder, .. } = &why {
-                    tier.leases.note_stalled(holder.clone());
-                }
-                return FleetClaim::Alone(why);
-            }
+            Step::Alone(why) => return FleetClaim::Alone(why),
             Step::Wait { holder } => {
                 last_holder = holder;
                 before = Some(entry);
-                std::thread::sleep(pause.min(left));
+                let nap = if renewing {
+                    pause.min(w.left_renewing)
+                } else {
+                    pause.min(left)
+                };
+                std::thread::sleep(nap);
+                if !renewing {
+                    tier.leases.charge(nap, Duration::ZERO);
+                    charged += nap;
+                }
                 pause = next_pause(pause);
             }
         }
@@ -465,109 +545,176 @@ mod tests {
     }
 
     #[test]
-    fn a_holder_that_stalled_is_not_waited_on_again_until_the_memory_ends() {
-        let now = Instant::now();
-        assert!(waits_on(None, now), "a holder never seen is waited on");
-        assert!(!waits_on(Some(now), now));
-        assert!(!waits_on(
-            Some(now),
-            now + STALL_MEMORY - Duration::from_millis(1)
+    fn waiting_on_leases_never_renewed_is_charged_for_a_while_and_given_back_on_a_renewal() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let spent = Spent::default().charge(t0, s(3), Duration::ZERO);
+        assert_eq!(spent.at(t0 + s(1)).spent, s(3));
+        let spent = spent.charge(t0 + s(2), s(4), Duration::ZERO);
+        assert_eq!(spent.at(t0 + s(2)).spent, s(7));
+        assert_eq!(
+            spent.charge(t0 + s(3), Duration::ZERO, s(4)).spent,
+            s(3),
+            "given back"
+        );
+        assert_eq!(
+            spent.at(t0 + STALL_MEMORY).spent,
+            Duration::ZERO,
+            "forgotten in time"
+        );
+        // A renewal moves the expiry later by more than the slack; time passing does not.
+        assert!(renewed(t0 + s(10), t0 + s(13), s(1)));
+        assert!(!renewed(
+            t0 + s(10),
+            t0 + s(10) + Duration::from_millis(900),
+            s(1)
         ));
-        assert!(waits_on(Some(now), now + STALL_MEMORY));
-        // A clock that went back (a stall noted "after" now) still does not wait.
-        assert!(!waits_on(Some(now + Duration::from_secs(5)), now));
+        assert!(!renewed(t0 + s(10), t0 + s(9), s(1)));
     }
 
     #[test]
     fn replies_are_classified_and_only_tunecaches_expiring_leases_are_waited_on() {
-        let never = |_: &str| false;
-        assert_eq!(classify(LeaseReply::Done, "k", TTL, never), Look::Taken);
+        assert_eq!(classify(LeaseReply::Done, "k", TTL), Look::Taken);
         assert_eq!(
-            classify(LeaseReply::Foreign("hash".into()), "k", TTL, never),
+            classify(LeaseReply::Foreign("hash".into()), "k", TTL),
             Look::Refused(Alone::Foreign {
                 key: "k".into(),
                 kind: "hash".into()
             })
         );
         assert_eq!(
-            classify(LeaseReply::Absent, "k", TTL, never),
+            classify(LeaseReply::Absent, "k", TTL),
             Look::Refused(Alone::NotTaken)
         );
         let untrusted = Look::Refused(Alone::Untrusted { key: "k".into() });
         // Not our form; ours without a time to live; ours living longer than ten minutes.
         assert_eq!(
-            classify(held(b"lock".to_vec(), Some(TTL)), "k", TTL, never),
+            classify(held(b"lock".to_vec(), Some(TTL)), "k", TTL),
             untrusted
         );
-        assert_eq!(classify(held(ours(), None), "k", TTL, never), untrusted);
+        assert_eq!(classify(held(ours(), None), "k", TTL), untrusted);
         let long = STALL_MEMORY + Duration::from_secs(1);
-        assert_eq!(
-            classify(held(ours(), Some(long)), "k", TTL, never),
-            untrusted
-        );
+        assert_eq!(classify(held(ours(), Some(long)), "k", TTL), untrusted);
         // A lease asked for a longer time to live than ten minutes may have that long.
-        let look = classify(held(ours(), Some(long)), "k", long, never);
+        let look = classify(held(ours(), Some(long)), "k", long);
         assert!(
-            matches!(look, Look::Held { stalled: false, .. }),
+            matches!(look, Look::Held { left, .. } if left == long),
             "{look:?}"
         );
-        let look = classify(held(ours(), Some(TTL)), "k", TTL, |_| true);
-        assert!(matches!(look, Look::Held { stalled: true, .. }), "{look:?}");
+    }
+
+    fn w(
+        waiting: bool,
+        published: bool,
+        renewed: bool,
+        left: Duration,
+        spent: Duration,
+    ) -> Waiting {
+        Waiting {
+            waiting,
+            published,
+            renewed,
+            left,
+            left_renewing: Duration::from_secs(100),
+            unrenewed: (spent, WAIT),
+        }
     }
 
     #[test]
     fn the_loop_leads_waits_takes_a_publication_or_gives_up() {
-        let held = |stalled| Look::Held {
+        let held = || Look::Held {
             holder: "pid=1".into(),
-            stalled,
+            left: TTL,
         };
-        let left = Duration::from_secs(1);
+        let (s1, zero) = (Duration::from_secs(1), Duration::ZERO);
+        let holder = || "pid=1".to_owned();
         assert_eq!(
-            step(Look::Taken, false, false, left, WAIT),
+            step(Look::Taken, w(false, false, false, s1, zero), WAIT),
             Step::Lead { takeover: false }
         );
         assert_eq!(
-            step(Look::Taken, true, false, left, WAIT),
+            step(Look::Taken, w(true, false, false, s1, zero), WAIT),
             Step::Lead { takeover: true }
         );
-        assert_eq!(step(Look::Taken, true, true, left, WAIT), Step::HandBack);
         assert_eq!(
-            step(held(false), false, false, left, WAIT),
-            Step::Wait {
-                holder: "pid=1".into()
-            }
+            step(Look::Taken, w(true, true, false, s1, zero), WAIT),
+            Step::HandBack
         );
         assert_eq!(
-            step(held(false), true, true, left, WAIT),
-            Step::Published { by: "pid=1".into() }
+            step(held(), w(false, false, false, s1, zero), WAIT),
+            Step::Wait { holder: holder() }
+        );
+        assert_eq!(
+            step(held(), w(true, true, false, s1, zero), WAIT),
+            Step::Published { by: holder() }
         );
         // A publication wins over a wait that just ran out.
         assert_eq!(
-            step(held(false), true, true, Duration::ZERO, WAIT),
-            Step::Published { by: "pid=1".into() }
+            step(held(), w(true, true, false, zero, zero), WAIT),
+            Step::Published { by: holder() }
         );
         assert_eq!(
-            step(held(false), true, false, Duration::ZERO, WAIT),
+            step(held(), w(true, false, false, zero, zero), WAIT),
             Step::Alone(Alone::WaitedOut {
-                holder: "pid=1".into(),
+                holder: holder(),
                 wait: WAIT
             })
         );
         // No wait at all: the first look gives up.
         assert!(matches!(
-            step(held(false), false, false, Duration::ZERO, Duration::ZERO),
+            step(held(), w(false, false, false, zero, zero), Duration::ZERO),
             Step::Alone(Alone::WaitedOut { .. })
         ));
+        let refused = Look::Refused(Alone::NotTaken);
         assert_eq!(
-            step(held(true), false, false, left, WAIT),
+            step(refused, w(true, true, false, s1, zero), WAIT),
+            Step::Alone(Alone::NotTaken)
+        );
+    }
+
+    #[test]
+    fn a_renewing_leader_is_waited_on_past_the_wait_and_squatters_cost_one_wait_in_all() {
+        let held = || Look::Held {
+            holder: "pid=1".into(),
+            left: TTL,
+        };
+        let zero = Duration::ZERO;
+        // Alive (renewing): the wait asked for ran out, the leader is waited on still...
+        assert_eq!(
+            step(held(), w(true, false, true, zero, WAIT), WAIT),
+            Step::Wait {
+                holder: "pid=1".into()
+            }
+        );
+        // ...up to the fleet's bound.
+        let mut out = w(true, false, true, zero, zero);
+        out.left_renewing = zero;
+        assert!(matches!(
+            step(held(), out, WAIT),
+            Step::Alone(Alone::WaitedOut { .. })
+        ));
+        // Never seen renewing, with a whole wait already spent on such leases (other keys,
+        // any holders): not waited on at all.
+        assert_eq!(
+            step(
+                held(),
+                w(false, false, false, Duration::from_secs(1), WAIT),
+                WAIT
+            ),
             Step::Alone(Alone::Stalled {
                 holder: "pid=1".into()
             })
         );
-        let refused = Look::Refused(Alone::NotTaken);
+        // A renewing one still is, whatever was spent.
         assert_eq!(
-            step(refused, true, true, left, WAIT),
-            Step::Alone(Alone::NotTaken)
+            step(
+                held(),
+                w(false, false, true, Duration::from_secs(1), WAIT * 3),
+                WAIT
+            ),
+            Step::Wait {
+                holder: "pid=1".into()
+            }
         );
     }
 
