@@ -118,6 +118,10 @@ pub(crate) fn new_value() -> Vec<u8> {
 
 /// Whether `value` is a lease value tunecache writes (else someone else's).
 pub(crate) fn is_ours(value: &[u8]) -> bool {
+    // tunecache's own values are under 200 bytes: a longer one is someone else's.
+    if value.len() > MAX_VALUE_BYTES {
+        return false;
+    }
     let Ok(text) = std::str::from_utf8(value) else {
         return false;
     };
@@ -128,10 +132,24 @@ pub(crate) fn is_ours(value: &[u8]) -> bool {
             .is_some_and(|t| t.len() == 32 && t.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// Who holds a lease, for messages.
+/// The longest lease value tunecache takes for one of its own.
+const MAX_VALUE_BYTES: usize = 1024;
+
+/// Who holds a lease, for messages: what the lease says (its writer's choice: never a reason
+/// to decide anything), at most 120 characters, control characters escaped.
 pub(crate) fn holder(value: &[u8]) -> String {
-    let text = String::from_utf8_lossy(value);
-    text.split(' ').skip(2).collect::<Vec<_>>().join(" ")
+    let text = String::from_utf8_lossy(&value[..value.len().min(MAX_VALUE_BYTES)]);
+    let said = text.split(' ').skip(2).collect::<Vec<_>>().join(" ");
+    let said: String = said
+        .chars()
+        .take(120)
+        .flat_map(char::escape_default)
+        .collect();
+    if said.is_empty() {
+        "an unnamed holder".to_owned()
+    } else {
+        said
+    }
 }
 
 #[cfg(test)]
@@ -147,6 +165,16 @@ mod tests {
         for foreign in [&b"tclease1"[..], b"tclease1 xyz", b"lock", b"\xff\xfe", b""] {
             assert!(!is_ours(foreign), "{foreign:?}");
         }
+        // A holder text empty or huge: named plainly and briefly; a huge value is not ours.
+        let empty = format!("tclease1 {:032x}", 7).into_bytes();
+        assert!(is_ours(&empty));
+        assert_eq!(holder(&empty), "an unnamed holder");
+        let mut huge = format!("tclease1 {:032x} pid=1 host=", 7).into_bytes();
+        huge.extend(std::iter::repeat_n(b'x', 10 << 20));
+        assert!(!is_ours(&huge));
+        assert!(holder(&huge).len() <= 120);
+        let control = format!("tclease1 {:032x} pid=1 host=\x1b[2J", 7).into_bytes();
+        assert!(!holder(&control).contains('\x1b'));
     }
 
     #[test]
