@@ -19,6 +19,7 @@ mod progress;
 mod report;
 mod robustness;
 mod s3;
+mod s3_generations;
 mod s3_hostile;
 mod shared;
 mod shared_faults;
