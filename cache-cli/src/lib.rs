@@ -22,6 +22,8 @@ mod output;
 mod progress;
 mod render;
 mod shared;
+#[cfg(feature = "s3")]
+mod signing;
 pub mod workload;
 
 use std::ffi::OsString;

@@ -25,7 +25,7 @@ use crate::fsio::AtomicFile;
 use crate::inspect::Inspection;
 use crate::tablefile::FileBytes;
 
-/// What [`write_bundle`] wrote.
+/// What [`BundleWriter::finish`] wrote.
 #[derive(Debug, Clone)]
 pub struct BundleWritten {
     /// The manifest.

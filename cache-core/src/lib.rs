@@ -48,7 +48,7 @@ mod writer;
 pub use artifact::{ARTIFACT_HEADER_LEN, ArtifactStore, Blob, BlobCheck, BlobInfo, Eviction};
 pub use background::{spawn_background, with_signals_blocked};
 pub use bundle::{BundleCheck, BundleWriter, BundleWritten, check_bundle, open_bundle};
-pub use cache::system::ENV_SYSTEM_PATH;
+pub use cache::system::{ENV_SYSTEM_PATH, serve_files};
 pub use cache::{Cache, Health, Imported, MemoryLookup, Mode, check_entry};
 pub use claim::{Claim, ClaimGuard};
 pub use config::{

@@ -84,6 +84,9 @@ pub struct TierHealth {
     /// Counters by name (`hits`, `misses`, `timeouts`, `published`, `rejected: damaged`, ...):
     /// which ones a tier keeps is its own.
     pub counters: BTreeMap<String, u64>,
+    /// What the tier is doing, in words, where that matters (a pinned generation: pending,
+    /// ready, or refused and why); `None` for a tier that is simply there.
+    pub state: Option<String>,
 }
 
 impl TierHealth {
@@ -143,6 +146,8 @@ pub struct TierContext<'a> {
     pub save_delay: Duration,
     /// The way back to the cache.
     pub link: TierLink,
+    /// The cache's file, if it has one (a tier that keeps files of its own puts them beside).
+    pub cache_file: Option<&'a std::path::Path>,
     pub(crate) use_env: bool,
     pub(crate) warnings: Vec<String>,
     pub(crate) handles: Vec<Handle>,

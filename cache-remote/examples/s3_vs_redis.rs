@@ -129,12 +129,12 @@ fn main() {
         cache_remote::S3Remote::open("s3://bench/tier", |k| std::env::var(k).ok()).expect("s3");
     let generations = Generations::new(store);
     let id = generations
-        .publish(&bundle, Duration::from_secs(600))
+        .publish(&bundle, None, Duration::from_secs(600))
         .expect("published");
     let local = dir.path().join("fetched");
     let t = Instant::now();
     let path = generations
-        .fetch(&id, &local, Duration::from_secs(600))
+        .fetch(&id, &local, Duration::from_secs(600), None)
         .expect("fetched");
     let opened = Cache::builder(registry())
         .disabled(true)

@@ -74,6 +74,7 @@ impl RemoteHealth {
             describe: self.describe.clone(),
             available: self.breaker == BreakerState::Closed && !self.full,
             counters,
+            state: None,
         }
     }
 }

@@ -49,12 +49,17 @@ mod shared;
 mod source;
 mod store;
 mod tier;
+#[cfg(feature = "s3")]
+pub mod trust;
 mod value;
 
 pub use breaker::BreakerState;
 pub use fleet::{Alone, FinishError, FleetClaim, LeaseGuard};
 #[cfg(feature = "s3")]
-pub use generations::{ENV_GENERATION, GenerationError, Generations, Listed as GenerationListed};
+pub use generations::{
+    ENV_GENERATION, GenerationError, Generations, Listed as GenerationListed,
+    fetch_pinned, generation_dir, generation_id,
+};
 pub use handle::{RemoteCache, RemoteHandle};
 pub use health::RemoteHealth;
 pub use layout::{KEY_SALT, remote_key};

@@ -79,15 +79,15 @@ pub trait RemoteBuilder: Sized {
     /// [`RemoteBuilder::remote`] used as `options` say.
     fn remote_with(self, remote: Arc<dyn Remote>, options: RemoteOptions) -> Self;
 
-    /// The builder with `path` added as a system file (a pinned generation).
-    fn with_system_file(self, path: std::path::PathBuf) -> Self;
+    /// The builder with `source` added as a lower tier (a pinned generation).
+    fn with_tier(self, source: impl TierSource + 'static) -> Self;
 
     /// The shared tier named by `TUNECACHE_REMOTE`, if set. A value that is not a usable
     /// address is an error naming the variable (the password left out).
     fn remote_from_env(self) -> Result<Self, crate::ConfigError> {
         let address = std::env::var(crate::ENV_REMOTE).ok();
         Ok(match crate::from_env()? {
-            Some(remote) => pin(self, address.as_deref()).remote(remote),
+            Some(remote) => pin(self, address.as_deref(), None).remote(remote),
             None => self,
         })
     }
@@ -96,6 +96,16 @@ pub trait RemoteBuilder: Sized {
     /// that is not usable leaves the cache without one, with a warning (what an embedding
     /// that must open anyway, the Python package and the C ABI, does).
     fn remote_or_warn(self, address: Option<&str>) -> Self {
+        self.remote_or_warn_trusting(address, None)
+    }
+
+    /// [`RemoteBuilder::remote_or_warn`], a pinned generation checked against the trust policy
+    /// file `trust` (`None`: the one `TUNECACHE_TRUST` names, if any).
+    fn remote_or_warn_trusting(
+        self,
+        address: Option<&str>,
+        trust: Option<&std::path::Path>,
+    ) -> Self {
         let remote = match address {
             Some(address) => crate::connect(address).map(Some),
             None => crate::from_env(),
@@ -104,7 +114,7 @@ pub trait RemoteBuilder: Sized {
             .map(str::to_owned)
             .or_else(|| std::env::var(crate::ENV_REMOTE).ok());
         match remote {
-            Ok(Some(r)) => pin(self, named.as_deref()).remote(r),
+            Ok(Some(r)) => pin(self, named.as_deref(), trust).remote(r),
             Ok(None) => self,
             Err(e) => {
                 tracing::warn!("tunecache: no shared tier: {e}");
@@ -119,18 +129,21 @@ impl RemoteBuilder for CacheBuilder {
         self.tier(RemoteSource::new(remote, options))
     }
 
-    fn with_system_file(self, path: std::path::PathBuf) -> Self {
-        self.system_file(path)
+    fn with_tier(self, source: impl TierSource + 'static) -> Self {
+        self.tier(source)
     }
 }
 
-/// `builder` with the generation `TUNECACHE_GENERATION` pins on the bucket `address` names
-/// (fetched once) as a system file: every process pinned to it reads the same bytes first.
-fn pin<B: RemoteBuilder>(builder: B, address: Option<&str>) -> B {
+/// `builder` with the generation `TUNECACHE_GENERATION` pins on the bucket `address` names, as
+/// a tier before the shared one (fetched in the background: see `generations/tier.rs`), so
+/// every process pinned to it reads the same bytes first.
+fn pin<B: RemoteBuilder>(builder: B, address: Option<&str>, trust: Option<&std::path::Path>) -> B {
     #[cfg(feature = "s3")]
-    if let Some(path) = address.and_then(crate::generations::pinned) {
-        return builder.with_system_file(path);
+    if let Some(source) = address.and_then(|a| {
+        crate::generations::GenerationSource::from_env(a, trust, |name| std::env::var(name).ok())
+    }) {
+        return builder.with_tier(source);
     }
-    let _ = address;
+    let _ = (address, trust);
     builder
 }

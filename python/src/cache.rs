@@ -65,7 +65,7 @@ impl PyCache {
     /// with a warning). `migrations` is a migration file's JSON text (`app`, `current`,
     /// `steps`), `remote` a shared tier's address (else `TUNECACHE_REMOTE` is read).
     #[new]
-    #[pyo3(signature = (app, schema, *, migrations=None, scope=None, path=None, read_only=false, remote=None, save_delay=None, lock_timeout=None))]
+    #[pyo3(signature = (app, schema, *, migrations=None, scope=None, path=None, read_only=false, remote=None, save_delay=None, lock_timeout=None, trust=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -78,6 +78,7 @@ impl PyCache {
         remote: Option<&str>,
         save_delay: Option<f64>,
         lock_timeout: Option<f64>,
+        trust: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
         if app.is_empty() {
             return Err(PyValueError::new_err("app must not be empty"));
@@ -111,7 +112,7 @@ impl PyCache {
         if let Some(t) = lock_timeout {
             builder = builder.lock_timeout(secs(t, "lock_timeout")?);
         }
-        let builder = builder.remote_or_warn(remote);
+        let builder = builder.remote_or_warn_trusting(remote, trust.as_deref());
         let cache = Arc::new(py.detach(move || builder.open()));
         crate::sigterm::register(&cache);
         Ok(PyCache {

@@ -40,6 +40,7 @@ pub(crate) fn health<'py>(py: Python<'py>, cache: &Cache) -> PyResult<Bound<'py,
         tier.set_item("describe", &t.describe)?;
         tier.set_item("available", t.available)?;
         tier.set_item("counters", t.counters.clone())?;
+        tier.set_item("state", t.state.clone())?;
         tiers.append(tier)?;
     }
     d.set_item("tiers", tiers)?;

@@ -91,7 +91,10 @@ class Cache:
     :func:`tunecache.default_scope`. ``consistency="fleet"`` (with a shared tier, ``remote=``)
     makes every process run the fleet's winner for a key: the one of the entry the shared tier
     holds (this process's results merged there first), taken on a key's first call and again
-    at :meth:`sync`, the epoch; between two syncs a key's choice never changes.
+    at :meth:`sync`, the epoch; between two syncs a key's choice never changes. ``trust`` is a
+    trust policy file (``tunecache keys policy``): a generation pinned with
+    ``TUNECACHE_GENERATION`` is used only if its signatures satisfy it (default:
+    ``TUNECACHE_TRUST``, if set).
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class Cache:
         save_delay: float | None = None,
         lock_timeout: float | None = None,
         consistency: str = "local",
+        trust: str | os.PathLike[str] | None = None,
     ) -> None:
         if consistency not in ("local", "fleet"):
             raise ValueError(f"consistency must be 'local' or 'fleet', not {consistency!r}")
@@ -121,6 +125,7 @@ class Cache:
             "save_delay": save_delay,
             "lock_timeout": lock_timeout,
             "consistency": consistency,
+            "trust": os.fspath(trust) if trust is not None else None,
         }
         self._start()
 
@@ -151,6 +156,7 @@ class Cache:
                 remote=cfg["remote"],
                 save_delay=cfg["save_delay"],
                 lock_timeout=cfg["lock_timeout"],
+                trust=cfg.get("trust"),
             )
         finally:
             emit_warnings()

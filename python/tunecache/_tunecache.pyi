@@ -114,6 +114,7 @@ class Cache:
         remote: str | None = None,
         save_delay: float | None = None,
         lock_timeout: float | None = None,
+        trust: str | PathLike[str] | None = None,
     ) -> Cache: ...
     @property
     def app(self) -> str: ...

@@ -175,3 +175,137 @@ pub fn list_page(keys: &[String], next: Option<&str>) -> Vec<u8> {
     xml.push_str("</ListBucketResult>");
     xml.into_bytes()
 }
+
+/// A proxy in front of a real server (moto) on a free loopback port: each request is read
+/// whole and sent on (one connection each, `Connection: close`), and the reply sent back; a
+/// request `hold` says yes to waits until `gate` is opened. For races a real store cannot be
+/// made to lose on its own (a prune's listing held while a snapshot lands).
+pub struct Proxy {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    /// Open (`true`): held requests go on.
+    pub gate: Arc<AtomicBool>,
+    held: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Proxy(127.0.0.1:{})", self.port)
+    }
+}
+
+impl Proxy {
+    /// A proxy to `upstream` (`127.0.0.1:PORT`) holding what `hold` says yes to.
+    pub fn start(upstream: u16, hold: impl Fn(&Request) -> bool + Send + Sync + 'static) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = listener.local_addr().expect("address").port();
+        listener.set_nonblocking(true).expect("non-blocking");
+        let stop = Arc::new(AtomicBool::new(false));
+        let gate = Arc::new(AtomicBool::new(false));
+        let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let hold = Arc::new(hold);
+        {
+            let (stop, gate, held) = (Arc::clone(&stop), Arc::clone(&gate), Arc::clone(&held));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            let (gate, held, hold) =
+                                (Arc::clone(&gate), Arc::clone(&held), Arc::clone(&hold));
+                            std::thread::spawn(move || {
+                                forward(stream, upstream, &*hold, &gate, &held);
+                            });
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            });
+        }
+        Proxy {
+            port,
+            stop,
+            gate,
+            held,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// How many requests are held (or were: a held request counts until it goes on).
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.gate.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn forward(
+    stream: TcpStream,
+    upstream: u16,
+    hold: &(dyn Fn(&Request) -> bool + Send + Sync),
+    gate: &AtomicBool,
+    held: &std::sync::atomic::AtomicUsize,
+) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
+    let Ok(clone) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(clone);
+    let mut head = String::new();
+    if reader.read_line(&mut head).is_err() {
+        return;
+    }
+    let mut parts = head.split_whitespace();
+    let request = Request {
+        method: parts.next().unwrap_or("").to_owned(),
+        target: parts.next().unwrap_or("").to_owned(),
+    };
+    let mut headers = String::new();
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).is_err() || line.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap_or(0);
+            }
+            if name.eq_ignore_ascii_case("connection") {
+                continue;
+            }
+        }
+        headers.push_str(&line);
+    }
+    let mut body = vec![0u8; length.min(1 << 30)];
+    if std::io::Read::read_exact(&mut reader, &mut body).is_err() {
+        return;
+    }
+    if hold(&request) {
+        held.fetch_add(1, Ordering::Relaxed);
+        while !gate.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)) else {
+        return;
+    };
+    let sent = up
+        .write_all(head.as_bytes())
+        .and_then(|()| up.write_all(headers.as_bytes()))
+        .and_then(|()| up.write_all(b"connection: close\r\n\r\n"))
+        .and_then(|()| up.write_all(&body));
+    if sent.is_err() {
+        return;
+    }
+    let mut stream = stream;
+    let _ = std::io::copy(&mut up, &mut stream);
+}

@@ -111,6 +111,9 @@ typedef struct tc_options {
   // A shared tier's address (`redis://...`, `s3://BUCKET/PREFIX` with the `AWS_*` variables), or
   // null to read `TUNECACHE_REMOTE`.
   const char *remote;
+  // A trust policy file: a generation pinned with `TUNECACHE_GENERATION` is used only if its
+  // signatures satisfy it; null to read `TUNECACHE_TRUST` (none: nothing is checked).
+  const char *trust;
 } tc_options;
 
 // The winner of a key, written by `tc_get`. The caller sets the buffers (`algorithm` of

@@ -47,6 +47,9 @@ pub struct tc_options {
     /// A shared tier's address (`redis://...`, `s3://BUCKET/PREFIX` with the `AWS_*` variables), or
     /// null to read `TUNECACHE_REMOTE`.
     pub remote: *const c_char,
+    /// A trust policy file: a generation pinned with `TUNECACHE_GENERATION` is used only if its
+    /// signatures satisfy it; null to read `TUNECACHE_TRUST` (none: nothing is checked).
+    pub trust: *const c_char,
 }
 
 /// An open cache (`tc_open`); closed by `tc_close`. Every function may be called on one handle
@@ -188,7 +191,7 @@ unsafe fn build(
     if let Some(path) = path {
         builder = builder.file(path);
     }
-    let mut remote = None;
+    let (mut remote, mut trust) = (None, None);
     if let Some(o) = options {
         builder = builder.read_only(o.read_only != 0);
         if let Some(d) = millis(o.save_delay_ms) {
@@ -199,8 +202,12 @@ unsafe fn build(
         }
         // SAFETY: as documented.
         remote = unsafe { opt_str_arg(o.remote, "options.remote") }?;
+        // SAFETY: as documented.
+        trust = unsafe { opt_str_arg(o.trust, "options.trust") }?;
     }
-    Ok(builder.remote_or_warn(remote).open())
+    Ok(builder
+        .remote_or_warn_trusting(remote, trust.map(std::path::Path::new))
+        .open())
 }
 
 /// The caller's `tc_options`, as long as its `size` says it is: `size` is read first, then the
@@ -226,6 +233,7 @@ unsafe fn read_options(options: *const tc_options) -> Result<tc_options, Failure
         std::mem::offset_of!(tc_options, lock_timeout_ms) + 4,
         std::mem::offset_of!(tc_options, migrations_json) + std::mem::size_of::<*const c_char>(),
         std::mem::offset_of!(tc_options, remote) + std::mem::size_of::<*const c_char>(),
+        std::mem::offset_of!(tc_options, trust) + std::mem::size_of::<*const c_char>(),
     ];
     let whole = ends
         .iter()
@@ -240,6 +248,7 @@ unsafe fn read_options(options: *const tc_options) -> Result<tc_options, Failure
         lock_timeout_ms: 0,
         migrations_json: std::ptr::null(),
         remote: std::ptr::null(),
+        trust: std::ptr::null(),
     };
     // SAFETY: `whole` bytes of the caller's struct are readable (its size says so) and fit
     // `out`; both are `tc_options` layouts up to there, and `out` is a distinct local.

@@ -64,6 +64,15 @@ struct CreateArgs {
     /// nothing and exits 3
     #[arg(long)]
     allow_damaged: bool,
+    /// Sign it with this secret key file (`tunecache keys generate`), written beside it as
+    /// OUT.sig; repeat for more signers
+    #[cfg(feature = "s3")]
+    #[arg(long, value_name = "KEY")]
+    sign: Vec<PathBuf>,
+    /// With --sign: how many days the signature is good for
+    #[cfg(feature = "s3")]
+    #[arg(long, value_name = "DAYS", default_value_t = 365)]
+    expires_days: u64,
 }
 
 #[derive(Debug, Args)]
@@ -211,6 +220,20 @@ impl CreateArgs {
             .finish(created, &self.producer)
             .with_context(not_written)?;
         let mut report = empty_report(&self.output);
+        #[cfg(feature = "s3")]
+        if !self.sign.is_empty() {
+            let by = crate::signing::sign_bundle(
+                &self.output,
+                &written.manifest,
+                &self.sign,
+                self.expires_days,
+            )?;
+            say(format_args!(
+                "signed by {} in {}",
+                by.join(", "),
+                crate::signing::sig_path(&self.output).display()
+            ));
+        }
         report.bytes = Some(written.bytes);
         report.pace = Some(Pace::since(started, written.manifest.entries));
         report.manifest = Some(written.manifest);
@@ -237,8 +260,14 @@ fn verify(ctx: &Context<'_>, path: &Path, out: &mut Out) -> anyhow::Result<u8> {
     let mut report = empty_report(path);
     report.bytes = Some(checked.bytes);
     report.pace = Some(checked_pace(started, &checked));
-    report.ok = checked.problems.is_empty();
     report.problems = checked.problems;
+    #[cfg(feature = "s3")]
+    if let Some(manifest) = &checked.manifest
+        && let Some(why) = crate::signing::refusal(path, manifest, ctx.path().ok().as_deref())?
+    {
+        report.problems.push(why);
+    }
+    report.ok = report.problems.is_empty();
     report.manifest = checked.manifest;
     out.report(&report, ctx.json)?;
     Ok(if report.ok { exit::OK } else { exit::PROBLEMS })
@@ -306,6 +335,10 @@ impl ImportArgs {
             );
         }
         let manifest = checked.manifest.context("an unreadable bundle")?;
+        #[cfg(feature = "s3")]
+        if let Some(why) = crate::signing::refusal(&self.bundle, &manifest, Some(&path))? {
+            bail!("{why}; nothing was imported");
+        }
         let given = match &self.migrations {
             Some(f) => Some(ctx.migration_file(f)?),
             None => None,

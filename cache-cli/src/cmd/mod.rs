@@ -12,6 +12,8 @@ pub(crate) mod gc;
 pub(crate) mod generation;
 pub(crate) mod get;
 pub(crate) mod import;
+#[cfg(feature = "s3")]
+pub(crate) mod keys;
 pub(crate) mod list;
 pub(crate) mod merge;
 pub(crate) mod migrate;
@@ -59,6 +61,10 @@ pub(crate) enum Command {
     /// fetch, prune (a job pins one with TUNECACHE_GENERATION)
     #[cfg(feature = "s3")]
     Generation(generation::GenerationArgs),
+    /// Keys that sign generations and bundles, and the trust policy naming them: generate,
+    /// policy (a fleet pins only what a threshold of its keys signed, with TUNECACHE_TRUST)
+    #[cfg(feature = "s3")]
+    Keys(keys::KeysArgs),
     /// Join several caches (filters first) into a new file, the same bytes in any order
     Merge(merge::MergeArgs),
     /// Why one key would or would not be used here: which tiers and scopes have it, what differs
@@ -103,6 +109,8 @@ pub(crate) fn dispatch(command: Command, ctx: &Context<'_>, out: &mut Out) -> an
         Command::Remote(args) => long("talking to the shared tier", ctx, || args.run(ctx, out)),
         #[cfg(feature = "s3")]
         Command::Generation(args) => args.run(ctx, out),
+        #[cfg(feature = "s3")]
+        Command::Keys(args) => args.run(ctx, out),
         Command::Diff(args) => long("comparing", ctx, || args.run(ctx, out)),
         Command::Bundle(args) => long("working on the bundle", ctx, || args.run(ctx, out)),
         Command::Gc(args) => args.run(ctx, out),

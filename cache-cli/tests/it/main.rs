@@ -21,6 +21,8 @@ mod robustness;
 mod s3;
 mod s3_generations;
 mod s3_hostile;
+#[cfg(feature = "s3")]
+mod s3_trust;
 mod shared;
 mod shared_faults;
 mod tune;

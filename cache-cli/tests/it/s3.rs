@@ -345,22 +345,26 @@ fn a_pull_cut_short_keeps_what_it_read_and_the_next_goes_on() {
     let push = run(&server, &source, &["remote", "push", "--wait", "120"]);
     assert!(push.status.success(), "{}", text(&push));
     let target = dir.path().join("target.tcache");
-    let mut kept = Vec::new();
-    for _ in 0..40 {
+    // Each pull has 1.5 s; on a loaded machine one may not even finish its listing (it says
+    // so and keeps nothing), but none loses what an earlier one kept, and they get there.
+    let (mut kept, mut cut_short) = (vec![0usize], 0);
+    for _ in 0..60 {
         let pull = run(
             &server,
             &target,
             &["--json", "remote", "pull", "--wait", "1.5"],
         );
-        let r: serde_json::Value =
-            serde_json::from_slice(&pull.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&pull)));
         let have = tunecache_len(&target);
+        assert!(
+            have >= *kept.last().expect("a count"),
+            "a pull lost entries: {kept:?} then {have}"
+        );
         kept.push(have);
-        if r["complete"] == true {
-            assert_eq!(pull.status.code(), Some(0), "{}", text(&pull));
-            break;
-        }
-        if have == N as usize {
+        let Ok(r) = serde_json::from_slice::<serde_json::Value>(&pull.stdout) else {
+            assert_eq!(pull.status.code(), Some(1), "{}", text(&pull));
+            continue;
+        };
+        if r["complete"] == true || have == N as usize {
             break;
         }
         assert_eq!(pull.status.code(), Some(1), "cut short: {}", text(&pull));
@@ -369,12 +373,13 @@ fn a_pull_cut_short_keeps_what_it_read_and_the_next_goes_on() {
             "{}",
             text(&pull)
         );
+        if have > kept[kept.len() - 2] {
+            cut_short += 1;
+        }
     }
-    assert!(kept.len() >= 2, "the first pull was cut short: {kept:?}");
-    assert!(kept[0] > 0, "the first pull kept what it read: {kept:?}");
     assert!(
-        kept.windows(2).all(|w| w[1] > w[0] || w[1] == N as usize),
-        "each pull went on: {kept:?}"
+        cut_short >= 1,
+        "a pull cut short kept what it read: {kept:?}"
     );
     assert_eq!(kept.last().copied(), Some(N as usize), "{kept:?}");
 }

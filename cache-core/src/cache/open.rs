@@ -265,6 +265,7 @@ fn construct(
             limits: &builder.limits,
             save_delay: builder.save_delay,
             link: TierLink::new(weak.clone()),
+            cache_file: path.as_deref(),
             use_env: builder.uses_env(),
             warnings: Vec::new(),
             handles: Vec::new(),

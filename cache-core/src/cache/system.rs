@@ -180,8 +180,24 @@ impl Tier for SystemTier {
             describe: self.describe.clone(),
             available: true,
             counters,
+            state: None,
         }
     }
+}
+
+/// The files of `paths` (bundles or cache files) as a read-only tier that serves the entries
+/// of `scope` as they are, through the version gate and migration of `registry`: what the
+/// system tier is, for a tier of another crate that gets its file later (a pinned
+/// generation). `None` when no file holds an entry of `scope`; the strings say which files are
+/// not used and why.
+pub fn serve_files(
+    paths: &[PathBuf],
+    registry: &Migrations,
+    limits: &Limits,
+    scope: &Scope,
+) -> (Option<Arc<dyn Tier>>, Vec<String>) {
+    let (tier, notes) = SystemTier::load(paths, registry, limits, scope);
+    (tier.map(|t| Arc::new(t) as Arc<dyn Tier>), notes)
 }
 
 /// `TUNECACHE_SYSTEM_PATH`: system files, separated by `:`.

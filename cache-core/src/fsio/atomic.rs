@@ -78,6 +78,13 @@ impl AtomicFile {
         Ok(out.get_ref())
     }
 
+    /// Writes out what is buffered and syncs the temporary file, and returns its path: to check
+    /// the new contents (read them back, verify them) before they are put in place.
+    pub fn written_path(&mut self) -> Result<&Path, StoreError> {
+        self.synced()?;
+        Ok(&self.tmp)
+    }
+
     /// Puts the new contents in place (see the type's docs).
     pub fn commit(mut self) -> Result<(), StoreError> {
         self.close_tmp()?;

@@ -307,7 +307,7 @@ impl<R: ReadAt> Table<R> {
 
     /// A cursor over the entries in key order, from the first key at or after `from`. It
     /// goes on past damage: a node that cannot be read, or is out of place, is one
-    /// [`Lost`] item, and the walk carries on with the nodes after it.
+    /// [`Lost`](super::Lost) item, and the walk carries on with the nodes after it.
     pub fn cursor(&self, from: &TKey) -> Cursor<'_, R> {
         Cursor::new(self, from)
     }

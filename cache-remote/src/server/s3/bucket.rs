@@ -177,6 +177,77 @@ impl Objects {
         }
     }
 
+    /// Streams `object` into `sink`, at most `limit` bytes (more is an error), while bytes
+    /// keep arriving: each read waits at most `idle`, the whole at most until `deadline`
+    /// (a long one: a store that sends is given the time it needs, one that stops sending is
+    /// given up on after `idle`). Returns the object's length, or `None` if it is absent.
+    pub(crate) fn download(
+        &self,
+        object: &str,
+        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+        limit: u64,
+        idle: Duration,
+        deadline: Instant,
+    ) -> Result<Option<u64>, RemoteError> {
+        check_name(object, &self.describe)?;
+        let url = self
+            .bucket
+            .get_object(self.credentials.as_ref(), object)
+            .sign(SIGNED_FOR);
+        let response = exchange(deadline, |timeout| {
+            self.agent
+                .get(url.as_str())
+                .config()
+                .timeout_global(Some(timeout))
+                .timeout_per_read(Some(idle))
+                .build()
+                .call()
+        })?;
+        match response.status().as_u16() {
+            200 => {}
+            404 => {
+                let body = body_text(response);
+                if body.contains("NoSuchBucket") {
+                    return Err(RemoteError::Refused(format!(
+                        "{}: no such bucket",
+                        self.describe
+                    )));
+                }
+                return Ok(None);
+            }
+            status => return Err(status_error(status, &body_text(response), &self.describe)),
+        }
+        let mut reader = response
+            .into_body()
+            .into_reader()
+            .take(limit.saturating_add(1));
+        let mut buf = vec![0u8; 1 << 20];
+        let mut len = 0u64;
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(RemoteError::Timeout(format!(
+                        "{}: the download of {object} stopped after {len} bytes: {e}",
+                        self.describe
+                    )));
+                }
+            };
+            len += n as u64;
+            if len > limit {
+                return Err(RemoteError::Protocol(format!(
+                    "{}: {object} is larger than {limit} bytes",
+                    self.describe
+                )));
+            }
+            sink(&buf[..n])
+                .map_err(|e| RemoteError::Refused(format!("writing what was downloaded: {e}")))?;
+        }
+        Ok(Some(len))
+    }
+
     /// A conditional PUT of `value` as `object`: create-only (`etag` `None`), or only while
     /// its ETag is still `etag`. A lost race is `Changed`; a write is `Set`, with the new ETag.
     pub(crate) fn put(

@@ -1,0 +1,150 @@
+//! Fetching a generation: streamed into a temporary file beside its place while bytes arrive,
+//! verified there (its SHA-256, every check of the bundle, and with a trust policy its
+//! signatures), and only then put in place.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest as _, Sha256};
+
+use cache_core::cache_format::Limits;
+
+use super::{GenerationError, Generations, IDLE, MAX_GENERATION_BYTES, MAX_SIGNATURE_BYTES, hex};
+use crate::trust::Trust;
+
+impl Generations {
+    /// The local file of generation `id` (`current`: the pointer's) in `dir`: downloaded first
+    /// if it is not there yet, streamed into a temporary file while bytes arrive (`timeout` in
+    /// all; a store silent for 15 s is given up on), verified there (its SHA-256, every
+    /// check of the bundle, and `verify`'s: a trust policy), and only then put in place. A
+    /// process killed meanwhile leaves no file in place; what is in place was verified.
+    pub fn fetch(
+        &self,
+        id: &str,
+        dir: &Path,
+        timeout: Duration,
+        trust: Option<&Trust>,
+    ) -> Result<PathBuf, GenerationError> {
+        let deadline = cache_core::deadline_after(timeout);
+        let id = self.resolve(id, timeout)?;
+        let target = dir.join(format!("{id}.tcb"));
+        if target.is_file() {
+            // Verified whole when it was put in place; with a policy, its signature is checked
+            // again (it may have expired since, or the machine seen a higher number).
+            if let Some(trust) = trust {
+                recheck(trust, &target, &id, dir)?;
+            }
+            return Ok(target);
+        }
+        let local = |detail: String| GenerationError::Local {
+            path: target.clone(),
+            detail,
+        };
+        let damaged = |detail: String| GenerationError::Damaged {
+            id: id.clone(),
+            detail,
+        };
+        std::fs::create_dir_all(dir).map_err(|e| local(e.to_string()))?;
+        let mut file = cache_core::file::AtomicFile::create(&target, true)
+            .map_err(|e| local(e.to_string()))?;
+        let mut sha = Sha256::new();
+        let mut written: Result<(), String> = Ok(());
+        let mut sink = |b: &[u8]| {
+            sha.update(b);
+            if written.is_ok() {
+                written = file.write_all(b).map_err(|e| e.to_string());
+            }
+            Ok(())
+        };
+        let got = self.store.objects().download(
+            &self.key(&format!("{id}.tcb")),
+            &mut sink,
+            MAX_GENERATION_BYTES,
+            IDLE,
+            deadline,
+        )?;
+        if got.is_none() {
+            return Err(GenerationError::Missing {
+                store: crate::Remote::describe(&self.store),
+                id,
+            });
+        }
+        written.map_err(local)?;
+        if hex(&sha.finalize()) != id {
+            return Err(damaged("its bytes do not hash to its name".to_owned()));
+        }
+        let tmp = file
+            .written_path()
+            .map_err(|e| local(e.to_string()))?
+            .to_owned();
+        let checked = cache_core::check_bundle(&tmp, &cache_core::cache_format::Limits::default())
+            .map_err(|e| damaged(e.to_string()))?;
+        if let Some(first) = checked.problems.first() {
+            // Hashing right and failing the bundle's checks: it was published damaged.
+            return Err(damaged(format!(
+                "{first}{}",
+                match checked.problems.len() {
+                    1 => String::new(),
+                    n => format!(" (and {} more problems)", n - 1),
+                }
+            )));
+        }
+        if let Some(trust) = trust {
+            let manifest = checked
+                .manifest
+                .as_ref()
+                .ok_or_else(|| damaged("no manifest".to_owned()))?;
+            let sig = self
+                .store
+                .objects()
+                .get(
+                    &self.key(&format!("{id}.sig")),
+                    MAX_SIGNATURE_BYTES,
+                    deadline,
+                )?
+                .map(|f| f.bytes);
+            verify_signed(trust, sig.as_deref(), &id, manifest, dir)?;
+            if let Some(sig) = &sig {
+                cache_core::file::write_atomic(&dir.join(format!("{id}.tcb.sig")), sig)
+                    .map_err(|e| local(e.to_string()))?;
+            }
+        }
+        match file.commit_new() {
+            Ok(()) => Ok(target),
+            // Another fetch put the same verified generation in place first.
+            Err(_) if target.is_file() => Ok(target),
+            Err(e) => Err(local(e.to_string())),
+        }
+    }
+}
+
+/// A generation already in place, with a trust policy: its signature checked again.
+fn recheck(trust: &Trust, target: &Path, id: &str, dir: &Path) -> Result<u64, GenerationError> {
+    let sig = std::fs::read(dir.join(format!("{id}.tcb.sig"))).ok();
+    let manifest = cache_core::open_bundle(target, &Limits::default(), None)
+        .map_err(|e| GenerationError::Local {
+            path: target.to_owned(),
+            detail: e.to_string(),
+        })?
+        .0;
+    verify_signed(trust, sig.as_deref(), id, &manifest, dir)
+}
+
+/// Checks a generation's signature file against the policy in force in `dir`.
+fn verify_signed(
+    trust: &Trust,
+    sig: Option<&[u8]>,
+    id: &str,
+    manifest: &cache_core::cache_format::bundle::Manifest,
+    dir: &Path,
+) -> Result<u64, GenerationError> {
+    let scopes: Vec<String> = manifest
+        .scopes
+        .iter()
+        .map(|s| s.fingerprint.clone())
+        .collect();
+    let now = cache_core::cache_format::now_millis() / 1000;
+    trust
+        .verify(sig, id, (&manifest.app, manifest.schema, &scopes), now, dir)
+        .map_err(|e| GenerationError::Refused(e.to_string()))
+}
