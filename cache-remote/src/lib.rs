@@ -57,8 +57,8 @@ pub use breaker::BreakerState;
 pub use fleet::{Alone, FinishError, FleetClaim, LeaseGuard};
 #[cfg(feature = "s3")]
 pub use generations::{
-    ENV_GENERATION, GenerationError, Generations, Listed as GenerationListed,
-    fetch_pinned, generation_dir, generation_id,
+    ENV_GENERATION, GenerationError, Generations, Listed as GenerationListed, fetch_pinned,
+    generation_dir, generation_id,
 };
 pub use handle::{RemoteCache, RemoteHandle};
 pub use health::RemoteHealth;
