@@ -16,6 +16,7 @@ mod config;
 mod context;
 mod damage;
 pub mod exit;
+mod guard;
 mod interrupt;
 mod options;
 mod output;

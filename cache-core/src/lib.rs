@@ -77,7 +77,9 @@ pub use writer::{TableWriter, write_new_cache};
 /// The file primitives every part of tunecache writes and locks with (the output cache, the
 /// CLI's bundle writer, the artifact store): one atomic write, one lock.
 pub mod file {
-    pub use crate::fsio::{AtomicFile, open_regular, read_bounded, write_atomic};
+    pub use crate::fsio::{
+        AtomicFile, open_regular, read_bounded, remove_abandoned_temporaries, write_atomic,
+    };
     pub use crate::lock::FileLock;
 }
 

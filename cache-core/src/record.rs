@@ -178,7 +178,8 @@ fn merge_batch(
     let mut batch = match batch {
         Batch::Built(built) if !disk.has_snapshot() && salvaged.is_empty() => {
             // Nothing to merge with: the spill's entries are the new table.
-            disk.write_spilled(&built, read.events).map_err(failure)?;
+            let events = disk.write_spilled(&built, read.events).map_err(failure)?;
+            crate::cache::log_events(&events);
             return Ok(count);
         }
         Batch::Built(built)
@@ -186,12 +187,15 @@ fn merge_batch(
         {
             // Many entries into a table: one fold, each entry read from the spill as the fold
             // reaches its key (an entry the table holds as merging would leave it is kept).
-            disk.fold_spilled(&built).map_err(failure)?;
+            crate::cache::log_events(&read.events);
+            let events = disk.fold_spilled(&built).map_err(failure)?;
+            crate::cache::log_events(&events);
             return Ok(count);
         }
         Batch::Built(built) => built.into_data()?,
         Batch::Model(data) => data,
     };
+    crate::cache::log_events(&read.events);
     // Entries the file already holds as merging would leave them change nothing and are not
     // written: importing the same source twice writes nothing the second time.
     batch = disk.without_unchanged(batch, &read.data);
@@ -199,6 +203,7 @@ fn merge_batch(
     if batch.is_empty() && !rewrite && disk.has_snapshot() {
         return Ok(count);
     }
-    disk.write_merging(&batch, rewrite).map_err(failure)?;
+    let events = disk.write_merging(&batch, rewrite).map_err(failure)?;
+    crate::cache::log_events(&events);
     Ok(count)
 }

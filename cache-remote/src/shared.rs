@@ -114,15 +114,7 @@ impl SharedTier {
         mut take: impl FnMut(CacheData) -> Result<(), E>,
     ) -> Result<Pulled, E> {
         let deadline = cache_core::deadline_after(timeout);
-        let mut keys = self.all_keys(deadline)?;
-        // Stable: the server's order within each part.
-        keys.sort_by_key(|k| {
-            !self
-                .policy
-                .layout
-                .parse(k)
-                .is_some_and(|(scope, ns, fp)| first(&scope, &ns, &fp))
-        });
+        let keys = self.all_keys(deadline)?;
         let before = self.policy.counters.rejected();
         let mut pulled = Pulled {
             keys: keys.len(),
@@ -130,24 +122,78 @@ impl SharedTier {
         };
         // Small batches: each is kept as it arrives, so a slow store (an object store reads
         // each key with a request of its own) keeps what it gave before the time ran out.
-        for batch in keys.chunks(self.policy.pull_batch().min(PULL_STEP)) {
-            let read = match self.policy.read_keys(batch, deadline) {
-                Ok(read) => read,
-                Err(e) => {
-                    pulled.stopped = Some(e);
-                    break;
-                }
-            };
-            pulled.read += batch.len();
-            pulled.entries += read.len();
-            let mut data = CacheData::new();
-            for (scope, ns, entry) in read {
-                data.insert(&scope, &ns, entry);
+        let step = self.policy.pull_batch().clamp(1, PULL_STEP);
+        // The keys `first` says yes to are read as they are found, in the server's order: a
+        // pull run again starts reading at once, whatever the keys the cache already has
+        // (each is asked about once; a walk over them all first would spend a short wait on
+        // asking). The others are read after.
+        let mut wanted: Vec<&String> = Vec::with_capacity(step);
+        let mut later: Vec<&String> = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            if i % 1024 == 1023 && Instant::now() >= deadline {
+                // Asking about a million keys takes a while: the wait bounds it too.
+                pulled.stopped = Some(RemoteError::Timeout(
+                    "the wait ran out while finding the keys this cache lacks".to_owned(),
+                ));
+                return Ok(self.rejected_since(before, pulled));
             }
-            if !data.is_empty() {
-                take(data)?;
+            let lacks = self
+                .policy
+                .layout
+                .parse(key)
+                .is_some_and(|(scope, ns, fp)| first(&scope, &ns, &fp));
+            if !lacks {
+                later.push(key);
+                continue;
+            }
+            wanted.push(key);
+            if wanted.len() == step {
+                let batch = std::mem::take(&mut wanted);
+                if !self.pull_batch(&batch, deadline, &mut pulled, &mut take)? {
+                    return Ok(self.rejected_since(before, pulled));
+                }
             }
         }
+        later.splice(0..0, wanted);
+        for batch in later.chunks(step) {
+            if !self.pull_batch(batch, deadline, &mut pulled, &mut take)? {
+                break;
+            }
+        }
+        Ok(self.rejected_since(before, pulled))
+    }
+
+    /// Reads one batch of a pull and hands what passed to `take`. `false`: the pull stops
+    /// (the wait ran out or the store failed; `pulled.stopped` says which).
+    fn pull_batch<E>(
+        &self,
+        batch: &[&String],
+        deadline: Instant,
+        pulled: &mut Pulled,
+        take: &mut impl FnMut(CacheData) -> Result<(), E>,
+    ) -> Result<bool, E> {
+        let owned: Vec<String> = batch.iter().map(|k| (*k).clone()).collect();
+        let read = match self.policy.read_keys(&owned, deadline) {
+            Ok(read) => read,
+            Err(e) => {
+                pulled.stopped = Some(e);
+                return Ok(false);
+            }
+        };
+        pulled.read += batch.len();
+        pulled.entries += read.len();
+        let mut data = CacheData::new();
+        for (scope, ns, entry) in read {
+            data.insert(&scope, &ns, entry);
+        }
+        if !data.is_empty() {
+            take(data)?;
+        }
+        Ok(true)
+    }
+
+    /// `pulled` with the values refused since the counts `before`.
+    fn rejected_since(&self, before: BTreeMap<&'static str, u64>, mut pulled: Pulled) -> Pulled {
         let mut rejected = self.policy.counters.rejected();
         for (why, n) in before {
             if let Some(now) = rejected.get_mut(why) {
@@ -156,7 +202,7 @@ impl SharedTier {
         }
         rejected.retain(|_, n| *n > 0);
         pulled.rejected = rejected;
-        Ok(pulled)
+        pulled
     }
 
     /// How many keys of this application and schema the server holds.

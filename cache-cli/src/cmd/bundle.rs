@@ -196,6 +196,8 @@ impl CreateArgs {
         if self.output.file_name().is_none() {
             bail!("the output needs a file name: {}", self.output.display());
         }
+        crate::guard::refuse_cache_files(&self.output, &path, "the bundle")?;
+        crate::guard::sweep(&self.output);
         let not_written = || format!("the bundle was not written to {}", self.output.display());
         // Streamed: the cache's entries in key order, filtered, into the bundle's table.
         let mut writer = BundleWriter::create(

@@ -84,6 +84,9 @@ struct Group {
     keys: usize,
     evaluated: usize,
     methods: Vec<MethodRow>,
+    /// Why the baseline is not the `--default` asked for (no key of the group has it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    baseline: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -132,6 +135,9 @@ impl Report for EvaluateReport {
                         .map_or("-".to_owned(), |w| format!("{:.1}", w * 100.0))
                 ))?;
             }
+            if let Some(b) = &g.baseline {
+                out.line(format!("  note: {b}"))?;
+            }
         }
         for s in &self.skipped {
             out.line(format!("skipped {s}"))?;
@@ -158,30 +164,18 @@ impl EvaluateArgs {
             Some("others") => Some(Source::Others),
             Some(text) => scope_filter(Some(text))?.map(Source::Scope),
         };
-        let mut groups = Groups::new();
-        for problem in found.for_each_entry(|s, n, e| {
-            // With --transfer-from, --scope picks the target: the source is kept too.
-            let in_scope = scope.as_ref().is_none_or(|want| s == want)
-                || match &from {
-                    Some(Source::Scope(f)) => s == f,
-                    Some(Source::Others) => true,
-                    None => false,
-                };
-            if self.namespace.as_deref().is_none_or(|want| n == want) && in_scope {
-                let group = (s.fingerprint().to_hex(), n.to_owned());
-                groups
-                    .entry(group)
-                    .or_insert_with(|| (s.clone(), Vec::new()))
-                    .1
-                    .push(e.clone());
-            }
-            ControlFlow::Continue(())
-        }) {
-            crate::output::say(format_args!("damaged: {problem}"));
-        }
+        let groups = self.groups(&found, scope.as_ref(), from.as_ref());
         let default = self.default.as_deref().map(default_id).transpose()?;
         if let Some(d) = &default {
             refuse_unknown_default(d, &groups)?;
+        }
+        if let Some(Source::Scope(f)) = &from
+            && !groups.values().any(|(s, _)| s == f)
+        {
+            return Err(usage(format!(
+                "--transfer-from {}: no key has that scope",
+                Value::Map(f.fields().clone())
+            )));
         }
         let predictor = Predictor {
             neighbours: self.neighbours,
@@ -202,8 +196,7 @@ impl EvaluateArgs {
                 few_tuned: self.few_tuned.then_some(self.folds),
             };
             transfers(&groups, &how, &mut report);
-            out.report(&report, ctx.json)?;
-            return Ok(exit::OK);
+            return finish(report, default.as_ref(), ctx, out);
         }
         for ((_, ns), (scope, entries)) in groups {
             let scope_text = Value::Map(scope.fields().clone()).to_string();
@@ -216,8 +209,13 @@ impl EvaluateArgs {
             };
             if cv.overall.held_out < self.folds * 2 {
                 report.skipped.push(format!(
-                    "{ns} in {scope_text}: {} keys with every candidate recorded, too few for {} folds",
-                    cv.overall.keys, self.folds
+                    "{ns} in {scope_text}: {} keys, {} of them scored (a key is scored when \
+                     every candidate it has is recorded ok and another key shares candidates \
+                     with it), fewer than the {} that {} folds need",
+                    entries.len(),
+                    cv.overall.held_out,
+                    self.folds * 2,
+                    self.folds
                 ));
                 continue;
             }
@@ -229,15 +227,80 @@ impl EvaluateArgs {
                     .collect()
             };
             let mut g = group(ns, scope_text, entries.len(), &cv.overall);
+            g.baseline = baseline_note(default.as_ref(), &methods);
             for (i, m) in g.methods.iter_mut().enumerate() {
                 m.fold_shares = shares(i);
                 m.worst_fold_share = m.fold_shares.iter().copied().reduce(f64::min);
             }
             report.groups.push(g);
         }
-        out.report(&report, ctx.json)?;
-        Ok(exit::OK)
+        finish(report, default.as_ref(), ctx, out)
     }
+}
+
+impl EvaluateArgs {
+    /// The entries the evaluation reads, by scope and namespace (with --transfer-from,
+    /// --scope picks the target and the source's keys are kept too); damage said on stderr.
+    fn groups(
+        &self,
+        found: &cache_core::Inspection,
+        scope: Option<&Scope>,
+        from: Option<&Source>,
+    ) -> Groups {
+        let mut groups = Groups::new();
+        for problem in found.for_each_entry(|s, n, e| {
+            let in_scope = scope.is_none_or(|want| s == want)
+                || match from {
+                    Some(Source::Scope(f)) => s == f,
+                    Some(Source::Others) => true,
+                    None => false,
+                };
+            if self.namespace.as_deref().is_none_or(|want| n == want) && in_scope {
+                let group = (s.fingerprint().to_hex(), n.to_owned());
+                groups
+                    .entry(group)
+                    .or_insert_with(|| (s.clone(), Vec::new()))
+                    .1
+                    .push(e.clone());
+            }
+            ControlFlow::Continue(())
+        }) {
+            crate::output::say(format_args!("damaged: {problem}"));
+        }
+        groups
+    }
+}
+
+/// Shows the report; a usage error instead when `--default` was asked for and no group
+/// evaluated has it (every group that has it was skipped): no baseline of it was measured.
+fn finish(
+    report: EvaluateReport,
+    default: Option<&CandidateId>,
+    ctx: &Context<'_>,
+    out: &mut Out,
+) -> anyhow::Result<u8> {
+    if let Some(d) = default
+        && report.groups.iter().all(|g| g.baseline.is_some())
+    {
+        let skipped = if report.skipped.is_empty() {
+            String::new()
+        } else {
+            format!("; skipped: {}", report.skipped.join("; "))
+        };
+        return Err(usage(format!(
+            "--default {d}: no key evaluated has that candidate{skipped}"
+        )));
+    }
+    out.report(&report, ctx.json)?;
+    Ok(exit::OK)
+}
+
+/// What a group's baseline row is when `--default` names a candidate none of its keys has.
+fn baseline_note(default: Option<&CandidateId>, methods: &Methods<'_>) -> Option<String> {
+    let d = default?;
+    methods.default.is_none().then(|| {
+        format!("no key here has --default {d}: the baseline row is each key's first candidate")
+    })
 }
 
 /// A key's current candidates: every one recorded, in canonical order (never best first, so
@@ -266,16 +329,22 @@ fn methods_for<'a>(
 
 /// The candidate `--default` names: `ALGO`, or `ALGO {PARAMS}` as `list` and `show` print one.
 fn default_id(text: &str) -> anyhow::Result<CandidateId> {
-    match text.split_once(' ') {
-        Some((algo, params)) => {
-            let fields = crate::render::parse_fields("--default's params", params.trim())?;
-            Ok(CandidateId {
-                algorithm: algo.to_owned(),
-                params: fields,
-            })
-        }
-        None => Ok(CandidateId::new(text, &[])),
+    let (algo, params) = text.split_once(' ').unwrap_or((text, ""));
+    if algo.is_empty() {
+        return Err(usage(format!(
+            "--default {text:?}: give a candidate as ALGO or 'ALGO {{PARAMS}}'"
+        )));
     }
+    let params = params.trim();
+    if params.is_empty() {
+        return Ok(CandidateId::new(algo, &[]));
+    }
+    let fields = crate::render::parse_fields("--default's params", params)
+        .map_err(|e| usage(format!("--default {text:?}: {e:#}")))?;
+    Ok(CandidateId {
+        algorithm: algo.to_owned(),
+        params: fields,
+    })
 }
 
 /// A usage error when no key of `groups` has the candidate `default` (`--default` names
@@ -337,9 +406,10 @@ fn transfers(groups: &Groups, how: &Transfer<'_>, report: &mut EvaluateReport) {
                 match groups.get(&(from.fingerprint().to_hex(), ns.clone())) {
                     Some((_, source)) => (source.clone(), text),
                     None => {
+                        let target = Value::Map(scope.fields().clone());
                         report
                             .skipped
-                            .push(format!("{ns}: {text} has no keys of it"));
+                            .push(format!("{ns} in {target}: {text} has no keys of it"));
                         continue;
                     }
                 }
@@ -351,9 +421,10 @@ fn transfers(groups: &Groups, how: &Transfer<'_>, report: &mut EvaluateReport) {
                     .flat_map(|(_, (_, entries))| entries.iter().cloned())
                     .collect();
                 if others.is_empty() {
+                    let target = Value::Map(scope.fields().clone());
                     report
                         .skipped
-                        .push(format!("{ns}: no other scope has keys of it"));
+                        .push(format!("{ns} in {target}: no other scope has keys of it"));
                     continue;
                 }
                 (others, "the other scopes".to_owned())
@@ -378,6 +449,7 @@ fn transfers(groups: &Groups, how: &Transfer<'_>, report: &mut EvaluateReport) {
         }
         let mut g = group(ns.clone(), scope_text, target.len(), &eval);
         g.from = Some(from_text);
+        g.baseline = baseline_note(how.default, &methods);
         report.groups.push(g);
     }
 }
@@ -401,5 +473,6 @@ fn group(namespace: String, scope: String, keys: usize, eval: &Evaluation) -> Gr
         keys,
         evaluated: eval.held_out,
         methods: eval.methods.iter().map(row).collect(),
+        baseline: None,
     }
 }

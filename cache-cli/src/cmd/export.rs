@@ -4,11 +4,12 @@
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
-use std::io::Write as _;
 use std::ops::ControlFlow;
 
 use clap::Args;
 use serde::Serialize;
+
+use cache_core::file::AtomicFile;
 
 use crate::context::Context;
 use crate::damage::Damage;
@@ -145,16 +146,19 @@ impl ExportArgs {
             }
             return Ok(said(&found.problems, &walked));
         }
-        let file = std::fs::File::create(&self.output)
+        crate::guard::refuse_cache_files(&self.output, &found.path, "the export")?;
+        crate::guard::sweep(&self.output);
+        // Written beside its name and put in place whole: a killed export leaves no half file
+        // that reads like a complete one, and the file it replaces stays until then.
+        let mut writer = AtomicFile::create(&self.output, true)
             .with_context(|| format!("cannot write {}", self.output.display()))?;
-        let mut writer = std::io::BufWriter::new(file);
         let (counts, _) = found.counts();
         let total: usize = counts.values().flat_map(|n| n.values()).sum();
         let mut progress = Progress::new("exporting", Some(total as u64), false, ctx.json);
         let walked = found.for_each_entry(|scope, ns, entry| {
             progress.advance(1);
             let line = cache_format::json::line(scope, ns, entry, version);
-            match writeln!(writer, "{line}") {
+            match writer.write_all(format!("{line}\n").as_bytes()) {
                 Ok(()) => {
                     exported += 1;
                     ControlFlow::Continue(())
@@ -166,7 +170,7 @@ impl ExportArgs {
             }
         });
         failed
-            .and_then(|()| writer.flush().map_err(Into::into))
+            .and_then(|()| writer.commit().map_err(Into::into))
             .with_context(|| format!("cannot write {}", self.output.display()))?;
         let pace = progress.finish();
         let damage = Damage::of([found.problems.as_slice(), walked.as_slice()]);

@@ -125,6 +125,7 @@ impl MergeArgs {
         };
         let (found, target) = self.inputs(ctx)?;
         let (app, schema) = target;
+        crate::guard::sweep(&self.output);
         let mut writer = TableWriter::create(
             &self.output,
             &Migrations::new(app.clone(), schema),
@@ -205,9 +206,7 @@ impl MergeArgs {
         let mut target: Option<(String, u32)> = None;
         let mut found = Vec::new();
         for path in &self.inputs {
-            if path == &self.output {
-                bail!("{} is both an input and the output", path.display());
-            }
+            crate::guard::refuse_cache_files(&self.output, path, "the merge")?;
             let inspection = ctx.inspect_as_read(path)?;
             let Some((app, schema)) = ctx.version_as_read(&inspection) else {
                 bail!("{}: no readable snapshot to merge", path.display());

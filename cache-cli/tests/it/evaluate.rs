@@ -270,3 +270,68 @@ fn nothing_evaluated_is_no_score_and_an_unknown_default_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_default_only_a_skipped_group_has_is_refused_and_a_group_without_it_says_so() {
+    // matmul (60 keys) is evaluated; rare (4 keys, candidates a and b) is too small.
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("c.tcache");
+    let source = dir.path().join("grid.jsonl");
+    std::fs::write(&source, grid(4)).expect("lines");
+    let out = tunecache(&file, &["import", source.to_str().expect("utf-8")]);
+    assert!(out.status.success());
+    // `a` is only rare's: no group evaluated has it, with or without -n.
+    for args in [
+        vec!["evaluate", "--default", "a"],
+        vec!["evaluate", "--default", "a", "-n", "rare"],
+        vec!["evaluate", "--default", "a", "-n", "matmul"],
+    ] {
+        let out = tunecache(&file, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("no key evaluated has that candidate"), "{err}");
+    }
+    // A malformed default is a usage error too, as is a source scope no key has.
+    for args in [
+        vec!["evaluate", "--default", " "],
+        vec!["evaluate", "--default", "blocked {"],
+        vec!["evaluate", "--transfer-from", r#"{"device":"nosuch"}"#],
+    ] {
+        let out = tunecache(&file, &args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // With a second device lacking the default, its group says its baseline is not it.
+    let other = dir.path().join("other.jsonl");
+    std::fs::write(
+        &other,
+        grid_on("y", 0.0, 0).replace("\"blocked\"", "\"tiled\""),
+    )
+    .expect("lines");
+    let out = tunecache(&file, &["import", other.to_str().expect("utf-8")]);
+    assert!(out.status.success());
+    let out = tunecache(
+        &file,
+        &["--json", "evaluate", "--default", "blocked {\"tile\":32}"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let notes: Vec<bool> = report["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| g["baseline"].is_string())
+        .collect();
+    assert_eq!(notes.len(), 2, "{report:#}");
+    assert_eq!(notes.iter().filter(|n| **n).count(), 1, "{report:#}");
+    let skipped = report["skipped"].to_string();
+    assert!(skipped.contains("4 keys, 4 of them scored"), "{report:#}");
+}

@@ -15,6 +15,7 @@ mod lookalikes;
 mod merge;
 mod migrate;
 mod outputs;
+mod own_files;
 mod progress;
 mod report;
 mod robustness;

@@ -367,3 +367,47 @@ fn a_wait_too_long_for_the_clock_is_forever_not_a_panic() {
         assert!(!stderr(&o).contains("panicked"), "{action}: {}", text(&o));
     }
 }
+
+/// Issue 49's hostile review: a pull cut short by a short `--wait`, run again, read nothing:
+/// it spent the wait asking which keys the cache lacked (a lookup per comparison of a sort).
+/// Each run now reads as it finds what the cache lacks, so every run adds entries.
+#[test]
+fn a_pull_cut_short_goes_on_when_run_again_with_the_same_short_wait() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("dir");
+    let (a, b) = (dir.path().join("a.tcache"), dir.path().join("b.tcache"));
+    let total = 8_000;
+    let out = import(&url, &a, &lines(total, "x", 5.0));
+    assert!(out.status.success(), "{}", text(&out));
+    let entries = |file: &Path| -> usize {
+        let out = command(EXE, file, &["export"])
+            .output()
+            .expect("run tunecache");
+        stdout(&out).lines().count()
+    };
+    let mut had = 0;
+    for run in 0..60 {
+        let pull = with_remote(&url, &b, &["--json", "remote", "pull", "--wait", "0.5"]);
+        let r: serde_json::Value = serde_json::from_slice(&pull.stdout).expect("JSON");
+        let now = entries(&b);
+        if r["complete"] == true || now == total {
+            // (Once every key is here, a run rereads the server's values of keys it has.)
+            assert_eq!(now, total, "{r:#}");
+            assert!(
+                run > 0,
+                "one pull read everything: the wait is too long to test this"
+            );
+            return;
+        }
+        assert!(
+            now > had,
+            "run {run} added nothing ({had} entries): {}",
+            text(&pull)
+        );
+        had = now;
+    }
+    panic!("60 pulls of 0.5 s did not read {total} keys ({had} read)");
+}

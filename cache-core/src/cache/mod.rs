@@ -182,6 +182,7 @@ impl std::fmt::Debug for Cache {
 mod compactor;
 mod file;
 mod notice;
+pub(crate) use notice::log_events;
 mod open;
 mod patient;
 mod queue;

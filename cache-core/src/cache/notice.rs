@@ -238,7 +238,7 @@ impl Notice {
     }
 
     /// The lines that tell the user about something the disk tier did or found.
-    fn of_event(event: &Event) -> Vec<Notice> {
+    pub(crate) fn of_event(event: &Event) -> Vec<Notice> {
         match event {
             Event::Quarantined {
                 original,
@@ -293,6 +293,22 @@ impl Notice {
                     kept_at(kept.as_deref())
                 ),
             )],
+            Event::PassedOver {
+                path,
+                seq,
+                read,
+                problem,
+                kept,
+            } => vec![Notice::warn(
+                format!("passed-over:{}", path.display()),
+                format!(
+                    "tunecache: {}: commit {seq} does not read back ({problem}), so commit {read} \
+                     serves and the results only commit {seq} held are missing from it; the \
+                     file as it was is kept at {} (`tunecache verify` reads it)",
+                    path.display(),
+                    kept.display()
+                ),
+            )],
             Event::StaleJournal { path } => vec![Notice::debug(format!(
                 "tunecache removed the stale journal {}",
                 path.display()
@@ -342,6 +358,24 @@ fn migrated(path: &Path, report: &Report) -> Vec<Notice> {
     lines
 }
 
+/// Logs what the disk tier did or found for a write made without a [`Cache`](super::Cache)
+/// (a CLI import, a merge into a file): each line once, at its level.
+pub(crate) fn log_events(events: &[Event]) {
+    for notice in events.iter().flat_map(Notice::of_event) {
+        notice.log();
+    }
+}
+
+impl Notice {
+    fn log(&self) {
+        match self.level {
+            Level::Warn => tracing::warn!("{}", self.text),
+            Level::Info => tracing::info!("{}", self.text),
+            Level::Debug => tracing::debug!("{}", self.text),
+        }
+    }
+}
+
 impl Shared {
     /// Logs `notice` unless its condition was already reported by this cache. The diagnostics
     /// lock is released before anything is logged, and callers hold no other in-memory lock.
@@ -354,11 +388,7 @@ impl Shared {
             }
             diag.warned.insert(key.clone(), (0, notice.text.clone()));
         }
-        match notice.level {
-            Level::Warn => tracing::warn!("{}", notice.text),
-            Level::Info => tracing::info!("{}", notice.text),
-            Level::Debug => tracing::debug!("{}", notice.text),
-        }
+        notice.log();
     }
 
     /// Once, when the cache closes: how many times each reported condition came up again.

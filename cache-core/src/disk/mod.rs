@@ -78,6 +78,16 @@ pub(crate) enum Event {
         first: String,
         kept: Option<PathBuf>,
     },
+    /// A newer commit a valid slot names does not read back (damage); the file as it was, that
+    /// commit's bytes with it, is kept as a copy before this process writes (see
+    /// [`Disk::keep_passed_over`]).
+    PassedOver {
+        path: PathBuf,
+        seq: u64,
+        read: u64,
+        problem: String,
+        kept: PathBuf,
+    },
     /// A journal that no longer matches its snapshot was removed (its records were already
     /// in the snapshot, or the snapshot was deleted on purpose).
     StaleJournal { path: PathBuf },
@@ -450,6 +460,9 @@ impl Disk {
             };
         if !refreshed && !self.load_base(cursor, locked, &mut inc)? {
             return Ok(inc);
+        }
+        if locked && let Some(t) = cursor.table() {
+            self.keep_passed_over(&t.table, &mut inc)?;
         }
         let Some(base) = cursor.base.as_ref() else {
             return Ok(inc);

@@ -91,6 +91,45 @@ impl Disk {
         Ok(Some(to))
     }
 
+    /// Before this process writes a table whose newest valid slot names a commit that does not
+    /// read back (damage: a slot is written only after its commit is synced), the file as it is
+    /// is copied aside once per damage: the next fold cuts off what follows the commit read,
+    /// and the one after overwrites the slot, so without the copy that commit's results would
+    /// be gone for good. The copy is what `tunecache verify` and a person can still read.
+    pub(super) fn keep_passed_over(
+        &self,
+        table: &crate::tablefile::TableFile,
+        inc: &mut Incoming,
+    ) -> Result<(), StoreError> {
+        let Some(passed) = table.passed_over() else {
+            return Ok(());
+        };
+        let path = &self.paths.snapshot;
+        let identity = format!(
+            "{}:{}:{}:{}",
+            passed.seq,
+            passed.slot_at,
+            table.slot().end(),
+            passed.problem
+        );
+        let to = fsio::aside(
+            path,
+            &format!(".damaged-{:08x}", crc32fast::hash(identity.as_bytes())),
+        );
+        if fsio::stat(&to)?.is_some() {
+            return Ok(());
+        }
+        fs::copy(path, &to).map_err(|e| StoreError::io("copy aside", path, e))?;
+        inc.events.push(Event::PassedOver {
+            path: path.clone(),
+            seq: passed.seq,
+            read: table.commit().seq,
+            problem: passed.problem.clone(),
+            kept: to,
+        });
+        Ok(())
+    }
+
     pub(super) fn remove_journal(&self) -> Result<(), StoreError> {
         match fs::remove_file(&self.paths.journal) {
             Ok(()) => fsio::sync_dir(&self.paths.dir),

@@ -128,6 +128,21 @@ pub(crate) fn temporary_of(name: &str) -> Option<&str> {
 /// cache lock, so holding that lock does not mean no temporary is being written). Call while
 /// holding the cache lock.
 pub(crate) fn remove_stale_temporaries(target: &Path) {
+    sweep_temporaries(target, held_by_a_writer);
+}
+
+/// Removes the temporaries an [`AtomicFile`] for `target` left beside it when its process
+/// died before putting the file in place (a `kill -9` of `tunecache merge -o OUT`): only
+/// regular files named as [`AtomicFile`] names them, and only those whose lock this process
+/// can take. A live writer holds its temporary's lock; where the file system has no locks,
+/// nothing is removed (no cache lock guards an output of the caller's choosing).
+pub fn remove_abandoned_temporaries(target: &Path) {
+    sweep_temporaries(target, |path| {
+        !fs::File::open(path).is_ok_and(|f| f.try_lock().is_ok())
+    });
+}
+
+fn sweep_temporaries(target: &Path, spare: impl Fn(&Path) -> bool) {
     let dir = parent_dir(target);
     let prefix = tmp_prefix(target);
     let fitted = &prefix[1..prefix.len() - ".tmp.".len()];
@@ -136,7 +151,7 @@ pub(crate) fn remove_stale_temporaries(target: &Path) {
             let name = entry.file_name();
             let ours = name.to_str().and_then(temporary_of) == Some(fitted);
             let file = entry.file_type().is_ok_and(|t| t.is_file());
-            if ours && file && !held_by_a_writer(&entry.path()) {
+            if ours && file && !spare(&entry.path()) {
                 let _ = fs::remove_file(entry.path());
             }
         }
@@ -412,6 +427,27 @@ mod tests {
         ] {
             assert_eq!(temporary_of(other), None, "{other}");
         }
+    }
+
+    /// An output's leftovers (a killed `merge -o`) go when the next write of that output
+    /// starts; one a live writer holds, and anything not named as ours, stay.
+    #[test]
+    fn an_outputs_abandoned_temporaries_go_and_a_live_one_stays() {
+        let dir = tempfile::tempdir().expect("dir");
+        let target = dir.path().join("m.tcache");
+        let mut live = AtomicFile::create(&target, false).expect("started");
+        live.write_all(b"in progress").expect("write");
+        let killed = dir
+            .path()
+            .join(format!("{}{}.{}", tmp_prefix(&target), 999_999, 0));
+        fs::write(&killed, b"half a merge").expect("write");
+        let other = dir.path().join(".m.tcache.tmp.notes");
+        fs::write(&other, b"the user's").expect("write");
+        remove_abandoned_temporaries(&target);
+        assert!(!killed.exists(), "the killed run's temporary goes");
+        assert!(other.exists(), "a look-alike name stays");
+        live.commit().expect("the live writer finishes");
+        assert_eq!(fs::read(&target).expect("read"), b"in progress");
     }
 
     /// A temporary being written (a compaction's copy, made without the cache lock) is not

@@ -152,8 +152,20 @@ fn inspect_once(
                         path.display()
                     ));
                 }
+                if let Some(p) = t.passed_over() {
+                    let slot = if p.slot_at == SLOT_A { "A" } else { "B" };
+                    out.problems.push(format!(
+                        "{}: commit {} (slot {slot}) does not read back ({}); a slot is written \
+                         only after its commit is synced, so this is damage: commit {} is read \
+                         instead, and the next write keeps a copy of the file as it is",
+                        path.display(),
+                        p.seq,
+                        p.problem,
+                        t.commit().seq
+                    ));
+                }
                 let torn = crate::tablefile::torn_len(&t);
-                if torn > 0 {
+                if torn > 0 && t.passed_over().is_none() {
                     out.notes.push(format!(
                         "{}: {torn} bytes after the last commit (an interrupted or ongoing write; cut off at the next fold)",
                         path.display()

@@ -51,7 +51,7 @@ pub use head::{SLOT_A, SLOT_B, Slot, is_table};
     reason = "the node bounds, for the crate's own modules"
 )]
 pub(crate) use node::{INTERNAL_MAX, LEAF_MAX, MAX_HEIGHT, NODE_MAX_BYTES};
-pub use read::{Table, TableError};
+pub use read::{PassedOver, Table, TableError};
 pub use update::{Change, Decide, Item, Update, UpdateOutcome};
 pub use wire::{Commit, DirScope, Directory, Rewritten};
 

@@ -37,6 +37,18 @@ impl TableError {
     }
 }
 
+/// A commit a valid slot names that could not be read, so an older one was (see
+/// [`Table::passed_over`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassedOver {
+    /// Where its slot is ([`super::SLOT_A`] or [`super::SLOT_B`]).
+    pub slot_at: u64,
+    /// Its sequence number, as the slot says.
+    pub seq: u64,
+    /// Why it does not read back.
+    pub problem: String,
+}
+
 /// Internal nodes kept decoded, at most this many (8 KiB each at most): enough for every
 /// internal node of a million-entry table, so a lookup reads only its leaf and its entry.
 const NODE_CACHE: usize = 512;
@@ -54,6 +66,8 @@ pub struct Table<R> {
     commit: Commit,
     /// The slot whose commit was found by its block (the slot fails its check).
     recovered: Option<u64>,
+    /// A newer commit a valid slot names that does not read back.
+    passed_over: Option<PassedOver>,
     dir: OnceLock<Arc<Directory>>,
     /// Internal nodes by offset. The lock is held only to look up or insert, never across a
     /// read.
@@ -98,7 +112,12 @@ impl<R: ReadAt> Table<R> {
                 }
             }
         };
+        // The size again, now that the slots are read: a fold appends its blocks before it
+        // writes the slot, so every block a slot read here names lies within this size (a
+        // size taken before the slots could miss a commit made in between).
+        let size = src.size().map_err(TableError::Io)?;
         let mut last = None;
+        let mut passed_over = None;
         for slot in head.newest_first() {
             match Self::read_commit(&src, limits, &head, &slot, size) {
                 Ok(commit) => {
@@ -119,11 +138,23 @@ impl<R: ReadAt> Table<R> {
                         slot_at,
                         commit,
                         recovered,
+                        passed_over,
                         dir: OnceLock::new(),
                         nodes: Mutex::new(HashMap::new()),
                     });
                 }
-                Err(e) => last = Some(e),
+                Err(e) => {
+                    passed_over.get_or_insert_with(|| PassedOver {
+                        slot_at: if head.slots[0] == Some(slot) {
+                            super::SLOT_A
+                        } else {
+                            super::SLOT_B
+                        },
+                        seq: slot.seq,
+                        problem: e.to_string(),
+                    });
+                    last = Some(e);
+                }
             }
         }
         Err(last.unwrap_or_else(|| {
@@ -178,6 +209,13 @@ impl<R: ReadAt> Table<R> {
     /// the one read (see FORMAT.md, "Commit slots"); `None` when the slots are sound.
     pub fn recovered_slot(&self) -> Option<u64> {
         self.recovered
+    }
+
+    /// A newer commit than the one read, named by a valid slot, whose block does not read back
+    /// (see FORMAT.md, "Commit slots"): damage, since a slot is written only after its commit
+    /// is synced. `None` when the newest valid slot's commit is the one read.
+    pub fn passed_over(&self) -> Option<&PassedOver> {
+        self.passed_over.as_ref()
     }
 
     /// The table's lineage (see [`Commit::lineage`]).

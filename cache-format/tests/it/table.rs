@@ -352,10 +352,26 @@ fn damage_costs_only_what_lies_under_it() {
     let t = Table::open(cut.to_vec(), &Limits::default()).expect("falls back");
     assert_eq!((t.commit().seq, t.slot_at()), (1, SLOT_A));
     assert!(t.get(&k).expect("reads").is_none());
-    // A sound slot naming a commit cut short: the first commit serves.
+    // A sound slot naming a commit cut short: the first commit serves, and the one passed
+    // over is said (a slot is written only after its commit is synced: this is damage).
     let cut = &file[..file.len() - 3];
     let t = Table::open(cut.to_vec(), &Limits::default()).expect("falls back");
     assert_eq!(t.commit().seq, 1);
+    let passed = t.passed_over().expect("the newer commit is said");
+    assert_eq!((passed.seq, passed.slot_at), (2, SLOT_B));
+    // So is one whose block fails its checksum.
+    let mut flipped = file.clone();
+    let last = flipped.len() - 10;
+    flipped[last] ^= 0x10;
+    let t = Table::open(flipped, &Limits::default()).expect("falls back");
+    assert_eq!(t.commit().seq, 1);
+    assert_eq!(t.passed_over().map(|p| p.seq), Some(2));
+    assert!(
+        Table::open(file.clone(), &Limits::default())
+            .expect("opens")
+            .passed_over()
+            .is_none()
+    );
     // An older slot damaged while the newest is sound: nothing to recover, the newest serves.
     let mut older = file.clone();
     older[SLOT_A as usize + 9] ^= 1;

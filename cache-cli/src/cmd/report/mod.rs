@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use clap::Args;
 use serde::Serialize;
 
@@ -64,7 +64,7 @@ impl ReportArgs {
     pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         let path = ctx.path()?;
         let found = ctx.inspect(&path)?;
-        refuse_cache_files(&self.output, &found)?;
+        crate::guard::refuse_cache_files(&self.output, &found.path, "the report")?;
         let (counts, _) = found.counts();
         let namespaces: HashSet<&String> = counts.values().flat_map(|n| n.keys()).collect();
         let budget = gather::Budget::for_namespaces(namespaces.len());
@@ -126,41 +126,4 @@ impl ReportArgs {
         out.item(&summary, ctx.json)?;
         Ok(exit::OK)
     }
-}
-
-/// A report never replaces the cache it shows, its journal or its lock file.
-fn refuse_cache_files(
-    output: &std::path::Path,
-    found: &cache_core::Inspection,
-) -> anyhow::Result<()> {
-    // The folder resolved, the name as given: the journal need not exist yet.
-    let parent = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    let (Ok(folder), Some(name)) = (std::fs::canonicalize(parent), output.file_name()) else {
-        return Ok(());
-    };
-    let target = std::fs::canonicalize(output).unwrap_or_else(|_| folder.join(name));
-    let cache = std::fs::canonicalize(&found.path).unwrap_or_else(|_| found.path.clone());
-    let name = cache
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let ours = [
-        name.clone(),
-        format!("{name}.journal"),
-        format!("{name}.lock"),
-    ];
-    if target.parent() == cache.parent()
-        && target
-            .file_name()
-            .is_some_and(|n| ours.iter().any(|o| *o == n.to_string_lossy()))
-    {
-        bail!(
-            "{}: that is the cache's own file; write the report elsewhere",
-            output.display()
-        );
-    }
-    Ok(())
 }
