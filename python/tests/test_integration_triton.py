@@ -42,7 +42,8 @@ launched = []
 scale.fn.run = lambda *a, **k: launched.append(k["BLOCK"])
 for n in (1024, 4096):
     scale.run(None, n)
-print(json.dumps({"calls": len(calls), "launched": launched}))
+import tunecache.integrations as ti
+print(json.dumps({"calls": len(calls), "launched": launched, "status": ti.status().get("triton")}))
 """
 
 
@@ -63,9 +64,11 @@ def tune(tmp_path, **env) -> dict:
 def test_a_second_process_makes_no_benchmark_call_even_with_tritons_cache_wiped(tmp_path, cli):
     first = tune(tmp_path)
     assert first["calls"] == 6 and first["launched"] == [32, 32]
+    assert first["status"] == {"served": 0, "missed": 2, "recorded": 2}, first
     shutil.rmtree(tmp_path / "triton")
     second = tune(tmp_path)
     assert second["calls"] == 0, second
+    assert second["status"] == {"served": 2, "missed": 0, "recorded": 0}, second
     assert second["launched"] == first["launched"]
     # No autotune file went to Triton's own directory.
     assert not list((tmp_path / "triton").rglob("*.autotune.json"))

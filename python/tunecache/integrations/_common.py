@@ -9,6 +9,7 @@ on this machine's files; the shared tier carries measurements only.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -61,6 +62,7 @@ _warned: set[str] = set()
 _warned_lock = threading.Lock()
 _stores: weakref.WeakSet[Store] = weakref.WeakSet()
 _fork_hooks: list[Callable[[], None]] = []
+_counts: dict[str, Counts] = {}
 
 
 def after_fork_in_child(hook: Callable[[], None]) -> None:
@@ -74,6 +76,8 @@ def _renew_locks() -> None:
     _warned_lock = threading.Lock()
     for store in list(_stores):
         store._lock = threading.Lock()
+    for counts in list(_counts.values()):
+        counts._lock = threading.Lock()
     for hook in _fork_hooks:
         hook()
 
@@ -84,6 +88,63 @@ os.register_at_fork(after_in_child=_renew_locks)
 #: The most conditions remembered: past it, a new condition is logged at debug level only, so
 #: the set cannot grow without bound whatever a caller passes.
 MAX_CONDITIONS = 256
+
+
+class Counts:
+    """What one adapter did in this process: decisions ``served`` from tunecache (the framework
+    tuned nothing for them), ``missed`` (the framework tuned), and ``recorded`` into tunecache.
+    ``check`` (optional) says, at exit, what the framework did without asking the adapter."""
+
+    def __init__(self, adapter: str, check: Callable[[Counts], str | None] | None = None) -> None:
+        self.adapter = adapter
+        self.served = 0
+        self.missed = 0
+        self.recorded = 0
+        self.check = check
+        self._lock = threading.Lock()
+        _counts[adapter] = self
+
+    def add(self, what: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self, what, getattr(self, what) + n)
+
+    def as_dict(self) -> dict[str, int]:
+        with self._lock:
+            return {"served": self.served, "missed": self.missed, "recorded": self.recorded}
+
+
+def status() -> dict[str, dict[str, int]]:
+    """Each adapter used in this process: ``{"served": n, "missed": n, "recorded": n}``."""
+    return {name: c.as_dict() for name, c in sorted(_counts.items())}
+
+
+def _logs_info() -> bool:
+    """Whether ``TUNECACHE_LOG`` asks for info lines (``info``, ``debug``, ``trace``, as a level
+    or a ``target=level`` directive)."""
+    text = os.environ.get("TUNECACHE_LOG", "").lower()
+    return any(level in text for level in ("info", "debug", "trace"))
+
+
+def _at_exit() -> None:
+    """One line per adapter with ``TUNECACHE_LOG=info``; and, always, one warning per adapter
+    whose framework tuned without asking it (a cache silently not used)."""
+    import sys
+
+    for name, counts in sorted(_counts.items()):
+        try:
+            said = counts.check(counts) if counts.check is not None else None
+        except Exception:  # noqa: BLE001 - at exit, a check that fails says nothing
+            said = None
+        if said:
+            warn_once(f"{name} bypassed", said)
+        if _logs_info():
+            c = counts.as_dict()
+            sys.stderr.write(
+                f"tunecache: {name}: served {c['served']}, missed {c['missed']}, recorded {c['recorded']}\n"
+            )
+
+
+atexit.register(_at_exit)
 
 
 def warn_once(condition: str, message: str) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import helion
 from helion.autotuner import remote_cache as _remote
 
-from ._common import Store, require, version_of, warn_once
+from ._common import Counts, Store, require, version_of, warn_once
 
 TESTED = "1.5.1"
 NAMESPACE = "helion"
@@ -69,6 +69,10 @@ def _usable(text: str) -> bool:
     return isinstance(config, dict)
 
 
+#: What the backend served, missed and recorded in this process.
+counts = Counts("helion")
+
+
 class Backend(_remote.RemoteCacheBackend):
     """Helion's ``RemoteCacheBackend`` on a tunecache file."""
 
@@ -77,13 +81,15 @@ class Backend(_remote.RemoteCacheBackend):
             text = store.get_value(NAMESPACE, {"hash": str(key)})
         except Exception as e:  # noqa: BLE001 - a miss, never a failed kernel
             warn_once("helion get", f"tunecache: a Helion entry cannot be read ({e}); Helion tunes again")
+            counts.add("missed")
             return None
         if text is not None and not _usable(text):
             warn_once(
                 "helion bad",
                 f"tunecache: the Helion entry {key} is not a best-config record; Helion tunes again",
             )
-            return None
+            text = None
+        counts.add("missed" if text is None else "served")
         return text
 
     def put(self, key: str, data: str) -> None:
@@ -92,6 +98,7 @@ class Backend(_remote.RemoteCacheBackend):
             return
         try:
             store.put_value(NAMESPACE, {"hash": str(key)}, data)
+            counts.add("recorded")
         except Exception as e:  # noqa: BLE001 - Helion keeps its local file
             warn_once("helion put", f"tunecache: a Helion result was not recorded ({e})")
 

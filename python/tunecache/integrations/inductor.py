@@ -1,14 +1,23 @@
-"""Inductor: max-autotune's best configs kept in tunecache through Inductor's remote autotune
-cache.
+"""Inductor: max-autotune's template selection and the configs of Triton's heuristic kernels,
+kept in tunecache.
 
-``install()`` (in the compiling process) sets ``backend_override_cls`` of
-``torch._inductor.remote_cache.RemoteAutotuneCache`` and ``RemoteBundledAutotuneCache`` to
-:class:`Backend`; with ``TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE=1`` (or ``config.autotune_remote_cache
-= True``) Inductor then reads and writes its best configs through tunecache, and no Redis is
-needed. Inductor's compile workers are separate processes: ``write_pth(site_packages)`` writes an
-opt-in ``tunecache-inductor.pth`` that installs the hook in every interpreter of that environment
-where ``TUNECACHE_INDUCTOR=1`` is set, when ``torch._inductor.remote_cache`` is first imported
-(nothing is imported before that). Tested with torch 2.15.0.
+``install()`` (in the compiling process) does both:
+
+- **max-autotune's selection** (the GEMM choice between Triton, C++ or CUTLASS templates and
+  ATen kernels, which Inductor otherwise benchmarks in every process whose cache directory does
+  not hold its timings): see :mod:`tunecache.integrations._inductor_select`. A selection
+  tunecache holds is served with nothing benchmarked; every selection Inductor benchmarks is
+  recorded, and reaches other machines through ``TUNECACHE_REMOTE``.
+- **the remote autotune cache** (the configs of Triton's pointwise and reduction kernels): it
+  sets ``backend_override_cls`` of ``torch._inductor.remote_cache.RemoteAutotuneCache`` and
+  ``RemoteBundledAutotuneCache`` to :class:`Backend`; with ``TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE=1``
+  (or ``config.autotune_remote_cache = True``) Inductor then reads and writes those configs
+  through tunecache, and no Redis is needed.
+
+Inductor's compile workers are separate processes: ``write_pth(site_packages)`` writes an opt-in
+``tunecache-inductor.pth`` that installs the hook in every interpreter of that environment where
+``TUNECACHE_INDUCTOR=1`` is set, when ``torch._inductor.remote_cache`` is first imported (nothing
+is imported before that). Tested with torch 2.15.0.
 
 Values stay opaque: each is the JSON text Inductor wrote, kept as a recorded value in namespace
 ``inductor/autotune`` (or ``inductor/bundled-autotune``) under key ``{"key": <Inductor's key>}``;
@@ -26,7 +35,8 @@ from typing import Any
 import torch
 from torch._inductor import remote_cache as _remote
 
-from ._common import Store, require, version_of, warn_once
+from . import _inductor_select
+from ._common import Counts, Store, require, version_of, warn_once
 
 TESTED = "2.15.0"
 PTH_NAME = "tunecache-inductor.pth"
@@ -47,6 +57,12 @@ require(
     ["backend_override_cls"],
     "torch._inductor.remote_cache.RemoteAutotuneCache",
 )
+
+
+_inductor_select.check(version_of(torch), TESTED)
+
+#: What the remote autotune cache's backend served, missed and recorded in this process.
+counts = Counts("inductor-remote-cache")
 
 
 def _scope() -> dict[str, Any]:
@@ -81,11 +97,14 @@ class Backend(_remote.RemoteCacheBackend):
             warn_once("inductor get", f"tunecache: an Inductor entry cannot be read ({e}); Inductor tunes again")
             return None
         if text is None:
+            counts.add("missed")
             return None
         data = text.encode("utf-8")
         if not _usable(data):
             warn_once("inductor bad", f"tunecache: the Inductor entry {key} is not a JSON object; Inductor tunes again")
+            counts.add("missed")
             return None
+        counts.add("served")
         return data
 
     def _put(self, key: str, data: bytes) -> None:
@@ -94,6 +113,7 @@ class Backend(_remote.RemoteCacheBackend):
             return
         try:
             store.put_value(self.namespace, {"key": str(key)}, bytes(data).decode("utf-8"))
+            counts.add("recorded")
         except Exception as e:  # noqa: BLE001 - Inductor keeps its local cache
             warn_once("inductor put", f"tunecache: an Inductor result was not recorded ({e})")
 
@@ -103,13 +123,15 @@ class BundledBackend(Backend):
 
 
 def install() -> None:
-    """Makes Inductor's remote autotune caches use tunecache in this process."""
+    """Serves and records max-autotune's selections through tunecache, and makes Inductor's
+    remote autotune caches use tunecache, in this process."""
     _remote.RemoteAutotuneCache.backend_override_cls = Backend
     _remote.RemoteBundledAutotuneCache.backend_override_cls = BundledBackend
+    _inductor_select.install()
 
 
 def installed() -> bool:
-    return _remote.RemoteAutotuneCache.backend_override_cls is Backend
+    return _remote.RemoteAutotuneCache.backend_override_cls is Backend and _inductor_select.installed()
 
 
 def write_pth(site_packages: str | os.PathLike[str]) -> str:

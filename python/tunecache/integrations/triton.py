@@ -39,7 +39,7 @@ from typing import Any
 import triton
 from triton.runtime import cache as _triton_cache
 
-from ._common import Store, after_fork_in_child, key_value, require, version_of, warn_once
+from ._common import Counts, Store, after_fork_in_child, key_value, require, version_of, warn_once
 
 TESTED = "3.9.0"
 _SUFFIX = ".autotune.json"
@@ -60,6 +60,10 @@ require(
     ["get_file", "put", "get_group", "put_group"],
     "triton.runtime.cache.CacheManager",
 )
+
+
+#: What the cache manager served, missed and recorded in this process.
+counts = Counts("triton")
 
 
 def _scope() -> dict[str, Any]:
@@ -148,9 +152,12 @@ class CacheManager(_triton_cache.CacheManager):
                 text = None
             if text is not None:
                 try:
-                    return _write_private(filename, text)
+                    served = _write_private(filename, text)
+                    counts.add("served")
+                    return served
                 except OSError as e:
                     warn_once("triton tmp", f"tunecache: cannot write a temporary file for Triton ({e})")
+            counts.add("missed")
             path = self._own().get_file(filename)
             if path is not None:
                 _adopt(filename, key, path)
@@ -167,6 +174,7 @@ class CacheManager(_triton_cache.CacheManager):
             try:
                 text = data.decode("utf-8") if isinstance(data, bytes) else str(data)
                 _record(filename, _key(self.key, _tuning_fields()), text)
+                counts.add("recorded")
                 return _write_private(filename, text)
             except Exception as e:  # noqa: BLE001 - Triton keeps its own file instead
                 warn_once(
