@@ -21,4 +21,5 @@ mod migration;
 mod replaced;
 mod support;
 mod system;
+mod vectors;
 mod versions;
