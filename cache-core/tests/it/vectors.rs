@@ -380,6 +380,7 @@ fn the_format_vectors_are_written_and_read_as_committed() {
                 .expect("JSON");
         assert_eq!(got, want, "{}: {problems:?}", case.name);
     }
+    check_bundle_vector(&root, bless, work.path());
     // The independent reader, from FORMAT.md alone, agrees on every case.
     let script = root.join("run_vectors.py");
     let out = std::process::Command::new("python3")
@@ -404,4 +405,63 @@ fn the_format_vectors_are_written_and_read_as_committed() {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// The probes' table entries as a bundle (version 3, `created` fixed). Its bytes are not
+/// compared (the manifest's `tool` names this build's version, which is free); what is: the
+/// framing, both CRCs and the SHA-256 (the library's whole check), the manifest but `tool`, and
+/// the inner table's entries.
+fn check_bundle_vector(root: &Path, bless: bool, work: &Path) {
+    let at = root.join("bundle.tcb");
+    if bless {
+        let mut w = cache_core::BundleWriter::create(
+            &at,
+            &cache_core::cache_migrate::Migrations::new(APP, 1),
+            &Limits::default(),
+        )
+        .expect("create");
+        let (table, _) = probes();
+        for (scope, sd) in table.scopes() {
+            for (ns, entries) in sd.namespaces() {
+                let mut sorted: Vec<&Entry> = entries.values().collect();
+                sorted.sort_by_key(|e| {
+                    cache_core::cache_format::table::TKey::of(scope, ns, &e.fingerprint())
+                });
+                for e in sorted {
+                    w.add(scope, ns, e).expect("add");
+                }
+            }
+        }
+        w.finish(Some(1_700_000_000), "vectors").expect("finish");
+    }
+    cache_core::check_bundle(&at, &Limits::default()).expect("the bundle vector checks whole");
+    let bytes = std::fs::read(&at).expect("committed");
+    // [ "TCBUNDLE", 3, bin32 manifest, uint32 crc, bin32 table, uint32 crc ]
+    assert_eq!(&bytes[..11], b"\x96\xa8TCBUNDLE\x03");
+    let len = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().expect("4")) as usize;
+    let manifest_len = len(12);
+    let manifest = &bytes[16..16 + manifest_len];
+    let table_at = 16 + manifest_len + 5 + 5;
+    let table = &bytes[table_at..table_at + len(table_at - 4)];
+    let copy = work.join("bundle-inner.tcache");
+    std::fs::write(&copy, table).expect("write");
+    let (entries, problems) = read(&copy);
+    assert!(problems.is_empty(), "{problems:?}");
+    let mut manifest: serde_json::Value = serde_json::from_slice(manifest).expect("JSON");
+    manifest.as_object_mut().expect("an object").remove("tool");
+    let got = serde_json::json!({ "manifest": manifest, "entries": entries });
+    let expected_at = root.join("bundle.json");
+    if bless {
+        let text = compact(&serde_json::json!({ "entries": entries }));
+        let text = text.replacen(
+            "{\"entries\"",
+            &format!("{{\"manifest\": {manifest},\n\"entries\""),
+            1,
+        );
+        std::fs::write(&expected_at, text).expect("write");
+    }
+    let want: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&expected_at).expect("committed"))
+            .expect("JSON");
+    assert_eq!(got, want);
 }

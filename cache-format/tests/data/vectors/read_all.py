@@ -226,9 +226,42 @@ def read_all(table, journal=None):
     return out
 
 
+def read_bundle(path):
+    """A bundle of version 3 (FORMAT.md, "Bundles"): its framing, CRCs and SHA-256 checked, its
+    manifest (without the free `tool`) and its inner table's entries."""
+    with open(path, "rb") as f:
+        data = f.read()
+    items = msgpack.unpackb(data, raw=False)
+    if not (isinstance(items, list) and len(items) == 6 and items[0] == "TCBUNDLE" and items[1] == 3):
+        raise Damaged("not a bundle of version 3")
+    manifest_bytes, manifest_crc, table, table_crc = items[2:]
+    if zlib.crc32(manifest_bytes) != manifest_crc or zlib.crc32(table) != table_crc:
+        raise Damaged("a bundle part's CRC-32 does not match")
+    manifest = json.loads(manifest_bytes.decode("utf-8"))
+    if hashlib.sha256(table).hexdigest() != manifest["payload_sha256"]:
+        raise Damaged("the inner table's SHA-256 is not the manifest's")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        inner = os.path.join(tmp, "inner.tcache")
+        with open(inner, "wb") as f:
+            f.write(table)
+        entries = read_all(inner)
+    manifest.pop("tool", None)
+    return {"manifest": manifest, "entries": entries}
+
+
 def main():
     table = sys.argv[1]
     journal = sys.argv[2] if len(sys.argv) > 2 else table + ".journal"
+    if table.endswith(".tcb"):
+        try:
+            print(json.dumps(read_bundle(table)))
+        except (Damaged, ValueError, KeyError, TypeError) as e:
+            print(f"damaged: {e}", file=sys.stderr)
+            print(json.dumps({"damaged": "checksum" if "CRC-32" in str(e) else "malformed"}))
+            return 1
+        return 0
     try:
         entries = read_all(table, journal)
     except NamedTwice as e:

@@ -17,12 +17,12 @@ def main():
     here = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
     reader = os.path.join(os.path.dirname(os.path.abspath(__file__)), "read_all.py")
     failed = 0
-    tables = sorted(glob.glob(os.path.join(here, "*.tcache")))
+    tables = sorted(glob.glob(os.path.join(here, "*.tcache")) + glob.glob(os.path.join(here, "*.tcb")))
     if not tables:
         print(f"no vectors in {here}", file=sys.stderr)
         return 1
     for table in tables:
-        name = os.path.basename(table)[: -len(".tcache")]
+        name = os.path.splitext(os.path.basename(table))[0]
         with open(os.path.join(here, name + ".json"), encoding="utf-8") as f:
             want = json.load(f)
         out = subprocess.run([sys.executable, reader, table], capture_output=True, text=True)
