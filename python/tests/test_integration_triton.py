@@ -245,3 +245,24 @@ def test_a_child_forked_while_another_thread_holds_the_adapters_locks_never_hang
         pytest.fail("the forked child hung on a lock another thread held at the fork")
     assert os.waitstatus_to_exitcode(status) == 0
     adapter.store.reset()
+
+
+def test_a_hit_served_before_is_rendered_again_once_the_entry_changes(tmp_path, monkeypatch):
+    """A hit reuses the file it wrote for the same entry, and never serves it once the entry
+    holds something newer."""
+    monkeypatch.setenv("TUNECACHE_TRITON_PATH", str(tmp_path / "tc" / "triton.tcache"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    from tunecache.integrations import triton as adapter
+
+    adapter.store.reset()
+    config = {"kwargs": {"BLOCK": 32}, "num_warps": 4, "num_ctas": 1, "num_stages": 3, "maxnreg": None}
+    m = adapter.CacheManager("C" * 52)
+    m.put(json.dumps({"key": [1], "configs_timings": [[config, [1.0, 0.9, 1.1]]]}), "k.autotune.json", binary=False)
+    first = m.get_file("k.autotune.json")
+    assert m.get_file("k.autotune.json") == first, "the same entry: the same file, not written again"
+    # A newer measurement of the same config (another run's): served at once, not the old file.
+    m.put(json.dumps({"key": [1], "configs_timings": [[config, [0.5, 0.4, 0.6]]]}), "k.autotune.json", binary=False)
+    second = m.get_file("k.autotune.json")
+    with open(second) as f:
+        assert json.load(f)["configs_timings"][0][1] == [0.5, 0.4, 0.6]
+    adapter.store.reset()

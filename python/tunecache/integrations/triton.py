@@ -84,6 +84,7 @@ def _renew() -> None:
     global _tmp_lock, _tmp_dir
     _tmp_lock = threading.Lock()
     _tmp_dir = None
+    _rendered.clear()
 
 
 after_fork_in_child(_renew)
@@ -145,18 +146,22 @@ class CacheManager(_triton_cache.CacheManager):
     def get_file(self, filename: str) -> str | None:
         if self._ours(filename):
             key = _key(self.key, _tuning_fields())
+            served = None
             try:
-                text = _read(filename, key)
+                entry = _entry(filename, key)
             except Exception as e:  # noqa: BLE001 - a miss, never a failed autotune
                 warn_once("triton read", f"tunecache: a Triton autotune entry cannot be read ({e}); tuning again")
-                text = None
-            if text is not None:
+                entry = None
+            if entry is not None:
                 try:
-                    served = _write_private(filename, text)
-                    counts.add("served")
-                    return served
+                    served = _served_path(filename, entry)
                 except OSError as e:
                     warn_once("triton tmp", f"tunecache: cannot write a temporary file for Triton ({e})")
+                except Exception as e:  # noqa: BLE001 - a miss, never a failed autotune
+                    warn_once("triton read", f"tunecache: a Triton autotune entry cannot be read ({e}); tuning again")
+            if served is not None:
+                counts.add("served")
+                return served
             counts.add("missed")
             path = self._own().get_file(filename)
             if path is not None:
@@ -239,8 +244,8 @@ def _record(filename: str, key: dict[str, Any], text: str) -> None:
     cache._record_triton(_namespace(filename), key, text, filename)
 
 
-def _read(filename: str, key: dict[str, Any]) -> str | None:
-    """The ``<fn>.autotune.json`` text Triton wrote, rebuilt from the entry; None on a miss."""
+def _entry(filename: str, key: dict[str, Any]) -> Any:
+    """The entry for ``key``, or None."""
     cache = store.cache()
     if cache is None:
         return None
@@ -249,8 +254,48 @@ def _read(filename: str, key: dict[str, Any]) -> str | None:
         # Entries imported from Triton's own files (`tunecache import --from triton`) know
         # only the directory hash, which already covers the tuning key.
         entry = cache.get(_namespace(filename), {"hash": key["hash"]})
-    if entry is None:
+    return entry
+
+
+def _read(filename: str, key: dict[str, Any]) -> str | None:
+    """The ``<fn>.autotune.json`` text Triton wrote, rebuilt from the entry; None on a miss."""
+    entry = _entry(filename, key)
+    return None if entry is None else _render(entry)
+
+
+#: The files already written for an entry's content: (file name, the entry's identity and
+#: every candidate's algorithm, time and outcome) → its private path. A hit whose entry is as
+#: it was served before reuses the file without rendering it again (the entry is still read
+#: from tunecache on every hit, so a newer result is served at once). Bounded.
+_rendered: dict[tuple[Any, ...], str] = {}
+_RENDERED_MAX = 4096
+
+
+def _served_path(filename: str, entry: Any) -> str | None:
+    """The private file holding ``entry`` rendered, rendered and written if it changed; None
+    when the entry renders nothing Triton can use."""
+    content = (
+        filename,
+        entry.fingerprint,
+        entry.recorded_at,
+        tuple((c.algorithm, c.measured_at, c.median_ns, c.min_ns, c.spread_ns, c.failed) for c in entry.candidates),
+    )
+    path = _rendered.get(content)
+    if path is not None and os.path.exists(path):
+        return path
+    text = _render(entry)
+    if text is None:
         return None
+    path = _write_private(filename, text)
+    if len(_rendered) >= _RENDERED_MAX:
+        _rendered.clear()
+    _rendered[content] = path
+    return path
+
+
+def _render(entry: Any) -> str | None:
+    """The ``<fn>.autotune.json`` text of ``entry`` (Triton's rows, its timings in ms); None
+    when it has no candidate. A config this Triton cannot build raises."""
     rows: list[list[Any]] = []
     for cand in entry.candidates:
         config = _config_of(cand.params)
