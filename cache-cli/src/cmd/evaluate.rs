@@ -142,6 +142,9 @@ impl Report for EvaluateReport {
         for s in &self.skipped {
             out.line(format!("skipped {s}"))?;
         }
+        if self.groups.is_empty() && self.skipped.is_empty() {
+            out.line("nothing to evaluate: no key matches the namespace and scope asked for")?;
+        }
         Ok(())
     }
 }
@@ -162,7 +165,10 @@ impl EvaluateArgs {
         let from = match self.transfer_from.as_deref() {
             None => None,
             Some("others") => Some(Source::Others),
-            Some(text) => scope_filter(Some(text))?.map(Source::Scope),
+            Some(text) => Some(Source::Scope(Scope::new(
+                crate::render::parse_fields("--transfer-from", text)
+                    .map_err(|e| usage(format!("{e:#}")))?,
+            ))),
         };
         let groups = self.groups(&found, scope.as_ref(), from.as_ref());
         let default = self.default.as_deref().map(default_id).transpose()?;
@@ -359,6 +365,11 @@ fn refuse_unknown_default(default: &CandidateId, groups: &Groups) -> anyhow::Res
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();
+    if names.is_empty() {
+        return Err(usage(format!(
+            "--default {default}: no key matches the namespace and scope asked for"
+        )));
+    }
     let more = names.len().saturating_sub(8);
     names.truncate(8);
     Err(usage(format!(

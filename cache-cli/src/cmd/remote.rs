@@ -225,7 +225,16 @@ fn pull(
     report.entries_on_server = Some(pulled.keys);
     report.rejected = pulled.rejected.clone();
     let n = pulled.entries;
-    if let Some(e) = &pulled.stopped {
+    if let Some(e) = pulled.stopped.as_ref().filter(|_| pulled.read == 0) {
+        // Nothing read: running it again with the same wait would read nothing again.
+        say(format_args!(
+            "read none of the server's {} keys within --wait {:.3} s ({e}): listing them and \
+             finding those this cache lacks took the whole wait; run it again with a longer \
+             --wait",
+            pulled.keys,
+            wait.as_secs_f64()
+        ));
+    } else if let Some(e) = &pulled.stopped {
         say(format_args!(
             "pulled {} of the server's {} keys before stopping ({e}); what was pulled is saved: \
              run `tunecache remote pull` again to go on (keys this cache lacks are read first)",

@@ -296,6 +296,9 @@ fn a_default_only_a_skipped_group_has_is_refused_and_a_group_without_it_says_so(
         vec!["evaluate", "--default", " "],
         vec!["evaluate", "--default", "blocked {"],
         vec!["evaluate", "--transfer-from", r#"{"device":"nosuch"}"#],
+        vec!["evaluate", "--transfer-from", r#"{"device":"x""#],
+        vec!["evaluate", "--transfer-from", "[1]"],
+        vec!["evaluate", "--default", "a", "-n", "nosuch"],
     ] {
         let out = tunecache(&file, &args);
         assert_eq!(
@@ -305,6 +308,20 @@ fn a_default_only_a_skipped_group_has_is_refused_and_a_group_without_it_says_so(
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    let out = tunecache(&file, &["evaluate", "--transfer-from", r#"{"device":"x""#]);
+    assert!(
+        stderr_of(&out).contains("--transfer-from"),
+        "{}",
+        stderr_of(&out)
+    );
+    // Nothing to evaluate is said, not an empty screen.
+    let out = tunecache(&file, &["evaluate", "-n", "nosuch"]);
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("nothing to evaluate"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     // With a second device lacking the default, its group says its baseline is not it.
     let other = dir.path().join("other.jsonl");
     std::fs::write(
@@ -334,4 +351,8 @@ fn a_default_only_a_skipped_group_has_is_refused_and_a_group_without_it_says_so(
     assert_eq!(notes.iter().filter(|n| **n).count(), 1, "{report:#}");
     let skipped = report["skipped"].to_string();
     assert!(skipped.contains("4 keys, 4 of them scored"), "{report:#}");
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }

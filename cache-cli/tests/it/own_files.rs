@@ -98,6 +98,14 @@ fn a_killed_runs_temporaries_go_with_the_next_run_and_look_alikes_stay() {
     let mine = out_dir.join(".m.tcache.tmp.mine");
     for f in left.iter().chain([&mine]) {
         std::fs::write(f, b"half").expect("write");
+        // A killed run's leftover, a while ago (one made this minute may be a live writer's).
+        std::fs::File::options()
+            .write(true)
+            .open(f)
+            .and_then(|f| {
+                f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(120))
+            })
+            .expect("old");
     }
     let merged = out_dir.join("m.tcache");
     let out = tunecache(
@@ -186,5 +194,69 @@ fn a_damaged_newest_commit_block_is_damage_and_is_kept_before_a_write() {
         std::fs::read(kept[0].path()).expect("read"),
         bytes,
         "byte for byte"
+    );
+}
+
+/// The change list of the newest commit is a block like the others: damaged, `verify` says
+/// so (it said "checksums verified" and exited 0).
+#[test]
+fn a_damaged_change_list_is_reported_by_verify() {
+    let dir = test_support::temp_dir();
+    let file = dir.path().join("c.tcache");
+    import(&file, &lines(3000, "a"));
+    import(&file, &lines(1500, "b"));
+    let t = cache_core::cache_format::table::Table::open(
+        std::fs::read(&file).expect("read"),
+        &cache_core::cache_format::Limits::default(),
+    )
+    .expect("opens");
+    assert_eq!(t.commit().seq, 2);
+    let changes = t.commit().changes.expect("a change list");
+    let mut bytes = std::fs::read(&file).expect("read");
+    bytes[(changes.offset + u64::from(changes.len) / 2) as usize] ^= 0x04;
+    std::fs::write(&file, &bytes).expect("write");
+    let out = tunecache(&file, &["verify"]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.contains("change list of commit 2"), "{text}");
+}
+
+/// A file already under the copy's name that is not the damaged file (a partial leftover,
+/// someone's file) is left as it is, and the copy goes under another name: the damaged
+/// commit is never cut off without a whole copy.
+#[test]
+fn a_file_under_the_copys_name_is_kept_and_the_copy_goes_elsewhere() {
+    let dir = test_support::temp_dir();
+    let file = dir.path().join("c.tcache");
+    import(&file, &lines(3000, "a"));
+    import(&file, &lines(1500, "b"));
+    let mut bytes = std::fs::read(&file).expect("read");
+    let at = bytes.len() - 40;
+    bytes[at] ^= 0x04;
+    // Find the copy's name from a first write on a scratch copy of the same damage.
+    let scratch_dir = test_support::temp_dir();
+    let scratch = scratch_dir.path().join("c.tcache");
+    std::fs::write(&scratch, &bytes).expect("write");
+    import(&scratch, &lines(1500, "c"));
+    let name = std::fs::read_dir(scratch_dir.path())
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("c.tcache.damaged-"))
+        .expect("a copy");
+    std::fs::write(&file, &bytes).expect("write");
+    let squatter = dir.path().join(&name);
+    std::fs::write(&squatter, &bytes[..1000]).expect("a partial leftover");
+    import(&file, &lines(1500, "c"));
+    assert_eq!(
+        std::fs::read(&squatter).expect("read"),
+        &bytes[..1000],
+        "left as it was"
+    );
+    let other = dir.path().join(format!("{name}-1"));
+    assert_eq!(
+        std::fs::read(&other).expect("the copy"),
+        bytes,
+        "a whole copy elsewhere"
     );
 }

@@ -95,7 +95,11 @@ impl Disk {
     /// read back (damage: a slot is written only after its commit is synced), the file as it is
     /// is copied aside once per damage: the next fold cuts off what follows the commit read,
     /// and the one after overwrites the slot, so without the copy that commit's results would
-    /// be gone for good. The copy is what `tunecache verify` and a person can still read.
+    /// be gone for good. The copy is written whole beside its name, synced, and linked to a name
+    /// nothing holds (with its folder synced) before this returns, so no crash leaves a partial
+    /// copy under the name; a file already under the name counts only if it holds the file's
+    /// bytes (an earlier copy of this damage), and anything else there is left as it is and the
+    /// copy goes under another name. The copy is what `tunecache verify` and a person can read.
     pub(super) fn keep_passed_over(
         &self,
         table: &crate::tablefile::TableFile,
@@ -112,22 +116,40 @@ impl Disk {
             table.slot().end(),
             passed.problem
         );
-        let to = fsio::aside(
+        let base = fsio::aside(
             path,
             &format!(".damaged-{:08x}", crc32fast::hash(identity.as_bytes())),
         );
-        if fsio::stat(&to)?.is_some() {
+        for n in 0..16 {
+            let to = if n == 0 {
+                base.clone()
+            } else {
+                fsio::with_suffix(&base, &format!("-{n}"))
+            };
+            if fsio::stat(&to)?.is_some() {
+                if same_bytes(path, &to)? {
+                    return Ok(());
+                }
+                continue;
+            }
+            copy_whole(path, &to)?;
+            inc.events.push(Event::PassedOver {
+                path: path.clone(),
+                seq: passed.seq,
+                read: table.commit().seq,
+                problem: passed.problem.clone(),
+                kept: to,
+            });
             return Ok(());
         }
-        fs::copy(path, &to).map_err(|e| StoreError::io("copy aside", path, e))?;
-        inc.events.push(Event::PassedOver {
-            path: path.clone(),
-            seq: passed.seq,
-            read: table.commit().seq,
-            problem: passed.problem.clone(),
-            kept: to,
-        });
-        Ok(())
+        Err(StoreError::io(
+            "keep a copy of",
+            path,
+            std::io::Error::other(format!(
+                "{} and 15 names after it are taken by other files; the file is left as it is",
+                base.display()
+            )),
+        ))
     }
 
     pub(super) fn remove_journal(&self) -> Result<(), StoreError> {
@@ -137,4 +159,50 @@ impl Disk {
             Err(e) => Err(StoreError::io("remove", &self.paths.journal, e)),
         }
     }
+}
+
+/// Whether `a` and `b` hold the same bytes (read a chunk at a time).
+fn same_bytes(a: &Path, b: &Path) -> Result<bool, StoreError> {
+    use std::io::Read;
+    let open = |p: &Path| fs::File::open(p).map_err(|e| StoreError::io("read", p, e));
+    let (mut fa, mut fb) = (open(a)?, open(b)?);
+    let len = |f: &fs::File, p: &Path| {
+        f.metadata()
+            .map(|m| m.len())
+            .map_err(|e| StoreError::io("inspect", p, e))
+    };
+    if len(&fa, a)? != len(&fb, b)? {
+        return Ok(false);
+    }
+    let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    loop {
+        let n = fa.read(&mut ba).map_err(|e| StoreError::io("read", a, e))?;
+        if n == 0 {
+            return Ok(true);
+        }
+        fb.read_exact(&mut bb[..n])
+            .map_err(|e| StoreError::io("read", b, e))?;
+        if ba[..n] != bb[..n] {
+            return Ok(false);
+        }
+    }
+}
+
+/// Copies `from` to `to`, a name nothing holds: written beside it, synced, then linked in
+/// place and the folder synced (never a partial file under `to`).
+fn copy_whole(from: &Path, to: &Path) -> Result<(), StoreError> {
+    use std::io::Read;
+    let mut src = fs::File::open(from).map_err(|e| StoreError::io("copy aside", from, e))?;
+    let mut out = fsio::AtomicFile::create(to, true)?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = src
+            .read(&mut buf)
+            .map_err(|e| StoreError::io("copy aside", from, e))?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n])?;
+    }
+    out.commit_new()
 }

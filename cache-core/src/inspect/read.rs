@@ -134,36 +134,7 @@ fn inspect_once(
         match crate::tablefile::open(std::sync::Arc::new(file), limits) {
             Ok(t) => {
                 generation = Some(t.lineage());
-                for (i, at) in [SLOT_A, SLOT_B].into_iter().enumerate() {
-                    if !t.head().damaged[i] {
-                        continue;
-                    }
-                    let found = if t.recovered_slot() == Some(at) {
-                        format!(
-                            "; its commit {} was found whole by its block and is read",
-                            t.commit().seq
-                        )
-                    } else {
-                        String::new()
-                    };
-                    out.problems.push(format!(
-                        "{}: the commit slot at offset {at} fails its check (a torn write or \
-                         damage){found}; the next folds write the slots afresh",
-                        path.display()
-                    ));
-                }
-                if let Some(p) = t.passed_over() {
-                    let slot = if p.slot_at == SLOT_A { "A" } else { "B" };
-                    out.problems.push(format!(
-                        "{}: commit {} (slot {slot}) does not read back ({}); a slot is written \
-                         only after its commit is synced, so this is damage: commit {} is read \
-                         instead, and the next write keeps a copy of the file as it is",
-                        path.display(),
-                        p.seq,
-                        p.problem,
-                        t.commit().seq
-                    ));
-                }
+                table_problems(path, &t, &mut out.problems);
                 let torn = crate::tablefile::torn_len(&t);
                 if torn > 0 && t.passed_over().is_none() {
                     out.notes.push(format!(
@@ -201,6 +172,54 @@ fn inspect_once(
     }
     read_journal_part(paths, limits, registry, generation, &mut out)?;
     Ok(out)
+}
+
+/// What a table's fixed start and newest commit say is damaged: a slot that fails its check, a
+/// newer commit passed over, the newest commit's change list.
+fn table_problems(path: &Path, t: &crate::tablefile::TableFile, problems: &mut Vec<String>) {
+    for (i, at) in [SLOT_A, SLOT_B].into_iter().enumerate() {
+        if !t.head().damaged[i] {
+            continue;
+        }
+        let found = if t.recovered_slot() == Some(at) {
+            format!(
+                "; its commit {} was found whole by its block and is read",
+                t.commit().seq
+            )
+        } else {
+            String::new()
+        };
+        problems.push(format!(
+            "{}: the commit slot at offset {at} fails its check (a torn write or \
+             damage){found}; the next folds write the slots afresh",
+            path.display()
+        ));
+    }
+    if let Some(p) = t.passed_over() {
+        let slot = if p.slot_at == SLOT_A { "A" } else { "B" };
+        problems.push(format!(
+            "{}: commit {} (slot {slot}) does not read back ({}); a slot is written \
+             only after its commit is synced, so this is damage: commit {} is read \
+             instead, and the next write keeps a copy of the file as it is",
+            path.display(),
+            p.seq,
+            p.problem,
+            t.commit().seq
+        ));
+    }
+    // The newest commit's change list (what a reader that saw the commit before
+    // learns from): a block like the others, checked like them.
+    if t.commit().changes.is_some()
+        && let Err(e) = t.changes_since(t.commit().seq - 1, 1)
+    {
+        problems.push(format!(
+            "{}: the change list of commit {} does not read back ({e}); a reader \
+             that last saw commit {} reads the whole table again",
+            path.display(),
+            t.commit().seq,
+            t.commit().seq - 1
+        ));
+    }
 }
 
 /// The journal's part of [`inspect_once`]: its header, records and damage, checked against

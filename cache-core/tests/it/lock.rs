@@ -137,6 +137,13 @@ fn open_reads_without_the_lock_and_repairs_once_it_has_it() {
     }
     let leftover = path_in(&dir, ".c.tcache.tmp.999999.0");
     std::fs::write(&leftover, b"half a snapshot").expect("write");
+    std::fs::File::options()
+        .write(true)
+        .open(&leftover)
+        .and_then(|f| {
+            f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(120))
+        })
+        .expect("a leftover two minutes old");
     let lock = std::fs::File::options()
         .read(true)
         .write(true)

@@ -45,7 +45,8 @@ def _bypassed(counts: Counts) -> str | None:
     if tuned > counts.missed:
         return (
             f"tunecache: Inductor benchmarked {tuned - counts.missed} max-autotune selection(s) "
-            "without asking tunecache (its preprocessing functions were cleared or replaced?)"
+            "without asking tunecache (they ran before install(), or Inductor's preprocessing "
+            "functions were cleared)"
         )
     return None
 
