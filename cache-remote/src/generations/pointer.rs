@@ -139,4 +139,40 @@ mod tests {
         }
         assert_eq!(p.recent.len(), RECENT);
     }
+
+    /// The format's pointer vectors (`cache-format/tests/data/vectors/trust/cases.json`,
+    /// `pointers`): each file read as a correct reader must, and the pointer as written
+    /// (`pointer.json`) written again byte for byte.
+    #[test]
+    fn the_format_vectors_pointers_read_as_committed() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../cache-format/tests/data/vectors/trust");
+        let cases: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(dir.join("cases.json")).expect("the committed vectors"),
+        )
+        .expect("JSON");
+        let pointers = cases["pointers"].as_array().expect("pointer cases");
+        assert!(pointers.len() >= 7);
+        for case in pointers {
+            let file = case["file"].as_str().expect("a file");
+            let bytes = std::fs::read(dir.join(file)).expect("committed");
+            let mut want = case["want"].clone();
+            if let Some(w) = want.as_object_mut() {
+                w.remove("names_the_bundle");
+            }
+            let got = match Pointer::parse(&bytes) {
+                Ok(p) => {
+                    if file == "pointer.json" {
+                        assert_eq!(p.encode(), bytes, "the pointer as written");
+                    }
+                    serde_json::to_value(&p).expect("encodes")
+                }
+                Err(Unreadable::NotAPointer(_)) => {
+                    serde_json::json!({"unreadable": "not-a-pointer"})
+                }
+                Err(Unreadable::NotAnId(_)) => serde_json::json!({"unreadable": "not-an-id"}),
+            };
+            assert_eq!(got, want, "{}", case["name"]);
+        }
+    }
 }

@@ -12,6 +12,8 @@ mod policy;
 #[cfg(feature = "s3")]
 mod s3_leases;
 mod sharing;
+#[cfg(feature = "s3")]
+mod trust_vectors;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};

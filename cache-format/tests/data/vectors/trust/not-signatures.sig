@@ -1,0 +1,1 @@
+{"kind":"tunecache-signatures-0","signatures":[],"statement":"{\"kind\":\"tunecache-statement-1\",\"bundle_sha256\":\"15e868c1938ca213036b5a8e0d14c5e54f55a6b7043ccef0cdef09bf68e586d2\",\"app\":\"vectors\",\"schema\":1,\"scopes\":[\"302337d7fb6cfa48d4441ac9cdb7ac0b\"],\"number\":7,\"created\":1700000000,\"expires\":1900000000}"}
