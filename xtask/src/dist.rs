@@ -12,7 +12,10 @@
 //! `--dev` builds with the dev profile (the test command's `dist` check reuses its debug
 //! build); the packaging is the same. Only the three artifacts are written into DIR (a file of
 //! the same name replaced, nothing else there touched): each is staged in a private folder
-//! made new in DIR (`.tunecache-dist-<random>`), removed when it ends.
+//! made new in DIR (`.tunecache-dist-<random>`), removed when it ends, and the three are moved
+//! into DIR only once all of them are made: a failed run leaves nothing behind. Every tool it
+//! needs (tar, strip, ar, maturin, auditwheel) is looked for before anything is built, and
+//! every one missing is named at once.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,6 +62,8 @@ pub(crate) fn run(root: &Path, args: &[String]) -> anyhow::Result<()> {
 
 /// Builds every artifact into `out`.
 pub(crate) fn build(root: &Path, dev: bool, out: &Path) -> anyhow::Result<Artifacts> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    prerequisites(root, &path)?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let version = workspace_version(root)?;
     let target = host_target()?;
@@ -71,7 +76,56 @@ pub(crate) fn build(root: &Path, dev: bool, out: &Path) -> anyhow::Result<Artifa
         &format!("tunecache-capi-{version}-{target}"),
     )?;
     let wheel = wheel(root, dev, &work)?;
-    Ok(Artifacts { cli, capi, wheel })
+    // Only now, with all three made, does anything reach `out`.
+    Ok(Artifacts {
+        cli: work.deliver(&cli)?,
+        capi: work.deliver(&capi)?,
+        wheel: work.deliver(&wheel)?,
+    })
+}
+
+/// The tools `dist` runs, each with what installs it.
+fn tools(root: &Path) -> Vec<(PathBuf, &'static str)> {
+    let (maturin, venv_bin) = maturin(root);
+    let auditwheel = venv_bin.map_or_else(|| PathBuf::from("auditwheel"), |b| b.join("auditwheel"));
+    vec![
+        (PathBuf::from("tar"), "apt-get install tar"),
+        (PathBuf::from("strip"), "apt-get install binutils"),
+        (PathBuf::from("ar"), "apt-get install binutils"),
+        (
+            maturin,
+            "pip install 'maturin>=1.9,<2', or run cargo xtask test once",
+        ),
+        (
+            auditwheel,
+            "pip install auditwheel, or run cargo xtask test once",
+        ),
+    ]
+}
+
+/// Fails, naming every tool missing and what installs it, unless each of [`tools`] runs
+/// (`--version`) with `path` as `PATH`: before anything is built.
+fn prerequisites(root: &Path, path: &std::ffi::OsStr) -> anyhow::Result<()> {
+    let missing: Vec<String> = tools(root)
+        .into_iter()
+        .filter(|(tool, _)| {
+            !Command::new(tool)
+                .arg("--version")
+                .env("PATH", path)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .map(|(tool, install)| format!("  {} ({install})", tool.display()))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "dist needs tools that are not usable here; nothing was built:\n{}",
+            missing.join("\n")
+        );
+    }
+    Ok(())
 }
 
 /// The private folder artifacts are staged in (made new in `out` under a random name, so
@@ -179,7 +233,7 @@ fn tar(work: &Staging, name: &str) -> anyhow::Result<PathBuf> {
             .arg(name),
         "tar",
     )?;
-    work.deliver(&archive)
+    Ok(archive)
 }
 
 /// The release (or dev) `tunecache` executable, built now.
@@ -332,7 +386,7 @@ fn wheel(root: &Path, dev: bool, work: &Staging) -> anyhow::Result<PathBuf> {
         })
         .context("maturin wrote no wheel")?;
     check_manylinux(&wheel, venv_bin.as_deref())?;
-    work.deliver(&wheel)
+    Ok(wheel)
 }
 
 /// The wheel's platform tag must be a manylinux one, and the one `auditwheel show` finds the
@@ -366,4 +420,31 @@ fn check_manylinux(wheel: &Path, venv_bin: Option<&Path>) -> anyhow::Result<()> 
         bail!("{name}: auditwheel does not find it consistent with {tag}: {shown}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_tools_are_all_named_before_anything_is_built() {
+        let root = crate::project_root();
+        let empty = tempfile::tempdir().expect("dir");
+        let err = prerequisites(&root, empty.path().as_os_str())
+            .expect_err("no tool on an empty PATH")
+            .to_string();
+        // Every tool looked for on PATH (maturin and auditwheel come from the test environment
+        // where it exists).
+        let on_path: Vec<PathBuf> = tools(&root)
+            .into_iter()
+            .map(|(t, _)| t)
+            .filter(|t| t.is_relative())
+            .collect();
+        assert!(on_path.len() >= 3);
+        for tool in on_path {
+            let named = format!("  {} (", tool.display());
+            assert!(err.contains(&named), "{named}: {err}");
+        }
+        assert!(err.contains("nothing was built"), "{err}");
+    }
 }

@@ -131,12 +131,14 @@ fn wheel_in_a_fresh_venv(root: &Path, wheel: &Path, work: &Path) -> anyhow::Resu
         "python3 -m venv",
     )?;
     let bin = venv.join("bin");
-    // numpy for the quickstart (from pip's cache after the test environment's install, or PyPI).
+    // As docs/python.md says: the wheel with its `numpy` extra, which the quickstart imports
+    // (numpy from pip's cache after the test environment's install, or PyPI).
+    let mut with_extra = wheel.as_os_str().to_owned();
+    with_extra.push("[numpy]");
     user(
         Command::new(bin.join("pip"))
             .args(["install", "--quiet", "--disable-pip-version-check"])
-            .arg(wheel)
-            .arg("numpy"),
+            .arg(with_extra),
         Some(&bin),
         "pip install the wheel",
     )?;

@@ -71,8 +71,43 @@ tasks:
   test       [--allow-skips] [-- ARGS] prepare what the tests need (Python packages, the
              NVRTC wheel) and run the whole test suite; a skipped test fails the run";
 
+/// A task's lines of [`USAGE`] (`cargo xtask <task> --help`), if it is a task.
+fn task_usage(task: &str) -> Option<String> {
+    let names = |l: &str| {
+        l.strip_prefix("  ")
+            .is_some_and(|rest| rest.split_whitespace().next() == Some(task))
+    };
+    let mut lines = USAGE.lines().skip_while(|l| !names(l));
+    let first = lines.next()?;
+    let rest = lines.take_while(|l| l.starts_with("   "));
+    let text: Vec<&str> = std::iter::once(first).chain(rest).collect();
+    Some(format!(
+        "usage: cargo xtask {task} ...\n\n{}",
+        text.join("\n")
+    ))
+}
+
+/// Whether `args` (after the task) ask for help; what follows `--` is the task's own.
+fn asks_help(args: &[String]) -> bool {
+    args.iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "-h" || a == "--help")
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(task) = args.first().filter(|_| asks_help(&args[1..])) {
+        return match task_usage(task) {
+            Some(usage) => {
+                println!("{usage}");
+                ExitCode::SUCCESS
+            }
+            None => {
+                eprintln!("cargo xtask: unknown task {task:?}\n\n{USAGE}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let result = match args.first().map(String::as_str) {
         Some("layering") => layering::run(&project_root()),
         Some("golden") => golden::run(&project_root(), &args[1..]),
@@ -102,5 +137,44 @@ fn main() -> ExitCode {
             eprintln!("cargo xtask: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_task_has_its_help_and_a_task_s_own_arguments_are_left_alone() {
+        for task in [
+            "layering",
+            "golden",
+            "release",
+            "docs",
+            "size",
+            "tidy",
+            "api",
+            "bench-report",
+            "header",
+            "capi",
+            "dist",
+            "test",
+        ] {
+            let usage = task_usage(task).unwrap_or_else(|| panic!("{task} has no help"));
+            assert!(usage.contains(&format!("  {task} ")), "{usage}");
+        }
+        let test = task_usage("test").expect("help");
+        assert!(
+            test.contains("--allow-skips") && !test.contains("cudarc"),
+            "{test}"
+        );
+        assert!(task_usage("nope").is_none());
+        let args = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert!(asks_help(&args(&["--help"])));
+        assert!(asks_help(&args(&["--allow-skips", "-h"])));
+        assert!(
+            !asks_help(&args(&["--", "--help"])),
+            "cargo test's own --help"
+        );
     }
 }

@@ -36,6 +36,7 @@ use crate::output::Out;
 pub(crate) enum Command {
     /// Tune the built-in workload (matmuls and sums of varying shapes) and record the winners;
     /// a second run hits the cache
+    #[command(after_long_help = tune::COLUMNS)]
     Tune(tune::TuneArgs),
     /// Show one key's candidates, best first, as a bar chart of their median times
     Show(show::ShowArgs),

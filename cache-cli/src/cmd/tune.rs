@@ -22,6 +22,22 @@ use crate::output::{Out, Report, say};
 use crate::render::fmt_duration;
 use crate::workload::{self, Call, Summary};
 
+/// What the summary's columns count (`tunecache tune --help`; docs/cli.md says the same).
+pub(crate) const COLUMNS: &str = "The summary, per namespace:
+  calls     calls the workload made
+  keys      distinct problem keys among them
+  tuned     keys measured in this run (a miss: every candidate timed)
+  bucket    keys served, without measuring, by a cache key this run measured for another key
+            of the same bucket (shapes are rounded into buckets before the cache is asked)
+  reused    keys served, without measuring, by what the cache held before this run (or a
+            shared tier, or another process)
+  hits      calls served from the in-memory dispatch table (a key called again)
+  measured  candidates timed (or found failing)
+  tuning    time spent preparing and timing candidates
+  saved     the tuning time the reused keys had cost when they were measured
+tuned + bucket + reused = keys; keys + hits = calls. A second run measures nothing: every key
+is reused.";
+
 /// Which backend measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Backend {
@@ -74,6 +90,7 @@ struct NamespaceReport {
     calls: usize,
     distinct_keys: usize,
     keys_tuned: u64,
+    keys_bucketed: u64,
     keys_reused: u64,
     hits: u64,
     candidates_measured: u64,
@@ -365,6 +382,7 @@ impl TuneReport {
                     calls: s.calls,
                     distinct_keys: s.distinct_keys,
                     keys_tuned: s.stats.tuned_keys,
+                    keys_bucketed: s.stats.bucketed_keys,
                     keys_reused: s.stats.reused_keys,
                     hits: s.stats.hits,
                     candidates_measured: s.stats.measured,
@@ -404,16 +422,26 @@ impl Report for TuneReport {
         ))?;
         out.line("")?;
         out.line(format!(
-            "{:<10} {:>6} {:>6} {:>7} {:>7} {:>6} {:>9} {:>12} {:>12}",
-            "namespace", "calls", "keys", "tuned", "reused", "hits", "measured", "tuning", "saved"
+            "{:<10} {:>6} {:>6} {:>7} {:>7} {:>7} {:>6} {:>9} {:>12} {:>12}",
+            "namespace",
+            "calls",
+            "keys",
+            "tuned",
+            "bucket",
+            "reused",
+            "hits",
+            "measured",
+            "tuning",
+            "saved"
         ))?;
         for (ns, s) in &self.namespaces {
             out.line(format!(
-                "{:<10} {:>6} {:>6} {:>7} {:>7} {:>6} {:>9} {:>12} {:>12}",
+                "{:<10} {:>6} {:>6} {:>7} {:>7} {:>7} {:>6} {:>9} {:>12} {:>12}",
                 ns,
                 s.calls,
                 s.distinct_keys,
                 s.keys_tuned,
+                s.keys_bucketed,
                 s.keys_reused,
                 s.hits,
                 s.candidates_measured,
@@ -437,6 +465,7 @@ impl Report for TuneReport {
         let sum = |f: fn(&NamespaceReport) -> u64| self.namespaces.values().map(f).sum::<u64>();
         let tuned = sum(|s| s.keys_tuned);
         let reused = sum(|s| s.keys_reused);
+        let bucketed = sum(|s| s.keys_bucketed);
         let hits = sum(|s| s.hits);
         let distrusted = sum(|s| s.remote_distrusted);
         if distrusted > 0 {
@@ -451,9 +480,17 @@ impl Report for TuneReport {
                 secs(self.saved_seconds)
             ))
         } else {
+            let mut served = vec![format!(
+                "{bucketed} more served by a key of their bucket tuned in this run"
+            )];
+            if reused > 0 {
+                served.push(format!("{reused} reused from the cache"));
+            }
+            served.push(format!("{hits} hits"));
             out.line(format!(
-                "tuned {tuned} keys in {} ({reused} reused from the cache, {hits} hits); run `tunecache tune` again to see them hit",
-                secs(self.tuning_seconds)
+                "tuned {tuned} keys in {} ({}); run `tunecache tune` again to see them hit",
+                secs(self.tuning_seconds),
+                served.join(", ")
             ))
         }
     }

@@ -28,7 +28,7 @@ fn a_cold_run_tunes_and_a_second_run_only_hits() {
             "--backend",
             "cpu",
             "--steps",
-            "2",
+            "3",
             "--no-progress",
         ],
     );
@@ -40,6 +40,16 @@ fn a_cold_run_tunes_and_a_second_run_only_hits() {
         .map(|ns| c["namespaces"][ns]["keys_tuned"].as_u64().expect("n"))
         .sum();
     assert!(tuned >= 6, "{c:#}");
+    // An empty cache reuses nothing: a key served by another key of its bucket, which this
+    // run tuned, is counted as such (the third step has two).
+    let count = |f: &str| -> u64 {
+        ["matmul", "reduce"]
+            .iter()
+            .map(|ns| c["namespaces"][ns][f].as_u64().expect("n"))
+            .sum()
+    };
+    assert_eq!(count("keys_reused"), 0, "{c:#}");
+    assert!(count("keys_bucketed") >= 1, "{c:#}");
     assert!(c["tuning_seconds"].as_f64().expect("f") > 0.0);
 
     let warm = tunecache(
@@ -50,7 +60,7 @@ fn a_cold_run_tunes_and_a_second_run_only_hits() {
             "--backend",
             "cpu",
             "--steps",
-            "2",
+            "3",
             "--no-progress",
         ],
     );
@@ -69,7 +79,18 @@ fn a_cold_run_tunes_and_a_second_run_only_hits() {
         "the warm run reports the tuning time it saved"
     );
 
-    let text_run = tunecache(&path, &["tune", "--backend", "cpu", "--steps", "2"]);
+    let help = tunecache(&path, &["tune", "--help"]);
+    for column in [
+        "calls", "keys", "tuned", "bucket", "reused", "hits", "saved",
+    ] {
+        assert!(
+            text(&help).contains(&format!("\n  {column} ")),
+            "`tune --help` explains {column}: {}",
+            text(&help)
+        );
+    }
+
+    let text_run = tunecache(&path, &["tune", "--backend", "cpu", "--steps", "3"]);
     assert!(
         text(&text_run).contains("warm run: every key came from the cache"),
         "{}",

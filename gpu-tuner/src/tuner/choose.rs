@@ -55,11 +55,18 @@ impl<O: Operation> TunedInner<O> {
             .filter(|c| current.contains(&c.id))
             .filter_map(|c| c.tuning_ns)
             .sum();
-        self.counters.reused_keys.fetch_add(1, Ordering::Relaxed);
-        // Only what this process did not spend itself, once per cache key.
-        if lock(&self.counted).insert(ckey.fingerprint()) {
-            self.counters.saved_ns.fetch_add(saved, Ordering::Relaxed);
-        }
+        // Only what this process did not spend itself, once per cache key; a key served by
+        // a cache key measured here (another key of its bucket) is not reused from the cache.
+        let mut counted = lock(&self.counted);
+        match counted.get(&ckey.fingerprint()) {
+            Some(true) => self.counters.bucketed_keys.fetch_add(1, Ordering::Relaxed),
+            Some(false) => self.counters.reused_keys.fetch_add(1, Ordering::Relaxed),
+            None => {
+                counted.insert(ckey.fingerprint(), false);
+                self.counters.saved_ns.fetch_add(saved, Ordering::Relaxed);
+                self.counters.reused_keys.fetch_add(1, Ordering::Relaxed)
+            }
+        };
         Ok(choice)
     }
 

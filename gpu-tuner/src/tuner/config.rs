@@ -191,8 +191,12 @@ pub struct TuneStats {
     pub misses: u64,
     /// Keys for which something was measured.
     pub tuned_keys: u64,
-    /// Keys served from the persistent cache without measuring.
+    /// Keys served from the persistent cache without measuring, by entries this process did
+    /// not measure (recorded before it started, or by another process).
     pub reused_keys: u64,
+    /// Keys served without measuring by a cache key this process measured for another key
+    /// of the same bucket (see [`Bucketing`](crate::Bucketing)).
+    pub bucketed_keys: u64,
     /// Candidates measured (or found failing).
     pub measured: u64,
     /// Provisional choices handed out.

@@ -272,7 +272,7 @@ impl<O: Operation> TunedInner<O> {
         } else {
             let results = self.measure_list(key, ckey, current, &entry, &list, &mut handles)?;
             self.counters.tuned_keys.fetch_add(1, Ordering::Relaxed);
-            lock(&self.counted).insert(ckey.fingerprint());
+            lock(&self.counted).insert(ckey.fingerprint(), true);
             self.counters
                 .tuning_ns
                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);

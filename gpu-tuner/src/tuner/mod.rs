@@ -21,7 +21,7 @@ mod plan;
 mod stability;
 mod topk;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -252,7 +252,7 @@ impl Tuner {
                 inflight: SingleFlight::new(),
                 counters: Counters::default(),
                 background: Mutex::new(Background::default()),
-                counted: Mutex::new(HashSet::new()),
+                counted: Mutex::new(HashMap::new()),
                 neighbours: neighbours::Neighbours::default(),
             }),
         };
@@ -300,9 +300,10 @@ struct TunedInner<O: Operation> {
     inflight: InFlight<O>,
     counters: Counters,
     background: Mutex<Background<O::Key>>,
-    /// Cache keys already counted as tuned or reused in this process, so a bucket shared by
-    /// many keys is counted once in `saved_time`.
-    counted: Mutex<HashSet<Fingerprint>>,
+    /// Cache keys already counted in this process, each with whether this process measured
+    /// it (`true`) or reused it: a bucket shared by many keys is counted once in `saved_time`,
+    /// and a key served by a cache key measured here is not called reused.
+    counted: Mutex<HashMap<Fingerprint, bool>>,
     /// The tuned keys of the namespace, indexed for predictions.
     neighbours: neighbours::Neighbours,
 }

@@ -5,17 +5,17 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use cache_core::cache_format::{Fields, Fingerprint, Value};
+use cache_core::cache_format::Fingerprint;
 
+use super::charts;
 use super::gather::{Differing, Gathered, MARGIN_BINS, Namespace, Point, Provenance};
-use super::svg::{Axis, Dot, OTHER, PALETTE, Ticks, bars, escape, scatter, shorten};
-use crate::render::fmt_ns;
+use super::svg::{OTHER, PALETTE, bars, escape, shorten};
 
 /// Longest key or candidate text shown.
 const TEXT: usize = 160;
 
 /// Longest key or candidate text in a point's hover text (there are thousands of points).
-const HOVER: usize = 120;
+pub(super) const HOVER: usize = 120;
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{font-size:22px}h2{font-size:18px;border-top:1px solid #ccc;padding-top:14px;margin-top:28px}
@@ -149,8 +149,10 @@ fn namespace_section(
     }
     let colours = colours(&points);
     s.push_str("<div class=\"charts\">");
-    s.push_str(&winner_map(&points, &colours));
-    s.push_str(&time_by_size(&points, &colours));
+    s.push_str(&charts::winner_map(&points, &colours));
+    if !charts::map_is_time(&points) {
+        s.push_str(&charts::time_by_size(&points, &colours));
+    }
     s.push_str("</div>");
     legend(s, &colours, &points);
     provenance(s, n);
@@ -179,7 +181,7 @@ fn colours(points: &[Point]) -> HashMap<String, &'static str> {
         .collect()
 }
 
-fn colour_of(colours: &HashMap<String, &'static str>, p: &Point) -> &'static str {
+pub(super) fn colour_of(colours: &HashMap<String, &'static str>, p: &Point) -> &'static str {
     p.winner
         .as_ref()
         .and_then(|w| colours.get(w).copied())
@@ -204,167 +206,6 @@ fn legend(s: &mut String, colours: &HashMap<String, &'static str>, points: &[Poi
         );
     }
     s.push_str("</div>");
-}
-
-/// The integer fields of a key, top level and in lists (`name[i]`), by name.
-fn numbers(fields: &Fields) -> Vec<(String, i64)> {
-    let mut out = Vec::new();
-    for (name, v) in fields {
-        match v {
-            Value::Int(i) => out.push((name.clone(), *i)),
-            Value::List(items) => {
-                for (j, item) in items.iter().enumerate() {
-                    if let Value::Int(i) = item {
-                        out.push((format!("{name}[{j}]"), *i));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
-fn log2_size(v: i64) -> f64 {
-    ((v.max(0) as f64) + 1.0).log2()
-}
-
-/// The two numeric fields whose values vary most over the sample (on the log scale).
-fn axes(points: &[Point]) -> Vec<String> {
-    let mut sums: BTreeMap<String, (f64, f64, usize)> = BTreeMap::new();
-    for p in points {
-        for (name, v) in numbers(&p.fields) {
-            let x = log2_size(v);
-            let e = sums.entry(name).or_default();
-            e.0 += x;
-            e.1 += x * x;
-            e.2 += 1;
-        }
-    }
-    let mut spread: Vec<(String, f64)> = sums
-        .into_iter()
-        .filter(|(_, (_, _, n))| *n * 2 >= points.len())
-        .map(|(name, (sum, sq, n))| {
-            let mean = sum / n as f64;
-            (name, sq / n as f64 - mean * mean)
-        })
-        .filter(|(_, var)| *var > 1e-9)
-        .collect();
-    spread.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    spread.into_iter().take(2).map(|(n, _)| n).collect()
-}
-
-/// What hovering a point of the winner map says.
-fn title(p: &Point) -> String {
-    format!(
-        "{}\nscope {}\nwinner: {}\nmedian: {}\nrunner-up: {}",
-        shorten(&p.key, HOVER),
-        p.scope,
-        p.winner
-            .as_deref()
-            .map_or("none".to_owned(), |w| shorten(w, HOVER)),
-        p.median_ns.map_or("-".to_owned(), fmt_ns),
-        p.margin
-            .map_or("none measured".to_owned(), |m| format!("{m:.1}% slower")),
-    )
-}
-
-/// Winners over the two numeric fields that vary most (or one field against the time).
-fn winner_map(points: &[Point], colours: &HashMap<String, &'static str>) -> String {
-    let names = axes(points);
-    let value = |p: &Point, name: &str| {
-        numbers(&p.fields)
-            .into_iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| log2_size(v))
-    };
-    let (xs, ys): (Vec<Option<f64>>, Vec<Option<f64>>) = match names.as_slice() {
-        [a, b] => points.iter().map(|p| (value(p, a), value(p, b))).unzip(),
-        [a] => points
-            .iter()
-            .map(|p| (value(p, a), p.median_ns.map(f64::log10)))
-            .unzip(),
-        _ => return "<p class=\"note nomap\">No numeric key field varies: no map of the winners.</p>".to_owned(),
-    };
-    let x = Axis::over(&names[0], xs.iter().flatten().copied(), Ticks::Log2);
-    let y = match names.get(1) {
-        Some(b) => Axis::over(b, ys.iter().flatten().copied(), Ticks::Log2),
-        None => Axis::over(
-            "winner's median",
-            ys.iter().flatten().copied(),
-            Ticks::Log10Nanos,
-        ),
-    };
-    let (Some(x), Some(y)) = (x, y) else {
-        return String::new();
-    };
-    let dots: Vec<Dot> = points
-        .iter()
-        .zip(xs.iter().zip(&ys))
-        .filter_map(|(p, (px, py))| {
-            Some(Dot {
-                x: (*px)?,
-                y: (*py)?,
-                colour: colour_of(colours, p),
-                title: title(p),
-            })
-        })
-        .collect();
-    format!(
-        "<figure><figcaption>Winners by <code>{}</code>{}</figcaption>{}</figure>",
-        escape(&names[0]),
-        names.get(1).map_or(String::new(), |b| format!(
-            " and <code>{}</code>",
-            escape(b)
-        )),
-        scatter("winner-map", &x, &y, &dots)
-    )
-}
-
-/// The winner's median against the problem size (the product of the numeric fields).
-fn time_by_size(points: &[Point], colours: &HashMap<String, &'static str>) -> String {
-    let sized: Vec<(&Point, f64, f64)> = points
-        .iter()
-        .filter_map(|p| {
-            let size: f64 = numbers(&p.fields)
-                .into_iter()
-                .map(|(_, v)| log2_size(v))
-                .sum();
-            let t = p.median_ns.filter(|t| *t > 0.0)?.log10();
-            (size > 0.0).then_some((p, size, t))
-        })
-        .collect();
-    let x = Axis::over(
-        "problem size (product of the numeric fields)",
-        sized.iter().map(|s| s.1),
-        Ticks::Log2,
-    );
-    let y = Axis::over(
-        "winner's median",
-        sized.iter().map(|s| s.2),
-        Ticks::Log10Nanos,
-    );
-    let (Some(x), Some(y)) = (x, y) else {
-        return "<p class=\"note notime\">No timed winner with a numeric key: no time chart.</p>"
-            .to_owned();
-    };
-    let dots: Vec<Dot> = sized
-        .iter()
-        .map(|(p, sx, ty)| Dot {
-            x: *sx,
-            y: *ty,
-            colour: colour_of(colours, p),
-            title: format!(
-                "{}\n{}",
-                shorten(&p.key, HOVER / 2),
-                p.median_ns.map_or(String::new(), fmt_ns)
-            ),
-        })
-        .collect();
-    format!(
-        "<figure><figcaption>The winner's time against problem size</figcaption>{}</figure>",
-        scatter("time-by-size", &x, &y, &dots)
-    )
 }
 
 fn provenance(s: &mut String, n: &Namespace) {
@@ -449,7 +290,7 @@ fn scopes_side_by_side(s: &mut String, diff: &Differing, keys: &HashMap<Fingerpr
 
 #[cfg(test)]
 mod tests {
-    use cache_core::cache_format::{Candidate, Entry, Key, Origin, Scope, Stats};
+    use cache_core::cache_format::{Candidate, Entry, Fields, Key, Origin, Scope, Stats, Value};
 
     use super::super::gather::Budget;
     use super::*;

@@ -4,6 +4,7 @@
 //! between scopes. Two walks of the entries (the second only for the keys listed as
 //! differing), memory bounded by the sample, not by the cache.
 
+mod charts;
 mod gather;
 mod html;
 mod svg;
