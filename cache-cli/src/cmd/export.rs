@@ -153,7 +153,7 @@ impl ExportArgs {
         let mut writer = AtomicFile::create(&self.output, true)
             .with_context(|| format!("cannot write {}", self.output.display()))?;
         let (counts, _) = found.counts();
-        let total: usize = counts.values().flat_map(|n| n.values()).sum();
+        let total = super::total(&counts);
         let mut progress = Progress::new("exporting", Some(total as u64), false, ctx.json);
         let walked = found.for_each_entry(|scope, ns, entry| {
             progress.advance(1);

@@ -137,3 +137,17 @@ fn long(
 ) -> anyhow::Result<u8> {
     crate::progress::during(what, ctx.json, run)
 }
+
+/// The entries a file's directory counts, summed without overflow: a count is taken as
+/// stored, and a damaged or crafted one may be as large as 2^64 - 1.
+pub(crate) fn total(
+    counts: &std::collections::BTreeMap<
+        cache_format::Scope,
+        std::collections::BTreeMap<String, usize>,
+    >,
+) -> usize {
+    counts
+        .values()
+        .flat_map(|n| n.values())
+        .fold(0usize, |a, n| a.saturating_add(*n))
+}

@@ -116,7 +116,7 @@ impl StatsArgs {
             schema: header.map(|h| h.schema),
             generation: header.map(|h| format!("{:016x}", h.generation)),
             gate: found.gate.as_ref().map(ToString::to_string),
-            entries: counts.values().flat_map(|n| n.values()).sum(),
+            entries: super::total(&counts),
             journal: JournalReport {
                 bytes: found.journal.bytes,
                 records: found.journal.records,

@@ -48,17 +48,21 @@ impl Inspection {
             let by_ns = counts.entry(s.scope.clone()).or_default();
             for (h, n) in &s.counts {
                 let name = dir.names.get(h).cloned().unwrap_or_else(|| h.to_hex());
-                *by_ns.entry(name).or_default() += *n as usize;
+                // A count is taken as stored (FORMAT.md, "Directory"), and a lie can be as
+                // large as 2^64 - 1: the sums saturate rather than overflow.
+                let at = by_ns.entry(name).or_default();
+                *at = at.saturating_add(usize::try_from(*n).unwrap_or(usize::MAX));
             }
         }
         for (scope, ns, entry) in self.journal_data.entries() {
             let key = TKey::of(scope, ns, &entry.fingerprint());
             if matches!(t.locate(&key), Ok(None)) {
-                *counts
+                let at = counts
                     .entry(scope.clone())
                     .or_default()
                     .entry(ns.to_owned())
-                    .or_default() += 1;
+                    .or_default();
+                *at = at.saturating_add(1);
             }
         }
         (counts, None)

@@ -47,7 +47,7 @@ const KEEP_RECENT: Duration = Duration::from_secs(600);
 pub(crate) const MAX_GENERATION_BYTES: u64 = 4 << 30;
 
 /// The largest pointer object read.
-const MAX_POINTER_BYTES: u64 = 4 << 10;
+const MAX_POINTER_BYTES: u64 = pointer::MAX_BYTES as u64;
 
 /// The largest signature file read.
 pub(crate) const MAX_SIGNATURE_BYTES: u64 = 1 << 20;

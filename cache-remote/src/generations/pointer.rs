@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 /// How many generations a pointer remembers having named.
 pub(crate) const RECENT: usize = 16;
 
+/// The largest pointer read (FORMAT.md, "Shared tier").
+pub(crate) const MAX_BYTES: usize = 4 << 10;
+
 /// A pointer, decoded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Pointer {
@@ -30,10 +33,21 @@ pub(crate) enum Unreadable {
 }
 
 impl Pointer {
-    /// The pointer in `bytes`.
+    /// The pointer in `bytes` (at most [`MAX_BYTES`]: a reader asks for one byte more).
     pub(crate) fn parse(bytes: &[u8]) -> Result<Pointer, Unreadable> {
-        let p: Pointer =
+        if bytes.len() > MAX_BYTES {
+            return Err(Unreadable::NotAPointer(format!(
+                "over {MAX_BYTES} bytes (a pointer is well under a kilobyte)"
+            )));
+        }
+        let value: serde_json::Value =
             serde_json::from_slice(bytes).map_err(|e| Unreadable::NotAPointer(e.to_string()))?;
+        // Only an object: serde would also take the fields as a JSON array, in order.
+        if !value.is_object() {
+            return Err(Unreadable::NotAPointer("not a JSON object".to_owned()));
+        }
+        let p: Pointer =
+            serde_json::from_value(value).map_err(|e| Unreadable::NotAPointer(e.to_string()))?;
         if !super::is_id(&p.generation) {
             let shown: String = p
                 .generation

@@ -63,6 +63,48 @@ pub(crate) fn key_id(public: &[u8]) -> String {
     hex(&h.finalize()[..8])
 }
 
+/// The encodings (little-endian y, the sign bit left out) of the points of small order on
+/// edwards25519, canonical and not: 0, 1, p - 1, p, p + 1 and the two y of the points of order 8.
+/// A public key among them verifies forged signatures (with R of small order and S = 0, any
+/// message), so no key file or policy takes one (libsodium refuses the same list).
+const SMALL_ORDER: [[u8; 32]; 7] = {
+    let mut p_minus_1 = [0xff; 32];
+    p_minus_1[0] = 0xec;
+    p_minus_1[31] = 0x7f;
+    let mut p = p_minus_1;
+    p[0] = 0xed;
+    let mut p_plus_1 = p_minus_1;
+    p_plus_1[0] = 0xee;
+    let mut one = [0; 32];
+    one[0] = 1;
+    [
+        [0; 32],
+        one,
+        p_minus_1,
+        p,
+        p_plus_1,
+        [
+            0x26, 0xe8, 0x95, 0x8f, 0xc2, 0xb2, 0x27, 0xb0, 0x45, 0xc3, 0xf4, 0x89, 0xf2, 0xef,
+            0x98, 0xf0, 0xd5, 0xdf, 0xac, 0x05, 0xd3, 0xc6, 0x33, 0x39, 0xb1, 0x38, 0x02, 0x88,
+            0x6d, 0x53, 0xfc, 0x05,
+        ],
+        [
+            0xc7, 0x17, 0x6a, 0x70, 0x3d, 0x4d, 0xd8, 0x4f, 0xba, 0x3c, 0x0b, 0x76, 0x0d, 0x10,
+            0x67, 0x0f, 0x2a, 0x20, 0x53, 0xfa, 0x2c, 0x39, 0xcc, 0xc6, 0x4e, 0xc7, 0xfd, 0x77,
+            0x92, 0xac, 0x03, 0x7a,
+        ],
+    ]
+};
+
+/// Whether the 32-byte public key `public` is a point of small order (see [`SMALL_ORDER`]).
+pub(crate) fn small_order(public: &[u8]) -> bool {
+    let Ok(mut y) = <[u8; 32]>::try_from(public) else {
+        return false;
+    };
+    y[31] &= 0x7f;
+    SMALL_ORDER.contains(&y)
+}
+
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -174,6 +216,13 @@ impl PublicKey {
         let Some(bytes) = unhex(&self.public, 32) else {
             return Err("its public key is not 64 hex digits".to_owned());
         };
+        if small_order(&bytes) {
+            return Err(
+                "its public key is a point of small order (a weak key: it would verify forged \
+                 signatures)"
+                    .to_owned(),
+            );
+        }
         if key_id(&bytes) != self.key_id {
             return Err(format!(
                 "its id {:?} is not the id of its public key",
@@ -186,9 +235,10 @@ impl PublicKey {
     /// Whether `sig` is this key's signature of `message`.
     pub fn verifies(&self, message: &[u8], sig: &[u8]) -> bool {
         unhex(&self.public, 32).is_some_and(|public| {
-            UnparsedPublicKey::new(&ED25519, public)
-                .verify(message, sig)
-                .is_ok()
+            !small_order(&public)
+                && UnparsedPublicKey::new(&ED25519, public)
+                    .verify(message, sig)
+                    .is_ok()
         })
     }
 }
@@ -225,5 +275,32 @@ mod tests {
         assert!(PublicKey::read(&public).is_err());
         std::fs::write(&public, "hello").expect("write");
         assert!(PublicKey::read(&public).is_err());
+    }
+
+    /// A key of small order (found by a hostile review: the identity point, with R the
+    /// identity and S = 0, "signed" any statement) is refused in a key file or policy and
+    /// verifies nothing, in every encoding (the sign bit set too).
+    #[test]
+    fn a_key_of_small_order_is_refused_and_verifies_nothing() {
+        let forged = {
+            let mut sig = vec![0u8; 64];
+            sig[0] = 1; // R: the identity point; S: 0
+            sig
+        };
+        for (i, point) in SMALL_ORDER.iter().enumerate() {
+            for sign in [0u8, 0x80] {
+                let mut public = *point;
+                public[31] |= sign;
+                let key = PublicKey {
+                    key_id: key_id(&public),
+                    public: hex(&public),
+                };
+                assert!(key.clone().checked().is_err(), "point {i} sign {sign}");
+                assert!(!key.verifies(b"any statement", &forged), "point {i}");
+            }
+        }
+        // A real key is none of them.
+        let pair = KeyPair::generate().expect("key");
+        assert!(pair.public().clone().checked().is_ok());
     }
 }

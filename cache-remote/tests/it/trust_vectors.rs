@@ -113,6 +113,19 @@ fn written(root: &Path, sha: &str, app: &str, scopes: &[String]) -> Files {
             vec![json!({"key_id": d.public().key_id, "public": a.public().public})],
         ),
     );
+    // The identity point: a key of small order, which verifies forged signatures.
+    let mut identity = [0u8; 32];
+    identity[0] = 1;
+    let mut id = Sha256::new();
+    id.update(b"tunecache/key/1\0");
+    id.update(identity);
+    f.put(
+        "policy-small-order-key.json",
+        body(
+            1,
+            vec![json!({"key_id": hex(&id.finalize()[..8]), "public": hex(&identity)})],
+        ),
+    );
     let statement = |sha: &str, app: &str, scopes: &[String], number, expires| {
         Statement::new(
             sha.to_owned(),

@@ -71,7 +71,7 @@ impl ReportArgs {
         let budget = gather::Budget::for_namespaces(namespaces.len());
         let host = cache_core::host_name();
         let mut g = gather::Gathered::default();
-        let total: usize = counts.values().flat_map(|n| n.values()).sum();
+        let total = super::total(&counts);
         crate::interrupt::catch();
         let mut progress = Progress::new("reading entries", Some(total as u64), false, ctx.json);
         let damaged = found.for_each_entry(|scope, ns, entry| {

@@ -91,6 +91,17 @@ def ed25519_verifies(public, message, sig):
     return _equal(_mul(s, BASE), _add(r, _mul(k, a)))
 
 
+def small_order(public):
+    """Whether the point `public` encodes (its sign bit left out, any y below 2^255, canonical
+    or not) has an order dividing 8."""
+    y = int.from_bytes(public, "little") & ((1 << 255) - 1)
+    for x_sign in (0, 1):
+        point = _decompress(((y % P) | (x_sign << 255)).to_bytes(32, "little"))
+        if point is not None and _equal(_mul(8, point), (0, 1, 1, 0)):
+            return True
+    return False
+
+
 # ---- FORMAT.md, "Signed generations" ----
 
 
@@ -130,6 +141,8 @@ def read_policy(path):
         public = unhex(k.get("public"), 32)
         if public is None or key_id(public) != k.get("key_id"):
             raise BadPolicy("a key whose id is not its key's")
+        if small_order(public):
+            raise BadPolicy("a key of small order, which verifies forged signatures")
         if k["key_id"] in seen:
             raise BadPolicy("a key named twice")
         seen.add(k["key_id"])
@@ -201,8 +214,12 @@ def is_id(text):
 def read_pointer(path):
     with open(path, "rb") as f:
         raw = f.read()
+    if len(raw) > 4096:  # a pointer is at most 4 KiB
+        return {"unreadable": "not-a-pointer"}
     try:
         p = json.loads(raw)
+        if not isinstance(p, dict):
+            raise TypeError("not a JSON object")
         generation = p["generation"]
         if not isinstance(generation, str):
             raise TypeError("generation is not a string")
