@@ -146,6 +146,31 @@ pub fn scan_records(bytes: &[u8], start: usize, limits: &Limits) -> JournalScan 
         match frame {
             Ok((range, stored, end_of_frame)) => {
                 let computed = crc32fast::hash(&bytes[range.clone()]);
+                // A checksum that fails where no frame follows: the length may be what was
+                // damaged (a record whole but for its frame is read, see below).
+                let lost_place =
+                    end_of_frame != bytes.len() && read_frame(bytes, end_of_frame, limits).is_err();
+                let reframed = (stored != u64::from(computed) && lost_place)
+                    .then(|| {
+                        let next = resync(bytes, pos, limits).unwrap_or(bytes.len());
+                        damaged_frame(bytes, pos, next, limits).map(|p| (p, next))
+                    })
+                    .flatten();
+                if let Some((payload, next)) = reframed {
+                    scan.damaged.push(Damage {
+                        offset: pos as u64,
+                        error: FormatError::Invalid {
+                            what: "journal record",
+                            detail: "its length is damaged; its payload matches its checksum \
+                                     and was read"
+                                .to_owned(),
+                        },
+                    });
+                    scan.records.push(payload);
+                    pos = next;
+                    scan.end = pos;
+                    continue;
+                }
                 if stored != u64::from(computed) {
                     scan.damaged.push(Damage {
                         offset: pos as u64,
@@ -177,9 +202,28 @@ pub fn scan_records(bytes: &[u8], start: usize, limits: &Limits) -> JournalScan 
                         offset: pos as u64,
                         error: err,
                     });
+                    scan.records.extend(damaged_frame(bytes, pos, next, limits));
                     pos = next;
                     scan.end = pos;
                     continue;
+                }
+                // The last record, whole but for a framing byte (a flipped length, say): the
+                // checksum vouches for its payload, so it is read, and its frame reported as
+                // damage; an interrupted append cannot pass that checksum.
+                if let Some(payload) = damaged_frame(bytes, pos, bytes.len(), limits) {
+                    scan.damaged.push(Damage {
+                        offset: pos as u64,
+                        error: FormatError::Invalid {
+                            what: "journal record",
+                            detail: format!(
+                                "its frame is damaged ({err}); its payload matches its checksum \
+                                 and was read"
+                            ),
+                        },
+                    });
+                    scan.records.push(payload);
+                    scan.end = bytes.len();
+                    break;
                 }
                 let rest = &bytes[pos..];
                 let interrupted =
@@ -214,6 +258,27 @@ fn read_frame(
     Ok((payload_start..payload_start + payload.len(), stored, rd.pos))
 }
 
+/// The payload of `bytes[at..end]` if those bytes are a record as tunecache writes one (`0x92
+/// 0xc6 <len:4> <payload> 0xce <crc:4>`) damaged only in its framing bytes: the CRC-32 of the
+/// bytes where the payload would be is the last four, and they scan as one value (FORMAT.md,
+/// "Journal file").
+fn damaged_frame(bytes: &[u8], at: usize, end: usize, limits: &Limits) -> Option<Range<usize>> {
+    if end < at + 11 || end > bytes.len() {
+        return None;
+    }
+    let payload = at + 6..end - 5;
+    let stored = u32::from_be_bytes(bytes[end - 4..end].try_into().ok()?);
+    (crc32fast::hash(&bytes[payload.clone()]) == stored
+        && scan_value(
+            &bytes[payload.clone()],
+            0,
+            "journal record",
+            limits.max_depth,
+        )
+        .is_ok())
+    .then_some(payload)
+}
+
 /// The start of the next intact record after a broken frame at `broken`: a frame that parses
 /// and whose checksum matches. The search hashes at most twice the bytes that follow, so
 /// hostile bytes cannot make it quadratic; past that, or with no such frame, `None`.
@@ -233,4 +298,73 @@ fn resync(bytes: &[u8], broken: usize, limits: &Limits) -> Option<usize> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Entry, Fields, Key, Origin, Scope, Value};
+
+    fn record(id: i64) -> Vec<u8> {
+        let mut data = CacheData::new();
+        let key = Key::new(Fields::from([("id".to_owned(), Value::Int(id))]));
+        let e = Entry::new(key, Default::default(), Origin::Measured("x".into()), 0, []);
+        data.insert(&Scope::default(), "ns", e);
+        encode_record(&data)
+    }
+
+    /// Three records; `damage` changes the bytes; what the scan finds.
+    fn scan_damaged(damage: impl Fn(&mut Vec<u8>, &[usize])) -> (JournalScan, usize) {
+        let mut bytes = Vec::new();
+        let mut starts = Vec::new();
+        for id in 0..3 {
+            starts.push(bytes.len());
+            bytes.extend_from_slice(&record(id));
+        }
+        damage(&mut bytes, &starts);
+        let len = bytes.len();
+        (scan_records(&bytes, 0, &Limits::default()), len)
+    }
+
+    /// Found by a hostile review: a flipped bit in the last record's length (or its checksum's
+    /// marker) made a whole, checksummed record look like an interrupted append, cut off at
+    /// the next save. A record damaged only in its frame is read, and the damage reported.
+    #[test]
+    fn a_record_damaged_only_in_its_frame_is_read_and_reported() {
+        for (what, at) in [("length", 2usize), ("length", 5), ("marker", usize::MAX)] {
+            for which in 0..3 {
+                let (scan, len) = scan_damaged(|b, starts| {
+                    let end = starts.get(which + 1).copied().unwrap_or(b.len());
+                    let i = if at == usize::MAX {
+                        end - 5
+                    } else {
+                        starts[which] + at
+                    };
+                    b[i] ^= if what == "length" && at == 2 {
+                        0x10
+                    } else {
+                        0x01
+                    };
+                });
+                assert_eq!(scan.records.len(), 3, "{what} of record {which}: {scan:?}");
+                assert_eq!(
+                    scan.damaged.len(),
+                    1,
+                    "{what} {at} of record {which}: reported: {scan:?}"
+                );
+                assert_eq!(scan.tail, Tail::Clean, "{what} of record {which}");
+                assert_eq!(scan.end, len);
+            }
+        }
+    }
+
+    #[test]
+    fn an_interrupted_append_is_still_a_torn_tail() {
+        for cut in [1, 5, 9, 20] {
+            let (scan, _) = scan_damaged(|b, _| b.truncate(b.len() - cut));
+            assert_eq!(scan.records.len(), 2, "cut {cut}");
+            assert!(scan.damaged.is_empty(), "cut {cut}");
+            assert!(matches!(scan.tail, Tail::Torn { .. }), "cut {cut}");
+        }
+    }
 }

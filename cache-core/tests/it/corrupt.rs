@@ -165,6 +165,53 @@ fn a_torn_journal_tail_is_dropped_and_earlier_records_kept() {
     assert_eq!(ids_on_disk(&path, 1, 100), [0, 1, 2]);
 }
 
+/// Found by a hostile review: a flipped bit in the last record's length made that whole,
+/// checksummed record look like an interrupted append, which the next save cut off. A record
+/// damaged only in its frame is served, the journal's damaged bytes are kept in a copy, and
+/// the record survives the next save.
+#[test]
+fn a_last_record_damaged_only_in_its_length_is_kept() {
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let journal = path_in(&dir, "c.tcache.journal");
+    let cache = builder(&path).open();
+    cache.put(ns(), entry(1, 0));
+    cache.flush().expect("table");
+    cache.put(ns(), entry(1, 1));
+    cache.flush().expect("journal record");
+    drop(cache);
+    let mut bytes = std::fs::read(&journal).expect("journal");
+    let limits = cache_core::cache_format::Limits::default();
+    let (_, _, start) =
+        cache_core::cache_format::read_journal_header(&bytes, &limits).expect("a header");
+    let scan = cache_core::cache_format::scan_records(&bytes, start, &limits);
+    // The last record's frame: 0x92 0xc6 <len:4> before its payload.
+    let at = scan.records.last().expect("a record").start - 6;
+    assert_eq!(
+        &bytes[at..at + 2],
+        b"\x92\xc6",
+        "a record as tunecache writes it"
+    );
+    bytes[at + 2] ^= 0x10; // its length now runs far past the end
+    std::fs::write(&journal, &bytes).expect("write");
+
+    let cache = builder(&path).open();
+    assert!(
+        has(&cache, 1, 0) && has(&cache, 1, 1),
+        "the record is served"
+    );
+    cache.put(ns(), entry(1, 2));
+    cache.flush().expect("a save after the damage");
+    drop(cache);
+    assert_eq!(ids_on_disk(&path, 1, 100), [0, 1, 2], "nothing lost");
+    let kept = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().contains(".damaged-"));
+    assert!(kept, "a copy of the damaged journal is kept");
+}
+
 #[test]
 fn a_corrupt_snapshot_keeps_the_valid_journal_records() {
     capture_logs();
@@ -285,9 +332,11 @@ fn a_cache_with_a_name_too_long_for_its_suffixes_works() {
 }
 
 /// A corrupted length in the middle of the journal is damage, not an interrupted append: the
-/// records after it stay readable and are kept by the next writer, and verify reports it.
+/// records after it stay readable and are kept by the next writer, and verify reports it. The
+/// record whose length it is is read too: its payload matches its checksum (FORMAT.md,
+/// "Journal file"; it was lost before a hostile review).
 #[test]
-fn a_corrupted_length_mid_journal_costs_only_its_record() {
+fn a_corrupted_length_mid_journal_loses_no_record() {
     use cache_core::cache_format::{Limits, read_journal_header, scan_records};
     let dir = temp_dir();
     let path = path_in(&dir, "c.tcache");
@@ -327,8 +376,8 @@ fn a_corrupted_length_mid_journal_costs_only_its_record() {
     );
     assert_eq!(
         found.data().len(),
-        5,
-        "every other record is read: {:?}",
+        6,
+        "every record is read, the damaged one too: {:?}",
         found.problems
     );
 
@@ -338,8 +387,8 @@ fn a_corrupted_length_mid_journal_costs_only_its_record() {
     drop(cache);
     assert_eq!(
         ids_on_disk(&path, 1, 11),
-        [0, 1, 3, 4, 5, 10],
-        "only the damaged record is lost"
+        [0, 1, 2, 3, 4, 5, 10],
+        "no record is lost"
     );
 }
 

@@ -9,6 +9,7 @@ fingerprint), or {"damaged": true} and the reason on stderr (exit 1).
 
 usage: read_all.py TABLE [JOURNAL]
 """
+
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ from read_table import MARKER, NAMESPACE_TAG, Damaged, current_commit, read_bloc
 
 class NamedTwice(Damaged):
     """A node the tree names a second time (a node has one parent)."""
+
 
 KINDS = {"measured": 0, "imported": 1, "remote": 2}
 STATUS_RANK = {"chosen": 0, "ok": 1, "failed": 2}
@@ -138,23 +140,123 @@ def rank(cands):
     return measured + chosen + failed
 
 
+def _uint(data, pos):
+    """A msgpack unsigned integer at `pos`: (value, end), or None."""
+    if pos >= len(data):
+        return None
+    t = data[pos]
+    if t <= 0x7F:
+        return t, pos + 1
+    width = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}.get(t)
+    if width is None or pos + 1 + width > len(data):
+        return None
+    return int.from_bytes(data[pos + 1 : pos + 1 + width], "big"), pos + 1 + width
+
+
+def frame(data, pos):
+    """The record frame `[payload: bin, crc: uint]` at `pos`: (payload, crc, end), or None
+    when the bytes there are not one (not an array of 2, not a bin, running past the end)."""
+    t = data[pos] if pos < len(data) else None
+    if t == 0x92:
+        at = pos + 1
+    elif t == 0xDC and data[pos + 1 : pos + 3] == b"\x00\x02":
+        at = pos + 3
+    elif t == 0xDD and data[pos + 1 : pos + 5] == b"\x00\x00\x00\x02":
+        at = pos + 5
+    else:
+        return None
+    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(data[at] if at < len(data) else None)
+    if width is None or at + 1 + width > len(data):
+        return None
+    length = int.from_bytes(data[at + 1 : at + 1 + width], "big")
+    start = at + 1 + width
+    if start + length > len(data):
+        return None
+    crc = _uint(data, start + length)
+    if crc is None:
+        return None
+    return data[start : start + length], crc[0], crc[1]
+
+
+def resync(data, broken):
+    """The first later position that starts a frame whose CRC-32 matches (FORMAT.md)."""
+    for p in range(broken + 1, len(data)):
+        if data[p] == 0x92:
+            f = frame(data, p)
+            if f is not None and zlib.crc32(f[0]) == f[1]:
+                return p
+    return None
+
+
+def reframed(data, at, end):
+    """The payload of data[at:end] if those bytes are a record as tunecache writes one
+    (0x92 0xc6 <len:4> <payload> 0xce <crc:4>) damaged only in its framing bytes."""
+    if end - at < 11:
+        return None
+    payload = data[at + 6 : end - 5]
+    return payload if zlib.crc32(payload) == int.from_bytes(data[end - 4 : end], "big") else None
+
+
+def journal_records(data, pos):
+    """The payloads of the journal's records from `pos` (FORMAT.md, "Journal file"): a record
+    whose CRC-32 fails is skipped; bytes that do not form a record are damage if an intact
+    record follows, else a torn tail; a record damaged only in its frame is read all the same.
+    Also how many damaged places were found."""
+    records, damage = [], 0
+    while pos < len(data):
+        f = frame(data, pos)
+        if f is not None:
+            payload, crc, end = f
+            if zlib.crc32(payload) == crc:
+                records.append(payload)
+                pos = end
+                continue
+            damage += 1
+            if end != len(data) and frame(data, end) is None:
+                nxt = resync(data, pos)
+                nxt = len(data) if nxt is None else nxt
+                p = reframed(data, pos, nxt)
+                if p is not None:
+                    records.append(p)
+                    pos = nxt
+                    continue
+            pos = end
+            continue
+        nxt = resync(data, pos)
+        if nxt is not None:
+            damage += 1
+            p = reframed(data, pos, nxt)
+            if p is not None:
+                records.append(p)
+            pos = nxt
+            continue
+        p = reframed(data, pos, len(data))
+        if p is not None:
+            damage += 1
+            records.append(p)
+        break  # else a torn tail: an interrupted append
+    return records, damage
+
+
+JOURNAL_DAMAGE = [0]
+
+
 def read_journal(path, lineage):
     """The journal's entries, record by record: (scope fields, namespace, entry)."""
     with open(path, "rb") as f:
         data = f.read()
     unpacker = msgpack.Unpacker(raw=False)
     unpacker.feed(data)
-    docs = iter(unpacker)
-    head = next(docs)
+    head = unpacker.unpack()
+    start = unpacker.tell()
     if head[0] != "tunecache-journal" or zlib.crc32(head[2]) != head[3]:
         raise Damaged("not a journal, or its header's CRC-32 fails")
     header = msgpack.unpackb(head[2], raw=False)
     if header["base"] != lineage:
         return []
+    records, JOURNAL_DAMAGE[0] = journal_records(data, start)
     out = []
-    for payload, crc in docs:
-        if zlib.crc32(payload) != crc:
-            continue
+    for payload in records:
         for s in msgpack.unpackb(payload, raw=False)["scopes"]:
             for ns, entries in s["namespaces"].items():
                 out.extend((s["scope"], ns, e) for e in entries)
@@ -277,7 +379,10 @@ def main():
         print(f"damaged: {e}", file=sys.stderr)
         print(json.dumps({"damaged": "malformed"}))
         return 1
-    print(json.dumps({"entries": entries}))
+    out = {"entries": entries}
+    if JOURNAL_DAMAGE[0]:
+        out["journal_damage"] = JOURNAL_DAMAGE[0]
+    print(json.dumps(out))
     return 0
 
 
