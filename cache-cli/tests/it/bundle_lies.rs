@@ -6,7 +6,7 @@
 
 use cache_core::cache_format::Limits;
 use cache_core::cache_format::bundle::{Manifest, encode_bundle, read_bundle};
-use test_support::cli::stderr;
+use test_support::cli::{stderr, stdout};
 
 use crate::diff::{Cands, entry, write};
 use crate::tunecache;
@@ -89,6 +89,12 @@ fn a_manifest_that_lies_about_its_snapshot_is_damage() {
         std::fs::write(&lying, encode_bundle(&manifest, bundle.snapshot)).expect("write");
         let verify = tunecache(&source, &["bundle", "verify", p(&lying)]);
         assert_eq!(verify.status.code(), Some(3), "{what}: {}", stderr(&verify));
+        // Said field by field, never as a Rust debug print (a hostile review found one).
+        let said = format!("{}{}", stdout(&verify), stderr(&verify));
+        assert!(
+            !said.contains("ManifestScope") && !said.contains("Some("),
+            "{what}: {said}"
+        );
         let target = dir.path().join("target.tcache");
         let import = tunecache(&target, &["bundle", "import", p(&lying)]);
         assert_ne!(import.status.code(), Some(0), "{what}: imported");

@@ -216,10 +216,16 @@ pub fn problems_against(manifest: &Manifest, truth: &Manifest, version: u64) -> 
         manifest.entries.to_string(),
         truth.entries.to_string(),
     );
+    let range = |r: Option<(u64, u64)>| {
+        r.map_or_else(
+            || "none".to_owned(),
+            |(a, b)| format!("{a} to {b} (Unix ms)"),
+        )
+    };
     differ(
         "time range",
-        format!("{:?}", manifest.time_range),
-        format!("{:?}", truth.time_range),
+        range(manifest.time_range),
+        range(truth.time_range),
     );
     if manifest.scopes.len() != truth.scopes.len() {
         differ(
@@ -229,12 +235,21 @@ pub fn problems_against(manifest: &Manifest, truth: &Manifest, version: u64) -> 
         );
     } else {
         for (says, is) in manifest.scopes.iter().zip(&truth.scopes) {
-            if says != is {
-                differ(
-                    &format!("scope {}", says.fingerprint),
-                    format!("{says:?}"),
-                    format!("{is:?}"),
-                );
+            if says.fingerprint != is.fingerprint {
+                differ("a scope", says.fingerprint.clone(), is.fingerprint.clone());
+                continue;
+            }
+            let names =
+                |s: &ManifestScope| serde_json::to_string(&s.namespaces).unwrap_or_default();
+            let sets =
+                |s: &ManifestScope| serde_json::to_string(&s.candidate_sets).unwrap_or_default();
+            for (field, a, b) in [
+                ("fields", says.fields.clone(), is.fields.clone()),
+                ("entries", says.entries.to_string(), is.entries.to_string()),
+                ("namespaces", names(says), names(is)),
+                ("candidate sets", sets(says), sets(is)),
+            ] {
+                differ(&format!("scope {} {field}", says.fingerprint), a, b);
             }
         }
     }

@@ -126,6 +126,19 @@ pub fn locate_table(prefix: &[u8]) -> Result<Result<Located, u64>, FormatError> 
     if rd.len() < 5 {
         return more(at + 5);
     }
+    if rd[0] != 0xc6 {
+        // Another msgpack encoder may write a short manifest as bin8 or bin16: said as such,
+        // not as a length read from the wrong bytes.
+        return Err(FormatError::malformed(
+            WHAT,
+            at,
+            format!(
+                "the manifest is not framed as a bin32 (type byte 0x{:02x}): a version 3 \
+                 bundle's framing is fixed",
+                rd[0]
+            ),
+        ));
+    }
     let manifest = u32::from_be_bytes([rd[1], rd[2], rd[3], rd[4]]) as usize;
     // The manifest, its CRC (0xce + 4), then the table's bin32 header.
     let header_at = at + 5 + manifest + 5;
@@ -352,6 +365,25 @@ mod tests {
                 "cut at {cut}"
             );
         }
+    }
+
+    /// Found by a hostile review: a manifest framed as bin16 (what Python's msgpack writes for
+    /// a short one) was reported as "needs 30309180 more bytes at offset 0".
+    #[test]
+    fn a_manifest_framed_otherwise_than_bin32_is_said_as_such() {
+        let v2 = sample();
+        assert_eq!(v2[11], 0xc6, "the manifest's bin32");
+        let len = u32::from_be_bytes(v2[12..16].try_into().expect("4")) as usize;
+        let mut v3 = v2[..11].to_vec();
+        v3[10] = 3;
+        v3.push(0xc5);
+        v3.extend_from_slice(&(len as u16).to_be_bytes());
+        v3.extend_from_slice(&v2[16..]);
+        let err = locate_table(&v3).expect_err("refused").to_string();
+        assert!(
+            err.contains("not framed as a bin32") && err.contains("0xc5"),
+            "{err}"
+        );
     }
 
     #[test]
