@@ -8,7 +8,13 @@ use crate::options::Global;
 
 /// Inspect, edit, verify and ship tunecache autotune caches.
 #[derive(Debug, Parser)]
-#[command(name = "tunecache", version, about, max_term_width = 100)]
+#[command(
+    name = "tunecache",
+    version,
+    about,
+    max_term_width = 100,
+    after_long_help = cache_core::settings::text()
+)]
 pub struct Cli {
     #[command(flatten)]
     pub(crate) global: Global,

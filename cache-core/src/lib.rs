@@ -38,6 +38,7 @@ mod memory;
 mod migrate;
 mod namespace;
 mod record;
+pub mod settings;
 mod sigint;
 mod spill;
 mod store;

@@ -146,26 +146,11 @@ pub fn scan_records(bytes: &[u8], start: usize, limits: &Limits) -> JournalScan 
         match frame {
             Ok((range, stored, end_of_frame)) => {
                 let computed = crc32fast::hash(&bytes[range.clone()]);
-                // A checksum that fails where no frame follows: the length may be what was
-                // damaged (a record whole but for its frame is read, see below).
-                let lost_place =
-                    end_of_frame != bytes.len() && read_frame(bytes, end_of_frame, limits).is_err();
-                let reframed = (stored != u64::from(computed) && lost_place)
-                    .then(|| {
-                        let next = resync(bytes, pos, limits).unwrap_or(bytes.len());
-                        damaged_frame(bytes, pos, next, limits).map(|p| (p, next))
-                    })
-                    .flatten();
-                if let Some((payload, next)) = reframed {
-                    scan.damaged.push(Damage {
-                        offset: pos as u64,
-                        error: FormatError::Invalid {
-                            what: "journal record",
-                            detail: "its length is damaged; its payload matches its checksum \
-                                     and was read"
-                                .to_owned(),
-                        },
-                    });
+                if stored != u64::from(computed)
+                    && let Some((payload, next)) = reframed_length(bytes, pos, end_of_frame, limits)
+                {
+                    scan.damaged
+                        .push(reread(pos, "its length is damaged".to_owned()));
                     scan.records.push(payload);
                     pos = next;
                     scan.end = pos;
@@ -211,16 +196,8 @@ pub fn scan_records(bytes: &[u8], start: usize, limits: &Limits) -> JournalScan 
                 // checksum vouches for its payload, so it is read, and its frame reported as
                 // damage; an interrupted append cannot pass that checksum.
                 if let Some(payload) = damaged_frame(bytes, pos, bytes.len(), limits) {
-                    scan.damaged.push(Damage {
-                        offset: pos as u64,
-                        error: FormatError::Invalid {
-                            what: "journal record",
-                            detail: format!(
-                                "its frame is damaged ({err}); its payload matches its checksum \
-                                 and was read"
-                            ),
-                        },
-                    });
+                    scan.damaged
+                        .push(reread(pos, format!("its frame is damaged ({err})")));
                     scan.records.push(payload);
                     scan.end = bytes.len();
                     break;
@@ -256,6 +233,33 @@ fn read_frame(
     let payload_start = rd.pos - payload.len();
     let stored = rd.uint()?;
     Ok((payload_start..payload_start + payload.len(), stored, rd.pos))
+}
+
+/// The damage of a record whose payload was read all the same (its checksum matches).
+fn reread(offset: usize, what: String) -> Damage {
+    Damage {
+        offset: offset as u64,
+        error: FormatError::Invalid {
+            what: "journal record",
+            detail: format!("{what}; its payload matches its checksum and was read"),
+        },
+    }
+}
+
+/// After a checksum that fails at `pos` where no frame follows its end (the length may be what
+/// was damaged): the record whole but for its frame, up to the next intact record or the end,
+/// and where that is.
+fn reframed_length(
+    bytes: &[u8],
+    pos: usize,
+    end_of_frame: usize,
+    limits: &Limits,
+) -> Option<(Range<usize>, usize)> {
+    if end_of_frame == bytes.len() || read_frame(bytes, end_of_frame, limits).is_ok() {
+        return None;
+    }
+    let next = resync(bytes, pos, limits).unwrap_or(bytes.len());
+    damaged_frame(bytes, pos, next, limits).map(|p| (p, next))
 }
 
 /// The payload of `bytes[at..end]` if those bytes are a record as tunecache writes one (`0x92

@@ -26,6 +26,7 @@ mod capi;
 mod dist;
 mod dist_check;
 mod docs;
+mod env_names;
 mod golden;
 mod layering;
 mod release;

@@ -13,6 +13,9 @@
 //!   methods and no others, and no public method of `Cache` is named for a shared tier's
 //!   feature (fleet, lease, remote, publish, pull): those live behind the tier's own handle.
 //!
+//! - Every `TUNECACHE_*` name in the sources and documents is in the one table of settings,
+//!   `cache_core::settings` (`env_names.rs`).
+//!
 //! Signatures are read on the code with comments and strings blanked out (`size::blank`),
 //! from the line that starts the `fn` to its body's `{` or its `;`.
 
@@ -26,15 +29,11 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let violations = check(root)?;
     if violations.is_empty() {
         println!(
-            "tidy ok: no Result<_, String> at a public boundary, no I/O in the pure crates, the seam closed"
+            "tidy ok: no Result<_, String> at a public boundary, no I/O in the pure crates, the seam closed, every TUNECACHE_* name in the settings table"
         );
         Ok(())
     } else {
-        bail!(
-            "an error a caller decides on must be typed (an enum with thiserror), not a \
-             String:\n  {}",
-            violations.join("\n  ")
-        )
+        bail!("tidy found:\n  {}", violations.join("\n  "))
     }
 }
 
@@ -71,6 +70,7 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<String>> {
         }
     }
     out.extend(seam(root)?);
+    out.extend(crate::env_names::check(root)?);
     Ok(out)
 }
 

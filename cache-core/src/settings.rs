@@ -1,0 +1,231 @@
+//! Every environment variable tunecache reads, in one table: its name, who reads it, what it
+//! means and what holds when it is unset. `tunecache --help` and docs/settings.md are made
+//! from it (a test keeps the document equal to the table), and `cargo xtask tidy` refuses a
+//! `TUNECACHE_*` name in the sources or the documents that the table does not hold (or that is
+//! not one of the test harness's, `TEST_ONLY_PREFIXES`). The variables are still read where
+//! they act (issue 52 leaves one `Settings` value read once for later).
+
+/// One environment variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variable {
+    /// Its name.
+    pub name: &'static str,
+    /// Who reads it: the library (and so every binding), the CLI, or the Python adapters.
+    pub read_by: &'static str,
+    /// What it means.
+    pub meaning: &'static str,
+    /// What holds when it is unset.
+    pub default: &'static str,
+}
+
+const ALL: &str = "library, CLI, Python, C";
+
+/// Every variable, in the order the documents list them.
+pub const VARIABLES: &[Variable] = &[
+    Variable {
+        name: "TUNECACHE_FILE",
+        read_by: ALL,
+        meaning: "the cache file, over what the code or `--cache-file` says",
+        default: "`<dir>/<app>.tcache`",
+    },
+    Variable {
+        name: "TUNECACHE_DIR",
+        read_by: ALL,
+        meaning: "the folder of cache files (`<dir>/<app>.tcache`), over what the code says",
+        default: "`$XDG_CACHE_HOME/tunecache`, else `~/.cache/tunecache`",
+    },
+    Variable {
+        name: "TUNECACHE_DISABLE",
+        read_by: ALL,
+        meaning: "`1`: keep everything in memory and touch no file",
+        default: "off",
+    },
+    Variable {
+        name: "TUNECACHE_READ_ONLY",
+        read_by: ALL,
+        meaning: "`1`: read the cache file but never write it",
+        default: "off",
+    },
+    Variable {
+        name: "TUNECACHE_SYSTEM_PATH",
+        read_by: ALL,
+        meaning: "read-only bundles or cache files asked on a miss (shipped with a library), \
+                  separated by `:`",
+        default: "none",
+    },
+    Variable {
+        name: "TUNECACHE_REMOTE",
+        read_by: ALL,
+        meaning: "the shared tier: `redis://HOST:PORT/DB`, `rediss://` (TLS), \
+                  `redis+unix:///PATH`, a Redis Cluster's nodes separated by commas, or \
+                  `s3://BUCKET/PREFIX`",
+        default: "none",
+    },
+    Variable {
+        name: "TUNECACHE_REMOTE_CA",
+        read_by: ALL,
+        meaning: "a PEM file of the CA a `rediss://` server's certificate is checked against",
+        default: "the system's roots",
+    },
+    Variable {
+        name: "TUNECACHE_REMOTE_MODE",
+        read_by: ALL,
+        meaning: "`off`, `read` (never write to the server) or `read-write`",
+        default: "`read-write`",
+    },
+    Variable {
+        name: "TUNECACHE_REMOTE_TIMEOUT_MS",
+        read_by: ALL,
+        meaning: "a shared-tier read's budget, in milliseconds",
+        default: "50",
+    },
+    Variable {
+        name: "TUNECACHE_REMOTE_LEASE_MS",
+        read_by: ALL,
+        meaning: "a fleet lease's time to live, in milliseconds (0: no leases)",
+        default: "10000",
+    },
+    Variable {
+        name: "TUNECACHE_GENERATION",
+        read_by: ALL,
+        meaning: "the generation of an S3 tier a process reads whole: `current` or a SHA-256",
+        default: "none (per-key objects)",
+    },
+    Variable {
+        name: "TUNECACHE_TRUST",
+        read_by: ALL,
+        meaning: "a trust policy file: generations and bundles are used only when signed as \
+                  it requires",
+        default: "none (signatures are not required)",
+    },
+    Variable {
+        name: "TUNECACHE_LOG",
+        read_by: ALL,
+        meaning: "a tracing filter for tunecache's logs (`info`, `debug`, ...); with `info`, \
+                  each Python adapter says at exit what it served, missed and recorded",
+        default: "warnings only",
+    },
+    Variable {
+        name: "TUNECACHE_PROGRESS",
+        read_by: "CLI",
+        meaning: "`always`, `never` or `auto`: the progress bars on stderr",
+        default: "`auto` (on a terminal)",
+    },
+    Variable {
+        name: "TUNECACHE_INDUCTOR",
+        read_by: "Python",
+        meaning: "`1`: compile workers install the Inductor adapter (through the `.pth` file \
+                  `inductor.write_pth` writes)",
+        default: "off",
+    },
+    Variable {
+        name: "TUNECACHE_INDUCTOR_PATH",
+        read_by: "Python",
+        meaning: "the Inductor adapter's cache file",
+        default: "`<dir>/inductor.tcache`",
+    },
+    Variable {
+        name: "TUNECACHE_TRITON_PATH",
+        read_by: "Python",
+        meaning: "the Triton adapter's cache file",
+        default: "`<dir>/triton.tcache`",
+    },
+    Variable {
+        name: "TUNECACHE_HELION_PATH",
+        read_by: "Python",
+        meaning: "the Helion adapter's cache file",
+        default: "`<dir>/helion.tcache`",
+    },
+];
+
+/// Names the test harness and the benchmarks read (never a user's setting).
+const TEST_ONLY_PREFIXES: &[&str] = &[
+    "TUNECACHE_TEST_",
+    "TUNECACHE_BENCH_",
+    "TUNECACHE_SKIP_LOG",
+    "TUNECACHE_BLESS_VECTORS",
+    "TUNECACHE_BIN",
+    "TUNECACHE_WARPCONVNET_SRC",
+];
+
+/// Whether `name` is a variable of [`VARIABLES`] or of the test harness.
+pub fn known(name: &str) -> bool {
+    VARIABLES.iter().any(|v| v.name == name)
+        || TEST_ONLY_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// The table as plain text, for `--help`: each variable, then its meaning and default
+/// indented, within 96 columns.
+pub fn text() -> String {
+    let mut out = String::from("Environment (docs/settings.md):\n");
+    for v in VARIABLES {
+        out.push_str(&format!("  {}\n", v.name));
+        let said = format!("{} [unset: {}]", v.meaning, v.default).replace('`', "");
+        let mut line = String::new();
+        for word in said.split(' ') {
+            if !line.is_empty() && 6 + line.len() + 1 + word.len() > 96 {
+                out.push_str(&format!("      {line}\n"));
+                line.clear();
+            }
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        out.push_str(&format!("      {line}\n"));
+    }
+    out
+}
+
+/// The table as Markdown, as docs/settings.md holds it (a test compares the two).
+#[cfg(test)]
+pub(crate) fn markdown() -> String {
+    let mut out =
+        String::from("| variable | read by | what it sets | unset |\n|---|---|---|---|\n");
+    for v in VARIABLES {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            v.name, v.read_by, v.meaning, v.default
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_variable_is_named_once_and_said_in_full() {
+        let mut names: Vec<&str> = VARIABLES.iter().map(|v| v.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), VARIABLES.len(), "a variable listed twice");
+        for v in VARIABLES {
+            assert!(v.name.starts_with("TUNECACHE_"), "{}", v.name);
+            assert!(!v.meaning.is_empty() && !v.default.is_empty(), "{}", v.name);
+            assert!(!TEST_ONLY_PREFIXES.iter().any(|p| v.name.starts_with(p)));
+            assert!(text().contains(v.name) && markdown().contains(v.name));
+        }
+        assert!(known("TUNECACHE_TEST_CHILD") && !known("TUNECACHE_NOPE"));
+        assert!(
+            text().lines().all(|l| l.chars().count() <= 96),
+            "{}",
+            text()
+        );
+    }
+
+    /// docs/settings.md holds the table as [`markdown`] makes it.
+    #[test]
+    fn the_settings_document_holds_the_table() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/settings.md"),
+        )
+        .expect("docs/settings.md");
+        assert!(
+            doc.contains(&markdown()),
+            "docs/settings.md is not the table of cache_core::settings; put this in it:\n{}",
+            markdown()
+        );
+    }
+}
