@@ -111,30 +111,6 @@ fn a_missing_file_is_an_error_naming_it() {
     );
 }
 
-/// `--help` ends with every environment variable of the one settings table (issue 52), each
-/// with its meaning and what holds unset; `-h` stays short.
-#[test]
-fn help_lists_every_environment_variable() {
-    let dir = tempfile::tempdir().expect("dir");
-    let file = dir.path().join("c.tcache");
-    let long = tunecache(&file, &["--help"]);
-    let text = String::from_utf8_lossy(&long.stdout);
-    assert!(text.contains("Environment (docs/settings.md):"), "{text}");
-    for v in cache_core::settings::VARIABLES {
-        assert!(
-            text.contains(&format!("\n  {}\n", v.name)),
-            "{}: {text}",
-            v.name
-        );
-    }
-    assert!(
-        text.contains("[unset: 50]"),
-        "the read budget's default: {text}"
-    );
-    let short = tunecache(&file, &["-h"]);
-    assert!(!String::from_utf8_lossy(&short.stdout).contains("Environment (docs/settings.md)"));
-}
-
 #[test]
 fn a_wrong_flag_is_a_usage_error() {
     let (_d, path) = file();
