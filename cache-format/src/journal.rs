@@ -142,74 +142,87 @@ pub fn scan_records(bytes: &[u8], start: usize, limits: &Limits) -> JournalScan 
     };
     let mut pos = scan.end;
     while pos < bytes.len() {
-        let frame = read_frame(bytes, pos, limits);
-        match frame {
+        match read_frame(bytes, pos, limits) {
             Ok((range, stored, end_of_frame)) => {
                 let computed = crc32fast::hash(&bytes[range.clone()]);
-                if stored != u64::from(computed)
-                    && let Some((payload, next)) = reframed_length(bytes, pos, end_of_frame, limits)
-                {
-                    scan.damaged
-                        .push(reread(pos, "its length is damaged".to_owned()));
-                    scan.records.push(payload);
-                    pos = next;
+                let value =
+                    scan_value(&bytes[range.clone()], 0, "journal record", limits.max_depth);
+                if stored == u64::from(computed) && value.is_ok() {
+                    scan.records.push(range);
+                    pos = end_of_frame;
                     scan.end = pos;
                     continue;
                 }
-                if stored != u64::from(computed) {
-                    scan.damaged.push(Damage {
-                        offset: pos as u64,
-                        error: FormatError::Checksum {
-                            what: "journal record",
-                            stored: stored as u32,
-                            computed,
-                        },
-                    });
-                } else if let Err(error) =
-                    scan_value(&bytes[range.clone()], 0, "journal record", limits.max_depth)
-                {
-                    scan.damaged.push(Damage {
-                        offset: pos as u64,
-                        error,
-                    });
-                } else {
-                    scan.records.push(range);
+                // The length or the marker may be what was damaged: records whole but for
+                // their frames are read by their checksums; one whose payload is damaged is
+                // skipped.
+                if let Some((found, to)) = reframe_after(bytes, pos, end_of_frame, limits) {
+                    scan.damaged
+                        .push(reread(pos, found.len(), "its frame is damaged"));
+                    scan.records.extend(found);
+                    pos = to;
+                    scan.end = pos;
+                    continue;
                 }
+                let error = match value {
+                    Err(error) if stored == u64::from(computed) => error,
+                    _ => FormatError::Checksum {
+                        what: "journal record",
+                        stored: stored as u32,
+                        computed,
+                    },
+                };
+                scan.damaged.push(Damage {
+                    offset: pos as u64,
+                    error,
+                });
                 pos = end_of_frame;
                 scan.end = pos;
             }
             Err(err) => {
                 // A broken frame followed by intact records is damage in the middle (a
                 // corrupted length, a flipped byte), not an interrupted append: the records
-                // after it are kept, and the broken bytes are reported.
-                if let Some(next) = resync(bytes, pos, limits) {
-                    scan.damaged.push(Damage {
-                        offset: pos as u64,
-                        error: err,
-                    });
-                    scan.records.extend(damaged_frame(bytes, pos, next, limits));
+                // after it are kept, and the broken bytes are reported. Records in the broken
+                // bytes whole but for their frames are read by their checksums, which an
+                // interrupted append cannot pass.
+                let next = resync(bytes, pos, limits);
+                let (found, stop) = reframe(bytes, pos, next.unwrap_or(bytes.len()), limits);
+                let recovered = !found.is_empty();
+                if recovered {
+                    let what = format!("its frame is damaged ({err})");
+                    scan.damaged.push(reread(pos, found.len(), &what));
+                    scan.records.extend(found);
+                }
+                if let Some(next) = next {
+                    if !recovered {
+                        scan.damaged.push(Damage {
+                            offset: pos as u64,
+                            error: err,
+                        });
+                    } else if stop < next {
+                        scan.damaged.push(Damage {
+                            offset: stop as u64,
+                            error: FormatError::malformed(
+                                "journal record",
+                                stop,
+                                "bytes that are not a record",
+                            ),
+                        });
+                    }
                     pos = next;
                     scan.end = pos;
                     continue;
                 }
-                // The last record, whole but for a framing byte (a flipped length, say): the
-                // checksum vouches for its payload, so it is read, and its frame reported as
-                // damage; an interrupted append cannot pass that checksum.
-                if let Some(payload) = damaged_frame(bytes, pos, bytes.len(), limits) {
-                    scan.damaged
-                        .push(reread(pos, format!("its frame is damaged ({err})")));
-                    scan.records.push(payload);
-                    scan.end = bytes.len();
+                scan.end = stop;
+                if stop == bytes.len() {
                     break;
                 }
-                let rest = &bytes[pos..];
-                let interrupted =
-                    matches!(err, FormatError::Truncated { .. }) || rest.iter().all(|b| *b == 0);
-                scan.tail = Tail::Torn {
-                    offset: pos as u64,
-                    len: rest.len() as u64,
-                    interrupted,
+                let err = if recovered {
+                    read_frame(bytes, stop, limits).err()
+                } else {
+                    Some(err)
                 };
+                scan.tail = torn(&bytes[stop..], stop, err.as_ref());
                 break;
             }
         }
@@ -235,52 +248,84 @@ fn read_frame(
     Ok((payload_start..payload_start + payload.len(), stored, rd.pos))
 }
 
-/// The damage of a record whose payload was read all the same (its checksum matches).
-fn reread(offset: usize, what: String) -> Damage {
+/// The damage of a frame whose `n` records were read all the same (their checksums match).
+fn reread(offset: usize, n: usize, what: &str) -> Damage {
     Damage {
         offset: offset as u64,
         error: FormatError::Invalid {
             what: "journal record",
-            detail: format!("{what}; its payload matches its checksum and was read"),
+            detail: if n == 1 {
+                format!("{what}; its payload matches its checksum and was read")
+            } else {
+                format!("{what}; {n} records there match their checksums and were read")
+            },
         },
     }
 }
 
-/// After a checksum that fails at `pos` where no frame follows its end (the length may be what
-/// was damaged): the record whole but for its frame, up to the next intact record or the end,
-/// and where that is.
-fn reframed_length(
+/// The torn tail `rest` at `offset`, whose frame fails with `err`: an interrupted append if
+/// the frame runs past the end or only zero bytes are left (as a crash can leave).
+fn torn(rest: &[u8], offset: usize, err: Option<&FormatError>) -> Tail {
+    Tail::Torn {
+        offset: offset as u64,
+        len: rest.len() as u64,
+        interrupted: matches!(err, Some(FormatError::Truncated { .. }))
+            || rest.iter().all(|b| *b == 0),
+    }
+}
+
+/// After a frame at `pos` that parses but holds no sound record: the records whole but for
+/// their frames from `pos` up to the next frame (a damaged length can end the frame where a
+/// frame seems to start: then up to the next intact record), or the end, read by their
+/// checksums ([`reframe`]), and where they end; `None` unless they fill that span.
+fn reframe_after(
     bytes: &[u8],
     pos: usize,
     end_of_frame: usize,
     limits: &Limits,
-) -> Option<(Range<usize>, usize)> {
-    if end_of_frame == bytes.len() || read_frame(bytes, end_of_frame, limits).is_ok() {
-        return None;
-    }
-    let next = resync(bytes, pos, limits).unwrap_or(bytes.len());
-    damaged_frame(bytes, pos, next, limits).map(|p| (p, next))
+) -> Option<(Vec<Range<usize>>, usize)> {
+    let beyond = resync(bytes, pos, limits).unwrap_or(bytes.len());
+    let next_frame = end_of_frame == bytes.len() || read_frame(bytes, end_of_frame, limits).is_ok();
+    let ends = if next_frame && end_of_frame != beyond {
+        vec![end_of_frame, beyond]
+    } else {
+        vec![beyond]
+    };
+    ends.into_iter().find_map(|to| {
+        let (found, stop) = reframe(bytes, pos, to, limits);
+        (!found.is_empty() && stop == to).then_some((found, to))
+    })
 }
 
-/// The payload of `bytes[at..end]` if those bytes are a record as tunecache writes one (`0x92
-/// 0xc6 <len:4> <payload> 0xce <crc:4>`) damaged only in its framing bytes: the CRC-32 of the
-/// bytes where the payload would be is the last four, and they scan as one value (FORMAT.md,
-/// "Journal file").
-fn damaged_frame(bytes: &[u8], at: usize, end: usize, limits: &Limits) -> Option<Range<usize>> {
-    if end < at + 11 || end > bytes.len() {
-        return None;
+/// Records laid out as tunecache writes them (`0x92 0xc6 <len:4> <payload> 0xce <crc:4>`) one
+/// after another from `from` to at most `to`, found by their checksums alone, their framing
+/// bytes not trusted (FORMAT.md, "Journal file"): from each start, the first end at which the
+/// CRC-32 of the bytes in the payload's place is the four bytes after the marker's place and
+/// those bytes scan as one value. Their payloads, and where the last ends (`from` if none).
+/// One pass over the bytes per record found, and one over the rest.
+fn reframe(bytes: &[u8], from: usize, to: usize, limits: &Limits) -> (Vec<Range<usize>>, usize) {
+    let mut found = Vec::new();
+    let mut start = from;
+    'records: while to >= start + 11 {
+        let body = start + 6;
+        let mut crc = crc32fast::Hasher::new();
+        // The payload is bytes[body..x], the marker at x, the checksum at x + 1..x + 5.
+        for x in body..=to - 5 {
+            let stored =
+                u32::from_be_bytes([bytes[x + 1], bytes[x + 2], bytes[x + 3], bytes[x + 4]]);
+            if x > body
+                && crc.clone().finalize() == stored
+                && scan_value(&bytes[body..x], 0, "journal record", limits.max_depth).is_ok()
+            {
+                found.push(body..x);
+                start = x + 5;
+                continue 'records;
+            }
+            crc.update(&bytes[x..=x]);
+        }
+        break;
     }
-    let payload = at + 6..end - 5;
-    let stored = u32::from_be_bytes(bytes[end - 4..end].try_into().ok()?);
-    (crc32fast::hash(&bytes[payload.clone()]) == stored
-        && scan_value(
-            &bytes[payload.clone()],
-            0,
-            "journal record",
-            limits.max_depth,
-        )
-        .is_ok())
-    .then_some(payload)
+    (found, start)
 }
 
 /// The start of the next intact record after a broken frame at `broken`: a frame that parses
@@ -330,35 +375,60 @@ mod tests {
         (scan_records(&bytes, 0, &Limits::default()), len)
     }
 
-    /// Found by a hostile review: a flipped bit in the last record's length (or its checksum's
-    /// marker) made a whole, checksummed record look like an interrupted append, cut off at
-    /// the next save. A record damaged only in its frame is read, and the damage reported.
+    /// Found by hostile reviews: a flipped bit in a record's length or checksum marker made a
+    /// whole, checksummed record look like an interrupted append (cut off at the next save) or
+    /// like a record with a bad checksum (skipped). Every single-bit flip of any record's frame
+    /// bytes (the array and bin markers, the length, the checksum's marker) loses nothing, and
+    /// is reported.
     #[test]
-    fn a_record_damaged_only_in_its_frame_is_read_and_reported() {
-        for (what, at) in [("length", 2usize), ("length", 5), ("marker", usize::MAX)] {
-            for which in 0..3 {
-                let (scan, len) = scan_damaged(|b, starts| {
+    fn every_flip_of_a_frame_byte_loses_no_record() {
+        for which in 0..3 {
+            for at in [0usize, 1, 2, 3, 4, 5, usize::MAX] {
+                for bit in 0..8 {
+                    let (scan, len) = scan_damaged(|b, starts| {
+                        let end = starts.get(which + 1).copied().unwrap_or(b.len());
+                        let i = if at == usize::MAX {
+                            end - 5
+                        } else {
+                            starts[which] + at
+                        };
+                        b[i] ^= 1 << bit;
+                    });
+                    let case = format!("record {which}, frame byte {at}, bit {bit}: {scan:?}");
+                    assert_eq!(scan.records.len(), 3, "{case}");
+                    assert!(!scan.damaged.is_empty(), "{case}");
+                    assert_eq!(scan.tail, Tail::Clean, "{case}");
+                    assert_eq!(scan.end, len, "{case}");
+                }
+            }
+        }
+    }
+
+    /// Two records next to each other, each damaged in its frame (the last two markers, two
+    /// lengths): both are read.
+    #[test]
+    fn neighbouring_frame_damage_loses_no_record() {
+        let cases: [(&str, [(usize, usize); 2]); 4] = [
+            ("the last two markers", [(1, usize::MAX), (2, usize::MAX)]),
+            ("the first two markers", [(0, usize::MAX), (1, usize::MAX)]),
+            ("two lengths", [(0, 5), (1, 5)]),
+            ("a length and the next marker", [(1, 2), (2, usize::MAX)]),
+        ];
+        for (what, flips) in cases {
+            let (scan, len) = scan_damaged(|b, starts| {
+                for (which, at) in flips {
                     let end = starts.get(which + 1).copied().unwrap_or(b.len());
                     let i = if at == usize::MAX {
                         end - 5
                     } else {
                         starts[which] + at
                     };
-                    b[i] ^= if what == "length" && at == 2 {
-                        0x10
-                    } else {
-                        0x01
-                    };
-                });
-                assert_eq!(scan.records.len(), 3, "{what} of record {which}: {scan:?}");
-                assert_eq!(
-                    scan.damaged.len(),
-                    1,
-                    "{what} {at} of record {which}: reported: {scan:?}"
-                );
-                assert_eq!(scan.tail, Tail::Clean, "{what} of record {which}");
-                assert_eq!(scan.end, len);
-            }
+                    b[i] ^= 0x01;
+                }
+            });
+            assert_eq!(scan.records.len(), 3, "{what}: {scan:?}");
+            assert_eq!(scan.tail, Tail::Clean, "{what}");
+            assert_eq!(scan.end, len, "{what}");
         }
     }
 

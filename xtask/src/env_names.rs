@@ -76,9 +76,9 @@ mod tests {
                     MY_TUNECACHE_X \"TUNECACHE_TEST_CHILD\"";
         let found: Vec<String> = names(text).into_iter().map(|(n, _)| n).collect();
         assert_eq!(found, ["TUNECACHE_REMOTE", "TUNECACHE_TEST_CHILD"]);
-        assert_eq!(
-            names("x\n TUNECACHE_NOPE")[0],
-            ("TUNECACHE_NOPE".to_owned(), 2)
-        );
+        // An unknown name, spelt in two pieces so this file does not use it.
+        let nope = format!("{}NOPE", "TUNECACHE_");
+        assert_eq!(names(&format!("x\n {nope}"))[0], (nope.clone(), 2));
+        assert!(!cache_core::settings::known(&nope));
     }
 }

@@ -192,7 +192,10 @@ fn said(found: &[String], walked: &[String]) -> u8 {
     if damage.is_empty() {
         return exit::OK;
     }
-    damage.say("exported what could be read; what is listed above is not in the output");
+    damage.say(
+        "exported what could be read; what the damage above lost is not in the output (records \
+         it says were read are)",
+    );
     exit::PROBLEMS
 }
 

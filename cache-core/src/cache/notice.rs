@@ -275,7 +275,8 @@ impl Notice {
             Event::DamagedRecords { path, count, kept } => vec![Notice::warn(
                 format!("damaged:{}", path.display()),
                 format!(
-                    "tunecache: skipped {count} damaged records in {}{}",
+                    "tunecache: damage in {count} places of {} (records damaged only in their \
+                     frames are read by their checksums, the others skipped){}",
                     path.display(),
                     kept_at(kept.as_deref())
                 ),

@@ -96,6 +96,15 @@ const SMALL_ORDER: [[u8; 32]; 7] = {
     ]
 };
 
+/// Whether the 32-byte `public` encodes y at or above p = 2^255 - 19 (not canonical: RFC 8032
+/// decoding refuses it).
+pub(crate) fn non_canonical(public: &[u8]) -> bool {
+    public.len() == 32
+        && public[31] & 0x7f == 0x7f
+        && public[1..31].iter().all(|b| *b == 0xff)
+        && public[0] >= 0xed
+}
+
 /// Whether the 32-byte public key `public` is a point of small order (see [`SMALL_ORDER`]).
 pub(crate) fn small_order(public: &[u8]) -> bool {
     let Ok(mut y) = <[u8; 32]>::try_from(public) else {
@@ -216,6 +225,12 @@ impl PublicKey {
         let Some(bytes) = unhex(&self.public, 32) else {
             return Err("its public key is not 64 hex digits".to_owned());
         };
+        if non_canonical(&bytes) {
+            return Err(
+                "its public key is not a canonical encoding (its y is at least 2^255 - 19)"
+                    .to_owned(),
+            );
+        }
         if small_order(&bytes) {
             return Err(
                 "its public key is a point of small order (a weak key: it would verify forged \
@@ -298,6 +313,17 @@ mod tests {
                 assert!(key.clone().checked().is_err(), "point {i} sign {sign}");
                 assert!(!key.verifies(b"any statement", &forged), "point {i}");
             }
+        }
+        // Nor is any encoding of y at or above p (RFC 8032 refuses it).
+        for low in [0xed, 0xee, 0xff] {
+            let mut public = [0xff; 32];
+            public[0] = low;
+            public[31] = 0x7f;
+            let key = PublicKey {
+                key_id: key_id(&public),
+                public: hex(&public),
+            };
+            assert!(key.checked().is_err(), "y = p + {}", low - 0xed);
         }
         // A real key is none of them.
         let pair = KeyPair::generate().expect("key");

@@ -5,38 +5,23 @@ does nothing. A failure is one warning, never a failed interpreter start."""
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import os
 import sys
+
+from tunecache.integrations._after_import import AfterImport
 
 _TARGET = "torch._inductor.remote_cache"
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name != _TARGET:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        run = loader.exec_module
+def _install(module: object) -> None:
+    try:
+        from tunecache.integrations import inductor
 
-        def exec_module(module):
-            run(module)
-            try:
-                from tunecache.integrations import inductor
+        inductor.install()
+    except Exception as e:  # noqa: BLE001 - never break the interpreter
+        import logging
 
-                inductor.install()
-            except Exception as e:  # noqa: BLE001 - never break the interpreter
-                import logging
-
-                logging.getLogger("tunecache").warning("tunecache: the Inductor hook was not installed: %s", e)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+        logging.getLogger("tunecache").warning("tunecache: the Inductor hook was not installed: %s", e)
 
 
 if os.environ.get("TUNECACHE_INDUCTOR") == "1":
@@ -45,4 +30,4 @@ if os.environ.get("TUNECACHE_INDUCTOR") == "1":
 
         _inductor.install()
     else:
-        sys.meta_path.insert(0, _Finder())
+        AfterImport.install(_TARGET, _install)

@@ -26,12 +26,11 @@ asking tunecache (its preprocessing functions cleared, say) is said once.
 from __future__ import annotations
 
 import hashlib
-import importlib.abc
-import importlib.util
 import math
 import sys
 from typing import Any
 
+from ._after_import import AfterImport
 from ._common import Counts, PlugPointError, require, version_of, warn_once
 
 NAMESPACE = "inductor/max-autotune"
@@ -172,7 +171,7 @@ def install() -> None:
     if module is not None and hasattr(module, "AlgorithmSelectorCache"):
         _hook(module)
     else:
-        sys.meta_path.insert(0, _AfterImport())
+        AfterImport.install(_MODULE, _hook_safely)
 
 
 def _hook(module: Any) -> None:
@@ -181,30 +180,14 @@ def _hook(module: Any) -> None:
     module.add_feedback_saver(_record)
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Hooks ``select_algorithm`` right after it executes (then leaves ``sys.meta_path``)."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != _MODULE:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        run = loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            run(module)
-            try:
-                _hook(module)
-            except PlugPointError as e:
-                warn_once("inductor select plug point", str(e))
-            except Exception as e:  # noqa: BLE001 - never break torch's import
-                warn_once("inductor select hook", f"tunecache: the max-autotune hook was not installed: {e}")
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+def _hook_safely(module: Any) -> None:
+    """:func:`_hook`, said once if it fails: never a failed torch import."""
+    try:
+        _hook(module)
+    except PlugPointError as e:
+        warn_once("inductor select plug point", str(e))
+    except Exception as e:  # noqa: BLE001 - never break torch's import
+        warn_once("inductor select hook", f"tunecache: the max-autotune hook was not installed: {e}")
 
 
 def installed() -> bool:

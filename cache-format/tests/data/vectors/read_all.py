@@ -188,53 +188,77 @@ def resync(data, broken):
     return None
 
 
-def reframed(data, at, end):
-    """The payload of data[at:end] if those bytes are a record as tunecache writes one
-    (0x92 0xc6 <len:4> <payload> 0xce <crc:4>) damaged only in its framing bytes."""
-    if end - at < 11:
-        return None
-    payload = data[at + 6 : end - 5]
-    return payload if zlib.crc32(payload) == int.from_bytes(data[end - 4 : end], "big") else None
+def reframe(data, start, to):
+    """Records laid out as tunecache writes them (0x92 0xc6 <len:4> <payload> 0xce <crc:4>), one
+    after another from `start` to at most `to`, found by their CRC-32s alone (their framing
+    bytes are not trusted): from each start, the first end where the CRC-32 of the bytes in the
+    payload's place equals the 4 bytes after the marker's place and those bytes are one msgpack
+    value. Their payloads, and where the last ends (`start` if none)."""
+    found = []
+    while to >= start + 11:
+        body = start + 6
+        crc = 0
+        for x in range(body, to - 4):
+            if x > body and crc == int.from_bytes(data[x + 1 : x + 5], "big") and _one_value(data[body:x]):
+                found.append(data[body:x])
+                start = x + 5
+                break
+            crc = zlib.crc32(data[x : x + 1], crc)
+        else:
+            break
+    return found, start
+
+
+def _one_value(payload):
+    try:
+        msgpack.unpackb(payload, raw=False)
+    except Exception:  # noqa: BLE001 - not one value
+        return False
+    return True
+
+
+def _sound(payload, crc):
+    return zlib.crc32(payload) == crc and _one_value(payload)
 
 
 def journal_records(data, pos):
     """The payloads of the journal's records from `pos` (FORMAT.md, "Journal file"): a record
     whose CRC-32 fails is skipped; bytes that do not form a record are damage if an intact
-    record follows, else a torn tail; a record damaged only in its frame is read all the same.
-    Also how many damaged places were found."""
+    record follows, else a torn tail; records whole but for their frames are read by their
+    CRC-32s. Also how many damaged places were found."""
     records, damage = [], 0
     while pos < len(data):
         f = frame(data, pos)
         if f is not None:
             payload, crc, end = f
-            if zlib.crc32(payload) == crc:
+            if _sound(payload, crc):
                 records.append(payload)
                 pos = end
                 continue
             damage += 1
-            if end != len(data) and frame(data, end) is None:
-                nxt = resync(data, pos)
-                nxt = len(data) if nxt is None else nxt
-                p = reframed(data, pos, nxt)
-                if p is not None:
-                    records.append(p)
-                    pos = nxt
-                    continue
-            pos = end
+            nxt = resync(data, pos)
+            beyond = len(data) if nxt is None else nxt
+            ends = [end, beyond] if (end == len(data) or frame(data, end) is not None) and end != beyond else [beyond]
+            for to in ends:
+                found, stop = reframe(data, pos, to)
+                if found and stop == to:
+                    records.extend(found)
+                    pos = to
+                    break
+            else:
+                pos = end
             continue
         nxt = resync(data, pos)
-        if nxt is not None:
+        to = len(data) if nxt is None else nxt
+        found, stop = reframe(data, pos, to)
+        records.extend(found)
+        damage += 1 if found or nxt is not None else 0
+        if found and nxt is not None and stop < nxt:
             damage += 1
-            p = reframed(data, pos, nxt)
-            if p is not None:
-                records.append(p)
+        if nxt is not None:
             pos = nxt
             continue
-        p = reframed(data, pos, len(data))
-        if p is not None:
-            damage += 1
-            records.append(p)
-        break  # else a torn tail: an interrupted append
+        break  # the rest, from `stop`, is a torn tail: an interrupted append
     return records, damage
 
 
