@@ -41,13 +41,17 @@ impl Mode {
         })
     }
 
-    /// The mode a value of `TUNECACHE_PROGRESS` asks for (pure); unset or empty is `auto`.
+    /// The mode a value of `TUNECACHE_PROGRESS` asks for (pure, in any case); unset or empty
+    /// is `auto`.
     pub(crate) fn parse(value: Option<&str>) -> Result<Mode, String> {
-        match value.map(str::trim) {
-            None | Some("" | "auto") => Ok(Mode::Auto),
-            Some("always") => Ok(Mode::Always),
-            Some("never") => Ok(Mode::Never),
-            Some(other) => Err(format!("{other:?} is not one of always, never, auto")),
+        let Some(value) = value.map(str::trim) else {
+            return Ok(Mode::Auto);
+        };
+        match value.to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(Mode::Auto),
+            "always" => Ok(Mode::Always),
+            "never" => Ok(Mode::Never),
+            _ => Err(format!("{value:?} is not one of always, never, auto")),
         }
     }
 }
@@ -322,6 +326,7 @@ mod tests {
         assert_eq!(Mode::parse(Some("auto")), Ok(Mode::Auto));
         assert_eq!(Mode::parse(Some(" always ")), Ok(Mode::Always));
         assert_eq!(Mode::parse(Some("never")), Ok(Mode::Never));
+        assert_eq!(Mode::parse(Some("ALWAYS")), Ok(Mode::Always), "any case");
         let e = Mode::parse(Some("sometimes")).expect_err("unknown");
         assert!(e.contains("\"sometimes\"") && e.contains("always"), "{e}");
     }

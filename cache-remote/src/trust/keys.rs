@@ -260,8 +260,8 @@ impl PublicKey {
 
 /// A small file (a key, a policy, a signature file): a regular file of at most 1 MiB.
 pub(crate) fn read_small(path: &Path) -> Result<Vec<u8>, TrustError> {
-    cache_core::file::read_bounded(path, 1 << 20)
-        .map_err(|e| TrustError::Key(format!("cannot read {}: {e}", path.display())))
+    // The error names the file already.
+    cache_core::file::read_bounded(path, 1 << 20).map_err(|e| TrustError::Key(e.to_string()))
 }
 
 #[cfg(test)]
