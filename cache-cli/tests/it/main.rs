@@ -6,6 +6,7 @@ mod commands;
 mod completions;
 mod damaged;
 mod diff;
+mod docs_blocks;
 mod evaluate;
 mod explain;
 mod gc;
