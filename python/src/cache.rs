@@ -57,6 +57,17 @@ impl PyCache {
         self.generation.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
+
+    /// The entry of `fp` in `ns`, as `get` finds it.
+    pub(crate) fn entry_of(
+        &self,
+        py: Python<'_>,
+        ns: Namespace,
+        fp: &Fingerprint,
+    ) -> PyResult<Option<Arc<Entry>>> {
+        let cache = self.get_cache()?;
+        Ok(lookup(py, &cache, ns, fp))
+    }
 }
 
 #[pymethods]

@@ -69,5 +69,6 @@ fn _tunecache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(drain_warnings, m)?)?;
     m.add_function(wrap_pyfunction!(sigterm::arm_sigterm_flush, m)?)?;
     m.add_function(wrap_pyfunction!(imports::record_triton, m)?)?;
+    m.add_function(wrap_pyfunction!(imports::entry_digest, m)?)?;
     Ok(())
 }

@@ -266,3 +266,20 @@ def test_a_hit_served_before_is_rendered_again_once_the_entry_changes(tmp_path, 
     with open(second) as f:
         assert json.load(f)["configs_timings"][0][1] == [0.5, 0.4, 0.6]
     adapter.store.reset()
+
+
+def test_an_entry_digest_changes_with_what_the_entry_holds(tmp_path):
+    """What the Triton adapter's hit reuses its file by: the same while the entry is the same,
+    another once it holds a newer result or for another key, None for no entry."""
+    import tunecache
+
+    c = tunecache.Cache("digests", path=str(tmp_path / "d.tcache"))
+    assert c._entry_digest("ns", {"k": 1}) is None
+    c.put("ns", {"k": 1}, "a", median_ns=10.0)
+    first = c._entry_digest("ns", {"k": 1})
+    assert first is not None and first == c._entry_digest("ns", {"k": 1})
+    c.put("ns", {"k": 1}, "a", median_ns=5.0, samples=3)
+    assert c._entry_digest("ns", {"k": 1}) != first
+    c.put("ns", {"k": 2}, "a", median_ns=5.0, samples=3)
+    assert c._entry_digest("ns", {"k": 2}) != c._entry_digest("ns", {"k": 1})
+    c.close()

@@ -241,6 +241,11 @@ class Cache:
         finally:
             self._invalidate()
 
+    def _entry_digest(self, namespace: str, key: Mapping[str, Any]) -> int | None:
+        """A digest of the entry :meth:`get` would return (its canonical bytes hashed), or None:
+        what an adapter made from an entry can be reused while the digest is unchanged."""
+        return _ext.entry_digest(self._rust, namespace, key)
+
     def entries(self, namespace: str | None = None) -> list[tuple[str, _ext.Entry]]:
         """Every ``(namespace, entry)`` of this cache's scope, sorted."""
         return self._rust.entries(namespace)

@@ -146,15 +146,20 @@ class CacheManager(_triton_cache.CacheManager):
     def get_file(self, filename: str) -> str | None:
         if self._ours(filename):
             key = _key(self.key, _tuning_fields())
-            served = None
+            served = digest = None
             try:
-                entry = _entry(filename, key)
+                # A hit whose entry is as served before: one call, no entry built in Python. The
+                # digest is read before the entry, so a file is never kept under a newer digest
+                # than the entry it was rendered from.
+                digest = _digest(filename, key)
+                served = _served_before(filename, digest)
+                entry = None if served is not None else _entry(filename, key)
             except Exception as e:  # noqa: BLE001 - a miss, never a failed autotune
                 warn_once("triton read", f"tunecache: a Triton autotune entry cannot be read ({e}); tuning again")
                 entry = None
             if entry is not None:
                 try:
-                    served = _served_path(filename, entry)
+                    served = _served_path(filename, entry, digest)
                 except OSError as e:
                     warn_once("triton tmp", f"tunecache: cannot write a temporary file for Triton ({e})")
                 except Exception as e:  # noqa: BLE001 - a miss, never a failed autotune
@@ -263,33 +268,45 @@ def _read(filename: str, key: dict[str, Any]) -> str | None:
     return None if entry is None else _render(entry)
 
 
-#: The files already written for an entry's content: (file name, the entry's identity and
-#: every candidate's algorithm, time and outcome) → its private path. A hit whose entry is as
-#: it was served before reuses the file without rendering it again (the entry is still read
-#: from tunecache on every hit, so a newer result is served at once). Bounded.
-_rendered: dict[tuple[Any, ...], str] = {}
+#: The files already written for an entry's content: (file name, the digest of the entry's
+#: canonical bytes) → its private path. A hit whose entry is as it was served before reuses
+#: the file without rendering it again (the entry's digest is still read from tunecache on
+#: every hit, so a newer result is served at once). Bounded.
+_rendered: dict[tuple[str, int], str] = {}
 _RENDERED_MAX = 4096
 
 
-def _served_path(filename: str, entry: Any) -> str | None:
-    """The private file holding ``entry`` rendered, rendered and written if it changed; None
-    when the entry renders nothing Triton can use."""
-    content = (
-        filename,
-        entry.fingerprint,
-        entry.recorded_at,
-        tuple((c.algorithm, c.measured_at, c.median_ns, c.min_ns, c.spread_ns, c.failed) for c in entry.candidates),
-    )
-    path = _rendered.get(content)
-    if path is not None and os.path.exists(path):
-        return path
+def _digest(filename: str, key: dict[str, Any]) -> int | None:
+    """The digest of the entry :func:`_entry` would return, or None."""
+    cache = store.cache()
+    if cache is None:
+        return None
+    namespace = _namespace(filename)
+    digest = cache._entry_digest(namespace, key)
+    if digest is None and "tuning" in key:
+        digest = cache._entry_digest(namespace, {"hash": key["hash"]})
+    return digest
+
+
+def _served_before(filename: str, digest: int | None) -> str | None:
+    """The private file already rendered from the entry whose digest is ``digest``, if any."""
+    if digest is None:
+        return None
+    path = _rendered.get((filename, digest))
+    return path if path is not None and os.path.exists(path) else None
+
+
+def _served_path(filename: str, entry: Any, digest: int | None) -> str | None:
+    """The private file holding ``entry`` rendered (read after its digest ``digest`` was), kept
+    for the next hits; None when the entry renders nothing Triton can use."""
     text = _render(entry)
     if text is None:
         return None
     path = _write_private(filename, text)
-    if len(_rendered) >= _RENDERED_MAX:
-        _rendered.clear()
-    _rendered[content] = path
+    if digest is not None:
+        if len(_rendered) >= _RENDERED_MAX:
+            _rendered.clear()
+        _rendered[(filename, digest)] = path
     return path
 
 
