@@ -50,17 +50,21 @@ pub(crate) fn sign_bundle(
 }
 
 /// With `TUNECACHE_TRUST` set: why the policy (as in force for the cache at `cache_file`)
-/// refuses the bundle at `bundle`, if it does. Without: `None`.
+/// refuses the bundle at `bundle`, if it does. Without: `None`. `keep`: the policy is taken
+/// for good if the machine may take it (an import); else the machine's state is only read (a
+/// verify changes nothing).
 pub(crate) fn refusal(
     bundle: &Path,
     manifest: &Manifest,
     cache_file: Option<&Path>,
+    keep: bool,
 ) -> anyhow::Result<Option<String>> {
     let Some(trust) = cache_remote::trust::from_env()? else {
         return Ok(None);
     };
     let trust = match cache_remote::generation_dir(cache_file) {
-        Some(dir) => trust.in_force(&dir)?,
+        Some(dir) if keep => trust.in_force(&dir)?,
+        Some(dir) => trust.in_force_unchanged(&dir)?,
         None => trust,
     };
     let sig = cache_core::file::read_bounded(&sig_path(bundle), 1 << 20).ok();

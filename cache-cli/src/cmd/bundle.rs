@@ -265,7 +265,8 @@ fn verify(ctx: &Context<'_>, path: &Path, out: &mut Out) -> anyhow::Result<u8> {
     report.problems = checked.problems;
     #[cfg(feature = "s3")]
     if let Some(manifest) = &checked.manifest
-        && let Some(why) = crate::signing::refusal(path, manifest, ctx.path().ok().as_deref())?
+        && let Some(why) =
+            crate::signing::refusal(path, manifest, ctx.path().ok().as_deref(), false)?
     {
         report.problems.push(why);
     }
@@ -338,7 +339,7 @@ impl ImportArgs {
         }
         let manifest = checked.manifest.context("an unreadable bundle")?;
         #[cfg(feature = "s3")]
-        if let Some(why) = crate::signing::refusal(&self.bundle, &manifest, Some(&path))? {
+        if let Some(why) = crate::signing::refusal(&self.bundle, &manifest, Some(&path), true)? {
             bail!("{why}; nothing was imported");
         }
         let given = match &self.migrations {

@@ -301,3 +301,42 @@ fn a_huge_file_that_starts_like_an_old_bundle_is_refused_by_its_size_unread() {
     let (_, kib) = crate::large::peak_kib(get);
     assert!(kib < 200 * 1024, "the system tier read it: {kib} KiB");
 }
+
+/// With `TUNECACHE_TRUST`, `bundle verify` (an inspecting command) judges by the policy as the
+/// machine would take it but keeps nothing (a second review found it took the first policy it
+/// saw for good); `bundle import` takes it.
+#[test]
+fn verify_keeps_no_trust_state_and_import_does() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("c.tcache");
+    let key = dir.path().join("alice");
+    let ok = |o: std::process::Output| {
+        assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    };
+    ok(run(&file, &["keys", "generate", "-o", p(&key)]));
+    let policy = dir.path().join("trust.json");
+    let public = key.with_extension("pub");
+    ok(run(
+        &file,
+        &["keys", "policy", "--key", p(&public), "-o", p(&policy)],
+    ));
+    write(&file, vec![entry(1, 0, X_WINS)]);
+    let bundle = dir.path().join("b.tcb");
+    let secret = key.with_extension("key");
+    ok(run(
+        &file,
+        &["bundle", "create", "-o", p(&bundle), "--sign", p(&secret)],
+    ));
+    let state = dir.path().join("generations").join("trust-state.json");
+    let with_trust = |args: &[&str], target: &Path| {
+        command(EXE, target, args)
+            .env("TUNECACHE_TRUST", &policy)
+            .output()
+            .expect("run")
+    };
+    ok(with_trust(&["bundle", "verify", p(&bundle)], &file));
+    assert!(!state.exists(), "verify kept a trust state");
+    let target = dir.path().join("t.tcache");
+    ok(with_trust(&["bundle", "import", p(&bundle)], &target));
+    assert!(state.exists(), "import takes the policy");
+}

@@ -167,7 +167,25 @@ impl Trust {
     /// The policy in force in the folder `dir`: this one if the machine may take it (see the
     /// module docs), which it then keeps; else the one it accepted before, with a warning.
     pub fn in_force(self, dir: &Path) -> Result<Trust, TrustError> {
-        with_state(dir, |state| {
+        with_state(dir, |state| self.chosen(state))
+    }
+
+    /// [`Trust::in_force`] as an inspecting command sees it: the same choice, but nothing is
+    /// kept (a policy offered first is not taken for good by a `bundle verify`).
+    pub fn in_force_unchanged(self, dir: &Path) -> Result<Trust, TrustError> {
+        let path = dir.join(STATE_FILE);
+        let mut state: State = match cache_core::file::read_bounded(&path, 1 << 20) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                TrustError::Policy(format!("the trust state in {}: {e}", dir.display()))
+            })?,
+            Err(_) => State::default(),
+        };
+        self.chosen(&mut state)
+    }
+
+    /// The policy in force given the machine's `state`, which records a policy taken.
+    fn chosen(self, state: &mut State) -> Result<Trust, TrustError> {
+        {
             let accepted = state
                 .accepted
                 .as_deref()
@@ -202,7 +220,7 @@ impl Trust {
                 old.body.version
             );
             Ok(old)
-        })
+        }
     }
 
     fn file_text(&self) -> String {
