@@ -89,6 +89,23 @@ def test_the_pth_hook_installs_the_backend_in_worker_processes_only_when_asked(t
     )
 
 
+def test_the_pth_line_imports_nothing_unless_asked_and_an_earlier_ones_file_is_brought_up_to_date(tmp_path):
+    """A hostile review found every interpreter start of the environment importing tunecache
+    (~40 ms, and a traceback once tunecache is removed) though only TUNECACHE_INDUCTOR=1 uses it."""
+    from tunecache.integrations import inductor as adapter
+
+    site = tmp_path / "site"
+    site.mkdir()
+    old = site / "tunecache-inductor.pth"
+    old.write_bytes(b"import tunecache.integrations._inductor_boot\n")
+    assert adapter.write_pth(site) == str(old)
+    assert b"TUNECACHE_INDUCTOR" in old.read_bytes(), "the earlier file, ours, brought up to date"
+    code = f"import site; site.addsitedir({str(site)!r}); import sys; print('tunecache' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "TUNECACHE_INDUCTOR"}
+    assert run(sys.executable, "-c", code, env=env).stdout.strip() == "False"
+    assert run(sys.executable, "-c", code, env={**env, "TUNECACHE_INDUCTOR": "1"}).stdout.strip() == "True"
+
+
 def test_the_pth_file_is_written_whole_and_never_through_a_link_or_over_a_file(tmp_path):
     """Hardening IV ("seen once"): write_pth followed a link at its name and wrote in place."""
     import pytest

@@ -283,3 +283,59 @@ def test_an_entry_digest_changes_with_what_the_entry_holds(tmp_path):
     c.put("ns", {"k": 2}, "a", median_ns=5.0, samples=3)
     assert c._entry_digest("ns", {"k": 2}) != c._entry_digest("ns", {"k": 1})
     c.close()
+
+
+@pytest.mark.parametrize("how", ["replaced", "truncated", "emptied", "a directory"])
+def test_a_served_file_changed_behind_the_adapter_is_rendered_again(tmp_path, monkeypatch, how):
+    """A hostile review: a hit reused its rendered file while the file existed, whatever it
+    had become (another config, cut short, a directory): Triton then read the wrong configs or
+    failed. The file must still be the one written, else it is rendered again."""
+    monkeypatch.setenv("TUNECACHE_TRITON_PATH", str(tmp_path / "tc" / "triton.tcache"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    from tunecache.integrations import triton as adapter
+
+    adapter.store.reset()
+    config = {"kwargs": {"BLOCK": 32}, "num_warps": 4, "num_ctas": 1, "num_stages": 3, "maxnreg": None}
+    m = adapter.CacheManager("D" * 52)
+    m.put(json.dumps({"key": [1], "configs_timings": [[config, [1.0, 0.9, 1.1]]]}), "k.autotune.json", binary=False)
+    served = m.get_file("k.autotune.json")
+    if how == "replaced":
+        other = dict(config, kwargs={"BLOCK": 999})
+        tmp = served + ".x"
+        with open(tmp, "w") as f:
+            json.dump({"key": [1], "configs_timings": [[other, [0.001, 0.001, 0.001]]]}, f)
+        os.replace(tmp, served)
+    elif how == "truncated":
+        with open(served, "r+") as f:
+            f.truncate(20)
+    elif how == "emptied":
+        open(served, "w").close()
+    else:
+        os.remove(served)
+        os.mkdir(served)
+    again = m.get_file("k.autotune.json")
+    assert again is not None
+    with open(again) as f:
+        assert json.load(f)["configs_timings"][0][0]["kwargs"] == {"BLOCK": 32}, how
+    if how == "a directory":
+        os.rmdir(served)
+    adapter.store.reset()
+
+
+def test_a_forked_child_counts_only_what_it_did():
+    """``status()`` is what this process did: a forked child starts from zero."""
+    from tunecache.integrations import _common, triton
+
+    triton.counts.add("served", 3)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        os.write(write, json.dumps(_common.status()["triton"]).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        child = json.loads(f.read())
+    os.waitpid(pid, 0)
+    assert child == {"served": 0, "missed": 0, "recorded": 0}, child
+    assert _common.status()["triton"]["served"] >= 3

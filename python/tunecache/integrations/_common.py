@@ -78,6 +78,8 @@ def _renew_locks() -> None:
         store._lock = threading.Lock()
     for counts in list(_counts.values()):
         counts._lock = threading.Lock()
+        # What this process did: a forked child starts from nothing, not its parent's counts.
+        counts.served = counts.missed = counts.recorded = 0
     for hook in _fork_hooks:
         hook()
 
@@ -106,7 +108,7 @@ class Counts:
 
     def add(self, what: str, n: int = 1) -> None:
         with self._lock:
-            setattr(self, what, getattr(self, what) + n)
+            self.__dict__[what] += n
 
     def as_dict(self) -> dict[str, int]:
         with self._lock:

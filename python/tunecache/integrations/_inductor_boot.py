@@ -1,7 +1,8 @@
-"""Imported by ``tunecache-inductor.pth`` at interpreter start. With ``TUNECACHE_INDUCTOR=1`` it
-waits, without importing anything, for ``torch._inductor.remote_cache`` to be imported and then
-installs the tunecache backend (:func:`tunecache.integrations.inductor.install`); otherwise it
-does nothing. A failure is one warning, never a failed interpreter start."""
+"""Imported by ``tunecache-inductor.pth`` at interpreter start when ``TUNECACHE_INDUCTOR=1`` (the
+``.pth`` line imports nothing otherwise). It waits, without importing anything, for
+``torch._inductor.remote_cache`` to be imported and then installs the tunecache backend
+(:func:`tunecache.integrations.inductor.install`). A failure is one warning, never a failed
+interpreter start."""
 
 from __future__ import annotations
 

@@ -140,7 +140,9 @@ def write_pth(site_packages: str | os.PathLike[str]) -> str:
     there is kept; anything else at that name (a link, another file) raises
     ``FileExistsError`` and is left alone."""
     path = os.path.join(os.fspath(site_packages), PTH_NAME)
-    text = b"import tunecache.integrations._inductor_boot\n"
+    # Imports nothing unless TUNECACHE_INDUCTOR=1: every other interpreter start of the
+    # environment stays as fast as without it (and quiet if tunecache is removed later).
+    text = _PTH_TEXT
     # Never through a link, never over another file: a regular file with these bytes is
     # already done; anything else at the name is the user's and is refused. The file is
     # written whole beside the name, then linked to it (a link never replaces anything).
@@ -153,9 +155,29 @@ def write_pth(site_packages: str | os.PathLike[str]) -> str:
 
         if stat.S_ISREG(st.st_mode):
             with open(path, "rb") as f:
-                if f.read(len(text) + 1) == text:
-                    return path
+                found = f.read(len(text) + 1)
+            if found == text:
+                return path
+            if found == _PTH_TEXT_BEFORE:
+                # An earlier version's file, ours byte for byte: brought up to date in place.
+                _write_new(site_packages, path, text, replace=True)
+                return path
         raise FileExistsError(f"{path} exists and is not the file tunecache writes; left alone")
+    _write_new(site_packages, path, text, replace=False)
+    return path
+
+
+#: What ``write_pth`` writes: the boot module is imported only when ``TUNECACHE_INDUCTOR=1``.
+_PTH_TEXT = (
+    b'import os; os.environ.get("TUNECACHE_INDUCTOR") == "1" and __import__("tunecache.integrations._inductor_boot")\n'
+)
+#: What earlier versions wrote (imported tunecache at every interpreter start).
+_PTH_TEXT_BEFORE = b"import tunecache.integrations._inductor_boot\n"
+
+
+def _write_new(site_packages: str | os.PathLike[str], path: str, text: bytes, replace: bool) -> None:
+    """Writes ``text`` whole beside ``path``, then links it to ``path`` (which never replaces
+    anything) or, with ``replace``, renames it over ``path`` (only ever over our own file)."""
     tmp = os.path.join(os.fspath(site_packages), f".{PTH_NAME}.tmp.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
@@ -163,10 +185,12 @@ def write_pth(site_packages: str | os.PathLike[str]) -> str:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.link(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
     finally:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-    return path

@@ -113,8 +113,12 @@ def _write_private(filename: str, text: str) -> str:
     data = text.encode("utf-8")
     name = f"{hashlib.blake2b(data, digest_size=16).hexdigest()}-{filename}"
     path = os.path.join(_private_dir(), name)
-    if os.path.exists(path):
-        return path
+    try:
+        with open(path, "rb") as f:
+            if f.read(len(data) + 1) == data:
+                return path  # the same text, written before
+    except OSError:
+        pass  # not there, or not a file: written (again) below
     tmp = f"{path}.{os.getpid()}.{next(_counter)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
@@ -122,7 +126,13 @@ def _write_private(filename: str, text: str) -> str:
             data = data[os.write(fd, data) :]
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        # The name is taken by something that is not a file (a directory made there): the
+        # text goes under a name of its own instead.
+        path = f"{path}.{next(_counter)}"
+        os.replace(tmp, path)
     return path
 
 
@@ -269,31 +279,45 @@ def _read(filename: str, key: dict[str, Any]) -> str | None:
 
 
 #: The files already written for an entry's content: (file name, the digest of the entry's
-#: canonical bytes) → its private path. A hit whose entry is as it was served before reuses
-#: the file without rendering it again (the entry's digest is still read from tunecache on
-#: every hit, so a newer result is served at once). Bounded.
-_rendered: dict[tuple[str, int], str] = {}
+#: canonical bytes) → its private path and what ``os.stat`` said of it once written (inode,
+#: size, modification time). A hit whose entry is as it was served before reuses the file
+#: without rendering it again, if the file is still the one written (a file replaced,
+#: truncated or turned into something else is rendered again); the entry's digest is still
+#: read from tunecache on every hit, so a newer result is served at once. Bounded.
+_rendered: dict[tuple[str, int], tuple[str, tuple[int, int, int]]] = {}
 _RENDERED_MAX = 4096
 
 
 def _digest(filename: str, key: dict[str, Any]) -> int | None:
-    """The digest of the entry :func:`_entry` would return, or None."""
+    """The digest of the entry :func:`_entry` would return, or None (on every hit: kept
+    lean)."""
     cache = store.cache()
     if cache is None:
         return None
-    namespace = _namespace(filename)
+    namespace = _namespaces.get(filename) or _namespaces.setdefault(filename, _namespace(filename))
     digest = cache._entry_digest(namespace, key)
     if digest is None and "tuning" in key:
         digest = cache._entry_digest(namespace, {"hash": key["hash"]})
     return digest
 
 
+#: Each file name's namespace, made once.
+_namespaces: dict[str, str] = {}
+
+
 def _served_before(filename: str, digest: int | None) -> str | None:
     """The private file already rendered from the entry whose digest is ``digest``, if any."""
     if digest is None:
         return None
-    path = _rendered.get((filename, digest))
-    return path if path is not None and os.path.exists(path) else None
+    kept = _rendered.get((filename, digest))
+    if kept is None:
+        return None
+    path, written = kept
+    try:
+        st = os.stat(path)  # the one system call Triton's own hit makes too
+    except OSError:
+        return None
+    return path if (st.st_ino, st.st_size, st.st_mtime_ns) == written else None
 
 
 def _served_path(filename: str, entry: Any, digest: int | None) -> str | None:
@@ -304,9 +328,10 @@ def _served_path(filename: str, entry: Any, digest: int | None) -> str | None:
         return None
     path = _write_private(filename, text)
     if digest is not None:
+        st = os.stat(path)
         if len(_rendered) >= _RENDERED_MAX:
             _rendered.clear()
-        _rendered[(filename, digest)] = path
+        _rendered[(filename, digest)] = (path, (st.st_ino, st.st_size, st.st_mtime_ns))
     return path
 
 
