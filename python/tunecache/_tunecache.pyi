@@ -22,6 +22,7 @@ __all__ = [
     "candidate_set_fingerprint",
     "canonical_key",
     "drain_warnings",
+    "entry_digest",
     "fingerprint",
     "output_batch_keys",
     "output_key",
