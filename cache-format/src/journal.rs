@@ -141,6 +141,8 @@ pub fn scan_records(bytes: &[u8], start: usize, limits: &Limits) -> JournalScan 
         tail: Tail::Clean,
     };
     let mut pos = scan.end;
+    // What searching past broken frames' ends may cost in all (see `reframe_after`).
+    let mut budget = 4 * (bytes.len() - pos);
     while pos < bytes.len() {
         match read_frame(bytes, pos, limits) {
             Ok((range, stored, end_of_frame)) => {
@@ -156,7 +158,9 @@ pub fn scan_records(bytes: &[u8], start: usize, limits: &Limits) -> JournalScan 
                 // The length or the marker may be what was damaged: records whole but for
                 // their frames are read by their checksums; one whose payload is damaged is
                 // skipped.
-                if let Some((found, to)) = reframe_after(bytes, pos, end_of_frame, limits) {
+                if let Some((found, to)) =
+                    reframe_after(bytes, pos, end_of_frame, limits, &mut budget)
+                {
                     scan.damaged
                         .push(reread(pos, found.len(), "its frame is damaged"));
                     scan.records.extend(found);
@@ -277,13 +281,30 @@ fn torn(rest: &[u8], offset: usize, err: Option<&FormatError>) -> Tail {
 /// After a frame at `pos` that parses but holds no sound record: the records whole but for
 /// their frames from `pos` up to the next frame (a damaged length can end the frame where a
 /// frame seems to start: then up to the next intact record), or the end, read by their
-/// checksums ([`reframe`]), and where they end; `None` unless they fill that span.
+/// checksums ([`reframe`]), and where they end; `None` unless they fill that span. A frame
+/// that ends where tunecache's next record starts (`0x92 0xc6`) or at the end had its length
+/// right: only its own bytes are searched (a damaged payload costs its record, not a walk to
+/// the end). The searches past a frame's end share `budget` (bytes), so a journal of damaged
+/// frames costs a few passes over it, never one per frame.
 fn reframe_after(
     bytes: &[u8],
     pos: usize,
     end_of_frame: usize,
     limits: &Limits,
+    budget: &mut usize,
 ) -> Option<(Vec<Range<usize>>, usize)> {
+    let fill = |to: usize| {
+        let (found, stop) = reframe(bytes, pos, to, limits);
+        (!found.is_empty() && stop == to).then_some((found, to))
+    };
+    if end_of_frame == bytes.len() || bytes[end_of_frame..].starts_with(&[0x92, 0xc6]) {
+        return fill(end_of_frame);
+    }
+    let reach = bytes.len() - pos;
+    if *budget < reach {
+        return None;
+    }
+    *budget -= reach;
     let beyond = resync(bytes, pos, limits).unwrap_or(bytes.len());
     let next_frame = end_of_frame == bytes.len() || read_frame(bytes, end_of_frame, limits).is_ok();
     let ends = if next_frame && end_of_frame != beyond {
@@ -291,10 +312,7 @@ fn reframe_after(
     } else {
         vec![beyond]
     };
-    ends.into_iter().find_map(|to| {
-        let (found, stop) = reframe(bytes, pos, to, limits);
-        (!found.is_empty() && stop == to).then_some((found, to))
-    })
+    ends.into_iter().find_map(fill)
 }
 
 /// Records laid out as tunecache writes them (`0x92 0xc6 <len:4> <payload> 0xce <crc:4>`) one
