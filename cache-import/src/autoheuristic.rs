@@ -225,7 +225,13 @@ fn row(line: &str, columns: &[String], numerical: &[String]) -> Result<Row, Stri
                     .map_err(|_| format!("{name} is {cell:?}, not an integer"))?,
             )
         } else {
-            Value::from(*cell)
+            // A categorical True or False is a flag: a key differing in it is a neighbour one
+            // unit away (a layout), not a stranger (gpu_tuner's key distance).
+            match *cell {
+                "True" => Value::Bool(true),
+                "False" => Value::Bool(false),
+                other => Value::from(other),
+            }
         };
         key.push((name.clone(), value));
     }
@@ -306,6 +312,20 @@ mod tests {
         let (_, _, ms) =
             row("64,128,torch.float16,extern_mm,inf", &columns, &numerical).expect("row");
         assert!(ms.is_infinite(), "a failed benchmark");
+        // True and False are flags; other text stays text.
+        let numerical = vec!["m".to_owned()];
+        let columns = header_of("m,contig,tf32,choice,feedback", &numerical).expect("header");
+        let (key, ..) =
+            row("64,False,not_float_32,extern_mm,1", &columns, &numerical).expect("row");
+        assert_eq!(key[1], ("contig".to_owned(), Value::Bool(false)));
+        assert_eq!(key[2], ("tf32".to_owned(), Value::from("not_float_32")));
+        let (key, ..) = row("64,True,true,extern_mm,1", &columns, &numerical).expect("row");
+        assert_eq!(key[1], ("contig".to_owned(), Value::Bool(true)));
+        assert_eq!(
+            key[2],
+            ("tf32".to_owned(), Value::from("true")),
+            "only as written"
+        );
         for bad in [
             "64,128,torch.float16,extern_mm",
             "64.5,128,torch.float16,extern_mm,0.25",

@@ -64,6 +64,8 @@ struct MethodRow {
     method: String,
     share_of_optimum: f64,
     p10_share: f64,
+    /// The share of keys below 90% of the optimum.
+    below_90_share: f64,
     exact_share: f64,
     measured_per_key: f64,
     tuning_share: f64,
@@ -119,15 +121,23 @@ impl Report for EvaluateReport {
                 g.namespace, g.scope, g.keys, g.evaluated
             ))?;
             out.line(format!(
-                "  {:<34} {:>9} {:>7} {:>7} {:>9} {:>8} {:>11}",
-                "method", "% optimum", "p10 %", "exact", "measured", "tuning", "worst fold"
+                "  {:<34} {:>9} {:>7} {:>6} {:>7} {:>9} {:>8} {:>11}",
+                "method",
+                "% optimum",
+                "p10 %",
+                "< 90%",
+                "exact",
+                "measured",
+                "tuning",
+                "worst fold"
             ))?;
             for m in &g.methods {
                 out.line(format!(
-                    "  {:<34} {:>9.1} {:>7.1} {:>6.0}% {:>9.1} {:>7.0}% {:>11}",
+                    "  {:<34} {:>9.1} {:>7.1} {:>5.1}% {:>6.0}% {:>9.1} {:>7.0}% {:>11}",
                     m.method,
                     m.share_of_optimum * 100.0,
                     m.p10_share * 100.0,
+                    m.below_90_share * 100.0,
                     m.exact_share * 100.0,
                     m.measured_per_key,
                     m.tuning_share * 100.0,
@@ -471,6 +481,7 @@ fn group(namespace: String, scope: String, keys: usize, eval: &Evaluation) -> Gr
         method: m.method.clone(),
         share_of_optimum: m.share_of_optimum(),
         p10_share: m.p10_share,
+        below_90_share: m.below_90 as f64 / n,
         exact_share: m.exact as f64 / n,
         measured_per_key: m.measured_per_key,
         tuning_share: m.tuning_share,

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use cache_core::cache_format::{CandidateId, Entry, Fingerprint, Outcome};
 
-use super::Predictor;
+use super::{Predictor, Restated};
 
 /// One method's figures over the held-out keys.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,6 +24,8 @@ pub struct MethodScore {
     /// The 10th percentile of the share of the optimum reached (best median over the chosen
     /// candidate's): nine keys in ten did at least this well.
     pub p10_share: f64,
+    /// Keys where it reached less than 90% of the optimum (a choice over 11% slower).
+    pub below_90: usize,
     /// Keys where it chose the true best.
     pub exact: usize,
     /// Candidates it measured per key, on average (0 for a method that measures nothing).
@@ -148,18 +150,22 @@ pub(super) fn split_by(
     methods: &Methods<'_>,
     voters: &Voters<'_>,
 ) -> (Vec<Vec<Pick>>, f64) {
+    // Learnt once: every held-out key walks the same tuned keys.
+    let learnt = Restated::learn(train.iter().map(|e| e.key().fields()));
     let ask = |p: &Predictor, entry: &Entry, current: &[CandidateId]| {
         let fields = entry.key().fields();
+        let walk = train.iter().copied();
         match voters {
-            Voters::Here => p.predict(fields, train.iter().copied(), current),
-            Voters::Across => p.transfer(fields, train.iter().copied(), current),
+            Voters::Here => p.rank(fields, walk, current, true, &[], Some(&learnt)),
+            Voters::Across => p.rank(fields, walk, current, false, &[], Some(&learnt)),
             Voters::Beside(map) => {
                 let elsewhere = map.get(&entry.fingerprint()).map_or(&[][..], Vec::as_slice);
-                p.predict_beside(
+                p.walk_beside(
                     fields,
-                    train.iter().copied(),
+                    walk,
                     elsewhere.iter().copied(),
                     current,
+                    Some(&learnt),
                 )
                 .or_else(|| {
                     let all = Predictor {
@@ -202,7 +208,7 @@ pub(super) fn split_by(
         ));
         for (i, k) in methods.top.iter().enumerate() {
             let list = if across {
-                adaptive(entry, train, predictor, current, *k)
+                adaptive(entry, train, predictor, current, *k, &learnt)
             } else {
                 let mut list = pred.top(*k);
                 if !list.contains(near.winner()) {
@@ -245,17 +251,20 @@ pub(super) struct Pick {
 /// Top-k on a device predicted from others: `k` candidates measured in up to four rounds,
 /// the first the transferred prediction's top set (at least its diverse three), each later one
 /// re-ranked by
-/// [`Predictor::transfer_measured`] from what the earlier rounds measured (their true medians).
+/// [`Predictor::transfer_measured`] from what the earlier rounds measured (their true medians),
+/// the restating fields `learnt` from `train` once.
 fn adaptive(
     entry: &Entry,
     train: &[&Entry],
     predictor: &Predictor,
     current: &[CandidateId],
     k: usize,
+    learnt: &Restated,
 ) -> Vec<CandidateId> {
     let fields = entry.key().fields();
     let batch = k.div_ceil(4).max(1);
-    let Some(first) = predictor.transfer(fields, train.iter().copied(), current) else {
+    let walk = || train.iter().copied();
+    let Some(first) = predictor.rank(fields, walk(), current, false, &[], Some(learnt)) else {
         return Vec::new();
     };
     // At least the diverse three first: agreement needs three measured to judge by.
@@ -265,8 +274,7 @@ fn adaptive(
             .iter()
             .filter_map(|c| Some((c.clone(), truth(entry, c).filter(|t| t.is_finite())?)))
             .collect();
-        let Some(next) =
-            predictor.transfer_measured(fields, train.iter().copied(), current, &measured)
+        let Some(next) = predictor.rank(fields, walk(), current, false, &measured, Some(learnt))
         else {
             break;
         };
@@ -321,6 +329,7 @@ fn score(method: String, picks: &[Pick], full_time: f64) -> MethodScore {
         geomean_regret: (log_sum / n).exp() - 1.0,
         worst_regret: picks.iter().map(|p| p.regret).fold(0.0, f64::max),
         p10_share: shares.get(shares.len() / 10).copied().unwrap_or(1.0),
+        below_90: shares.iter().filter(|&&s| s < 0.9).count(),
         exact: picks.iter().filter(|p| p.regret <= 0.0).count(),
         measured_per_key: picks.iter().map(|p| p.measured as f64).sum::<f64>() / n,
         tuning_share: if full_time > 0.0 {

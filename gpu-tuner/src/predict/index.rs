@@ -2,10 +2,13 @@
 //! than all (issue 41's budget: 100 µs).
 //!
 //! Two keys are comparable when they have the same fields, the same list lengths and equal
-//! non-integer values (their *layout*); their distance is then a sum over the integers of
-//! |ln(a+1) − ln(b+1)| + w·|alignment(a) − alignment(b)| + [signs differ] (see `tuner::plan`).
-//! That is the L1 distance between points with three coordinates per integer, so the keys of
-//! one layout go into a k-d tree over those points, each node with the box its points span.
+//! text, bytes and float values (their *layout*); their distance is then a sum over the
+//! integers of |ln(a+1) − ln(b+1)| + w·|alignment(a) − alignment(b)| + [signs differ], plus
+//! [`FLAG_DISTANCE`] per differing flag, where restating fields count only as sizes of their own
+//! (see `distance.rs`). Leaving the restating fields out, that is the L1 distance between points
+//! with three coordinates per integer and one per flag, a lower bound of the whole distance; so
+//! the keys of one layout go into a k-d tree over those points, each node with the box its
+//! points span.
 //! A search visits the nearer child first and skips a node whose box is farther than the
 //! selection's k-th key ([`Selection::bound`]); every key it reaches is offered to the same
 //! selection a walk of all keys uses, which measures the exact distance on the fields, so the
@@ -17,8 +20,8 @@ use std::sync::Arc;
 
 use cache_core::cache_format::{Entry, Fields, Fingerprint, Value};
 
+use super::distance::{ALIGNMENT_WEIGHT, FLAG_DISTANCE, Restated, alignment};
 use super::select::{ROOM, Selection};
-use crate::tuner::{ALIGNMENT_WEIGHT, alignment};
 
 /// Points per leaf: below this a node is searched point by point.
 const LEAF: usize = 16;
@@ -31,6 +34,8 @@ const LEAF: usize = 16;
 pub struct KeyIndex {
     entries: Vec<Arc<Entry>>,
     trees: HashMap<String, Tree>,
+    /// Learnt from the entries when the index is built, and used for the fresher keys too.
+    restated: Restated,
 }
 
 impl KeyIndex {
@@ -50,9 +55,10 @@ impl KeyIndex {
             i += 1;
             at.get(&e.fingerprint()) == Some(&(i - 1))
         });
+        let restated = Restated::learn(entries.iter().map(|e| e.key().fields()));
         let mut layouts: HashMap<String, (Vec<f64>, Vec<u32>)> = HashMap::new();
         for (i, e) in entries.iter().enumerate() {
-            let (layout, point) = coordinates(e.key().fields());
+            let (layout, point) = coordinates(e.key().fields(), &restated);
             let (points, ids) = layouts.entry(layout).or_default();
             points.extend(point);
             ids.push(i as u32);
@@ -64,7 +70,16 @@ impl KeyIndex {
                 (layout, Tree::build(dims, points, ids))
             })
             .collect();
-        KeyIndex { entries, trees }
+        KeyIndex {
+            entries,
+            trees,
+            restated,
+        }
+    }
+
+    /// The restating fields learnt from its keys.
+    pub(crate) fn restated(&self) -> &Restated {
+        &self.restated
     }
 
     /// How many keys it holds.
@@ -85,7 +100,7 @@ impl KeyIndex {
         selection: &mut Selection<'a, '_>,
         skip: &HashSet<Fingerprint>,
     ) {
-        let (layout, point) = coordinates(target);
+        let (layout, point) = coordinates(target, &self.restated);
         if let Some(tree) = self.trees.get(&layout) {
             let mut visit = Visit {
                 tree,
@@ -99,18 +114,24 @@ impl KeyIndex {
 }
 
 /// A key's layout (what must be equal for two keys to be comparable) and its point.
-fn coordinates(fields: &Fields) -> (String, Vec<f64>) {
+fn coordinates(fields: &Fields, restated: &Restated) -> (String, Vec<f64>) {
     let mut layout = String::new();
     let mut point = Vec::new();
-    fields_into(fields, &mut layout, &mut point);
+    fields_into(fields, restated, &mut layout, &mut point);
     (layout, point)
 }
 
-fn fields_into(fields: &Fields, layout: &mut String, point: &mut Vec<f64>) {
+/// `restated` applies to the key's own fields; nested ones pass none.
+fn fields_into(fields: &Fields, restated: &Restated, layout: &mut String, point: &mut Vec<f64>) {
     for (name, value) in fields {
         // Length-prefixed, so no two layouts spell the same.
         let _ = write!(layout, "{}:{name}", name.len());
-        value_into(value, layout, point);
+        if matches!(value, Value::Int(_)) && restated.contains(name) {
+            // Left out of the point: it adds nothing where both keys restate it.
+            layout.push('r');
+        } else {
+            value_into(value, layout, point);
+        }
     }
 }
 
@@ -122,6 +143,10 @@ fn value_into(value: &Value, layout: &mut String, point: &mut Vec<f64>) {
             point.push(ALIGNMENT_WEIGHT * alignment(*v));
             point.push(if *v < 0 { 1.0 } else { 0.0 });
         }
+        Value::Bool(b) => {
+            layout.push('b');
+            point.push(if *b { FLAG_DISTANCE } else { 0.0 });
+        }
         Value::List(items) => {
             let _ = write!(layout, "[{}", items.len());
             for item in items {
@@ -131,7 +156,7 @@ fn value_into(value: &Value, layout: &mut String, point: &mut Vec<f64>) {
         }
         Value::Map(fields) => {
             layout.push('{');
-            fields_into(fields, layout, point);
+            fields_into(fields, &Restated::default(), layout, point);
             layout.push('}');
         }
         other => {
@@ -312,10 +337,20 @@ mod tests {
 
     fn fields(r: &mut Rng) -> Fields {
         let dtype = ["f16", "bf16", "f32"][r.next(3) as usize];
+        let k = r.size();
+        // A leading dimension that restates k (or 1) in most keys, a padded one in a few: it
+        // is learnt as restating, and the index leaves it out of its points.
+        let ld = match r.next(100) {
+            0..=92 => k,
+            93..=96 => 1,
+            _ => r.size(),
+        };
         let mut f = Fields::from([
             ("m".to_owned(), Value::Int(r.size())),
             ("n".to_owned(), Value::Int(r.size())),
-            ("k".to_owned(), Value::Int(r.size())),
+            ("k".to_owned(), Value::Int(k)),
+            ("ld".to_owned(), Value::Int(ld)),
+            ("contiguous".to_owned(), Value::Bool(r.next(3) != 0)),
             ("dtype".to_owned(), Value::from(dtype)),
         ]);
         // A second layout: a stride list and a flag.
@@ -360,12 +395,17 @@ mod tests {
             .collect();
         for seed in 1..=6u64 {
             let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            let tuned: Vec<Arc<Entry>> = (0..3000)
+            let mut tuned: Vec<Arc<Entry>> = (0..3000)
                 .map(|_| {
                     let f = fields(&mut r);
                     Arc::new(entry(f, &mut r, &candidates))
                 })
                 .collect();
+            // Some keys recorded twice: the later is kept.
+            for i in (0..3000).step_by(61) {
+                let f = tuned[i].key().fields().clone();
+                tuned.push(Arc::new(entry(f, &mut r, &candidates)));
+            }
             // Newer versions of some keys (recorded since the index was built), and new keys.
             let mut keys: Vec<Fields> = tuned
                 .iter()
@@ -378,6 +418,7 @@ mod tests {
                 .map(|f| Arc::new(entry(f, &mut r, &candidates)))
                 .collect();
             let index = KeyIndex::new(tuned.iter().cloned());
+            assert_eq!(index.restated().names(), ["ld"], "seed {seed}");
             let mut everything: HashMap<Fingerprint, Arc<Entry>> = tuned
                 .iter()
                 .map(|e| (e.fingerprint(), Arc::clone(e)))

@@ -1,15 +1,16 @@
 //! Prediction on a miss: the current candidates of an unseen key ranked from the tuned keys of
 //! the same namespace and scope. Pure: no I/O, no clock.
 //!
-//! The neighbours of a key are the tuned keys with the same fields and equal non-numeric values
-//! (categorical fields match exactly); numeric fields are compared on a log scale (the key
-//! distance of the tuner: the sum of |ln(a+1) − ln(b+1)| over integer fields), and among
-//! neighbours at the same distance the smaller problem comes first (the prefer-lower rule of
-//! vLLM's and Helion's config lookup). The `k` nearest vote: each gives every candidate it
-//! measured its slowdown against its own best, ln(median / best median) (a failure counts as a
-//! slowdown of [`FAILED_SLOWDOWN`]), weighted by 1 / (distance + [`SMOOTHING`]); a candidate's
-//! score is its weighted mean slowdown over the neighbours that measured it, and candidates are
-//! ranked by score, unmeasured ones last in their given order. With `k = 1` this is the
+//! The neighbours of a key are the tuned keys with the same fields and equal text values
+//! (categorical fields match exactly); sizes are compared on a log scale, a differing flag
+//! adds 1 (`FLAG_DISTANCE`), and a field that restates other sizes in most tuned keys (a
+//! stride) is not counted again (the key distance, `distance.rs`); among neighbours at the
+//! same distance the smaller problem comes first (the prefer-lower rule of vLLM's and Helion's
+//! config lookup). The `k` nearest vote: each gives every candidate it measured its slowdown
+//! against its own best, ln(median / best median) (a failure counts as a slowdown of
+//! [`FAILED_SLOWDOWN`]), weighted by 1 / (distance + [`SMOOTHING`]); a candidate's score is
+//! its weighted mean slowdown over the neighbours that measured it, and candidates are ranked
+//! by score, unmeasured ones last in their given order. With `k = 1` this is the
 //! nearest key's ranking.
 
 use std::cmp::Ordering;
@@ -19,11 +20,13 @@ use std::sync::Arc;
 use cache_core::cache_format::{CandidateId, Entry, Fields, Key, Outcome};
 
 mod adapt;
+mod distance;
 mod evaluate;
 mod folds;
 mod index;
 mod select;
 
+use distance::Restated;
 pub use evaluate::{Evaluation, MethodScore, Methods, evaluate};
 pub use folds::{CrossValidation, cross_validate, few_tuned, few_tuned_with, fold_of, transfer};
 pub use index::KeyIndex;
@@ -92,6 +95,9 @@ pub struct Prediction {
     /// Made from other scopes' results ([`Predictor::transfer`]: another device's), not
     /// this scope's tuned keys.
     pub transferred: bool,
+    /// The key's fields the distance counted only where a key gave them a size of their own:
+    /// strides and the like, which restate the other sizes in most tuned keys (learnt from them, `distance.rs`).
+    pub uncounted: Vec<String>,
 }
 
 impl Prediction {
@@ -149,7 +155,14 @@ impl Prediction {
         } else {
             "predicted"
         };
-        format!("{how} {} from {}", self.winner(), near.join(", "))
+        let mut line = format!("{how} {} from {}", self.winner(), near.join(", "));
+        if !self.uncounted.is_empty() {
+            line.push_str(&format!(
+                " (not counted where they restate other sizes: {})",
+                self.uncounted.join(", ")
+            ));
+        }
+        line
     }
 }
 
@@ -163,7 +176,7 @@ impl Predictor {
         tuned: impl IntoIterator<Item = &'a Entry>,
         current: &[CandidateId],
     ) -> Option<Prediction> {
-        self.rank(target, tuned, current, true, &[])
+        self.rank(target, tuned, current, true, &[], None)
     }
 
     /// The predicted ranking of `current` for `target` from `tuned` entries of *another*
@@ -177,7 +190,7 @@ impl Predictor {
         tuned: impl IntoIterator<Item = &'a Entry>,
         current: &[CandidateId],
     ) -> Option<Prediction> {
-        self.rank(target, tuned, current, false, &[])
+        self.rank(target, tuned, current, false, &[], None)
     }
 
     /// [`Predictor::transfer`] once some candidates were measured on the target
@@ -191,7 +204,7 @@ impl Predictor {
         current: &[CandidateId],
         measured: &[(CandidateId, f64)],
     ) -> Option<Prediction> {
-        self.rank(target, tuned, current, false, measured)
+        self.rank(target, tuned, current, false, measured, None)
     }
 
     /// [`Predictor::predict`] from an index of the tuned keys ([`KeyIndex`]) and `fresher`:
@@ -210,7 +223,7 @@ impl Predictor {
         }
         let set = Current::new(current);
         let near = self.select_indexed(target, index, fresher, &set);
-        self.ranked(near, current, &set, true, &[])
+        self.ranked(near, current, &set, true, &[], index.restated())
     }
 
     /// [`Predictor::predict`] with `elsewhere`: the same key's entries under other scopes
@@ -229,9 +242,25 @@ impl Predictor {
         if current.is_empty() {
             return None;
         }
+        self.walk_beside(target, tuned, elsewhere, current, None)
+    }
+
+    /// [`Predictor::predict_beside`], with the restating fields learnt beforehand when given
+    /// (an evaluation walks the same tuned keys for every held-out key).
+    fn walk_beside<'a>(
+        &self,
+        target: &Fields,
+        tuned: impl IntoIterator<Item = &'a Entry>,
+        elsewhere: impl IntoIterator<Item = &'a Entry>,
+        current: &[CandidateId],
+        learnt: Option<&Restated>,
+    ) -> Option<Prediction> {
+        if current.is_empty() {
+            return None;
+        }
         let set = Current::new(current);
-        let near = nearest(target, tuned, &set, self.neighbours, true);
-        self.beside(near, elsewhere, current, &set)
+        let (near, restated) = nearest(target, tuned, &set, self.neighbours, true, learnt);
+        self.beside(near, elsewhere, current, &set, &restated)
     }
 
     /// [`Predictor::predict_beside`] from an index of this scope's tuned keys and `fresher`
@@ -249,7 +278,7 @@ impl Predictor {
         }
         let set = Current::new(current);
         let near = self.select_indexed(target, index, fresher, &set);
-        self.beside(near, elsewhere, current, &set)
+        self.beside(near, elsewhere, current, &set, index.restated())
     }
 
     /// This scope's nearest keys `near` and the other scopes' `elsewhere` voting together.
@@ -259,6 +288,7 @@ impl Predictor {
         elsewhere: impl IntoIterator<Item = &'a Entry>,
         ids: &[CandidateId],
         current: &Current<'_>,
+        restated: &Restated,
     ) -> Option<Prediction> {
         if near.is_empty() {
             return None;
@@ -270,7 +300,7 @@ impl Predictor {
                 .filter(|e| measured_best(e, current).is_some())
                 .map(|e| (ELSEWHERE_DISTANCE, 0.0, e.fingerprint(), e)),
         );
-        let mut p = self.ranked(near, ids, current, true, &[])?;
+        let mut p = self.ranked(near, ids, current, true, &[], restated)?;
         for n in &mut p.neighbours[own..] {
             n.elsewhere = true;
         }
@@ -288,7 +318,7 @@ impl Predictor {
         fresher: &'a [Arc<Entry>],
         set: &Current<'_>,
     ) -> Vec<Near<'a>> {
-        let mut selection = Selection::new(target, set, self.neighbours, true);
+        let mut selection = Selection::new(target, set, index.restated(), self.neighbours, true);
         for e in fresher {
             selection.offer(e);
         }
@@ -297,6 +327,8 @@ impl Predictor {
         selection.finish()
     }
 
+    /// The ranking a walk of `tuned` gives, with the restating fields learnt beforehand when
+    /// given (see [`Predictor::walk_beside`]).
     fn rank<'a>(
         &self,
         target: &Fields,
@@ -304,13 +336,14 @@ impl Predictor {
         current: &[CandidateId],
         skip_own: bool,
         measured: &[(CandidateId, f64)],
+        learnt: Option<&Restated>,
     ) -> Option<Prediction> {
         if current.is_empty() {
             return None;
         }
         let set = Current::new(current);
-        let near = nearest(target, tuned, &set, self.neighbours, skip_own);
-        self.ranked(near, current, &set, skip_own, measured)
+        let (near, restated) = nearest(target, tuned, &set, self.neighbours, skip_own, learnt);
+        self.ranked(near, current, &set, skip_own, measured, &restated)
     }
 
     /// The ranking the selected keys `near` vote for.
@@ -321,6 +354,7 @@ impl Predictor {
         current: &Current<'_>,
         skip_own: bool,
         measured: &[(CandidateId, f64)],
+        restated: &Restated,
     ) -> Option<Prediction> {
         if near.is_empty() {
             return None;
@@ -360,6 +394,7 @@ impl Predictor {
             ranking,
             neighbours,
             transferred: !skip_own,
+            uncounted: restated.names().to_vec(),
         })
     }
 }
@@ -448,6 +483,7 @@ mod tests {
             ranking,
             neighbours: Vec::new(),
             transferred: false,
+            uncounted: Vec::new(),
         };
         // The second and third differ from the first by one param: skipped for the third
         // and the fourth-ranked algorithm, then the ranking resumes.

@@ -7,8 +7,8 @@ use std::cmp::Ordering;
 
 use cache_core::cache_format::{Entry, Fields, Fingerprint, Key, Value};
 
+use super::distance::{Restated, distance_within};
 use super::{Current, measured_best};
-use crate::tuner::distance_within;
 
 /// A tuned key as the selection orders it: distance, then the smaller problem, then the
 /// fingerprint.
@@ -35,6 +35,7 @@ pub(super) fn near_cmp(a: &Near<'_>, b: &Near<'_>) -> Ordering {
 pub(super) struct Selection<'a, 't> {
     target: &'t Fields,
     current: &'t Current<'t>,
+    restated: &'t Restated,
     k: usize,
     /// The target's own fingerprint, when its own entry must be left out.
     own: Option<Fingerprint>,
@@ -45,12 +46,14 @@ impl<'a, 't> Selection<'a, 't> {
     pub(super) fn new(
         target: &'t Fields,
         current: &'t Current<'t>,
+        restated: &'t Restated,
         k: usize,
         skip_own: bool,
     ) -> Self {
         Selection {
             target,
             current,
+            restated,
             k: k.max(1),
             own: skip_own.then(|| Key::new(target.clone()).fingerprint()),
             // Grows past this only when there are that many keys: a huge `k` is "all".
@@ -68,7 +71,8 @@ impl<'a, 't> Selection<'a, 't> {
 
     /// Considers one tuned key.
     pub(super) fn offer(&mut self, e: &'a Entry) {
-        let Some(d) = distance_within(self.target, e.key().fields(), self.bound()).map(quantized)
+        let Some(d) = distance_within(self.target, e.key().fields(), self.restated, self.bound())
+            .map(quantized)
         else {
             return;
         };
@@ -108,19 +112,27 @@ impl<'a, 't> Selection<'a, 't> {
     }
 }
 
-/// The `k` nearest tuned keys of `tuned` with a measured current candidate, nearest first.
+/// The `k` nearest tuned keys of `tuned` with a measured current candidate, nearest first,
+/// and the restating fields the distance used: `learnt`, or else learnt from `tuned`.
 pub(super) fn nearest<'a>(
     target: &Fields,
     tuned: impl IntoIterator<Item = &'a Entry>,
     current: &Current<'_>,
     k: usize,
     skip_own: bool,
-) -> Vec<Near<'a>> {
-    let mut selection = Selection::new(target, current, k, skip_own);
+    learnt: Option<&Restated>,
+) -> (Vec<Near<'a>>, Restated) {
+    let tuned: Vec<&'a Entry> = tuned.into_iter().collect();
+    let restated = match learnt {
+        Some(r) => r.clone(),
+        None => Restated::learn(tuned.iter().map(|e| e.key().fields())),
+    };
+    let mut selection = Selection::new(target, current, &restated, k, skip_own);
     for e in tuned {
         selection.offer(e);
     }
-    selection.finish()
+    let near = selection.finish();
+    (near, restated)
 }
 
 /// For ties in distance: how much larger the neighbour is than the target, on the log scale
@@ -149,8 +161,8 @@ fn signed(a: &Value, b: &Value) -> f64 {
 mod tests {
     use cache_core::cache_format::{Candidate, CandidateId, Origin, Stats};
 
+    use super::super::distance::distance;
     use super::*;
-    use crate::tuner::distance;
 
     #[test]
     fn the_one_pass_selection_equals_sorting_every_key() {
@@ -197,7 +209,7 @@ mod tests {
                     e.fingerprint() != own && measured_best(e, &Current::new(&current)).is_some()
                 })
                 .filter_map(|e| {
-                    let d = quantized(distance(&target, e.key().fields())?);
+                    let d = quantized(distance(&target, e.key().fields(), &Restated::default())?);
                     Some((
                         d,
                         lower_first(&target, e.key().fields()),
@@ -209,7 +221,8 @@ mod tests {
             all.sort_by(near_cmp);
             for k in [1, 4, 10] {
                 let fast: Vec<Fingerprint> =
-                    nearest(&target, &entries, &Current::new(&current), k, true)
+                    nearest(&target, &entries, &Current::new(&current), k, true, None)
+                        .0
                         .iter()
                         .map(|n| n.2)
                         .collect();
@@ -238,7 +251,7 @@ mod tests {
         };
         let pair = [key(63), key(3)];
         let target = Fields::from([("m".to_owned(), Value::Int(15))]);
-        let got = nearest(&target, &pair, &Current::new(&current), 1, true);
+        let (got, _) = nearest(&target, &pair, &Current::new(&current), 1, true, None);
         assert_eq!(got[0].3.key().fields().get("m"), Some(&Value::Int(3)));
     }
 }

@@ -38,10 +38,6 @@ pub use config::{MissPolicy, OpConfig, Progress, RemotePolicy, TuneError, TuneSt
 use consistency::Synced;
 pub use consistency::{Consistency, SyncReport};
 use counters::Counters;
-#[cfg(test)]
-pub(crate) use plan::distance;
-pub(crate) use plan::distance_within;
-pub(crate) use plan::{ALIGNMENT_WEIGHT, alignment};
 pub use stability::{KeyStability, StabilityReport};
 
 use crate::fleet::Fleet;

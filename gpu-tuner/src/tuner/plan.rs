@@ -154,69 +154,6 @@ pub(super) fn compatible(current: &Scope, other: &Scope, volatile: &[String]) ->
     current != other && stable(current) == stable(other)
 }
 
-/// How much a difference in power-of-two alignment adds to a key distance, per power of two
-/// (the trailing zero bits of a positive size, counted up to 7: 128-aligned and beyond are
-/// alike). GPU kernels run differently on sizes their tiles divide: on Inductor's published
-/// A100 TIMM mm timings this took the prediction from 96.8% to 97.7% of the optimum (5-fold;
-/// chosen from 0, 0.3, 1 and 2.8, docs/rust.md).
-pub(crate) const ALIGNMENT_WEIGHT: f64 = 0.3;
-
-/// The power of two a size is a multiple of, as its trailing zero bits up to 7.
-pub(crate) fn alignment(v: i64) -> f64 {
-    if v > 0 {
-        f64::from(v.trailing_zeros().min(7))
-    } else {
-        0.0
-    }
-}
-
-/// Distance between two keys: `None` unless they have the same fields and equal non-numeric
-/// values; otherwise the sum over integer fields (elementwise in lists) of |ln(a+1) - ln(b+1)|
-/// plus [`ALIGNMENT_WEIGHT`] times the difference of their power-of-two alignments.
-pub(crate) fn distance(a: &Fields, b: &Fields) -> Option<f64> {
-    distance_within(a, b, f64::INFINITY)
-}
-
-/// [`distance`], giving up as soon as the sum passes `bound` (then some value above `bound`,
-/// which may be less than the whole distance, or `None` for keys found incomparable so far): a
-/// search for the nearest keys dismisses most keys after a field or two.
-pub(crate) fn distance_within(a: &Fields, b: &Fields, bound: f64) -> Option<f64> {
-    if a.len() != b.len() {
-        return None;
-    }
-    let mut total = 0.0;
-    for ((ka, va), (kb, vb)) in a.iter().zip(b.iter()) {
-        if ka != kb {
-            return None;
-        }
-        total += value_distance(va, vb)?;
-        if total > bound {
-            return Some(total);
-        }
-    }
-    Some(total)
-}
-
-fn value_distance(a: &Value, b: &Value) -> Option<f64> {
-    match (a, b) {
-        (Value::Int(x), Value::Int(y)) => {
-            let f = |v: i64| ((v.max(0) as f64) + 1.0).ln();
-            let sign = if (x < &0) != (y < &0) { 1.0 } else { 0.0 };
-            Some(
-                (f(*x) - f(*y)).abs()
-                    + ALIGNMENT_WEIGHT * (alignment(*x) - alignment(*y)).abs()
-                    + sign,
-            )
-        }
-        (Value::List(x), Value::List(y)) if x.len() == y.len() => {
-            x.iter().zip(y).map(|(p, q)| value_distance(p, q)).sum()
-        }
-        (Value::Map(x), Value::Map(y)) => distance(x, y),
-        (x, y) if x == y => Some(0.0),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use cache_core::cache_format::{Key, Origin, Stats};
@@ -515,34 +452,6 @@ mod tests {
                 3
             ),
             Plan::Miss
-        );
-    }
-
-    #[test]
-    fn distance_needs_the_same_fields_and_prefers_close_sizes() {
-        let a = f(&[("m", 128), ("n", 128)]);
-        let near = f(&[("m", 128), ("n", 256)]);
-        let far = f(&[("m", 4096), ("n", 4096)]);
-        assert!(distance(&a, &near).expect("comparable") < distance(&a, &far).expect("comparable"));
-        assert_eq!(distance(&a, &f(&[("m", 128)])), None);
-        // Of two sizes about as near, the one its tiles divide as they divide the key's is
-        // nearer: 1024 and 1023 differ by 0.001 in size but by ten powers of two in alignment.
-        let aligned = f(&[("m", 1024), ("n", 128)]);
-        let odd = f(&[("m", 1023), ("n", 128)]);
-        let d = distance(&aligned, &odd).expect("comparable");
-        assert!(
-            (d - (0.3 * 7.0 + (1025f64 / 1024.0).ln())).abs() < 1e-9,
-            "{d}"
-        );
-        assert!(distance(&aligned, &f(&[("m", 1152), ("n", 128)])).expect("comparable") < d);
-        let mut typed = a.clone();
-        typed.insert("dtype", Value::from("f16"));
-        let mut other = a.clone();
-        other.insert("dtype", Value::from("f32"));
-        assert_eq!(
-            distance(&typed, &other),
-            None,
-            "different dtypes never stand in for each other"
         );
     }
 
