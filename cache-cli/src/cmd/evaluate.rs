@@ -40,6 +40,11 @@ pub(crate) struct EvaluateArgs {
     /// (--folds 10 --few-tuned: 10% of the keys tuned, as on a device just started)
     #[arg(long)]
     few_tuned: bool,
+    /// Key fields, comma-separated: keys that agree on them share a fold, so they are held out
+    /// together (m,k,n,mat1_dtype: every memory layout of a shape); default: each key by its
+    /// fingerprint
+    #[arg(long, value_delimiter = ',', value_name = "FIELDS")]
+    fold_by: Vec<String>,
     /// The k of each top-k method, comma-separated
     #[arg(long, value_delimiter = ',', default_value = "1,3,5")]
     top: Vec<usize>,
@@ -95,6 +100,9 @@ struct Group {
 struct EvaluateReport {
     folds: usize,
     few_tuned: bool,
+    /// The key fields keys share a fold by (empty: each key's fingerprint).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    fold_by: Vec<String>,
     groups: Vec<Group>,
     /// Groups left out: too few keys with every candidate recorded.
     skipped: Vec<String>,
@@ -102,19 +110,26 @@ struct EvaluateReport {
 
 impl Report for EvaluateReport {
     fn text(&self, out: &mut Out) -> anyhow::Result<()> {
+        let by = if self.fold_by.is_empty() {
+            "key fingerprint".to_owned()
+        } else {
+            format!(
+                "{} (keys that agree on them held out together)",
+                self.fold_by.join(", ")
+            )
+        };
         for g in &self.groups {
             let how = match &g.from {
                 Some(from) if self.few_tuned => format!(
-                    "each of {} folds by key fingerprint the only one tuned, with {from}'s \
+                    "each of {} folds by {by} the only one tuned, with {from}'s \
                      results for the same key voting beside it",
                     self.folds
                 ),
                 Some(from) => format!("predicted from {from} alone"),
-                None if self.few_tuned => format!(
-                    "each of {} folds by key fingerprint the only one tuned",
-                    self.folds
-                ),
-                None => format!("{}-fold by key fingerprint", self.folds),
+                None if self.few_tuned => {
+                    format!("each of {} folds by {by} the only one tuned", self.folds)
+                }
+                None => format!("{}-fold by {by}", self.folds),
             };
             out.line(format!(
                 "{} in {}: {} keys, {} evaluated, {how}",
@@ -181,6 +196,7 @@ impl EvaluateArgs {
             ))),
         };
         let groups = self.groups(&found, scope.as_ref(), from.as_ref());
+        refuse_unknown_fold_fields(&self.fold_by, &groups)?;
         let default = self.default.as_deref().map(default_id).transpose()?;
         if let Some(d) = &default {
             refuse_unknown_default(d, &groups)?;
@@ -199,6 +215,7 @@ impl EvaluateArgs {
         let mut report = EvaluateReport {
             folds: self.folds,
             few_tuned: self.few_tuned,
+            fold_by: self.fold_by.clone(),
             groups: Vec::new(),
             skipped: Vec::new(),
         };
@@ -210,6 +227,7 @@ impl EvaluateArgs {
                 default: default.as_ref(),
                 predictor: &predictor,
                 few_tuned: self.few_tuned.then_some(self.folds),
+                fold_by: &self.fold_by,
             };
             transfers(&groups, &how, &mut report);
             return finish(report, default.as_ref(), ctx, out);
@@ -217,7 +235,8 @@ impl EvaluateArgs {
         for ((_, ns), (scope, entries)) in groups {
             let scope_text = Value::Map(scope.fields().clone()).to_string();
             // A default no key of the group has is no baseline: the first candidate is.
-            let methods = methods_for(&self.top, default.as_ref(), &entries);
+            let mut methods = methods_for(&self.top, default.as_ref(), &entries);
+            methods.fold_by = &self.fold_by;
             let cv = if self.few_tuned {
                 few_tuned(&entries, &current, &predictor, self.folds, &methods)
             } else {
@@ -340,7 +359,22 @@ fn methods_for<'a>(
                 .iter()
                 .any(|e| e.candidates().iter().any(|c| c.id == **d))
         }),
+        fold_by: &[],
     }
+}
+
+/// A `--fold-by` field no key of the groups has would put every key in one fold.
+fn refuse_unknown_fold_fields(fields: &[String], groups: &Groups) -> anyhow::Result<()> {
+    for name in fields {
+        let known = groups
+            .values()
+            .flat_map(|(_, entries)| entries)
+            .any(|e| e.key().fields().contains_key(name));
+        if !known {
+            return Err(usage(format!("--fold-by {name}: no key has that field")));
+        }
+    }
+    Ok(())
 }
 
 /// The candidate `--default` names: `ALGO`, or `ALGO {PARAMS}` as `list` and `show` print one.
@@ -411,6 +445,8 @@ struct Transfer<'a> {
     predictor: &'a Predictor,
     /// With --few-tuned: each of this many folds of the target tuned in turn, with the source.
     few_tuned: Option<usize>,
+    /// The key fields the target's keys share a fold by (--fold-by).
+    fold_by: &'a [String],
 }
 
 /// Each target scope's keys of each namespace, predicted from the source's alone (with
@@ -451,7 +487,8 @@ fn transfers(groups: &Groups, how: &Transfer<'_>, report: &mut EvaluateReport) {
                 (others, "the other scopes".to_owned())
             }
         };
-        let methods = methods_for(how.top, how.default, target);
+        let mut methods = methods_for(how.top, how.default, target);
+        methods.fold_by = how.fold_by;
         let eval = match how.few_tuned {
             Some(folds) => {
                 few_tuned_with(&source, target, &current, how.predictor, folds, &methods).overall

@@ -128,15 +128,34 @@ fn prediction_is_cross_validated_per_namespace_and_small_groups_are_said() {
     let few: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(few["groups"][0]["evaluated"], 240, "{few:#}");
     assert_eq!(few["few_tuned"], true);
+    // Folds by a field: keys of one m are held out together, and the report says so.
+    let out = tunecache(&file, &["--json", "evaluate", "--fold-by", "m"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let by_m: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(by_m["fold_by"], serde_json::json!(["m"]), "{by_m:#}");
+    assert_eq!(by_m["groups"][0]["evaluated"], 60, "{by_m:#}");
+    let out = tunecache(&file, &["evaluate", "--fold-by", "m", "-n", "matmul"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("5-fold by m (keys that agree on them held out together)"),
+        "{text}"
+    );
     // Bad arguments are usage errors, not panics.
     for args in [
         &["evaluate", "--folds", "1"][..],
         &["evaluate", "--top", "0"],
         &["evaluate", "--neighbours", "0"],
+        &["evaluate", "--fold-by", "k"],
     ] {
         let out = tunecache(&file, args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
+    let out = tunecache(&file, &["evaluate", "--fold-by", "m,k"]);
+    assert!(
+        stderr_of(&out).contains("--fold-by k: no key has that field"),
+        "{}",
+        stderr_of(&out)
+    );
     // A huge k or number of neighbours is "all of them", not an allocation that aborts.
     for args in [
         &["evaluate", "--top", "999999999999"][..],

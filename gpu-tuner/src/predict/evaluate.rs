@@ -63,6 +63,10 @@ pub struct Methods<'a> {
     /// The declared default (Inductor's `extern_mm`, say), where a key has it; otherwise a
     /// key's first current candidate.
     pub default: Option<&'a CandidateId>,
+    /// For a cross-validation: keys that agree on these key fields share a fold, so they are
+    /// held out together (`["m", "k", "n", "mat1_dtype"]`: every memory layout of a shape);
+    /// empty, each key by its own fingerprint ([`super::fold_of`]).
+    pub fold_by: &'a [String],
 }
 
 /// Evaluates `predictor` on `entries` (keys of one namespace and scope), where `current`
@@ -82,7 +86,11 @@ pub fn evaluate(
         complete.iter().enumerate().partition(|(i, _)| i % 10 < 3);
     let held: Vec<&Keyed<'_>> = held.into_iter().map(|(_, k)| k).collect();
     let train: Vec<&Entry> = train.into_iter().map(|(_, (e, _))| *e).collect();
-    let methods = Methods { top, default: None };
+    let methods = Methods {
+        top,
+        default: None,
+        fold_by: &[],
+    };
     let (picks, full) = split(&held, &train, predictor, &methods);
     summarize(complete.len(), &names(predictor, &methods), picks, full)
 }

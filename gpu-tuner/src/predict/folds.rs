@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use cache_core::cache_format::{CandidateId, Entry, Fingerprint};
+use cache_core::cache_format::{CandidateId, Entry, Fields, Fingerprint, Key};
 
 use super::Predictor;
 use super::evaluate::{
@@ -15,6 +15,21 @@ use super::evaluate::{
 /// the same fold whatever else is in the data.
 pub fn fold_of(entry: &Entry, folds: usize) -> usize {
     (entry.fingerprint().low_u64() % folds.max(1) as u64) as usize
+}
+
+/// The fold of a key when keys that agree on the fields `by` share one
+/// ([`super::Methods::fold_by`]): by the fingerprint of those fields alone (the ones the key
+/// has); [`fold_of`] when `by` is empty.
+fn fold_by(entry: &Entry, folds: usize, by: &[String]) -> usize {
+    if by.is_empty() {
+        return fold_of(entry, folds);
+    }
+    let fields = entry.key().fields();
+    let part: Fields = by
+        .iter()
+        .filter_map(|n| Some((n.clone(), fields.get(n)?.clone())))
+        .collect();
+    (Key::new(part).fingerprint().low_u64() % folds.max(1) as u64) as usize
 }
 
 /// A k-fold cross-validation ([`cross_validate`]): each fold's figures, and all folds' held-out
@@ -113,7 +128,7 @@ fn rotate(
     for f in 0..folds {
         let (held, train): (Vec<&Keyed<'_>>, Vec<&Keyed<'_>>) = complete
             .iter()
-            .partition(|(e, _)| (fold_of(e, folds) == f) == with.hold);
+            .partition(|(e, _)| (fold_by(e, folds, methods.fold_by) == f) == with.hold);
         let train: Vec<&Entry> = train.into_iter().map(|(e, _)| *e).collect();
         let (picks, full) = split_by(&held, &train, predictor, methods, &voters);
         let n = held.len();
@@ -151,7 +166,7 @@ pub fn transfer(
 
 #[cfg(test)]
 mod tests {
-    use cache_core::cache_format::{Candidate, Fields, Fingerprint, Key, Origin, Stats, Value};
+    use cache_core::cache_format::{Candidate, Origin, Stats, Value};
 
     use super::*;
 
@@ -177,6 +192,7 @@ mod tests {
         let methods = Methods {
             top: &[1],
             default: None,
+            fold_by: &[],
         };
         let cv = cross_validate(
             &entries,
@@ -216,6 +232,7 @@ mod tests {
         let methods = Methods {
             top: &[1, 3],
             default: Some(&default),
+            fold_by: &[],
         };
         let cv = cross_validate(
             &super::super::evaluate::tests::grid(),
@@ -259,6 +276,61 @@ mod tests {
         )
     }
 
+    /// `fold_by` holds out keys that agree on the fields named together: each size here has
+    /// two layouts (a flag) with the same winner and no other size near it, so predicted by
+    /// fingerprint a key mostly hears its twin, and with the fields `m` alone, never.
+    #[test]
+    fn keys_that_agree_on_the_fold_fields_are_held_out_together() {
+        const FOLDS: usize = 5;
+        let ids: Vec<CandidateId> = (0..5)
+            .map(|c| CandidateId::new(format!("c{c}"), &[]))
+            .collect();
+        let mut entries = Vec::new();
+        for i in 1..31i64 {
+            // Sizes 4^i apart: ln 4 > 1, so the twin one flag away is the nearest key.
+            let winner = ((i * 7 + 3) % 5) as usize;
+            let medians: Vec<f64> = (0..5)
+                .map(|c| if c == winner { 10.0 } else { 20.0 })
+                .collect();
+            for contiguous in [true, false] {
+                let mut e = timed(1i64 << (2 * i), &ids, &medians);
+                let mut fields = e.key().fields().clone();
+                fields.insert("contiguous", Value::Bool(contiguous));
+                e = Entry::new(
+                    Key::new(fields),
+                    Fingerprint::default(),
+                    Origin::Measured("t".into()),
+                    0,
+                    e.candidates().to_vec(),
+                );
+                entries.push(e);
+            }
+        }
+        let by = ["m".to_owned()];
+        for pair in entries.chunks(2) {
+            assert_eq!(fold_by(&pair[0], FOLDS, &by), fold_by(&pair[1], FOLDS, &by));
+        }
+        let exact = |fold_by: &[String]| {
+            let methods = Methods {
+                top: &[1],
+                default: None,
+                fold_by,
+            };
+            let cv = cross_validate(
+                &entries,
+                &|_: &Entry| ids.clone(),
+                &Predictor { neighbours: 1 },
+                FOLDS,
+                &methods,
+            );
+            assert_eq!(cv.overall.held_out, entries.len());
+            cv.overall.methods[1].exact
+        };
+        let (apart, together) = (exact(&[]), exact(&by));
+        assert!(apart >= 40, "by fingerprint the twin mostly votes: {apart}");
+        assert!(together <= 20, "held out with its twin: {together}");
+    }
+
     /// With another device's keys tuned too, a held-out key hears only that device's result
     /// for the same key, beside its own device's tuned keys: the other device's keys nearest
     /// to it (but other keys) never vote. Here they all say `c1` while this device's truth is
@@ -275,6 +347,7 @@ mod tests {
         let methods = Methods {
             top: &[1],
             default: None,
+            fold_by: &[],
         };
         let few = few_tuned_with(
             &source,
@@ -325,6 +398,7 @@ mod tests {
         let methods = Methods {
             top: &[1],
             default: None,
+            fold_by: &[],
         };
         let grid = super::super::evaluate::tests::grid();
         let few = few_tuned(
