@@ -45,8 +45,9 @@ pub(crate) struct EvaluateArgs {
     /// fingerprint
     #[arg(long, value_delimiter = ',', value_name = "FIELDS")]
     fold_by: Vec<String>,
-    /// The k of each top-k method, comma-separated
-    #[arg(long, value_delimiter = ',', default_value = "1,3,5")]
+    /// The k of each top-k method and static list, comma-separated (the cost curve: the share
+    /// of the optimum against candidates measured a key)
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3,5,8")]
     top: Vec<usize>,
     /// The declared default candidate's algorithm (e.g. extern_mm), the first baseline
     #[arg(long)]

@@ -88,7 +88,9 @@ fn prediction_is_cross_validated_per_namespace_and_small_groups_are_said() {
             "nearest key's winner",
             "prediction (k=4)",
             "top-1 tuning",
-            "top-3 tuning"
+            "top-3 tuning",
+            "static list of 1 per dtype",
+            "static list of 3 per dtype"
         ],
         "the default a candidate's label names"
     );

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use cache_core::cache_format::{CandidateId, Entry, Fingerprint, Outcome};
 
+use super::static_list::StaticLists;
 use super::{Predictor, Restated};
 
 /// One method's figures over the held-out keys.
@@ -123,6 +124,12 @@ pub(super) fn names(predictor: &Predictor, methods: &Methods<'_>) -> Vec<String>
         format!("prediction (k={})", predictor.neighbours),
     ];
     names.extend(methods.top.iter().map(|k| format!("top-{k} tuning")));
+    names.extend(
+        methods
+            .top
+            .iter()
+            .map(|k| format!("static list of {k} per dtype")),
+    );
     names
 }
 
@@ -186,7 +193,10 @@ pub(super) fn split_by(
     };
     let across = matches!(voters, Voters::Across);
     let nearest = Predictor { neighbours: 1 };
-    let mut picks: Vec<Vec<Pick>> = (0..3 + methods.top.len()).map(|_| Vec::new()).collect();
+    let mut picks: Vec<Vec<Pick>> = (0..3 + 2 * methods.top.len()).map(|_| Vec::new()).collect();
+    // Twice the longest list, so a key lacking some of the first still gets k.
+    let longest = methods.top.iter().copied().max().unwrap_or(0);
+    let lists = StaticLists::learn(train, longest.saturating_mul(2).min(1 << 16));
     let mut full_time = 0.0;
     for (entry, current) in held {
         let (entry, current) = (*entry, current.as_slice());
@@ -225,6 +235,8 @@ pub(super) fn split_by(
                 list
             };
             picks[3 + i].push(pick(entry, &list, current, true));
+            let fixed = lists.list_for(entry, *k, current);
+            picks[3 + methods.top.len() + i].push(pick(entry, &fixed, current, true));
         }
     }
     (picks, full_time)
@@ -349,7 +361,7 @@ fn score(method: String, picks: &[Pick], full_time: f64) -> MethodScore {
 }
 
 /// The true median of `c` for the key (infinite if it failed), or `None` if not recorded.
-fn truth(entry: &Entry, c: &CandidateId) -> Option<f64> {
+pub(super) fn truth(entry: &Entry, c: &CandidateId) -> Option<f64> {
     let cand = entry.candidates().iter().find(|x| x.id == *c)?;
     match (&cand.outcome, cand.stats()) {
         (Outcome::Failed(_), _) => Some(f64::INFINITY),

@@ -248,7 +248,11 @@ mod tests {
             .map(|m| m.method.as_str())
             .collect();
         assert_eq!(names[0], "default (blocked {\"tile\":256})", "{names:?}");
-        assert_eq!(names.len(), 5);
+        assert_eq!(names.len(), 7);
+        assert_eq!(
+            names[5..],
+            ["static list of 1 per dtype", "static list of 3 per dtype"]
+        );
         let (base, pred) = (&cv.overall.methods[0], &cv.overall.methods[2]);
         assert!(pred.share_of_optimum() > base.share_of_optimum(), "{cv:?}");
         assert!(pred.p10_share > 0.0 && pred.p10_share <= 1.0, "{pred:?}");

@@ -25,6 +25,7 @@ mod evaluate;
 mod folds;
 mod index;
 mod select;
+mod static_list;
 
 use distance::Restated;
 pub use evaluate::{Evaluation, MethodScore, Methods, evaluate};
