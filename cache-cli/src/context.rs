@@ -73,7 +73,8 @@ impl<'a> Context<'a> {
         if let Some(p) = &self.cache_file {
             return Ok(p.clone());
         }
-        match CacheBuilder::new(Migrations::new(app, 1)).path() {
+        let builder = CacheBuilder::new(Migrations::new(app, 1));
+        match builder.with_settings(crate::settings().clone()).path() {
             Some(path) => Ok(path),
             None => bail!(
                 "no cache file: this system has no cache directory; pass --cache-file PATH or set TUNECACHE_DIR"

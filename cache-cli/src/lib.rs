@@ -60,8 +60,11 @@ where
             return ExitCode::from(code);
         }
     };
-    init_logging(cli.global.verbose);
-    let switches = match cache_core::Switches::from_env() {
+    if let Err(e) = init_logging(cli.global.verbose) {
+        output::say(format_args!("error: {e}"));
+        return ExitCode::from(exit::USAGE);
+    }
+    let switches = match cache_core::Switches::from_settings(settings()) {
         Ok(s) => s,
         Err(e) => {
             output::say(format_args!("error: {e}"));
@@ -111,14 +114,31 @@ fn message(e: &anyhow::Error) -> String {
     out
 }
 
-fn init_logging(verbose: u8) {
+/// The settings in force: the environment, read once when the command starts (`main` asks
+/// first); every command reads its variables here.
+pub(crate) fn settings() -> &'static cache_core::settings::Settings {
+    static SETTINGS: std::sync::OnceLock<cache_core::settings::Settings> =
+        std::sync::OnceLock::new();
+    SETTINGS.get_or_init(cache_core::settings::Settings::from_env)
+}
+
+/// Logs at `TUNECACHE_LOG`'s filter, else at `verbose`'s level; a filter that does not parse
+/// is an error naming the variable (it was once ignored without a word).
+fn init_logging(verbose: u8) -> anyhow::Result<()> {
     let default = match verbose {
         0 => "warn",
         1 => "info",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TUNECACHE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let filter = match settings().get_os("TUNECACHE_LOG") {
+        Some(v) if !v.is_empty() => {
+            let text = v.to_string_lossy();
+            tracing_subscriber::EnvFilter::try_new(text.as_ref()).map_err(|e| {
+                anyhow::anyhow!("TUNECACHE_LOG={text:?}: not a log filter ({e}); try warn, info, debug or tunecache=debug")
+            })?
+        }
+        _ => tracing_subscriber::EnvFilter::new(default),
+    };
     // Logging must never take the process down: a stderr that cannot be written loses the
     // line (tracing-subscriber would otherwise report the failure with `eprintln!`, which
     // panics when stderr is full).
@@ -130,4 +150,5 @@ fn init_logging(verbose: u8) {
         .with_target(false)
         .without_time()
         .try_init();
+    Ok(())
 }

@@ -34,7 +34,7 @@ impl Mode {
     /// taken as `auto`.
     pub(crate) fn from_env() -> Mode {
         static SAID: std::sync::Once = std::sync::Once::new();
-        let value = std::env::var_os(ENV_PROGRESS);
+        let value = crate::settings().get_os(ENV_PROGRESS);
         Mode::parse(value.as_ref().map(|v| v.to_string_lossy()).as_deref()).unwrap_or_else(|e| {
             SAID.call_once(|| crate::output::say(format_args!("ignoring {ENV_PROGRESS}: {e}")));
             Mode::Auto

@@ -19,10 +19,10 @@ pub(crate) const WAIT: Duration = Duration::from_secs(2);
 /// and the mode is not `off`. A value that is not a usable address is an error naming the
 /// variable (no password in it).
 pub(crate) fn tier(registry: &Migrations) -> anyhow::Result<Option<SharedTier>> {
-    let Some(remote) = cache_remote::from_env()? else {
+    let Some(remote) = cache_remote::from_settings(crate::settings())? else {
         return Ok(None);
     };
-    let (options, warnings) = remote.default_options().from_process_env();
+    let (options, warnings) = remote.default_options().from_settings(crate::settings());
     for w in warnings {
         say(w);
     }
@@ -34,7 +34,11 @@ pub(crate) fn tier(registry: &Migrations) -> anyhow::Result<Option<SharedTier>> 
 
 /// Whether the shared tier may be written (`TUNECACHE_REMOTE_MODE` is not `read`).
 pub(crate) fn writable() -> bool {
-    RemoteOptions::default().from_process_env().0.mode == RemoteMode::ReadWrite
+    RemoteOptions::default()
+        .from_settings(crate::settings())
+        .0
+        .mode
+        == RemoteMode::ReadWrite
 }
 
 /// Publishes `data` (just saved locally) to the shared tier, if there is a writable one, and

@@ -59,7 +59,7 @@ pub(crate) fn refusal(
     cache_file: Option<&Path>,
     keep: bool,
 ) -> anyhow::Result<Option<String>> {
-    let Some(trust) = cache_remote::trust::from_env()? else {
+    let Some(trust) = cache_remote::trust::from_settings(crate::settings())? else {
         return Ok(None);
     };
     let trust = match cache_remote::generation_dir(cache_file) {

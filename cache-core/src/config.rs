@@ -13,6 +13,7 @@ use cache_format::{Limits, Scope};
 use cache_migrate::Migrations;
 
 use crate::cache::Cache;
+use crate::settings::Settings;
 use crate::tier::TierSource;
 
 /// Overrides the cache file.
@@ -60,7 +61,7 @@ pub struct CacheBuilder {
     file: Option<PathBuf>,
     disabled: bool,
     read_only: bool,
-    use_env: bool,
+    settings: Settings,
     pub(crate) lock_timeout: Duration,
     flush_timeout: Option<Duration>,
     pub(crate) save_delay: Duration,
@@ -122,7 +123,7 @@ impl CacheBuilder {
             file: None,
             disabled: false,
             read_only: false,
-            use_env: true,
+            settings: Settings::from_env(),
             lock_timeout: Duration::from_secs(2),
             flush_timeout: None,
             save_delay: Duration::from_millis(250),
@@ -169,9 +170,7 @@ impl CacheBuilder {
     /// The system files: the builder's, then `TUNECACHE_SYSTEM_PATH`'s.
     pub(crate) fn system_paths(&self) -> Vec<PathBuf> {
         let mut paths = self.system.clone();
-        if self.use_env {
-            paths.extend(crate::cache::system::from_env());
-        }
+        paths.extend(self.settings.system_paths());
         paths
     }
 
@@ -187,9 +186,10 @@ impl CacheBuilder {
         &self.tiers
     }
 
-    /// Whether the `TUNECACHE_*` environment applies.
-    pub(crate) fn uses_env(&self) -> bool {
-        self.use_env
+    /// The settings in force: the environment as read when the builder was made, those given
+    /// with [`CacheBuilder::with_settings`], or none after [`CacheBuilder::ignore_env`].
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     /// The scope lookups and records of this cache belong to.
@@ -224,7 +224,14 @@ impl CacheBuilder {
 
     /// Ignores the `TUNECACHE_*` environment variables.
     pub fn ignore_env(mut self) -> Self {
-        self.use_env = false;
+        self.settings = Settings::default();
+        self
+    }
+
+    /// Uses `settings` in place of the environment read when the builder was made (a caller
+    /// that read it once already, or explicit options over it).
+    pub fn with_settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
         self
     }
 
@@ -341,11 +348,7 @@ impl CacheBuilder {
     }
 
     fn env(&self, name: &str) -> Option<String> {
-        if self.use_env {
-            std::env::var(name).ok()
-        } else {
-            None
-        }
+        self.settings.get(name).map(str::to_owned)
     }
 
     /// Opens the cache. Never fails: a location that cannot be used degrades to memory with
@@ -365,16 +368,19 @@ pub struct Switches {
 }
 
 impl Switches {
-    /// Reads both from the environment. A value other than 1/0, true/false, yes/no, on/off
-    /// (any case) or empty is an error naming the variable. (A library `Cache` warns and
-    /// ignores such a value instead, since it must open whatever happens.)
-    pub fn from_env() -> Result<Self, SwitchError> {
-        let read = |name: &'static str| match std::env::var(name) {
-            Err(_) => Ok(false),
-            Ok(v) => parse_bool(&v).ok_or(SwitchError {
-                name,
-                value: v.clone(),
-            }),
+    /// Reads both from `settings`. A value other than 1/0, true/false, yes/no, on/off (any
+    /// case) or empty is an error naming the variable. (A library `Cache` warns and ignores
+    /// such a value instead, since it must open whatever happens.)
+    pub fn from_settings(settings: &Settings) -> Result<Self, SwitchError> {
+        let read = |name: &'static str| match settings.get_os(name) {
+            None => Ok(false),
+            Some(v) => {
+                let v = v.to_string_lossy();
+                parse_bool(&v).ok_or(SwitchError {
+                    name,
+                    value: v.into_owned(),
+                })
+            }
         };
         Ok(Switches {
             disabled: read(ENV_DISABLE)?,
@@ -391,7 +397,7 @@ fn invalid_switch(name: &'static str, value: &str) -> String {
     .to_string()
 }
 
-/// A switch variable set to a value that is not a yes or a no ([`Switches::from_env`]).
+/// A switch variable set to a value that is not a yes or a no ([`Switches::from_settings`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{name}={value:?}: expected 1/0, true/false, yes/no or on/off")]
 pub struct SwitchError {

@@ -16,7 +16,10 @@ pub fn host_name() -> &'static str {
     HOST.get_or_init(|| {
         let read = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .ok()
-            .or_else(|| std::env::var("HOSTNAME").ok())
+            .or_else(|| {
+                let settings = crate::settings::Settings::from_env();
+                settings.get("HOSTNAME").map(str::to_owned)
+            })
             .unwrap_or_default();
         clean_host(&read)
     })

@@ -2,8 +2,12 @@
 //! means and what holds when it is unset. `tunecache --help` and docs/settings.md are made
 //! from it (a test keeps the document equal to the table), and `cargo xtask tidy` refuses a
 //! `TUNECACHE_*` name in the sources or the documents that the table does not hold (or that is
-//! not one of the test harness's, `TEST_ONLY_PREFIXES`). The variables are still read where
-//! they act (issue 52 leaves one `Settings` value read once for later).
+//! not one of the test harness's, `TEST_ONLY_PREFIXES`). The environment is read here and
+//! nowhere else: [`Settings::from_env`] takes every variable of the table once, and the cache
+//! builder, the CLI, the Python package and the C ABI pass that value on (`cargo xtask tidy`
+//! refuses a `std::env::var` outside this module, tests and tools aside).
+
+use std::ffi::{OsStr, OsString};
 
 /// One environment variable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +152,112 @@ const TEST_ONLY_PREFIXES: &[&str] = &[
     "TUNECACHE_WARPCONVNET_SRC",
 ];
 
+/// Variables tunecache reads that are not its own: the host name where procfs has none, the
+/// timestamp of reproducible builds (`bundle create`), and an S3 tier's standard `AWS_*`
+/// endpoint, region and credentials. (The default cache folder comes from the `directories`
+/// crate, which reads `HOME` and `XDG_CACHE_HOME` itself.)
+const FOREIGN: &[&str] = &[
+    "HOSTNAME",
+    "SOURCE_DATE_EPOCH",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+];
+
+/// The settings in force: each variable of [`VARIABLES`] and of the foreign names
+/// (`HOSTNAME`, `SOURCE_DATE_EPOCH`, the S3 tier's `AWS_*`) that is set, read
+/// from the environment once ([`Settings::from_env`]) or given ([`Settings::with`]: an
+/// explicit option over the environment, or a test's own). Whoever opens a cache takes one
+/// and passes it on; nothing else reads the environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settings {
+    values: Vec<(&'static str, OsString)>,
+}
+
+/// A name that is neither in [`VARIABLES`] nor one of the foreign names tunecache reads
+/// (`HOSTNAME`, `SOURCE_DATE_EPOCH`, the S3 tier's `AWS_*`): [`Settings::with`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a setting tunecache reads (docs/settings.md lists them)")]
+pub struct UnknownSetting(pub String);
+
+impl Settings {
+    /// Every variable of the table and of the foreign names that the environment sets, read
+    /// now.
+    pub fn from_env() -> Settings {
+        let names = VARIABLES
+            .iter()
+            .map(|v| v.name)
+            .chain(FOREIGN.iter().copied());
+        Settings {
+            values: names
+                .filter_map(|name| Some((name, std::env::var_os(name)?)))
+                .collect(),
+        }
+    }
+
+    /// These settings with `name` set to `value`.
+    pub fn with(
+        mut self,
+        name: &str,
+        value: impl Into<OsString>,
+    ) -> Result<Settings, UnknownSetting> {
+        let name = static_name(name)?;
+        self.values.retain(|(n, _)| *n != name);
+        self.values.push((name, value.into()));
+        Ok(self)
+    }
+
+    /// These settings with `name` unset.
+    pub fn without(mut self, name: &str) -> Settings {
+        self.values.retain(|(n, _)| *n != name);
+        self
+    }
+
+    /// The value of `name`, if set (and UTF-8: [`Settings::get_os`] takes any bytes).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.get_os(name)?.to_str()
+    }
+
+    /// The value of `name`, if set, as the environment held it (paths may not be UTF-8).
+    pub fn get_os(&self, name: &str) -> Option<&OsStr> {
+        self.values
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_os_str())
+    }
+
+    /// The system files `TUNECACHE_SYSTEM_PATH` names, in order (empty parts skipped).
+    pub fn system_paths(&self) -> Vec<std::path::PathBuf> {
+        self.get_os(crate::ENV_SYSTEM_PATH)
+            .map(|v| {
+                std::env::split_paths(v)
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether `name` is set to something other than nothing or blanks.
+    pub fn is_set(&self, name: &str) -> bool {
+        self.get_os(name)
+            .is_some_and(|v| !v.to_string_lossy().trim().is_empty())
+    }
+}
+
+/// The table's own spelling of `name`.
+fn static_name(name: &str) -> Result<&'static str, UnknownSetting> {
+    VARIABLES
+        .iter()
+        .map(|v| v.name)
+        .chain(FOREIGN.iter().copied())
+        .find(|n| *n == name)
+        .ok_or_else(|| UnknownSetting(name.to_owned()))
+}
+
 /// Whether `name` is a variable of [`VARIABLES`] or of the test harness.
 pub fn known(name: &str) -> bool {
     VARIABLES.iter().any(|v| v.name == name)
@@ -214,6 +324,33 @@ mod tests {
             "{}",
             text()
         );
+    }
+
+    #[test]
+    fn settings_are_given_unset_and_read_back_and_an_unknown_name_is_refused() {
+        let s = Settings::default()
+            .with("TUNECACHE_REMOTE", "redis://127.0.0.1:1/0")
+            .expect("known")
+            .with("HOSTNAME", "h")
+            .expect("foreign");
+        assert_eq!(s.get("TUNECACHE_REMOTE"), Some("redis://127.0.0.1:1/0"));
+        assert!(s.is_set("TUNECACHE_REMOTE") && !s.is_set("TUNECACHE_DIR"));
+        let s = s.with("TUNECACHE_REMOTE", "  ").expect("known");
+        assert!(!s.is_set("TUNECACHE_REMOTE"), "blank is unset");
+        assert_eq!(s.clone().without("HOSTNAME").get("HOSTNAME"), None);
+        let e = Settings::default().with(&format!("{}NOPE", "TUNECACHE_"), "1");
+        assert!(e.is_err(), "{e:?}");
+        // Paths need not be UTF-8: get_os keeps them, get does not pretend.
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStringExt as _;
+            let odd = OsString::from_vec(vec![0x66, 0xff]);
+            let s = Settings::default()
+                .with("TUNECACHE_DIR", odd.clone())
+                .expect("known");
+            assert_eq!(s.get_os("TUNECACHE_DIR"), Some(odd.as_os_str()));
+            assert_eq!(s.get("TUNECACHE_DIR"), None);
+        }
     }
 
     /// docs/settings.md holds the table as [`markdown`] makes it.

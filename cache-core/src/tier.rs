@@ -148,7 +148,7 @@ pub struct TierContext<'a> {
     pub link: TierLink,
     /// The cache's file, if it has one (a tier that keeps files of its own puts them beside).
     pub cache_file: Option<&'a std::path::Path>,
-    pub(crate) use_env: bool,
+    pub(crate) settings: &'a crate::settings::Settings,
     pub(crate) warnings: Vec<String>,
     pub(crate) handles: Vec<Handle>,
 }
@@ -166,13 +166,10 @@ impl fmt::Debug for TierContext<'_> {
 }
 
 impl TierContext<'_> {
-    /// An environment variable, unless the builder was told to ignore the environment.
+    /// A setting in force for the cache (the builder's [`crate::settings::Settings`]: the
+    /// environment as read once, or none when told to ignore it).
     pub fn env(&self, name: &str) -> Option<String> {
-        if self.use_env {
-            std::env::var(name).ok()
-        } else {
-            None
-        }
+        self.settings.get(name).map(str::to_owned)
     }
 
     /// A warning about the tier's configuration, logged once when the cache opens.

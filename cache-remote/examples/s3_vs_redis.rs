@@ -15,6 +15,7 @@ use cache_core::cache_format::{
     Candidate, Entry, Fields, Fingerprint, Key, Limits, Origin, Scope, Stats, Value, now_millis,
 };
 use cache_core::cache_migrate::Migrations;
+use cache_core::settings::Settings;
 use cache_core::{BundleWriter, Cache, Namespace, Store};
 use cache_remote::{Generations, RemoteBuilder as _, RemoteCache as _};
 
@@ -96,8 +97,8 @@ fn main() {
         unsafe { std::env::set_var(name, value) };
     }
     let dir = tempfile::tempdir().expect("dir");
-    let redis_remote = cache_remote::connect(&redis.url()).expect("redis");
-    let s3_remote = cache_remote::connect("s3://bench/tier").expect("s3");
+    let redis_remote = cache_remote::connect(&redis.url(), &Settings::from_env()).expect("redis");
+    let s3_remote = cache_remote::connect("s3://bench/tier", &Settings::from_env()).expect("s3");
     std::fs::create_dir_all(dir.path().join("r")).expect("dir");
     std::fs::create_dir_all(dir.path().join("s")).expect("dir");
     let (r_pub, r_read) = tier(&dir.path().join("r"), &redis_remote, n);

@@ -73,7 +73,9 @@ pub use options::{
 pub use server::RedisClusterRemote;
 #[cfg(feature = "s3")]
 pub use server::S3Remote;
-pub use server::{ConfigError, ENV_REMOTE, ENV_REMOTE_CA, RedisRemote, connect, from_env, redact};
+pub use server::{
+    ConfigError, ENV_REMOTE, ENV_REMOTE_CA, RedisRemote, connect, from_settings, redact,
+};
 pub use shared::{Published, Pulled, SharedTier};
 pub use source::{RemoteBuilder, RemoteSource};
 pub use store::{Fence, Read, Remote, RemoteError, Swap, Swapped};

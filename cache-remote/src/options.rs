@@ -127,9 +127,9 @@ impl RemoteOptions {
         (self, warnings)
     }
 
-    /// [`RemoteOptions::with_env`] on the process's environment.
-    pub fn from_process_env(self) -> (Self, Vec<String>) {
-        self.with_env(|name| std::env::var(name).ok())
+    /// [`RemoteOptions::with_env`] on `settings` (the environment as read once).
+    pub fn from_settings(self, settings: &cache_core::settings::Settings) -> (Self, Vec<String>) {
+        self.with_env(|name| settings.get(name).map(str::to_owned))
     }
 
     /// Whether this writes to the server.

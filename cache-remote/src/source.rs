@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use cache_core::settings::Settings;
 use cache_core::{CacheBuilder, Tier, TierContext, TierSource};
 
 use crate::handle::RemoteHandle;
@@ -82,12 +83,15 @@ pub trait RemoteBuilder: Sized {
     /// The builder with `source` added as a lower tier (a pinned generation).
     fn with_tier(self, source: impl TierSource + 'static) -> Self;
 
+    /// The settings in force for the cache being built (`CacheBuilder::settings`).
+    fn settings_in_force(&self) -> &Settings;
+
     /// The shared tier named by `TUNECACHE_REMOTE`, if set. A value that is not a usable
     /// address is an error naming the variable (the password left out).
     fn remote_from_env(self) -> Result<Self, crate::ConfigError> {
-        let address = std::env::var(crate::ENV_REMOTE).ok();
-        Ok(match crate::from_env()? {
-            Some(remote) => pin(self, address.as_deref(), None).remote(remote),
+        let settings = self.settings_in_force().clone();
+        Ok(match crate::from_settings(&settings)? {
+            Some(remote) => pin(self, settings.get(crate::ENV_REMOTE), None).remote(remote),
             None => self,
         })
     }
@@ -106,15 +110,14 @@ pub trait RemoteBuilder: Sized {
         address: Option<&str>,
         trust: Option<&std::path::Path>,
     ) -> Self {
+        let settings = self.settings_in_force().clone();
         let remote = match address {
-            Some(address) => crate::connect(address).map(Some),
-            None => crate::from_env(),
+            Some(address) => crate::connect(address, &settings).map(Some),
+            None => crate::from_settings(&settings),
         };
-        let named = address
-            .map(str::to_owned)
-            .or_else(|| std::env::var(crate::ENV_REMOTE).ok());
+        let named = address.or_else(|| settings.get(crate::ENV_REMOTE));
         match remote {
-            Ok(Some(r)) => pin(self, named.as_deref(), trust).remote(r),
+            Ok(Some(r)) => pin(self, named, trust).remote(r),
             Ok(None) => self,
             Err(e) => {
                 tracing::warn!("tunecache: no shared tier: {e}");
@@ -132,6 +135,10 @@ impl RemoteBuilder for CacheBuilder {
     fn with_tier(self, source: impl TierSource + 'static) -> Self {
         self.tier(source)
     }
+
+    fn settings_in_force(&self) -> &Settings {
+        self.settings()
+    }
 }
 
 /// `builder` with the generation `TUNECACHE_GENERATION` pins on the bucket `address` names, as
@@ -140,7 +147,8 @@ impl RemoteBuilder for CacheBuilder {
 fn pin<B: RemoteBuilder>(builder: B, address: Option<&str>, trust: Option<&std::path::Path>) -> B {
     #[cfg(feature = "s3")]
     if let Some(source) = address.and_then(|a| {
-        crate::generations::GenerationSource::from_env(a, trust, |name| std::env::var(name).ok())
+        let settings = builder.settings_in_force();
+        crate::generations::GenerationSource::from_settings(a, trust, settings)
     }) {
         return builder.with_tier(source);
     }

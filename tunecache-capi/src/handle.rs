@@ -135,8 +135,15 @@ pub(crate) unsafe fn ns_arg<'a>(ptr: *const tc_ns) -> Result<&'a tc_ns, Failure>
 fn init_logging() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
-        let filter = tracing_subscriber::EnvFilter::try_from_env("TUNECACHE_LOG")
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let settings = cache_core::settings::Settings::from_env();
+        let asked = settings.get_os("TUNECACHE_LOG").filter(|v| !v.is_empty());
+        let text = asked.map(|v| v.to_string_lossy().into_owned());
+        let parsed = text.as_deref().map(tracing_subscriber::EnvFilter::try_new);
+        let (filter, bad) = match parsed {
+            Some(Ok(f)) => (f, None),
+            Some(Err(e)) => (tracing_subscriber::EnvFilter::new("warn"), Some(e)),
+            None => (tracing_subscriber::EnvFilter::new("warn"), None),
+        };
         let _ = tracing_subscriber::fmt()
             .with_writer(std::io::stderr)
             .with_ansi(std::io::stderr().is_terminal())
@@ -144,6 +151,10 @@ fn init_logging() {
             .with_target(false)
             .without_time()
             .try_init();
+        // A library must open whatever happens: a filter that does not parse is said, once.
+        if let (Some(e), Some(text)) = (bad, text) {
+            tracing::warn!("tunecache: ignoring TUNECACHE_LOG={text:?}: not a log filter ({e})");
+        }
     });
 }
 

@@ -14,7 +14,10 @@
 //!   feature (fleet, lease, remote, publish, pull): those live behind the tier's own handle.
 //!
 //! - Every `TUNECACHE_*` name in the sources and documents is in the one table of settings,
-//!   `cache_core::settings` (`env_names.rs`).
+//!   `cache_core::settings` (`env_names.rs`), and the environment is read there alone: no
+//!   `std::env::var`, `var_os`, `vars` or tracing's `EnvFilter::*from_env` in a crate's `src/`
+//!   outside `cache-core/src/settings.rs` and `#[cfg(test)]` modules (whoever opens a cache
+//!   takes a `Settings` read once and passes it on).
 //!
 //! Signatures are read on the code with comments and strings blanked out (`size::blank`),
 //! from the line that starts the `fn` to its body's `{` or its `;`.
@@ -29,7 +32,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     let violations = check(root)?;
     if violations.is_empty() {
         println!(
-            "tidy ok: no Result<_, String> at a public boundary, no I/O in the pure crates, the seam closed, every TUNECACHE_* name in the settings table"
+            "tidy ok: no Result<_, String> at a public boundary, no I/O in the pure crates, the seam closed, every TUNECACHE_* name in the settings table, the environment read there alone"
         );
         Ok(())
     } else {
@@ -60,6 +63,15 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<String>> {
                 rel.display()
             ));
         }
+        if rel != Path::new(SETTINGS_MODULE) {
+            for (call, line) in env_reads(&text) {
+                out.push(format!(
+                    "{}:{line}: {call} reads the environment: take it from a Settings \
+                     (cache_core::settings) read once",
+                    rel.display()
+                ));
+            }
+        }
         if PURE_CRATES.contains(&krate.as_ref()) {
             for (call, line) in io_calls(&text) {
                 out.push(format!(
@@ -72,6 +84,62 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<String>> {
     out.extend(seam(root)?);
     out.extend(crate::env_names::check(root)?);
     Ok(out)
+}
+
+/// The one module that reads the environment.
+const SETTINGS_MODULE: &str = "cache-core/src/settings.rs";
+
+/// Calls that read the environment (spaces squeezed out).
+const ENV_READS: [&str; 7] = [
+    "env::var(",
+    "env::var_os(",
+    "env::vars(",
+    "env::vars_os(",
+    "EnvFilter::try_from_env(",
+    "EnvFilter::from_env(",
+    "from_default_env(",
+];
+
+/// The environment reads of `text` outside comments, strings and `#[cfg(test)]` modules, with
+/// their line.
+pub(crate) fn env_reads(text: &str) -> Vec<(&'static str, usize)> {
+    let code = blank(text);
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut test_depth: Option<usize> = None;
+    let mut pending_test = false;
+    for (i, line) in code.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("#[cfg(test)]") {
+            pending_test = true;
+        } else if pending_test && !trimmed.is_empty() && !trimmed.starts_with("#[") {
+            if trimmed.starts_with("mod ") || trimmed.starts_with("pub(crate) mod ") {
+                test_depth = Some(depth);
+            }
+            pending_test = false;
+        }
+        if test_depth.is_none() {
+            let squeezed: String = line.split_whitespace().collect();
+            for call in ENV_READS {
+                if squeezed.contains(call) {
+                    out.push((call, i + 1));
+                }
+            }
+        }
+        for c in line.chars() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth = depth.saturating_sub(1);
+                    if test_depth == Some(depth) {
+                        test_depth = None;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 /// The methods `Tier` may have.
@@ -348,6 +416,25 @@ pub trait Other { fn x(&self); }
             pub_methods("impl Cache {\n    pub fn fleet_view(&self) {}\n    fn pull(&self) {}\n}"),
             ["fleet_view"]
         );
+    }
+
+    #[test]
+    fn a_planted_environment_read_is_found_outside_tests_comments_and_strings() {
+        let text = r#"
+fn remote() -> Option<String> {
+    // std::env::var("X") in a comment is no read
+    let _ = "std::env::var(\"Y\")";
+    std::env::var("TUNECACHE_REMOTE").ok()
+}
+fn log() { let _ = EnvFilter::try_from_env("TUNECACHE_LOG"); }
+#[cfg(test)]
+mod tests {
+    fn t() { let _ = std::env::var_os("ANY"); }
+}
+fn after() { let _ = std::env :: var_os("Z"); }
+"#;
+        let found: Vec<usize> = env_reads(text).into_iter().map(|(_, l)| l).collect();
+        assert_eq!(found, [5, 7, 12], "{:?}", env_reads(text));
     }
 
     #[test]

@@ -187,11 +187,11 @@ impl CreateArgs {
         };
         let want = scope_filter(self.scope.as_deref())?;
         let created =
-            match std::env::var("SOURCE_DATE_EPOCH") {
-                Ok(v) => Some(v.trim().parse::<u64>().with_context(|| {
+            match crate::settings().get("SOURCE_DATE_EPOCH") {
+                Some(v) => Some(v.trim().parse::<u64>().with_context(|| {
                     format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds")
                 })?),
-                Err(_) => None,
+                None => None,
             };
         if self.output.file_name().is_none() {
             bail!("the output needs a file name: {}", self.output.display());

@@ -140,7 +140,8 @@ impl Report for GenerationReport {
 
 /// The generations of the bucket `TUNECACHE_REMOTE` names.
 pub(crate) fn from_env() -> anyhow::Result<(Generations, String)> {
-    let address = std::env::var(cache_remote::ENV_REMOTE).map_err(|_| {
+    let settings = crate::settings();
+    let address = settings.get(cache_remote::ENV_REMOTE).ok_or_else(|| {
         usage(format!(
             "`tunecache generation` needs a bucket: set {}=s3://BUCKET/PREFIX",
             cache_remote::ENV_REMOTE
@@ -152,7 +153,7 @@ pub(crate) fn from_env() -> anyhow::Result<(Generations, String)> {
             cache_remote::ENV_REMOTE
         )));
     }
-    let store = S3Remote::open(address.trim(), |name| std::env::var(name).ok())?;
+    let store = S3Remote::open(address.trim(), |name| settings.get(name).map(str::to_owned))?;
     let describe = cache_remote::Remote::describe(&store);
     Ok((Generations::new(store), describe))
 }
@@ -161,8 +162,7 @@ pub(crate) fn from_env() -> anyhow::Result<(Generations, String)> {
 /// `cache_file`, fetched (verified) as every pinned process fetches it (cache-remote's
 /// `fetch_pinned`, into the one folder); a failure is said and the command goes on without.
 pub(crate) fn pinned(cache_file: &Path) -> Option<PathBuf> {
-    let id = std::env::var(cache_remote::ENV_GENERATION).ok()?;
-    let id = id.trim();
+    let id = crate::settings().get(cache_remote::ENV_GENERATION)?.trim();
     if id.is_empty() {
         return None;
     }
@@ -174,7 +174,7 @@ pub(crate) fn pinned(cache_file: &Path) -> Option<PathBuf> {
             id,
             &dir,
             Duration::from_secs(300),
-            None,
+            cache_remote::trust::policy_path(crate::settings()).as_deref(),
         )?)
     });
     match fetched {
@@ -219,7 +219,7 @@ impl GenerationArgs {
                     &id,
                     &dir,
                     timeout,
-                    None,
+                    cache_remote::trust::policy_path(crate::settings()).as_deref(),
                 )?);
             }
             Action::Prune { older_than_days } => {

@@ -60,8 +60,10 @@ impl Lookup {
         // A machine with no cache file yet (the first thing a new machine of a fleet does, or
         // one that only has shipped bundles) still reads the lower tiers: the file is then an
         // empty one.
-        let lower_tiers = std::env::var_os(cache_remote::ENV_REMOTE).is_some()
-            || std::env::var_os(cache_core::ENV_SYSTEM_PATH).is_some_and(|p| !p.is_empty());
+        let lower_tiers = crate::settings().get_os(cache_remote::ENV_REMOTE).is_some()
+            || crate::settings()
+                .get_os(cache_core::ENV_SYSTEM_PATH)
+                .is_some_and(|p| !p.is_empty());
         let no_file = !path.exists() && lower_tiers;
         let found = if no_file {
             cache_core::inspect(&path, &Limits::default(), None)?
@@ -95,13 +97,7 @@ impl Lookup {
             not(feature = "s3"),
             allow(unused_mut, reason = "extended with a generation")
         )]
-        let mut paths: Vec<PathBuf> = std::env::var_os(cache_core::ENV_SYSTEM_PATH)
-            .map(|v| {
-                std::env::split_paths(&v)
-                    .filter(|p| !p.as_os_str().is_empty())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut paths: Vec<PathBuf> = crate::settings().system_paths();
         // A pinned generation (TUNECACHE_GENERATION) is read as a system file too.
         #[cfg(feature = "s3")]
         if let Ok(file) = ctx.path() {
@@ -164,7 +160,7 @@ impl Lookup {
 
     /// A local miss: the key in the shared tier, if `TUNECACHE_REMOTE` names one.
     fn read_through(&self, ctx: &Context<'_>) -> anyhow::Result<Vec<(Scope, Entry)>> {
-        if std::env::var_os(cache_remote::ENV_REMOTE).is_none() {
+        if crate::settings().get_os(cache_remote::ENV_REMOTE).is_none() {
             return Ok(Vec::new());
         }
         let (app, schema) = match &self.found.snapshot.header {

@@ -224,8 +224,8 @@ impl ImportArgs {
         };
         let registry = Migrations::new(app, schema);
         // The shared tier takes the model: kept only when there is one to publish to.
-        let to_publish =
-            std::env::var_os(cache_remote::ENV_REMOTE).is_some() && crate::shared::writable();
+        let to_publish = crate::settings().get_os(cache_remote::ENV_REMOTE).is_some()
+            && crate::shared::writable();
         let writing = format!("writing {}", what.trim_start_matches("the "));
         let (imported, published) = if to_publish {
             let model = data.into_data()?;

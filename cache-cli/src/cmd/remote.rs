@@ -87,7 +87,7 @@ impl RemoteArgs {
             .filter(|r| r.current() == schema)
             .cloned()
             .unwrap_or_else(|| Migrations::new(app.clone(), schema));
-        if std::env::var_os(cache_remote::ENV_REMOTE).is_none() {
+        if crate::settings().get_os(cache_remote::ENV_REMOTE).is_none() {
             return Err(usage(format!(
                 "`tunecache remote` needs a server: set {}=redis://HOST:PORT/DB or s3://BUCKET/PREFIX",
                 cache_remote::ENV_REMOTE

@@ -47,7 +47,7 @@ struct TierReport {
 
 /// The shared tier's line of `stats`: reachable or not, and what it holds for `app`.
 fn tier_report(ctx: &Context<'_>, app: &str, schema: u32) -> anyhow::Result<Option<TierReport>> {
-    if std::env::var_os(cache_remote::ENV_REMOTE).is_none() {
+    if crate::settings().get_os(cache_remote::ENV_REMOTE).is_none() {
         return Ok(None);
     }
     let registry = ctx

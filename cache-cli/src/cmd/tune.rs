@@ -250,13 +250,7 @@ fn run_cuda(
 
 fn open_cache(path: &Path, scope: Scope) -> anyhow::Result<Arc<Cache>> {
     use cache_remote::RemoteBuilder as _;
-    let system: Vec<PathBuf> = std::env::var_os(cache_core::ENV_SYSTEM_PATH)
-        .map(|v| {
-            std::env::split_paths(&v)
-                .filter(|p| !p.as_os_str().is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
+    let system: Vec<PathBuf> = crate::settings().system_paths();
     let builder = Cache::builder(workload::registry())
         .file(path)
         .ignore_env()
@@ -265,10 +259,10 @@ fn open_cache(path: &Path, scope: Scope) -> anyhow::Result<Arc<Cache>> {
         .system_files(system);
     // The shared tier is the one setting taken from the environment here (the file comes
     // from the command line): TUNECACHE_REMOTE and its mode and budget.
-    let builder = match std::env::var_os(cache_remote::ENV_REMOTE) {
-        Some(_) => match cache_remote::from_env()? {
+    let builder = match crate::settings().get_os(cache_remote::ENV_REMOTE) {
+        Some(_) => match cache_remote::from_settings(crate::settings())? {
             Some(remote) => {
-                let (options, warnings) = remote.default_options().from_process_env();
+                let (options, warnings) = remote.default_options().from_settings(crate::settings());
                 for w in warnings {
                     say(w);
                 }

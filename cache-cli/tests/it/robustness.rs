@@ -167,6 +167,20 @@ fn the_environment_switches_refuse_writes_and_leave_inspection_alone() {
         with("TUNECACHE_READ_ONLY", "0", &put).status.code(),
         Some(0)
     );
+    // A log filter that is not one is named, not ignored without a word (it once was); a
+    // good one is taken.
+    let o = with("TUNECACHE_LOG", "tunecache=[", &["stats"]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("TUNECACHE_LOG=\"tunecache=[\": not a log filter"),
+        "{}",
+        err(&o)
+    );
+    assert_eq!(
+        with("TUNECACHE_LOG", "debug", &["stats"]).status.code(),
+        Some(0)
+    );
+    assert_eq!(with("TUNECACHE_LOG", "", &["stats"]).status.code(), Some(0));
 }
 
 /// Each message says what happened and what to do, once.

@@ -266,7 +266,7 @@ fn construct(
             save_delay: builder.save_delay,
             link: TierLink::new(weak.clone()),
             cache_file: path.as_deref(),
-            use_env: builder.uses_env(),
+            settings: builder.settings(),
             warnings: Vec::new(),
             handles: Vec::new(),
         };

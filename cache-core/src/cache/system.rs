@@ -302,14 +302,3 @@ fn of_scope(data: &cache_format::CacheData, scope: &Scope) -> Vec<(Namespace, En
     }
     out
 }
-
-/// The system files named by `TUNECACHE_SYSTEM_PATH`.
-pub(crate) fn from_env() -> Vec<PathBuf> {
-    std::env::var_os(ENV_SYSTEM_PATH)
-        .map(|v| {
-            std::env::split_paths(&v)
-                .filter(|p| !p.as_os_str().is_empty())
-                .collect()
-        })
-        .unwrap_or_default()
-}

@@ -43,7 +43,8 @@ pub fn generation_dir(cache_file: Option<&Path>) -> Option<PathBuf> {
 /// pointer names that is refused (damaged, unsigned, rolled back) or cannot be had leaves the
 /// one this machine last took for `current` in force, with a warning.
 ///
-/// `trust`: the policy file (`None`: the one `TUNECACHE_TRUST` names, if any).
+/// `trust`: the policy file, if any (a caller takes `TUNECACHE_TRUST`'s from its settings:
+/// `trust::policy_path`).
 pub fn fetch_pinned(
     store: S3Remote,
     id: &str,
@@ -55,7 +56,7 @@ pub fn fetch_pinned(
         Some(path) => Some(
             crate::trust::Trust::read(path).map_err(|e| GenerationError::Refused(e.to_string()))?,
         ),
-        None => crate::trust::from_env().map_err(|e| GenerationError::Refused(e.to_string()))?,
+        None => None,
     };
     let trust = match given {
         Some(t) => Some(
@@ -234,13 +235,14 @@ pub(crate) struct GenerationSource {
 }
 
 impl GenerationSource {
-    /// The generation `TUNECACHE_GENERATION` pins on the bucket `address`, if it pins one.
-    pub(crate) fn from_env(
+    /// The generation `TUNECACHE_GENERATION` pins in `settings` on the bucket `address`, if it
+    /// pins one, checked against the policy `trust` (`None`: the one `TUNECACHE_TRUST` names).
+    pub(crate) fn from_settings(
         address: &str,
         trust: Option<&Path>,
-        env: impl Fn(&str) -> Option<String>,
+        settings: &cache_core::settings::Settings,
     ) -> Option<Self> {
-        let id = env(ENV_GENERATION)?;
+        let id = settings.get(ENV_GENERATION)?;
         let id = id.trim();
         if id.is_empty() || !address.trim().starts_with("s3://") {
             return None;
@@ -248,7 +250,9 @@ impl GenerationSource {
         Some(GenerationSource {
             address: address.trim().to_owned(),
             id: id.to_owned(),
-            trust: trust.map(Path::to_owned),
+            trust: trust
+                .map(Path::to_owned)
+                .or_else(|| crate::trust::policy_path(settings)),
         })
     }
 }

@@ -10,6 +10,8 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use super::pool::Pool;
 use super::reply;
+use cache_core::settings::Settings;
+
 use super::{ConfigError, redact};
 use crate::store::{Read, Remote, RemoteError, Swap, Swapped};
 
@@ -35,8 +37,15 @@ impl std::fmt::Debug for RedisClusterRemote {
 
 impl RedisClusterRemote {
     /// A client for the cluster that `urls` (some of its nodes) belong to; connects on the
-    /// first call. Errors never contain a password.
+    /// first call. Errors never contain a password. `rediss://` nodes trust the authorities
+    /// `TUNECACHE_REMOTE_CA` names in the environment as read now
+    /// ([`RedisClusterRemote::open_with`] takes the settings).
     pub fn open(urls: &[&str]) -> Result<Self, ConfigError> {
+        Self::open_with(urls, &Settings::from_env())
+    }
+
+    /// [`RedisClusterRemote::open`] with `settings` in force (`TUNECACHE_REMOTE_CA`).
+    pub fn open_with(urls: &[&str], settings: &Settings) -> Result<Self, ConfigError> {
         let describe = urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",");
         // No retries of its own: a call has one deadline, and the tier's breaker decides
         // when to try again.
@@ -49,7 +58,7 @@ impl RedisClusterRemote {
         // `rediss://` nodes trust `TUNECACHE_REMOTE_CA`'s authorities, as a single node does.
         #[cfg(feature = "tls")]
         if urls.iter().any(|u| u.trim().starts_with("rediss://"))
-            && let Some(root_cert) = super::read_ca()?
+            && let Some(root_cert) = super::read_ca(settings)?
         {
             builder = builder.certs(redis::TlsCertificates {
                 client_tls: None,

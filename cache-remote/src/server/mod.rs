@@ -32,6 +32,8 @@ pub(crate) fn classify_server_error(e: &redis::ServerError) -> crate::RemoteErro
     reply::classify(&redis::RedisError::from(e.clone()))
 }
 
+use cache_core::settings::Settings;
+
 use crate::store::Remote;
 
 /// The environment variable that names the server: `redis://[user:password@]host:port/db`,
@@ -154,9 +156,12 @@ pub fn redact(url: &str) -> String {
 /// The shared store at `address`: one server (`redis://…`, `rediss://…`,
 /// `redis+unix://…`), or a Redis Cluster given as some of its nodes separated by commas
 /// (the `cluster` feature).
-pub fn connect(address: &str) -> Result<Arc<dyn Remote>, ConfigError> {
+///
+/// `settings` give an S3 bucket's endpoint and credentials and a TLS server's authorities
+/// (`cache_core::settings::Settings::from_env` for the environment's).
+pub fn connect(address: &str, settings: &Settings) -> Result<Arc<dyn Remote>, ConfigError> {
     if address.trim().starts_with("s3://") {
-        return s3(address.trim());
+        return s3(address.trim(), settings);
     }
     let nodes: Vec<&str> = address
         .split(',')
@@ -164,21 +169,21 @@ pub fn connect(address: &str) -> Result<Arc<dyn Remote>, ConfigError> {
         .filter(|n| !n.is_empty())
         .collect();
     if nodes.len() > 1 {
-        return cluster(&nodes);
+        return cluster(&nodes, settings);
     }
-    Ok(Arc::new(RedisRemote::open(address.trim())?))
+    Ok(Arc::new(RedisRemote::open_with(address.trim(), settings)?))
 }
 
 /// The bucket of an `s3://` address (the `s3` feature), configured from the environment.
 #[cfg(feature = "s3")]
-fn s3(address: &str) -> Result<Arc<dyn Remote>, ConfigError> {
+fn s3(address: &str, settings: &Settings) -> Result<Arc<dyn Remote>, ConfigError> {
     Ok(Arc::new(S3Remote::open(address, |name| {
-        std::env::var(name).ok()
+        settings.get(name).map(str::to_owned)
     })?))
 }
 
 #[cfg(not(feature = "s3"))]
-fn s3(address: &str) -> Result<Arc<dyn Remote>, ConfigError> {
+fn s3(address: &str, _: &Settings) -> Result<Arc<dyn Remote>, ConfigError> {
     Err(ConfigError::BadS3 {
         address: address.to_owned(),
         detail: "this build has no S3 support (cache-remote's `s3` feature)".to_owned(),
@@ -196,9 +201,9 @@ const CERTIFICATE: &str = "-----BEGIN CERTIFICATE-----";
 /// tunecache reads is (a regular file only, never a FIFO, a device or a procfs file, which
 /// could block or never end; at most 4 MiB).
 #[cfg_attr(not(feature = "tls"), allow(dead_code, reason = "read only for TLS"))]
-fn read_ca() -> Result<Option<Vec<u8>>, ConfigError> {
+fn read_ca(settings: &Settings) -> Result<Option<Vec<u8>>, ConfigError> {
     use std::io::Read as _;
-    let Some(path) = std::env::var_os(ENV_REMOTE_CA) else {
+    let Some(path) = settings.get_os(ENV_REMOTE_CA) else {
         return Ok(None);
     };
     let path = PathBuf::from(path);
@@ -234,12 +239,12 @@ fn read_ca() -> Result<Option<Vec<u8>>, ConfigError> {
 }
 
 #[cfg(feature = "cluster")]
-fn cluster(nodes: &[&str]) -> Result<Arc<dyn Remote>, ConfigError> {
-    Ok(Arc::new(RedisClusterRemote::open(nodes)?))
+fn cluster(nodes: &[&str], settings: &Settings) -> Result<Arc<dyn Remote>, ConfigError> {
+    Ok(Arc::new(RedisClusterRemote::open_with(nodes, settings)?))
 }
 
 #[cfg(not(feature = "cluster"))]
-fn cluster(nodes: &[&str]) -> Result<Arc<dyn Remote>, ConfigError> {
+fn cluster(nodes: &[&str], _: &Settings) -> Result<Arc<dyn Remote>, ConfigError> {
     let address = nodes
         .iter()
         .map(|u| redact(u))
@@ -248,11 +253,11 @@ fn cluster(nodes: &[&str]) -> Result<Arc<dyn Remote>, ConfigError> {
     Err(ConfigError::NoCluster { address })
 }
 
-/// The shared store named by `TUNECACHE_REMOTE` (see [`connect`]), if it is set and not
-/// empty.
-pub fn from_env() -> Result<Option<Arc<dyn Remote>>, ConfigError> {
-    match std::env::var(ENV_REMOTE) {
-        Ok(address) if !address.trim().is_empty() => connect(&address).map(Some),
+/// The shared store `TUNECACHE_REMOTE` names in `settings` (see [`connect`]), if it is set
+/// and not empty.
+pub fn from_settings(settings: &Settings) -> Result<Option<Arc<dyn Remote>>, ConfigError> {
+    match settings.get(ENV_REMOTE) {
+        Some(address) if !address.trim().is_empty() => connect(address, settings).map(Some),
         _ => Ok(None),
     }
 }

@@ -6,6 +6,8 @@ use redis::IntoConnectionInfo;
 
 use super::pool::Pool;
 use super::reply;
+use cache_core::settings::Settings;
+
 use super::{ConfigError, redact};
 use crate::store::{Read, Remote, RemoteError, Swap, Swapped};
 
@@ -28,8 +30,15 @@ impl std::fmt::Debug for RedisRemote {
 
 impl RedisRemote {
     /// A client for the server at `url`; checks the address but does not connect (the first
-    /// call does, within its deadline). The error never contains the password.
+    /// call does, within its deadline). The error never contains the password. A `rediss://`
+    /// server's authorities are those `TUNECACHE_REMOTE_CA` names in the environment as read
+    /// now ([`RedisRemote::open_with`] takes the settings).
     pub fn open(url: &str) -> Result<Self, ConfigError> {
+        Self::open_with(url, &Settings::from_env())
+    }
+
+    /// [`RedisRemote::open`] with `settings` in force (`TUNECACHE_REMOTE_CA`).
+    pub fn open_with(url: &str, settings: &Settings) -> Result<Self, ConfigError> {
         let describe = redact(url);
         let tls = url
             .trim_start()
@@ -44,10 +53,10 @@ impl RedisRemote {
                 address: describe.clone(),
                 detail: format!("{:?}", e.kind()),
             })?;
-        let settings = info.redis_settings().clone().set_skip_set_lib_name();
-        let info = info.set_redis_settings(settings);
+        let redis_settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let info = info.set_redis_settings(redis_settings);
         let client = if tls {
-            tls_client(info, &describe)?
+            tls_client(info, &describe, settings)?
         } else {
             redis::Client::open(info).map_err(|e| ConfigError::BadAddress {
                 address: describe.clone(),
@@ -242,10 +251,14 @@ fn bounded(
 /// A client for `rediss://`: rustls with the ring provider, trusting the system's
 /// certificate authorities or those of the PEM file `TUNECACHE_REMOTE_CA`.
 #[cfg(feature = "tls")]
-fn tls_client(info: redis::ConnectionInfo, describe: &str) -> Result<redis::Client, ConfigError> {
+fn tls_client(
+    info: redis::ConnectionInfo,
+    describe: &str,
+    settings: &Settings,
+) -> Result<redis::Client, ConfigError> {
     // The process-wide provider, if the program has not chosen one (then its choice stands).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let root_cert = super::read_ca()?;
+    let root_cert = super::read_ca(settings)?;
     redis::Client::build_with_tls(
         info,
         redis::TlsCertificates {
@@ -260,7 +273,11 @@ fn tls_client(info: redis::ConnectionInfo, describe: &str) -> Result<redis::Clie
 }
 
 #[cfg(not(feature = "tls"))]
-fn tls_client(_: redis::ConnectionInfo, describe: &str) -> Result<redis::Client, ConfigError> {
+fn tls_client(
+    _: redis::ConnectionInfo,
+    describe: &str,
+    _: &Settings,
+) -> Result<redis::Client, ConfigError> {
     Err(ConfigError::NoTls {
         address: describe.to_owned(),
     })

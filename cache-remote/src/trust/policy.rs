@@ -81,13 +81,29 @@ struct State {
     highest: BTreeMap<String, u64>,
 }
 
-/// The policy `TUNECACHE_TRUST` names, if it is set.
-pub fn from_env() -> Result<Option<Trust>, TrustError> {
-    match std::env::var(ENV_TRUST) {
-        Ok(path) if !path.trim().is_empty() => Trust::read(Path::new(path.trim()))
+/// The policy file `TUNECACHE_TRUST` names in `settings`, if it is set and not blank.
+pub fn policy_path(settings: &cache_core::settings::Settings) -> Option<PathBuf> {
+    let path = settings.get_os(ENV_TRUST)?;
+    let text = path.to_string_lossy();
+    if text.trim().is_empty() {
+        return None;
+    }
+    // Trimmed where the name is text; a path that is not UTF-8 is taken as it is.
+    Some(match path.to_str() {
+        Some(t) => PathBuf::from(t.trim()),
+        None => PathBuf::from(path),
+    })
+}
+
+/// The policy `TUNECACHE_TRUST` names in `settings`, if it is set.
+pub fn from_settings(
+    settings: &cache_core::settings::Settings,
+) -> Result<Option<Trust>, TrustError> {
+    match policy_path(settings) {
+        Some(path) => Trust::read(&path)
             .map(Some)
             .map_err(|e| TrustError::Policy(format!("{ENV_TRUST}: {e}"))),
-        _ => Ok(None),
+        None => Ok(None),
     }
 }
 

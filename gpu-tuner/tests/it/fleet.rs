@@ -41,7 +41,8 @@ pub(crate) fn child(path: PathBuf, args: Vec<String>) {
         ..RemoteOptions::default()
     };
     // Redis or, for `s3://`, a bucket (the endpoint and credentials from the environment).
-    let remote: Arc<dyn Remote> = cache_remote::connect(url).expect("address");
+    let remote: Arc<dyn Remote> =
+        cache_remote::connect(url, &cache_core::settings::Settings::from_env()).expect("address");
     let cache = Arc::new(
         builder(&path)
             .scope(crate::support::scope(device))
