@@ -28,6 +28,8 @@
 #![forbid(unsafe_code)]
 
 mod breaker;
+#[cfg(feature = "s3")]
+mod dates;
 mod fleet;
 #[cfg(feature = "s3")]
 mod generations;

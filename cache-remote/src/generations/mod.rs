@@ -332,7 +332,7 @@ impl Generations {
             let old = listed
                 .written
                 .as_deref()
-                .and_then(unix_ms)
+                .and_then(crate::dates::iso_ms)
                 .is_some_and(|at| older_than(at, now_ms, age));
             if !old {
                 continue;
@@ -417,44 +417,9 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// `2026-11-27T08:16:22.000Z` (what S3 lists) as Unix milliseconds.
-pub(crate) fn unix_ms(text: &str) -> Option<u64> {
-    let (date, time) = text.trim_end_matches('Z').split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
-    let (h, min, s) = (t.next()??, t.next()??, t.next()??);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || h > 23 || min > 59 || s > 60 {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let ms: i64 = frac.get(..3).unwrap_or(frac).parse().unwrap_or(0);
-    u64::try_from(((days * 24 + h) * 60 + min) * 60 + s)
-        .ok()
-        .map(|secs| secs * 1000 + ms as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn listing_times_read_as_unix_milliseconds() {
-        assert_eq!(unix_ms("1970-01-01T00:00:00.000Z"), Some(0));
-        assert_eq!(unix_ms("2000-03-01T00:00:01.250Z"), Some(951_868_801_250));
-        assert_eq!(unix_ms("2026-11-27T08:16:22Z"), Some(1_795_767_382_000));
-        for bad in ["", "2026-13-01T00:00:00Z", "yesterday", "2026-11-27"] {
-            assert_eq!(unix_ms(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn a_generation_is_old_past_its_age_and_a_huge_age_is_never_reached() {

@@ -1,13 +1,14 @@
 //! One bucket's objects, as the S3 store and its generations use them: a ranged GET with the
 //! object's ETag, a conditional PUT, a DELETE, a listing, a HEAD of the bucket. Each request is
-//! signed by rusty-s3 and sent through `http::exchange` (its deadline, throttling retried).
+//! signed by rusty-s3 and sent through one path, `http::Call::send` (its deadline, throttling retried).
 
 use std::io::Read as _;
 use std::time::{Duration, Instant};
 
 use rusty_s3::{Bucket, Credentials, S3Action as _};
 
-use super::http::{body_text, exchange, header, http_date, status_error};
+use super::http::{Call, Response, body_text, header, status_error};
+use crate::dates::http_date;
 use crate::store::{RemoteError, Swapped};
 
 /// How long a signed request stays valid (S3 accepts 1 s to 7 days): past any deadline.
@@ -130,15 +131,11 @@ impl Objects {
             .get_object(self.credentials.as_ref(), object)
             .sign(SIGNED_FOR);
         let range = format!("bytes=0-{limit}");
-        let response = exchange(deadline, |timeout| {
-            self.agent
-                .get(url.as_str())
-                .header("range", &range)
-                .config()
-                .timeout_global(Some(timeout))
-                .build()
-                .call()
-        })?;
+        let response = Call {
+            headers: &[("range", &range)],
+            ..Call::new("GET", url.as_str())
+        }
+        .send(&self.agent, deadline)?;
         match response.status().as_u16() {
             // An empty object has no byte 0.
             416 => Ok(Some(Fetched {
@@ -162,18 +159,20 @@ impl Objects {
                     .map_err(|e| RemoteError::Unreachable(format!("reading a value: {e}")))?;
                 Ok(Some(Fetched { bytes, etag, age }))
             }
-            404 => {
-                let body = body_text(response);
-                if body.contains("NoSuchBucket") {
-                    Err(RemoteError::Refused(format!(
-                        "{}: no such bucket",
-                        self.describe
-                    )))
-                } else {
-                    Ok(None)
-                }
-            }
+            404 => self.absent(response).map(|()| None),
             status => Err(status_error(status, &body_text(response), &self.describe)),
+        }
+    }
+
+    /// A 404 to an object's request: the object is absent (`Ok`), unless the bucket is.
+    fn absent(&self, response: Response) -> Result<(), RemoteError> {
+        if body_text(response).contains("NoSuchBucket") {
+            Err(RemoteError::Refused(format!(
+                "{}: no such bucket",
+                self.describe
+            )))
+        } else {
+            Ok(())
         }
     }
 
@@ -194,27 +193,14 @@ impl Objects {
             .bucket
             .get_object(self.credentials.as_ref(), object)
             .sign(SIGNED_FOR);
-        let response = exchange(deadline, |timeout| {
-            self.agent
-                .get(url.as_str())
-                .config()
-                .timeout_global(Some(timeout))
-                .timeout_per_read(Some(idle))
-                .build()
-                .call()
-        })?;
+        let response = Call {
+            idle: Some(idle),
+            ..Call::new("GET", url.as_str())
+        }
+        .send(&self.agent, deadline)?;
         match response.status().as_u16() {
             200 => {}
-            404 => {
-                let body = body_text(response);
-                if body.contains("NoSuchBucket") {
-                    return Err(RemoteError::Refused(format!(
-                        "{}: no such bucket",
-                        self.describe
-                    )));
-                }
-                return Ok(None);
-            }
+            404 => return self.absent(response).map(|()| None),
             status => return Err(status_error(status, &body_text(response), &self.describe)),
         }
         let mut reader = response
@@ -266,16 +252,15 @@ impl Objects {
             None => ("if-none-match", "*"),
             Some(etag) => ("if-match", etag),
         };
-        let response = exchange(deadline, |timeout| {
-            self.agent
-                .put(url.as_str())
-                .header("content-type", "application/octet-stream")
-                .header(condition, on)
-                .config()
-                .timeout_global(Some(timeout))
-                .build()
-                .send(value)
-        })?;
+        let response = Call {
+            headers: &[
+                ("content-type", "application/octet-stream"),
+                (condition, on),
+            ],
+            body: Some(value),
+            ..Call::new("PUT", url.as_str())
+        }
+        .send(&self.agent, deadline)?;
         match response.status().as_u16() {
             200 | 201 | 204 => Ok((Swapped::Set, header(&response, "etag"))),
             // A lost race: the object changed (or appeared, or went) since it was read.
@@ -292,14 +277,7 @@ impl Objects {
             .bucket
             .delete_object(self.credentials.as_ref(), object)
             .sign(SIGNED_FOR);
-        let response = exchange(deadline, |timeout| {
-            self.agent
-                .delete(url.as_str())
-                .config()
-                .timeout_global(Some(timeout))
-                .build()
-                .call()
-        })?;
+        let response = Call::new("DELETE", url.as_str()).send(&self.agent, deadline)?;
         match response.status().as_u16() {
             200 | 204 | 404 => Ok(()),
             status => Err(status_error(status, &body_text(response), &self.describe)),
@@ -324,14 +302,7 @@ impl Objects {
                 list.with_continuation_token(t.as_str());
             }
             let url = list.sign(SIGNED_FOR);
-            let response = exchange(deadline, |timeout| {
-                self.agent
-                    .get(url.as_str())
-                    .config()
-                    .timeout_global(Some(timeout))
-                    .build()
-                    .call()
-            })?;
+            let response = Call::new("GET", url.as_str()).send(&self.agent, deadline)?;
             let status = response.status().as_u16();
             if status != 200 {
                 return Err(status_error(status, &body_text(response), &self.describe));
@@ -393,14 +364,7 @@ impl Objects {
             .bucket
             .head_bucket(self.credentials.as_ref())
             .sign(SIGNED_FOR);
-        let response = exchange(deadline, |timeout| {
-            self.agent
-                .head(url.as_str())
-                .config()
-                .timeout_global(Some(timeout))
-                .build()
-                .call()
-        })?;
+        let response = Call::new("HEAD", url.as_str()).send(&self.agent, deadline)?;
         match response.status().as_u16() {
             200 => Ok(()),
             404 => Err(RemoteError::Refused(format!(

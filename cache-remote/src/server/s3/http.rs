@@ -11,7 +11,7 @@ pub(super) type Response = ureq::http::Response<ureq::Body>;
 
 /// Sends what `request` makes (given the time left as its timeout), again after a pause while
 /// the store throttles or fails (see [`backoff`]) and the deadline allows; the last reply.
-pub(super) fn exchange(
+fn exchange(
     deadline: Instant,
     request: impl Fn(Duration) -> Result<Response, ureq::Error>,
 ) -> Result<Response, RemoteError> {
@@ -28,6 +28,65 @@ pub(super) fn exchange(
             None => return Ok(response),
         }
     }
+}
+
+/// One request, as every verb sends it (one path: the timeouts, the retries and the body are
+/// set here, not per verb): a method, a signed URL, headers, a body for a PUT, and how long
+/// one read may wait (a download's; otherwise only the deadline bounds it).
+pub(super) struct Call<'a> {
+    pub(super) method: &'static str,
+    pub(super) url: &'a str,
+    pub(super) headers: &'a [(&'a str, &'a str)],
+    pub(super) body: Option<&'a [u8]>,
+    pub(super) idle: Option<Duration>,
+}
+
+impl<'a> Call<'a> {
+    /// A request without headers or a body.
+    pub(super) fn new(method: &'static str, url: &'a str) -> Self {
+        Call {
+            method,
+            url,
+            headers: &[],
+            body: None,
+            idle: None,
+        }
+    }
+
+    /// Sends it on `agent` within `deadline` ([`exchange`]: again while the store throttles).
+    pub(super) fn send(
+        &self,
+        agent: &ureq::Agent,
+        deadline: Instant,
+    ) -> Result<Response, RemoteError> {
+        exchange(deadline, |timeout| {
+            let mut request = ureq::http::Request::builder()
+                .method(self.method)
+                .uri(self.url);
+            for (name, value) in self.headers {
+                request = request.header(*name, *value);
+            }
+            match self.body {
+                Some(body) => run(agent, request.body(body)?, timeout, self.idle),
+                None => run(agent, request.body(())?, timeout, self.idle),
+            }
+        })
+    }
+}
+
+/// Runs `request` on `agent` with its whole time bounded by `timeout` and each read by `idle`.
+fn run<S: ureq::AsSendBody>(
+    agent: &ureq::Agent,
+    request: ureq::http::Request<S>,
+    timeout: Duration,
+    idle: Option<Duration>,
+) -> Result<Response, ureq::Error> {
+    let request = agent
+        .configure_request(request)
+        .timeout_global(Some(timeout))
+        .timeout_per_read(idle)
+        .build();
+    agent.run(request)
 }
 
 /// The most times one request is sent.
@@ -62,44 +121,6 @@ pub(super) fn header(response: &ureq::http::Response<ureq::Body>, name: &str) ->
         .get(name)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
-}
-
-/// Seconds since 1970 of an HTTP date in its one current form (IMF-fixdate, RFC 9110:
-/// `Fri, 27 Nov 2026 10:24:31 GMT`), as S3 gives `Date` and `Last-Modified`; `None` for any
-/// other text.
-pub(crate) fn http_date(text: &str) -> Option<i64> {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let (_, rest) = text.trim().split_once(", ")?;
-    let parts: Vec<&str> = rest.split(' ').collect();
-    let [day, month, year, time, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    let number = |s: &str, digits: usize| -> Option<i64> {
-        (s.len() == digits && s.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| s.parse().ok())
-            .flatten()
-    };
-    let (day, year) = (number(day, 2)?, number(year, 4)?);
-    let month = MONTHS.iter().position(|m| m == month)? as i64 + 1;
-    let hms: Vec<&str> = time.split(':').collect();
-    let [h, m, s] = hms.as_slice() else {
-        return None;
-    };
-    let (h, m, s) = (number(h, 2)?, number(m, 2)?, number(s, 2)?);
-    if !(1..=31).contains(&day) || h > 23 || m > 59 || s > 60 {
-        return None;
-    }
-    // Days from 1970-01-01 to the date (Howard Hinnant's days_from_civil).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + h * 3600 + m * 60 + s)
 }
 
 /// The first 4 KiB of an error reply, as text.
@@ -144,31 +165,6 @@ pub(super) fn transport(e: &ureq::Error) -> RemoteError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn http_dates_are_read_and_anything_else_is_not() {
-        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
-        assert_eq!(
-            http_date("Fri, 27 Nov 2026 10:24:31 GMT"),
-            Some(1_795_775_071)
-        );
-        assert_eq!(
-            http_date("Tue, 29 Feb 2000 23:59:59 GMT"),
-            Some(951_868_799)
-        );
-        for bad in [
-            "",
-            "yesterday",
-            "Fri, 27 Nov 2026 10:24:31 UTC",
-            "Fri, 27 Foo 2026 10:24:31 GMT",
-            "Fri, 7 Nov 2026 10:24:31 GMT",
-            "Fri, 27 Nov 2026 24:00:00 GMT",
-            "Friday, 27-Nov-26 10:24:31 GMT",
-            "Fri, 27 Nov 2026 10:24 GMT",
-        ] {
-            assert_eq!(http_date(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn replies_are_classified_by_what_a_caller_does_next() {
