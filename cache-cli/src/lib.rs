@@ -71,6 +71,15 @@ where
             return ExitCode::from(exit::USAGE);
         }
     };
+    // Every other setting a value of which would be ignored: named now, whatever the command
+    // (a shared tier's mode once stopped only the commands that opened it).
+    let problems = setting_problems();
+    if !problems.is_empty() {
+        for p in &problems {
+            output::say(format_args!("error: {p}"));
+        }
+        return ExitCode::from(exit::USAGE);
+    }
     let ctx = context::Context::new(&cli.global, config, switches);
     let mut out = output::Out::new();
     let result = cmd::dispatch(cli.command, &ctx, &mut out).and_then(|code| {
@@ -120,6 +129,16 @@ pub(crate) fn settings() -> &'static cache_core::settings::Settings {
     static SETTINGS: std::sync::OnceLock<cache_core::settings::Settings> =
         std::sync::OnceLock::new();
     SETTINGS.get_or_init(cache_core::settings::Settings::from_env)
+}
+
+/// The settings whose values do not parse, one line each naming the variable.
+fn setting_problems() -> Vec<String> {
+    let mut out = cache_remote::RemoteOptions::problems(settings());
+    let progress = settings().get_os(progress::ENV_PROGRESS);
+    if let Err(e) = progress::Mode::parse(progress.map(|v| v.to_string_lossy()).as_deref()) {
+        out.push(format!("{}: {e}", progress::ENV_PROGRESS));
+    }
+    out
 }
 
 /// Logs at `TUNECACHE_LOG`'s filter, else at `verbose`'s level; a filter that does not parse

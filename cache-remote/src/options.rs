@@ -99,7 +99,9 @@ impl RemoteOptions {
         if let Some(v) = env(ENV_REMOTE_MODE).filter(|v| !v.trim().is_empty()) {
             match v.parse() {
                 Ok(mode) => self.mode = mode,
-                Err(e) => warnings.push(format!("ignoring {ENV_REMOTE_MODE}: {e}")),
+                Err(_) => warnings.push(format!(
+                    "ignoring {ENV_REMOTE_MODE}={v:?}: expected off, read or read-write"
+                )),
             }
         }
         if let Some(v) = env(ENV_REMOTE_TIMEOUT_MS).filter(|v| !v.trim().is_empty()) {
@@ -125,6 +127,34 @@ impl RemoteOptions {
             }
         }
         (self, warnings)
+    }
+
+    /// Each value of the shared tier's settings in `settings` that a cache would ignore
+    /// (`TUNECACHE_REMOTE_MODE`, `_TIMEOUT_MS`, `_LEASE_MS`, and a `TUNECACHE_GENERATION` that
+    /// is neither `current` nor a generation's id), as one line naming its variable and what
+    /// it expects: a command stops on them where a library cache warns and opens.
+    pub fn problems(settings: &cache_core::settings::Settings) -> Vec<String> {
+        let (_, warnings) = RemoteOptions::default().from_settings(settings);
+        #[cfg_attr(
+            not(feature = "s3"),
+            allow(unused_mut, reason = "a generation is checked")
+        )]
+        let mut out: Vec<String> = warnings
+            .into_iter()
+            .map(|w| w.strip_prefix("ignoring ").map(str::to_owned).unwrap_or(w))
+            .collect();
+        #[cfg(feature = "s3")]
+        if let Some(id) = settings.get_os(crate::generations::ENV_GENERATION) {
+            let text = id.to_string_lossy();
+            let id = text.trim();
+            if !id.is_empty() && id != "current" && !crate::generations::is_id(id) {
+                out.push(format!(
+                    "{}={id:?}: expected current or a generation's id (64 lower-case hex digits)",
+                    crate::generations::ENV_GENERATION
+                ));
+            }
+        }
+        out
     }
 
     /// [`RemoteOptions::with_env`] on `settings` (the environment as read once).

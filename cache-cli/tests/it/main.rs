@@ -25,6 +25,7 @@ mod s3_generations;
 mod s3_hostile;
 #[cfg(feature = "s3")]
 mod s3_trust;
+mod settings;
 mod shared;
 mod shared_faults;
 mod tune;

@@ -121,68 +121,6 @@ fn names_from_the_file_cannot_drive_the_terminal_or_fake_lines() {
     }
 }
 
-#[test]
-fn the_environment_switches_refuse_writes_and_leave_inspection_alone() {
-    let (_d, path) = file();
-    put(&path, "tiled", "1200");
-    let files = || {
-        let journal = path.with_file_name("c.tcache.journal");
-        (std::fs::read(&path).ok(), std::fs::read(journal).ok())
-    };
-    let before = files();
-    let with = |var: &str, value: &str, args: &[&str]| {
-        test_support::cli::command(crate::EXE, &path, args)
-            .env(var, value)
-            .output()
-            .expect("run")
-    };
-    let put = put_args(KEY, "x", "1");
-    let import_args = ["import", "/dev/null"];
-    let tune_args = ["tune", "--backend", "cpu", "--steps", "1", "--no-progress"];
-    for var in ["TUNECACHE_READ_ONLY", "TUNECACHE_DISABLE"] {
-        for args in [&put[..], &import_args[..], &tune_args[..], &["migrate"][..]] {
-            let o = with(var, "1", args);
-            assert_eq!(o.status.code(), Some(1), "{var} {args:?}: {}", err(&o));
-            assert!(
-                err(&o).contains(var) && err(&o).contains("nothing was written"),
-                "{var} {args:?}: {}",
-                err(&o)
-            );
-        }
-        for args in [
-            &["stats"][..],
-            &["verify"][..],
-            &["list"][..],
-            &["migrate", "--dry-run"][..],
-        ] {
-            let o = with(var, "1", args);
-            assert_eq!(o.status.code(), Some(0), "{var} {args:?}: {}", err(&o));
-        }
-        let o = with(var, "maybe", &["stats"]);
-        assert_eq!(o.status.code(), Some(2), "{var}=maybe: {}", err(&o));
-        assert!(err(&o).contains(&format!("{var}=\"maybe\"")), "{}", err(&o));
-    }
-    assert_eq!(files(), before, "nothing was written, snapshot or journal");
-    assert_eq!(
-        with("TUNECACHE_READ_ONLY", "0", &put).status.code(),
-        Some(0)
-    );
-    // A log filter that is not one is named, not ignored without a word (it once was); a
-    // good one is taken.
-    let o = with("TUNECACHE_LOG", "tunecache=[", &["stats"]);
-    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
-    assert!(
-        err(&o).contains("TUNECACHE_LOG=\"tunecache=[\": not a log filter"),
-        "{}",
-        err(&o)
-    );
-    assert_eq!(
-        with("TUNECACHE_LOG", "debug", &["stats"]).status.code(),
-        Some(0)
-    );
-    assert_eq!(with("TUNECACHE_LOG", "", &["stats"]).status.code(), Some(0));
-}
-
 /// Each message says what happened and what to do, once.
 #[test]
 fn messages_say_what_happened_once() {
