@@ -1,9 +1,13 @@
 //! `tunecache stability`: how far the stored winners of the built-in workload can be trusted
 //! on this machine. A sample of the stored matmul and sum keys of the CPU's scope is measured
 //! again, several times, as a tune measures them (nothing is recorded); per key, how often a
-//! run's winner is not the stored one (flip rate) and the stored winner's regret (its median
-//! over the runs against the best's, minus one); per namespace, the geometric mean regret.
-//! `--max-regret` and `--max-flip-rate` make it exit 3 past them, for CI.
+//! run's winner is not the stored one (flip rate), the stored winner's regret (its median
+//! over the runs against the best's, minus one) and whether its winner is clearly best (every
+//! run's time of the runner-up above every run's time of the best); per namespace, the
+//! geometric mean regret, the agreement on the keys whose winner is clearly best (near-ties
+//! flip without harm) and the cross-run regret (each run's winner timed in the other runs:
+//! p50, p90, worst). `--max-regret` and `--max-flip-rate` (clearly-won keys only) make it exit
+//! 3 past them, for CI.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,7 +40,7 @@ pub(crate) struct StabilityArgs {
     /// Exit 3 if a namespace's geometric-mean regret exceeds this, in percent
     #[arg(long, value_name = "PCT", value_parser = percent)]
     max_regret: Option<f64>,
-    /// Exit 3 if a key's flip rate exceeds this, in percent
+    /// Exit 3 if the flip rate of a key whose winner is clearly best exceeds this, in percent
     #[arg(long, value_name = "PCT", value_parser = percent)]
     max_flip_rate: Option<f64>,
 }
@@ -56,7 +60,15 @@ struct StabilityOut {
 struct NamespaceOut {
     namespace: String,
     geomean_regret: f64,
+    /// The largest flip rate of a key whose winner is clearly best.
     worst_flip_rate: f64,
+    /// Keys whose winner is clearly best, and the share of them every run agreed on.
+    clear_keys: usize,
+    agreement: Option<f64>,
+    /// Each run's winner timed in every other run against its best, minus one.
+    cross_regret_p50: f64,
+    cross_regret_p90: f64,
+    cross_regret_max: f64,
     keys: Vec<KeyOut>,
     /// Stored keys that could not be measured here, with why (left out of the figures).
     skipped: Vec<SkippedOut>,
@@ -75,6 +87,7 @@ struct KeyOut {
     winners: std::collections::BTreeMap<String, usize>,
     flip_rate: f64,
     regret: f64,
+    clear_gap: bool,
 }
 
 impl StabilityArgs {
@@ -120,7 +133,7 @@ impl StabilityArgs {
                 && r.worst_flip_rate() * 100.0 > max
             {
                 failed.push(format!(
-                    "{}: a key's winner flips in {:.0}% of runs > {max}%",
+                    "{}: a clearly won key's winner flips in {:.0}% of runs > {max}%",
                     r.namespace,
                     r.worst_flip_rate() * 100.0
                 ));
@@ -191,6 +204,11 @@ fn namespace_out(r: &StabilityReport) -> NamespaceOut {
         namespace: r.namespace.clone(),
         geomean_regret: r.geomean_regret(),
         worst_flip_rate: r.worst_flip_rate(),
+        clear_keys: r.clear_keys(),
+        agreement: r.agreement(),
+        cross_regret_p50: r.cross_regret(0.5),
+        cross_regret_p90: r.cross_regret(0.9),
+        cross_regret_max: r.cross_regret(1.0),
         keys: r
             .keys
             .iter()
@@ -200,6 +218,7 @@ fn namespace_out(r: &StabilityReport) -> NamespaceOut {
                 winners: k.winners.clone(),
                 flip_rate: k.flip_rate,
                 regret: k.regret,
+                clear_gap: k.clear_gap,
             })
             .collect(),
         skipped: r
@@ -235,17 +254,28 @@ impl Report for StabilityOut {
                 ))?;
                 continue;
             }
+            let agreement = ns
+                .agreement
+                .map_or("-".to_owned(), |a| format!("{:.0}%", a * 100.0));
             out.line(format!(
-                "{}: geomean regret {:.1}%, worst flip rate {:.0}%",
+                "{}: geomean regret {:.1}%; {} of {} keys clearly won, agreement on them {}, \
+                 worst flip rate {:.0}%; cross-run regret p50 {:.1}%, p90 {:.1}%, worst {:.1}%",
                 ns.namespace,
                 ns.geomean_regret * 100.0,
-                ns.worst_flip_rate * 100.0
+                ns.clear_keys,
+                ns.keys.len(),
+                agreement,
+                ns.worst_flip_rate * 100.0,
+                ns.cross_regret_p50 * 100.0,
+                ns.cross_regret_p90 * 100.0,
+                ns.cross_regret_max * 100.0
             ))?;
             for k in &ns.keys {
                 let winners: Vec<String> =
                     k.winners.iter().map(|(w, n)| format!("{w}×{n}")).collect();
+                let tie = if k.clear_gap { "" } else { "  near-tie" };
                 out.line(format!(
-                    "  {}  stored {}  flips {:.0}%  regret {:.1}%  ({})",
+                    "  {}  stored {}  flips {:.0}%  regret {:.1}%  ({}){tie}",
                     k.key,
                     k.stored.as_deref().unwrap_or("-"),
                     k.flip_rate * 100.0,
