@@ -81,7 +81,7 @@ impl BundleWriter {
     /// Adds `entry` of namespace `ns` in `scope`, after every entry added before it in
     /// table-key order; checked as `try_put` checks it.
     pub fn add(&mut self, scope: &Scope, ns: &str, entry: &Entry) -> Result<(), StoreError> {
-        crate::cache::check_entry(scope, ns, entry, &self.limits).map_err(|reason| {
+        crate::check::check_entry(scope, ns, entry, &self.limits).map_err(|reason| {
             StoreError::Refused {
                 namespace: ns.to_owned(),
                 reason,

@@ -21,6 +21,7 @@ mod artifact;
 mod background;
 mod bundle;
 mod cache;
+mod check;
 mod claim;
 mod config;
 mod deadline;
@@ -50,7 +51,8 @@ pub use artifact::{ARTIFACT_HEADER_LEN, ArtifactStore, Blob, BlobCheck, BlobInfo
 pub use background::{spawn_background, with_signals_blocked};
 pub use bundle::{BundleCheck, BundleWriter, BundleWritten, check_bundle, open_bundle};
 pub use cache::system::{ENV_SYSTEM_PATH, serve_files};
-pub use cache::{Cache, Health, Imported, MemoryLookup, Mode, check_entry};
+pub use cache::{Cache, Health, Imported, MemoryLookup, Mode};
+pub use check::check_entry;
 pub use claim::{Claim, ClaimGuard};
 pub use config::{
     CacheBuilder, Location, MemoryOnly, SwitchError, Switches, default_dir, file_name,

@@ -12,7 +12,7 @@ use cache_format::{CacheData, Entry, Limits, Scope};
 use crate::spill::Spill;
 use cache_migrate::Migrations;
 
-use crate::cache::check_entry;
+use crate::check::check_entry;
 use crate::disk::{Disk, DiskOptions, Failure, Paths};
 use crate::error::StoreError;
 use crate::lock::CacheLock;

@@ -55,7 +55,7 @@ impl TableWriter {
     pub fn add(&mut self, scope: &Scope, ns: &str, entry: &Entry) -> Result<(), StoreError> {
         let key = Self::key_of(scope, ns, entry);
         let bytes = cache_format::table::encode_entry(entry);
-        crate::cache::check_encoded(scope, ns, entry, &key, &bytes, &self.limits).map_err(
+        crate::check::check_encoded(scope, ns, entry, &key, &bytes, &self.limits).map_err(
             |reason| StoreError::Refused {
                 namespace: ns.to_owned(),
                 reason,

@@ -189,8 +189,7 @@ mod queue;
 pub(crate) mod system;
 mod tiers;
 
-pub(crate) use queue::check_encoded;
-pub use queue::{Imported, check_entry};
+pub use queue::Imported;
 mod saver;
 
 use notice::Notice;

@@ -157,7 +157,7 @@ pub(super) fn migrate_in_memory(
     }
     if steps.grew() {
         for (scope, ns, entry) in out.entries() {
-            crate::cache::check_entry(scope, ns, entry, limits).ok()?;
+            crate::check::check_entry(scope, ns, entry, limits).ok()?;
         }
     }
     Some((out, steps.report()))
