@@ -258,6 +258,8 @@ fn a_key_on_a_device_never_tuned_shows_the_transferred_prediction() {
         "{r:#}"
     );
     assert_eq!(p["transferred_from"][0]["winner"], "y", "{r:#}");
+    // What a miss measures first here, per key: the other devices' best, y then x.
+    assert_eq!(p["measure_first"], serde_json::json!(["y", "x"]), "{r:#}");
     let text = tunecache(
         &path,
         &[
@@ -272,6 +274,8 @@ fn a_key_on_a_device_never_tuned_shows_the_transferred_prediction() {
     );
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("transferred here: y"), "{text}");
+    assert!(text.contains("measure first here (TopK { k: 5 }"), "{text}");
+    assert!(text.contains("three unlike each other): y, x"), "{text}");
 }
 
 /// A device with a few keys tuned: `explain` shows its own nearest keys and, beside them,
