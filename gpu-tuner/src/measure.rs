@@ -25,6 +25,11 @@ pub struct MeasureConfig {
     /// ...when even the candidate's fastest sample is this many times slower than the best
     /// median measured so far for the key.
     pub early_stop_ratio: f64,
+    /// Near-ties, measured again before a winner is chosen: the candidates whose median is
+    /// within their own and the best's spread of the best ([`near_ties`]) take this many more
+    /// samples, together and interleaved (each still within `max_per_candidate`), so the
+    /// winner stored is not one run's noise. 0: none.
+    pub confirm_rounds: u32,
 }
 
 impl Default for MeasureConfig {
@@ -36,6 +41,7 @@ impl Default for MeasureConfig {
             max_per_candidate: Duration::from_secs(1),
             early_stop_after: 3,
             early_stop_ratio: 1.5,
+            confirm_rounds: 11,
         }
     }
 }
@@ -154,6 +160,7 @@ pub(crate) fn measure_all<O: Operation>(
             break;
         }
     }
+    confirm(op, handles, problem, config, &mut all);
     all.into_iter()
         .map(|mut c| match c.error {
             Some(e) => Err(e),
@@ -164,6 +171,74 @@ pub(crate) fn measure_all<O: Operation>(
             }),
         })
         .collect()
+}
+
+/// Samples the near-ties of `all` again, `config.confirm_rounds` rounds, interleaved in
+/// alternating order (see [`MeasureConfig::confirm_rounds`]).
+fn confirm<O: Operation>(
+    op: &O,
+    handles: &[&O::Handle],
+    problem: &mut O::Problem,
+    config: &MeasureConfig,
+    all: &mut [Contender],
+) {
+    if config.confirm_rounds == 0 {
+        return;
+    }
+    let figures: Vec<Option<(f64, f64)>> = all
+        .iter()
+        .map(|c| {
+            (c.error.is_none() && !c.stopped_early && !c.samples.is_empty()).then(|| {
+                let s = summarise(&mut c.samples.clone());
+                (s.median_ns, s.spread_ns)
+            })
+        })
+        .collect();
+    let close = near_ties(&figures);
+    for round in 0..config.confirm_rounds {
+        let mut order = close.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let c = &mut all[i];
+            if c.error.is_some() || c.spent >= config.max_per_candidate {
+                continue;
+            }
+            let started = Instant::now();
+            match op.time(handles[i], problem, c.iterations) {
+                Ok(t) => c
+                    .samples
+                    .push(t.as_nanos() as f64 / f64::from(c.iterations)),
+                Err(e) => c.error = Some(e.to_string()),
+            }
+            c.spent += started.elapsed();
+        }
+    }
+}
+
+/// The candidates (by position) that are within noise of the best, given each one's median
+/// and spread (`None`: failed or stopped early): those whose median exceeds the best's by no
+/// more than their two spreads together, the best among them; none when it stands alone.
+/// Pure.
+pub(crate) fn near_ties(figures: &[Option<(f64, f64)>]) -> Vec<usize> {
+    let best = figures
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| Some((i, (*f)?)))
+        .min_by(|a, b| a.1.0.total_cmp(&b.1.0).then(a.0.cmp(&b.0)));
+    let Some((_, (best_median, best_spread))) = best else {
+        return Vec::new();
+    };
+    let close: Vec<usize> = figures
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| {
+            let (median, spread) = (*f)?;
+            (median - best_median <= spread + best_spread).then_some(i)
+        })
+        .collect();
+    if close.len() >= 2 { close } else { Vec::new() }
 }
 
 /// One candidate's first run: timed once, then verified (a wrong result disqualifies it),
@@ -350,6 +425,95 @@ mod tests {
         }
     }
 
+    #[test]
+    fn near_ties_are_those_within_both_spreads_of_the_best() {
+        let f = |m: f64, s: f64| Some((m, s));
+        assert_eq!(
+            near_ties(&[f(100.0, 5.0), f(108.0, 5.0), f(200.0, 5.0), None]),
+            [0, 1]
+        );
+        assert_eq!(
+            near_ties(&[f(108.0, 5.0), f(100.0, 5.0)]),
+            [0, 1],
+            "in their order"
+        );
+        assert!(
+            near_ties(&[f(100.0, 1.0), f(150.0, 1.0)]).is_empty(),
+            "a clear winner"
+        );
+        assert_eq!(
+            near_ties(&[f(100.0, 0.0), f(100.0, 0.0)]),
+            [0, 1],
+            "an exact tie"
+        );
+        assert!(near_ties(&[f(100.0, 9.0), None]).is_empty() && near_ties(&[]).is_empty());
+    }
+
+    /// The near-ties take `confirm_rounds` more samples, interleaved; a clearly slower
+    /// candidate takes none.
+    #[test]
+    fn near_ties_are_sampled_again_and_the_rest_are_not() {
+        // Timings that wander by up to 12%: each candidate has a spread of a few percent.
+        struct Jitter(std::sync::atomic::AtomicU32);
+        impl Operation for Jitter {
+            type Key = u32;
+            type Handle = f64;
+            type Problem = ();
+            fn namespace(&self) -> &str {
+                "jitter"
+            }
+            fn candidates(&self) -> Vec<cache_core::cache_format::CandidateId> {
+                Vec::new()
+            }
+            fn prepare(
+                &self,
+                _: &cache_core::cache_format::CandidateId,
+                _: &u32,
+            ) -> Result<f64, OpError> {
+                Ok(0.0)
+            }
+            fn problem(&self, _: &u32) -> Result<(), OpError> {
+                Ok(())
+            }
+            fn run(&self, _: &f64, _: &mut ()) -> Result<(), OpError> {
+                Ok(())
+            }
+            fn time(&self, base: &f64, _: &mut (), n: u32) -> Result<Duration, OpError> {
+                let call = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                // Up to 12% slower, in a cycle of seven calls: no two rounds alike.
+                let factor = 1.0 + 0.02 * f64::from(call % 7);
+                Ok(Duration::from_nanos((base * factor * f64::from(n)) as u64))
+            }
+        }
+        let config = MeasureConfig {
+            warmup: Duration::ZERO,
+            samples: 11,
+            min_sample: Duration::from_nanos(1),
+            max_per_candidate: Duration::from_secs(10),
+            early_stop_after: 100,
+            early_stop_ratio: 100.0,
+            confirm_rounds: 7,
+        };
+        let (a, b, c) = (100_000.0, 101_000.0, 300_000.0);
+        let op = Jitter(0.into());
+        let results = measure_all(&op, &[&a, &b, &c], &mut (), &config, None);
+        let samples: Vec<u32> = results
+            .iter()
+            .map(|r| r.as_ref().expect("measured").stats.samples)
+            .collect();
+        assert_eq!(samples, [18, 18, 11], "{results:?}");
+        let off = MeasureConfig {
+            confirm_rounds: 0,
+            ..config
+        };
+        let results = measure_all(&op, &[&a, &b, &c], &mut (), &off, None);
+        assert!(
+            results
+                .iter()
+                .all(|r| r.as_ref().expect("ok").stats.samples == 11)
+        );
+    }
+
     /// Load that changes while a key is measured lands on every candidate alike: the truly
     /// faster candidate (100 ns against 110 ns) keeps the lower median although the machine
     /// was 3× slower for the first third of the measurement. Measured one after the other,
@@ -367,6 +531,7 @@ mod tests {
             max_per_candidate: Duration::from_secs(10),
             early_stop_after: 3,
             early_stop_ratio: 100.0,
+            confirm_rounds: 0,
         };
         let (fast, slow) = (100.0, 110.0);
         let results = measure_all(&op, &[&fast, &slow], &mut (), &config, None);
