@@ -61,7 +61,8 @@ pub struct CacheBuilder {
     file: Option<PathBuf>,
     disabled: bool,
     read_only: bool,
-    settings: Settings,
+    /// Read from the environment on first use, unless given ([`CacheBuilder::with_settings`]).
+    settings: std::sync::OnceLock<Settings>,
     pub(crate) lock_timeout: Duration,
     flush_timeout: Option<Duration>,
     pub(crate) save_delay: Duration,
@@ -123,7 +124,7 @@ impl CacheBuilder {
             file: None,
             disabled: false,
             read_only: false,
-            settings: Settings::from_env(),
+            settings: std::sync::OnceLock::new(),
             lock_timeout: Duration::from_secs(2),
             flush_timeout: None,
             save_delay: Duration::from_millis(250),
@@ -170,7 +171,7 @@ impl CacheBuilder {
     /// The system files: the builder's, then `TUNECACHE_SYSTEM_PATH`'s.
     pub(crate) fn system_paths(&self) -> Vec<PathBuf> {
         let mut paths = self.system.clone();
-        paths.extend(self.settings.system_paths());
+        paths.extend(self.settings().system_paths());
         paths
     }
 
@@ -186,10 +187,11 @@ impl CacheBuilder {
         &self.tiers
     }
 
-    /// The settings in force: the environment as read when the builder was made, those given
-    /// with [`CacheBuilder::with_settings`], or none after [`CacheBuilder::ignore_env`].
+    /// The settings in force: the environment, read once when first asked (by `open`, say),
+    /// those given with [`CacheBuilder::with_settings`], or none after
+    /// [`CacheBuilder::ignore_env`].
     pub fn settings(&self) -> &Settings {
-        &self.settings
+        self.settings.get_or_init(Settings::from_env)
     }
 
     /// The scope lookups and records of this cache belong to.
@@ -224,14 +226,14 @@ impl CacheBuilder {
 
     /// Ignores the `TUNECACHE_*` environment variables.
     pub fn ignore_env(mut self) -> Self {
-        self.settings = Settings::default();
+        self.settings = std::sync::OnceLock::from(Settings::default());
         self
     }
 
-    /// Uses `settings` in place of the environment read when the builder was made (a caller
-    /// that read it once already, or explicit options over it).
+    /// Uses `settings` in place of the environment (a caller that read it once already, or
+    /// explicit options over it): the builder then reads nothing.
     pub fn with_settings(mut self, settings: Settings) -> Self {
-        self.settings = settings;
+        self.settings = std::sync::OnceLock::from(settings);
         self
     }
 
@@ -348,7 +350,7 @@ impl CacheBuilder {
     }
 
     fn env(&self, name: &str) -> Option<String> {
-        self.settings.get(name).map(str::to_owned)
+        self.settings().get(name).map(str::to_owned)
     }
 
     /// Opens the cache. Never fails: a location that cannot be used degrades to memory with

@@ -138,18 +138,8 @@ pub(crate) fn measure_all<O: Operation>(
             if c.done {
                 continue;
             }
-            let started = Instant::now();
-            match op.time(handles[i], problem, c.iterations) {
-                Ok(t) => c
-                    .samples
-                    .push(t.as_nanos() as f64 / f64::from(c.iterations)),
-                Err(e) => {
-                    c.error = Some(e.to_string());
-                    c.done = true;
-                }
-            }
-            c.spent += started.elapsed();
-            if c.spent >= config.max_per_candidate {
+            sample(op, handles[i], problem, c);
+            if c.error.is_some() || c.spent >= config.max_per_candidate {
                 c.done = true;
             }
         }
@@ -202,19 +192,23 @@ fn confirm<O: Operation>(
         }
         for i in order {
             let c = &mut all[i];
-            if c.error.is_some() || c.spent >= config.max_per_candidate {
-                continue;
+            if c.error.is_none() && c.spent < config.max_per_candidate {
+                sample(op, handles[i], problem, c);
             }
-            let started = Instant::now();
-            match op.time(handles[i], problem, c.iterations) {
-                Ok(t) => c
-                    .samples
-                    .push(t.as_nanos() as f64 / f64::from(c.iterations)),
-                Err(e) => c.error = Some(e.to_string()),
-            }
-            c.spent += started.elapsed();
         }
     }
+}
+
+/// One sample of `c`: its runs timed together, per run; an error ends the candidate.
+fn sample<O: Operation>(op: &O, handle: &O::Handle, problem: &mut O::Problem, c: &mut Contender) {
+    let started = Instant::now();
+    match op.time(handle, problem, c.iterations) {
+        Ok(t) => c
+            .samples
+            .push(t.as_nanos() as f64 / f64::from(c.iterations)),
+        Err(e) => c.error = Some(e.to_string()),
+    }
+    c.spent += started.elapsed();
 }
 
 /// The candidates (by position) that are within noise of the best, given each one's median
@@ -385,10 +379,12 @@ mod tests {
     use super::*;
 
     /// An operation whose timings are synthetic: the machine is 3× slower for the first
-    /// `slow_calls` timing calls (load that goes away), then at full speed.
+    /// `slow_calls` timing calls (load that goes away), then at full speed; with `wander`, each
+    /// call up to 12% slower, in a cycle of seven calls (no two rounds alike).
     struct Drifting {
         calls: std::sync::atomic::AtomicU32,
         slow_calls: u32,
+        wander: bool,
     }
 
     impl Operation for Drifting {
@@ -418,7 +414,13 @@ mod tests {
             let n = self
                 .calls
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let factor = if n < self.slow_calls { 3.0 } else { 1.0 };
+            let load = if n < self.slow_calls { 3.0 } else { 1.0 };
+            let factor = load
+                * if self.wander {
+                    1.0 + 0.02 * f64::from(n % 7)
+                } else {
+                    1.0
+                };
             Ok(Duration::from_nanos(
                 (base_ns * factor * f64::from(iterations)) as u64,
             ))
@@ -454,37 +456,6 @@ mod tests {
     #[test]
     fn near_ties_are_sampled_again_and_the_rest_are_not() {
         // Timings that wander by up to 12%: each candidate has a spread of a few percent.
-        struct Jitter(std::sync::atomic::AtomicU32);
-        impl Operation for Jitter {
-            type Key = u32;
-            type Handle = f64;
-            type Problem = ();
-            fn namespace(&self) -> &str {
-                "jitter"
-            }
-            fn candidates(&self) -> Vec<cache_core::cache_format::CandidateId> {
-                Vec::new()
-            }
-            fn prepare(
-                &self,
-                _: &cache_core::cache_format::CandidateId,
-                _: &u32,
-            ) -> Result<f64, OpError> {
-                Ok(0.0)
-            }
-            fn problem(&self, _: &u32) -> Result<(), OpError> {
-                Ok(())
-            }
-            fn run(&self, _: &f64, _: &mut ()) -> Result<(), OpError> {
-                Ok(())
-            }
-            fn time(&self, base: &f64, _: &mut (), n: u32) -> Result<Duration, OpError> {
-                let call = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                // Up to 12% slower, in a cycle of seven calls: no two rounds alike.
-                let factor = 1.0 + 0.02 * f64::from(call % 7);
-                Ok(Duration::from_nanos((base * factor * f64::from(n)) as u64))
-            }
-        }
         let config = MeasureConfig {
             warmup: Duration::ZERO,
             samples: 11,
@@ -495,7 +466,11 @@ mod tests {
             confirm_rounds: 7,
         };
         let (a, b, c) = (100_000.0, 101_000.0, 300_000.0);
-        let op = Jitter(0.into());
+        let op = Drifting {
+            calls: 0.into(),
+            slow_calls: 0,
+            wander: true,
+        };
         let results = measure_all(&op, &[&a, &b, &c], &mut (), &config, None);
         let samples: Vec<u32> = results
             .iter()
@@ -523,6 +498,7 @@ mod tests {
         let op = Drifting {
             calls: 0.into(),
             slow_calls: 12,
+            wander: false,
         };
         let config = MeasureConfig {
             warmup: Duration::ZERO,
@@ -552,6 +528,7 @@ mod tests {
             let op = Drifting {
                 calls: 0.into(),
                 slow_calls,
+                wander: false,
             };
             let min_sample = Duration::from_micros(50);
             let first = Duration::from_nanos(first_ns);

@@ -13,6 +13,7 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use cache_core::cache_format::{Fields, Scope};
 use cache_core::cache_migrate::Migrations;
+use cache_core::settings::Settings;
 use cache_core::{Cache, Mode, Namespace, Store};
 use cache_remote::RemoteBuilder as _;
 
@@ -132,10 +133,9 @@ pub(crate) unsafe fn ns_arg<'a>(ptr: *const tc_ns) -> Result<&'a tc_ns, Failure>
 
 /// Sends the core's warnings to stderr (`TUNECACHE_LOG` takes a tracing filter; default
 /// `warn`), unless the process already set a tracing subscriber.
-fn init_logging() {
+fn init_logging(settings: &Settings) {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
-        let settings = cache_core::settings::Settings::from_env();
         let asked = settings.get_os("TUNECACHE_LOG").filter(|v| !v.is_empty());
         let text = asked.map(|v| v.to_string_lossy().into_owned());
         let parsed = text.as_deref().map(tracing_subscriber::EnvFilter::try_new);
@@ -170,6 +170,7 @@ unsafe fn build(
     scope: *const crate::fields::tc_fields,
     path: *const c_char,
     options: *const tc_options,
+    settings: Settings,
 ) -> Result<Cache, Failure> {
     // SAFETY: the pointers are as tc_open documents.
     let app = unsafe { str_arg(app, "app") }?;
@@ -198,7 +199,9 @@ unsafe fn build(
         }?)?,
         _ => Migrations::new(app, schema),
     };
-    let mut builder = Cache::builder(registry).scope(Scope::new(scope));
+    let mut builder = Cache::builder(registry)
+        .with_settings(settings)
+        .scope(Scope::new(scope));
     if let Some(path) = path {
         builder = builder.file(path);
     }
@@ -312,9 +315,11 @@ pub unsafe extern "C" fn tc_open(
         if out.is_null() {
             return Err(Failure::new(TC_E_NULL, "out is null"));
         }
-        init_logging();
+        // The environment, read once for this open: the log filter and the cache's settings.
+        let settings = Settings::from_env();
+        init_logging(&settings);
         // SAFETY: as documented.
-        let cache = unsafe { build(app, schema, scope, path, options) }?;
+        let cache = unsafe { build(app, schema, scope, path, options, settings) }?;
         let shell: &'static tc_cache = Box::leak(Box::new(tc_cache {
             magic: CACHE_MAGIC,
             generation: fork::generation(),

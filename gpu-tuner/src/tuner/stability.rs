@@ -230,7 +230,7 @@ impl<O: Operation> Tuned<O> {
 
 /// A failed candidate's regret in the cross-run figures: 300%, a slowdown of
 /// `predict::FAILED_SLOWDOWN`.
-const FAILED_REGRET: f64 = 3.0;
+const FAILED_REGRET: f64 = crate::predict::FAILED_SLOWDOWN - 1.0;
 
 /// From each candidate's median over the runs (`pooled`) and every run's medians (`per_run`,
 /// `None` where a candidate failed): whether the best is clearly ahead of the runner-up
