@@ -26,7 +26,7 @@ pub struct MeasureConfig {
     /// median measured so far for the key.
     pub early_stop_ratio: f64,
     /// Near-ties, measured again before a winner is chosen: the candidates whose median is
-    /// within their own and the best's spread of the best ([`near_ties`]) take this many more
+    /// within their own and the best's spread of the best (`near_ties`) take this many more
     /// samples, together and interleaved (each still within `max_per_candidate`), so the
     /// winner stored is not one run's noise. 0: none.
     pub confirm_rounds: u32,
