@@ -2,10 +2,12 @@
     clippy::print_stdout,
     reason = "tests report the figures they measured"
 )]
-//! The shared tier: its policy against the in-process `MemoryRemote` (`policy`), and the Redis
+//! The shared tier: one conformance suite for the `Remote` trait run against all four stores
+//! (`conformance`), its policy against the in-process `MemoryRemote` (`policy`), and the Redis
 //! backends against a real `redis-server` (sharing between two caches, the commands a hit and
 //! a read-only cache send, crafted values, and real faults), and leases on a real S3 API server.
 
+mod conformance;
 mod faults;
 mod leases;
 mod policy;
