@@ -4,25 +4,32 @@
 //! then tells it to stop (it drops its copy; nothing changes on disk).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::notice::Notice;
 use super::{Shared, lock};
 use crate::disk::{Compacted, Disk};
 
+/// The cache's rewrites: the one in progress, if any.
+#[derive(Debug, Default)]
+pub(super) struct Compactor {
+    running: Mutex<Option<Running>>,
+}
+
 /// A rewrite in progress.
 #[derive(Debug)]
-pub(crate) struct Running {
+struct Running {
     handle: std::thread::JoinHandle<()>,
     done: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
 }
 
-impl Shared {
-    /// Starts a rewrite of the file if one is due and none runs.
-    pub(super) fn maybe_compact(self: &Arc<Self>, disk: &Disk) {
-        let mut slot = lock(&self.compactor);
+impl Compactor {
+    /// Starts a rewrite of `shared`'s file if one is due and none runs; what it did is said
+    /// through the cache's notices, if the cache is still open then.
+    pub(super) fn maybe_start(&self, shared: &Arc<Shared>, disk: &Disk) {
+        let mut slot = lock(&self.running);
         if slot
             .as_ref()
             .is_some_and(|r| !r.done.load(Ordering::Acquire))
@@ -37,8 +44,8 @@ impl Shared {
         }
         let done = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
-        let shared: Weak<Shared> = Arc::downgrade(self);
-        let lock_timeout = self.timings.lock_timeout;
+        let lock_timeout = shared.saving.timings.lock_timeout;
+        let shared: Weak<Shared> = Arc::downgrade(shared);
         let spawned = crate::spawn_background("tunecache-compactor".into(), {
             let (done, stop) = (Arc::clone(&done), Arc::clone(&stop));
             move || {
@@ -49,10 +56,12 @@ impl Shared {
                 };
                 match result {
                     Ok(Compacted::Done { dropped, .. }) => {
-                        shared.notify(Notice::compacted(dropped));
+                        shared.diag.notify(Notice::compacted(dropped));
                     }
-                    Ok(Compacted::Dropped(why)) => shared.notify(Notice::compaction_dropped(why)),
-                    Err(e) => shared.notify(Notice::compaction_failed(&e)),
+                    Ok(Compacted::Dropped(why)) => {
+                        shared.diag.notify(Notice::compaction_dropped(why))
+                    }
+                    Err(e) => shared.diag.notify(Notice::compaction_failed(&e)),
                 }
             }
         });
@@ -63,8 +72,8 @@ impl Shared {
 
     /// Lets a running rewrite finish within the flush timeout, then tells it to stop and
     /// waits a moment more; one still running after that is left to end on its own.
-    pub(super) fn stop_compactor(&self) {
-        let Some(running) = lock(&self.compactor).take() else {
+    pub(super) fn stop(&self, flush_timeout: Duration) {
+        let Some(running) = lock(&self.running).take() else {
             return;
         };
         let finished = |by: Instant| {
@@ -76,7 +85,7 @@ impl Shared {
             }
             true
         };
-        let mut done = finished(crate::deadline_after(self.timings.flush_timeout));
+        let mut done = finished(crate::deadline_after(flush_timeout));
         if !done {
             running.stop.store(true, Ordering::Release);
             done = finished(Instant::now() + Duration::from_secs(2));

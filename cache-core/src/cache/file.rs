@@ -5,16 +5,43 @@
 //! entries memory holds for them become partial, to be read again when used.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use cache_format::table::{TKey, namespace_hash};
-use cache_format::{Entry, Fingerprint, Scope};
+use cache_format::{CacheData, Entry, Fingerprint, Scope};
 
 use super::notice::Notice;
 use super::{Shared, lock};
 use crate::disk::{self, Changed, View};
 use crate::namespace::Namespace;
+
+/// The cache's file as lookups see it: where it is, the view the saver published last and
+/// its epoch, and the entries of other scopes a read brought or imports left to save.
+pub(super) struct FileSide {
+    pub(super) path: Option<PathBuf>,
+    /// The file as lookups read it, published by the saver.
+    view: arc_swap::ArcSwapOption<FileView>,
+    /// The epoch of the latest publication of `view`.
+    pub(super) epoch: AtomicU64,
+    /// Entries of the other scopes (another GPU, an older driver) that a file read whole had
+    /// (an older format) or that wait to be saved (imports): not for the hot path, but for
+    /// warm starts after an upgrade. A table's are read from it when asked for.
+    pub(super) others: Mutex<CacheData>,
+}
+
+impl FileSide {
+    /// No view yet: a file at `path`, if any.
+    pub(super) fn new(path: Option<PathBuf>) -> Self {
+        FileSide {
+            path,
+            view: arc_swap::ArcSwapOption::empty(),
+            epoch: AtomicU64::new(0),
+            others: Mutex::new(CacheData::new()),
+        }
+    }
+}
 
 /// What lookups read, as of one publication.
 #[derive(Debug)]
@@ -42,8 +69,10 @@ impl Shared {
         {
             // Holding the file slot while the epoch moves, so a fill never sees the new epoch
             // with the old view.
-            let epoch = self.file_epoch.fetch_add(1, Ordering::AcqRel) + 1;
-            self.file.store(Some(Arc::new(FileView { epoch, view })));
+            let epoch = self.file.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+            self.file
+                .view
+                .store(Some(Arc::new(FileView { epoch, view })));
         }
         match changed {
             Changed::Keys(keys) if keys.is_empty() => false,
@@ -68,12 +97,12 @@ impl Shared {
 
     /// The view lookups read now, if the file may hold more than memory does.
     fn view(&self) -> Option<Arc<FileView>> {
-        self.file.load_full().filter(|v| v.has_more())
+        self.file.view.load_full().filter(|v| v.has_more())
     }
 
     /// Whether a lookup of a key memory knows nothing of must read the file.
     pub(super) fn file_has_more(&self) -> bool {
-        self.file.load().as_ref().is_some_and(|v| v.has_more())
+        self.file.view.load().as_ref().is_some_and(|v| v.has_more())
     }
 
     /// The entry for `fp` in `ns` read from the file and joined with what memory holds (which
@@ -84,16 +113,17 @@ impl Shared {
         };
         let (found, damage) = disk::lookup(&view.view, &self.scope, ns.name(), fp);
         if let Some((key, e)) = damage
-            && let Some(path) = &self.path
+            && let Some(path) = &self.file.path
         {
-            self.notify(Notice::damaged_entry(path, ns.name(), &key, &e.to_string()));
+            self.diag
+                .notify(Notice::damaged_entry(path, ns.name(), &key, &e.to_string()));
         }
         let mut found = found;
         if let Some(e) = &mut found {
             self.clamp(std::iter::once(e));
         }
         self.memory
-            .fill(ns, fp, found, view.epoch, &self.file_epoch)
+            .fill(ns, fp, found, view.epoch, &self.file.epoch)
     }
 
     /// The entry for `fp` in `ns` in memory or the file (not the lower tiers).
@@ -228,8 +258,8 @@ impl Shared {
     }
 
     fn damaged(&self, key: &TKey, ns: &str, why: &str) {
-        if let Some(path) = &self.path {
-            self.notify(Notice::damaged_entry(path, ns, key, why));
+        if let Some(path) = &self.file.path {
+            self.diag.notify(Notice::damaged_entry(path, ns, key, why));
         }
     }
 
@@ -303,7 +333,7 @@ impl Shared {
                 }
             }
         }
-        let others = lock(&self.others);
+        let others = lock(&self.file.others);
         for (scope, data) in others.scopes() {
             if let Some(e) = data.namespace(ns.name()).and_then(|n| n.get(fp)) {
                 add(&mut out, scope, e.clone());

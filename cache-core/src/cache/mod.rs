@@ -18,9 +18,8 @@
 //! - `flush`, `flush_within`, `close` and drop: at most the flush timeout (and each tier's
 //!   own close budget); `refresh` the flush timeout; `claim` the wait it is given.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -109,47 +108,35 @@ struct State {
     patient: patient::Patient,
 }
 
-struct Diagnostics {
-    mode: Mode,
-    reason: Option<String>,
-    /// Conditions already reported: how many more times each came up, and its first line.
-    warned: HashMap<String, (u64, String)>,
-    quarantined: Vec<PathBuf>,
-    migration: Option<Report>,
-}
-
 pub(crate) struct Shared {
     pub(crate) memory: MemoryStore,
     /// The application's registry: its name, current schema and migration steps.
     registry: Arc<cache_migrate::Migrations>,
     /// What every reader accepts: an entry beyond it is refused where it enters.
     limits: cache_format::Limits,
-    /// Entries of the other scopes (another GPU, an older driver) that a file read whole had
-    /// (an older format) or that wait to be saved (imports): not for the hot path, but for
-    /// warm starts after an upgrade. A table's are read from it when asked for.
-    others: Mutex<CacheData>,
-    /// The file as lookups read it, published by the saver (see `file.rs`).
-    file: arc_swap::ArcSwapOption<file::FileView>,
+    /// The file as lookups read it (see `file.rs`).
+    file: file::FileSide,
     /// The background rewrite of the file, if one runs (see `compact.rs`).
-    compactor: Mutex<Option<compactor::Running>>,
-    /// The epoch of the latest publication of `file`.
-    file_epoch: AtomicU64,
+    compactor: compactor::Compactor,
     scope: Scope,
-    path: Option<PathBuf>,
+    /// Where the saver and callers meet (see `queue.rs`, `saver.rs`).
+    saving: Saving,
+    /// What the cache has told its user, and what its health says of the file.
+    diag: notice::Notices,
+    /// The lower tiers (see `tiers.rs`).
+    lower: tiers::Lower,
+    /// Claims among this process's threads, when there is no file to share them through.
+    local_claims: Arc<crate::claim::LocalClaims>,
+}
+
+/// Where the saver and callers meet: what waits to be saved and how saving goes, the condition
+/// both wait on, and the time bounds the builder gave.
+struct Saving {
+    state: Mutex<State>,
+    cv: Condvar,
     /// How long the saver gathers changes, waits for the lock, lets `flush` wait, refreshes
     /// and backs off.
     timings: Timings,
-    state: Mutex<State>,
-    cv: Condvar,
-    diag: Mutex<Diagnostics>,
-    /// The lower tiers, in the order a miss asks them (the system tier first, if any).
-    tiers: Vec<Arc<dyn Tier>>,
-    /// The tiers that take offers of new keys (all of them but the system tier).
-    offered: Vec<Arc<dyn Tier>>,
-    /// What the tiers gave to be found by type ([`Cache::handle`]).
-    handles: Vec<crate::tier::Handle>,
-    /// Claims among this process's threads, when there is no file to share them through.
-    local_claims: Arc<crate::claim::LocalClaims>,
 }
 
 /// The saver's and callers' time bounds, as the builder gave them.
@@ -218,7 +205,7 @@ impl Cache {
 
     /// The cache file, if the cache has one.
     pub fn path(&self) -> Option<&Path> {
-        self.shared.path.as_deref()
+        self.shared.file.path.as_deref()
     }
 
     /// Number of entries of the current scope: the file's and those recorded here since.
@@ -246,7 +233,8 @@ impl Cache {
         self.shared.memory.changes()
             + self
                 .shared
-                .file_epoch
+                .file
+                .epoch
                 .load(std::sync::atomic::Ordering::Acquire)
     }
 
@@ -262,8 +250,8 @@ impl Cache {
     /// takes it before measuring, so one caller measures a key while the others wait and then
     /// read its result. The claim ends when the guard is dropped or the process dies.
     pub fn claim(&self, ns: Namespace, fp: &Fingerprint, wait: Duration) -> Claim {
-        let shared = match self.shared.path.as_deref() {
-            Some(path) if lock(&self.shared.diag).mode == Mode::Persistent => {
+        let shared = match self.shared.file.path.as_deref() {
+            Some(path) if self.shared.diag.lock().mode == Mode::Persistent => {
                 crate::claim::claim_file_lock(&crate::fsio::resolve_link(path), ns, fp, wait)
             }
             _ => None,
@@ -280,15 +268,15 @@ impl Cache {
     /// Reads what other processes recorded since the last read, now, waiting a bounded time
     /// (the saver thread does the reading). A memory-only cache has nothing to read.
     pub fn refresh(&self) -> Result<(), StoreError> {
-        let timeout = self.shared.timings.flush_timeout;
+        let timeout = self.shared.saving.timings.flush_timeout;
         let deadline = crate::deadline_after(timeout);
-        let mut st = lock(&self.shared.state);
+        let mut st = lock(&self.shared.saving.state);
         if !st.saver_running {
             return Ok(());
         }
         st.refresh_requested += 1;
         let request = st.refresh_requested;
-        self.shared.cv.notify_all();
+        self.shared.saving.cv.notify_all();
         while st.refresh_served < request {
             if !st.saver_running {
                 return Ok(());
@@ -301,17 +289,17 @@ impl Cache {
     /// What the cache can do, what it moved aside, what it migrated.
     pub fn health(&self) -> Health {
         // Lock order everywhere: state, then diagnostics.
-        let st = lock(&self.shared.state);
-        let diag = lock(&self.shared.diag);
+        let st = lock(&self.shared.saving.state);
+        let diag = self.shared.diag.lock();
         Health {
             mode: diag.mode,
-            path: self.shared.path.clone(),
+            path: self.shared.file.path.clone(),
             reason: diag.reason.clone(),
             last_error: st.last_error.as_ref().map(ToString::to_string),
             quarantined: diag.quarantined.clone(),
             migration: diag.migration.clone(),
             pending: st.dirty.len() + st.other.len(),
-            tiers: self.shared.tiers.iter().map(|t| t.health()).collect(),
+            tiers: self.shared.lower.tiers.iter().map(|t| t.health()).collect(),
         }
     }
 
@@ -327,9 +315,9 @@ impl Cache {
             Resident::Unknown if self.shared.file_has_more() => MemoryLookup::NeedsIo,
             Resident::Absent | Resident::Unknown => {
                 // Tiers with no time budget read memory only: ask them.
-                if self.shared.tiers.is_empty() {
+                if self.shared.lower.tiers.is_empty() {
                     MemoryLookup::Miss
-                } else if self.shared.tiers.iter().all(|t| t.budget().is_zero()) {
+                } else if self.shared.lower.tiers.iter().all(|t| t.budget().is_zero()) {
                     self.shared
                         .miss(ns, fp)
                         .map_or(MemoryLookup::Miss, MemoryLookup::Hit)
@@ -342,7 +330,7 @@ impl Cache {
 
     /// The lower tiers, in the order a miss asks them.
     pub fn tiers(&self) -> &[Arc<dyn Tier>] {
-        &self.shared.tiers
+        &self.shared.lower.tiers
     }
 
     /// Reads the keys of `fps` that memory lacks from the lower tiers, each asked once for
@@ -358,6 +346,7 @@ impl Cache {
     /// (cache-remote's `RemoteCache::remote`). `None` if no tier gave one.
     pub fn handle<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
         self.shared
+            .lower
             .handles
             .iter()
             .find_map(|h| Arc::clone(h).downcast::<T>().ok())
@@ -365,7 +354,7 @@ impl Cache {
 
     /// Flushes, then stops the saver. Equivalent to dropping, but reports the outcome.
     pub fn close(mut self) -> Result<(), StoreError> {
-        let result = self.flush_inner(self.shared.timings.flush_timeout);
+        let result = self.flush_inner(self.shared.saving.timings.flush_timeout);
         self.stop();
         result
     }
@@ -381,32 +370,40 @@ impl Cache {
     /// around `fork()` (the Python package does), so a child never inherits the parent's
     /// lock. Calls nest; a closing cache saves anyway.
     pub fn pause_saves(&self) {
-        let mut st = lock(&self.shared.state);
+        let mut st = lock(&self.shared.saving.state);
         st.paused += 1;
         while st.saving {
-            st = self.shared.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            st = self
+                .shared
+                .saving
+                .cv
+                .wait(st)
+                .unwrap_or_else(|p| p.into_inner());
         }
     }
 
     /// Ends one [`Cache::pause_saves`].
     pub fn resume_saves(&self) {
-        let mut st = lock(&self.shared.state);
+        let mut st = lock(&self.shared.saving.state);
         st.paused = st.paused.saturating_sub(1);
-        self.shared.cv.notify_all();
+        self.shared.saving.cv.notify_all();
     }
 
     /// Whether the latest save failed and the saver is retrying (a lock held by another
     /// process, a full disk): results are safe in memory but not yet durable. A caller that
     /// would wait for durability can skip the wait while this holds.
     pub fn is_saving_behind(&self) -> bool {
-        lock(&self.shared.state).failures > 0
+        lock(&self.shared.saving.state).failures > 0
     }
 
     fn flush_inner(&self, timeout: Duration) -> Result<(), StoreError> {
         let deadline = crate::deadline_after(timeout);
-        let mut st = lock(&self.shared.state);
-        if !st.saver_running || lock(&self.shared.diag).mode != Mode::Persistent {
-            let reason = lock(&self.shared.diag)
+        let mut st = lock(&self.shared.saving.state);
+        if !st.saver_running || self.shared.diag.lock().mode != Mode::Persistent {
+            let reason = self
+                .shared
+                .diag
+                .lock()
                 .reason
                 .clone()
                 .unwrap_or_else(|| "in memory only".to_owned());
@@ -418,7 +415,7 @@ impl Cache {
         }
         st.flush_requested += 1;
         let request = st.flush_requested;
-        self.shared.cv.notify_all();
+        self.shared.saving.cv.notify_all();
         loop {
             if st.durable_seq >= target && !st.rewrite {
                 return Ok(());
@@ -429,7 +426,10 @@ impl Cache {
                 }
                 if !st.saver_running {
                     return Err(StoreError::NotPersistent {
-                        reason: lock(&self.shared.diag)
+                        reason: self
+                            .shared
+                            .diag
+                            .lock()
                             .reason
                             .clone()
                             .unwrap_or_else(|| "the saver stopped".to_owned()),
@@ -442,35 +442,38 @@ impl Cache {
 
     fn stop(&mut self) {
         self.stop_saver();
-        self.shared.stop_compactor();
+        self.shared
+            .compactor
+            .stop(self.shared.saving.timings.flush_timeout);
         // Each tier makes its last attempt within its own budget.
-        for tier in &self.shared.tiers {
+        for tier in &self.shared.lower.tiers {
             tier.close();
         }
-        self.shared.summarize_repeats();
+        self.shared.diag.summarize_repeats();
     }
 
     fn stop_saver(&mut self) {
         let Some(handle) = self.saver.take() else {
             return;
         };
-        let deadline = crate::deadline_after(self.shared.timings.flush_timeout);
-        let mut st = lock(&self.shared.state);
+        let deadline = crate::deadline_after(self.shared.saving.timings.flush_timeout);
+        let mut st = lock(&self.shared.saving.state);
         st.shutdown = true;
-        self.shared.cv.notify_all();
+        self.shared.saving.cv.notify_all();
         while st.saver_running {
             let now = Instant::now();
             if now >= deadline {
                 let pending = st.dirty.len() + st.other.len();
                 drop(st);
-                self.shared.notify(Notice::unsaved_at_close(
+                self.shared.diag.notify(Notice::unsaved_at_close(
                     pending,
-                    self.shared.timings.flush_timeout,
+                    self.shared.saving.timings.flush_timeout,
                 ));
                 return; // detach: the thread finishes on its own
             }
             st = self
                 .shared
+                .saving
                 .cv
                 .wait_timeout(st, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
@@ -497,7 +500,7 @@ impl Store for Cache {
         };
         match found {
             Some(e) => Some(e),
-            None if self.shared.tiers.is_empty() => None,
+            None if self.shared.lower.tiers.is_empty() => None,
             None => self.shared.miss(ns, fp),
         }
     }
@@ -505,6 +508,7 @@ impl Store for Cache {
     fn put(&self, ns: Namespace, entry: Entry) {
         if let Err(StoreError::Refused { reason, .. }) = self.try_put(ns, entry) {
             self.shared
+                .diag
                 .notify(Notice::refused_entry(ns.name(), &reason));
         }
     }
@@ -526,13 +530,14 @@ impl Store for Cache {
                     && kept.measured_at > c.measured_at
                 {
                     self.shared
+                        .diag
                         .notify(Notice::lost_merge(&c.id.label(), kept.measured_at));
                 }
             }
         }
         self.shared.memory.merge(ns, entry);
-        self.shared.offer(&[(ns, fp)]);
-        let mut st = lock(&self.shared.state);
+        self.shared.lower.offer(&[(ns, fp)]);
+        let mut st = lock(&self.shared.saving.state);
         st.own.insert((ns, fp));
         st.dirty.insert((ns, fp));
         self.shared.mark_dirty(&mut st);
@@ -540,6 +545,6 @@ impl Store for Cache {
     }
 
     fn flush(&self) -> Result<(), StoreError> {
-        self.flush_inner(self.shared.timings.flush_timeout)
+        self.flush_inner(self.shared.saving.timings.flush_timeout)
     }
 }

@@ -1,11 +1,13 @@
 //! What a cache tells its user: every warning text in one place, each logged at most once per
 //! cache and condition, and never while an in-memory lock is held.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 use cache_migrate::Report;
 
-use super::{Mode, Shared, lock};
+use super::{Mode, lock};
 use crate::disk::Event;
 use crate::error::StoreError;
 
@@ -377,12 +379,61 @@ impl Notice {
     }
 }
 
-impl Shared {
+/// What a cache has told its user (each condition once, the repeats counted) and what its
+/// health reports of its file: the mode it runs in and why, the files it quarantined, the
+/// migration it made.
+pub(super) struct Notices {
+    diag: Mutex<Diagnostics>,
+}
+
+pub(super) struct Diagnostics {
+    pub(super) mode: Mode,
+    pub(super) reason: Option<String>,
+    /// Conditions already reported: how many more times each came up, and its first line.
+    warned: HashMap<String, (u64, String)>,
+    pub(super) quarantined: Vec<PathBuf>,
+    pub(super) migration: Option<Report>,
+}
+
+impl Diagnostics {
+    fn new() -> Self {
+        Diagnostics {
+            mode: Mode::Memory,
+            reason: None,
+            warned: HashMap::new(),
+            quarantined: Vec::new(),
+            migration: None,
+        }
+    }
+}
+
+impl Notices {
+    pub(super) fn new() -> Self {
+        Notices {
+            diag: Mutex::new(Diagnostics::new()),
+        }
+    }
+
+    /// The diagnostics, to read or set the mode and its reason.
+    pub(super) fn lock(&self) -> MutexGuard<'_, Diagnostics> {
+        lock(&self.diag)
+    }
+
+    /// Says `notice`, if any, and records `reason`, if any, as why the cache is not persistent.
+    pub(super) fn set_reason(&self, reason: Option<String>, notice: Option<Notice>) {
+        if let Some(notice) = notice {
+            self.notify(notice);
+        }
+        if reason.is_some() {
+            self.lock().reason = reason;
+        }
+    }
+
     /// Logs `notice` unless its condition was already reported by this cache. The diagnostics
     /// lock is released before anything is logged, and callers hold no other in-memory lock.
     pub(super) fn notify(&self, notice: Notice) {
         if let Some(key) = &notice.key {
-            let mut diag = lock(&self.diag);
+            let mut diag = self.lock();
             if let Some((repeats, _)) = diag.warned.get_mut(key) {
                 *repeats += 1;
                 return;
@@ -395,7 +446,7 @@ impl Shared {
     /// Once, when the cache closes: how many times each reported condition came up again.
     pub(super) fn summarize_repeats(&self) {
         let repeated: Vec<(u64, String)> = {
-            let mut diag = lock(&self.diag);
+            let mut diag = self.lock();
             diag.warned
                 .values_mut()
                 .filter(|(n, _)| *n > 0)
@@ -410,7 +461,7 @@ impl Shared {
     /// The file must never be written by this build: stay in memory.
     pub(super) fn block(&self, path: &Path, reason: &str) {
         {
-            let mut diag = lock(&self.diag);
+            let mut diag = self.lock();
             diag.mode = Mode::Memory;
             diag.reason = Some(format!("{} left untouched: {reason}", path.display()));
         }
@@ -420,7 +471,7 @@ impl Shared {
     /// Tells the user about `event` (once per condition) and records what health reports.
     pub(super) fn report(&self, event: Event) {
         {
-            let mut diag = lock(&self.diag);
+            let mut diag = self.lock();
             match &event {
                 Event::Quarantined { moved_to, .. } => diag.quarantined.push(moved_to.clone()),
                 Event::Migrated { report, .. } => diag.migration = Some(report.clone()),

@@ -3,17 +3,19 @@
 //! decision); construction then carries the plan out: the lower tiers, the first read of
 //! the file, and the saver thread.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
 
 use cache_format::CacheData;
 use cache_migrate::Migrations;
 
+use super::file::FileSide;
 use super::notice::Notice;
+use super::notice::Notices;
 use super::system::SystemTier;
-use super::{Cache, Diagnostics, Mode, Shared, State, Timings, lock};
+use super::tiers::Lower;
+use super::{Cache, Mode, Saving, Shared, State, Timings};
 use crate::config::{CacheBuilder, Location, MemoryOnly};
 use crate::disk::{Disk, DiskOptions, Event, Failure, Incoming, Paths};
 use crate::error::StoreError;
@@ -186,7 +188,7 @@ impl Cache {
         let registry = Arc::new(builder.registry.clone());
         let (shared, notes) = construct(&builder, &registry, &plan);
         for w in warnings.into_iter().chain(notes) {
-            shared.notify(Notice::config(w));
+            shared.diag.notify(Notice::config(w));
         }
         let mut cache = Cache {
             shared: Arc::clone(&shared),
@@ -194,7 +196,7 @@ impl Cache {
         };
         let (path, mode, reason, notice) = match plan {
             Plan::Memory { reason, notice } => {
-                shared.set_reason(reason, notice);
+                shared.diag.set_reason(reason, notice);
                 return cache;
             }
             Plan::File {
@@ -204,15 +206,15 @@ impl Cache {
                 notice,
             } => (path, mode, reason, notice),
         };
-        shared.set_reason(reason, notice);
+        shared.diag.set_reason(reason, notice);
         let options = DiskOptions::for_cache(&builder);
         let paths = Paths::new(path);
         let mut disk = Disk::new(paths, registry, options);
         if !shared.first_read(&mut disk, mode) {
             return cache;
         }
-        lock(&shared.diag).mode = mode;
-        if mode == Mode::Persistent || shared.timings.refresh_interval.is_some() {
+        shared.diag.lock().mode = mode;
+        if mode == Mode::Persistent || shared.saving.timings.refresh_interval.is_some() {
             cache.saver = shared.start_saver(disk, mode);
         }
         cache
@@ -281,25 +283,22 @@ fn construct(
             memory: MemoryStore::new(),
             registry: Arc::clone(registry),
             limits: builder.limits,
-            others: Mutex::new(CacheData::new()),
-            file: arc_swap::ArcSwapOption::empty(),
-            compactor: Mutex::new(None),
-            file_epoch: std::sync::atomic::AtomicU64::new(0),
+            file: FileSide::new(path),
+            compactor: Default::default(),
             scope: builder.scope.clone(),
-            path,
-            timings: Timings {
-                save_delay: builder.save_delay,
-                lock_timeout: builder.lock_timeout,
-                flush_timeout: builder.effective_flush_timeout(),
-                refresh_interval: builder.refresh_interval,
-                max_retry_delay: builder.max_retry_delay,
+            saving: Saving {
+                state: Mutex::new(State::new()),
+                cv: Condvar::new(),
+                timings: Timings {
+                    save_delay: builder.save_delay,
+                    lock_timeout: builder.lock_timeout,
+                    flush_timeout: builder.effective_flush_timeout(),
+                    refresh_interval: builder.refresh_interval,
+                    max_retry_delay: builder.max_retry_delay,
+                },
             },
-            state: Mutex::new(State::new()),
-            cv: Condvar::new(),
-            diag: Mutex::new(Diagnostics::new()),
-            offered: tiers[first_offered..].to_vec(),
-            tiers,
-            handles,
+            diag: Notices::new(),
+            lower: Lower::new(tiers, first_offered, handles),
             local_claims: Arc::default(),
         }
     });
@@ -332,75 +331,6 @@ impl State {
     }
 }
 
-impl Diagnostics {
-    fn new() -> Self {
-        Diagnostics {
-            mode: Mode::Memory,
-            reason: None,
-            warned: HashMap::new(),
-            quarantined: Vec::new(),
-            migration: None,
-        }
-    }
-}
-
-impl Shared {
-    fn set_reason(&self, reason: Option<String>, notice: Option<Notice>) {
-        if let Some(notice) = notice {
-            self.notify(notice);
-        }
-        if reason.is_some() {
-            lock(&self.diag).reason = reason;
-        }
-    }
-
-    /// The first read of the file (see [`open_read`]); false if the file must not be used
-    /// (the cache then stays in memory).
-    fn first_read(&self, disk: &mut Disk, mode: Mode) -> bool {
-        match open_read(disk, mode == Mode::Persistent) {
-            Ok(reads) => {
-                for inc in reads {
-                    self.absorb(inc, mode == Mode::Persistent);
-                }
-            }
-            Err(Failure::Blocked(b)) => {
-                self.block(&b.path, &b.cause.to_string());
-                return false;
-            }
-            Err(Failure::Retry(e)) => {
-                self.notify(Notice::first_read_failed(&e));
-                let mut st = lock(&self.state);
-                st.rewrite = true;
-                st.dirty_since.get_or_insert_with(Instant::now);
-            }
-        }
-        true
-    }
-
-    fn start_saver(
-        self: &Arc<Self>,
-        disk: Disk,
-        mode: Mode,
-    ) -> Option<std::thread::JoinHandle<()>> {
-        lock(&self.state).saver_running = true;
-        let worker = Arc::clone(self);
-        let spawned = crate::spawn_background("tunecache-saver".into(), move || {
-            worker.run_saver(disk, mode)
-        });
-        match spawned {
-            Ok(handle) => Some(handle),
-            Err(e) => {
-                lock(&self.state).saver_running = false;
-                self.notify(Notice::no_saver(&e));
-                let mut diag = lock(&self.diag);
-                diag.mode = Mode::Memory;
-                diag.reason = Some(format!("no saver thread: {e}"));
-                None
-            }
-        }
-    }
-}
-
 /// The first read of [`Cache::open`]: an unlocked read (a table's fixed start, one commit and
 /// the journal, whatever the number of entries; a file of an older format whole), then, with
 /// `writable` and the lock free right now, a locked reconcile: read what changed since
@@ -409,7 +339,7 @@ impl Shared {
 /// the lock, so the damage is kept aside and reported once, as a locked read does. With the
 /// lock busy, the saver's locked reads repair a torn tail, and leftover temporaries wait for
 /// the next open or rewrite that holds the lock. Returns the reads to absorb, in order.
-fn open_read(disk: &mut Disk, writable: bool) -> Result<Vec<Incoming>, Failure> {
+pub(super) fn open_read(disk: &mut Disk, writable: bool) -> Result<Vec<Incoming>, Failure> {
     let first = disk.read_updates(false)?;
     let held = if writable {
         CacheLock::try_acquire(&disk.paths.lock, &disk.paths.dir)

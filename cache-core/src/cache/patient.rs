@@ -42,11 +42,11 @@ impl Cache {
     pub fn flush_before_exit(&self, timeout: Duration, budget: Duration) -> Result<(), StoreError> {
         let start = Instant::now();
         {
-            let mut st = lock(&self.shared.state);
+            let mut st = lock(&self.shared.saving.state);
             let until = crate::deadline_after(budget);
             st.patient.until = Some(st.patient.until.map_or(until, |u| u.max(until)));
         }
-        let idle = self.shared.timings.lock_timeout;
+        let idle = self.shared.saving.timings.lock_timeout;
         loop {
             let round = timeout
                 .min(budget.saturating_sub(start.elapsed()))
@@ -54,7 +54,7 @@ impl Cache {
             match self.flush_inner(round) {
                 Ok(()) => return Ok(()),
                 Err(e @ (StoreError::FlushTimeout(_) | StoreError::LockTimeout { .. })) => {
-                    let seen = lock(&self.shared.state).patient.progress_seen;
+                    let seen = lock(&self.shared.saving.state).patient.progress_seen;
                     if !goes_on(start.elapsed(), budget, seen.map(|t| t.elapsed()), idle) {
                         return Err(match e {
                             StoreError::FlushTimeout(_) => {

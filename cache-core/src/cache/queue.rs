@@ -1,17 +1,18 @@
 //! The save queue: which entries changed and wait for the saver, and how what a read found
 //! comes into memory. Callers and the saver meet here, under the state lock, for moments.
 
-use std::sync::MutexGuard;
+use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cache_format::{CacheData, Entry, Fingerprint, Scope};
 
 use super::notice::Notice;
-use super::{Shared, State, lock};
+use super::{Mode, Shared, State, lock};
 use crate::check::check_entry;
-use crate::disk::Incoming;
+use crate::disk::{Disk, Failure, Incoming};
 use crate::error::{Refusal, StoreError};
 use crate::namespace::Namespace;
+use crate::tier::Fill;
 
 /// What [`Cache::import`](super::Cache::import) took and left out.
 #[derive(Debug, Default)]
@@ -61,10 +62,10 @@ impl super::Cache {
         }
         self.shared.clamp(mine.iter_mut().map(|(_, e)| e));
         let keys: Vec<_> = mine.iter().map(|(ns, e)| (*ns, e.fingerprint())).collect();
-        self.shared.offer(&keys);
+        self.shared.lower.offer(&keys);
         self.shared.memory.merge_many(mine);
-        lock(&self.shared.others).merge(others.clone());
-        let mut st = lock(&self.shared.state);
+        lock(&self.shared.file.others).merge(others.clone());
+        let mut st = lock(&self.shared.saving.state);
         st.own.extend(keys.iter().copied());
         st.dirty.extend(keys);
         st.other.merge(others);
@@ -87,6 +88,7 @@ impl Shared {
             return Err(StoreError::FlushTimeout(timeout));
         }
         Ok(self
+            .saving
             .cv
             .wait_timeout(st, deadline - now)
             .unwrap_or_else(|p| p.into_inner())
@@ -99,7 +101,7 @@ impl Shared {
         st.put_seq += 1;
         if st.dirty_since.is_none() {
             st.dirty_since = Some(Instant::now());
-            self.cv.notify_all();
+            self.saving.cv.notify_all();
         }
     }
 
@@ -185,7 +187,7 @@ impl Shared {
             }
             for (ns, entries) in scope_data.into_namespaces() {
                 let Ok(ns) = Namespace::new(&ns) else {
-                    self.notify(Notice::unusable_namespace(&ns));
+                    self.diag.notify(Notice::unusable_namespace(&ns));
                     continue;
                 };
                 mine.extend(entries.into_values().map(|e| (ns, e)));
@@ -201,12 +203,12 @@ impl Shared {
             self.memory.merge_held(mine);
         }
         if !others.is_empty() {
-            lock(&self.others).merge(others);
+            lock(&self.file.others).merge(others);
         }
         let requeue = persistent
             && (needs_rewrite || !salvaged.is_empty() || !lacking.is_empty() || rewrite_own);
         if requeue {
-            let mut st = lock(&self.state);
+            let mut st = lock(&self.saving.state);
             st.rewrite |= needs_rewrite;
             self.requeue(&mut st, salvaged);
             st.dirty.extend(lacking);
@@ -217,7 +219,7 @@ impl Shared {
             self.mark_dirty(&mut st);
         }
         for event in events {
-            self.report(event);
+            self.diag.report(event);
         }
     }
 
@@ -228,7 +230,7 @@ impl Shared {
         let now = cache_format::now_millis();
         let ahead = entries.map(|e| e.clamp_future(now)).max().unwrap_or(0);
         if ahead > WRONG_CLOCK_MS {
-            self.notify(Notice::clamped(ahead));
+            self.diag.notify(Notice::clamped(ahead));
         }
     }
 }
@@ -249,4 +251,91 @@ impl Shared {
     pub(super) fn admissible(&self, scope: &Scope, ns: &str, entry: &Entry) -> Result<(), Refusal> {
         check_entry(scope, ns, entry, &self.limits)
     }
+
+    /// The first read of the file (see [`super::open::open_read`]); false if the file must not be used
+    /// (the cache then stays in memory).
+    pub(super) fn first_read(&self, disk: &mut Disk, mode: Mode) -> bool {
+        match super::open::open_read(disk, mode == Mode::Persistent) {
+            Ok(reads) => {
+                for inc in reads {
+                    self.absorb(inc, mode == Mode::Persistent);
+                }
+            }
+            Err(Failure::Blocked(b)) => {
+                self.diag.block(&b.path, &b.cause.to_string());
+                return false;
+            }
+            Err(Failure::Retry(e)) => {
+                self.diag.notify(Notice::first_read_failed(&e));
+                let mut st = lock(&self.saving.state);
+                st.rewrite = true;
+                st.dirty_since.get_or_insert_with(Instant::now);
+            }
+        }
+        true
+    }
+
+    /// A miss in memory: each lower tier in order, until one has the key; what a
+    /// [`Fill::Keep`] tier returns is kept.
+    #[cold]
+    pub(super) fn miss(&self, ns: Namespace, fp: &Fingerprint) -> Option<Arc<Entry>> {
+        match self.lower.find(ns, fp)? {
+            (found, Fill::Serve) => Some(found),
+            (found, Fill::Keep) => {
+                self.absorb_from_tier(vec![(ns, unwrap_or_clone(found))]);
+                self.memory.get(ns, fp)
+            }
+        }
+    }
+
+    /// Asks each lower tier once for the keys of `fps` that memory and the tiers before it
+    /// lack; returns how many the tiers had.
+    pub(super) fn prefetch(&self, ns: Namespace, fps: &[Fingerprint]) -> usize {
+        let missing: Vec<Fingerprint> = fps
+            .iter()
+            .filter(|fp| self.memory.get(ns, fp).is_none())
+            .copied()
+            .collect();
+        self.lower.find_many(ns, missing, |found| {
+            self.absorb_from_tier(
+                found
+                    .into_iter()
+                    .map(|e| (ns, unwrap_or_clone(e)))
+                    .collect(),
+            );
+        })
+    }
+
+    /// Merges entries a tier returned into memory and, for a persistent cache, queues the
+    /// keys whose entry changed for the file (not for the tiers: they came from there).
+    /// Returns how many changed.
+    pub(crate) fn absorb_from_tier(&self, mut entries: Vec<(Namespace, Entry)>) -> usize {
+        if entries.is_empty() {
+            return 0;
+        }
+        self.clamp(entries.iter_mut().map(|(_, e)| e));
+        let changed: Vec<(Namespace, Fingerprint)> = entries
+            .iter()
+            .filter(|(ns, e)| {
+                self.memory.get(*ns, &e.fingerprint()).is_none_or(|held| {
+                    let mut merged = Entry::clone(&held);
+                    merged.merge(e.clone());
+                    merged != *held
+                })
+            })
+            .map(|(ns, e)| (*ns, e.fingerprint()))
+            .collect();
+        self.memory.merge_many(entries);
+        if !changed.is_empty() && self.diag.lock().mode == Mode::Persistent {
+            let mut st = lock(&self.saving.state);
+            st.dirty.extend(changed.iter().copied());
+            self.mark_dirty(&mut st);
+        }
+        changed.len()
+    }
+}
+
+/// The entry, copied only if another reference to it is alive.
+fn unwrap_or_clone(e: Arc<Entry>) -> Entry {
+    Arc::try_unwrap(e).unwrap_or_else(|shared| Entry::clone(&shared))
 }

@@ -130,35 +130,69 @@ struct Job {
 }
 
 impl Shared {
+    /// Starts the saver on its own thread; without one the cache stays in memory.
+    pub(super) fn start_saver(
+        self: &Arc<Self>,
+        disk: Disk,
+        mode: Mode,
+    ) -> Option<std::thread::JoinHandle<()>> {
+        lock(&self.saving.state).saver_running = true;
+        let worker = Arc::clone(self);
+        let spawned = crate::spawn_background("tunecache-saver".into(), move || {
+            worker.run_saver(disk, mode)
+        });
+        match spawned {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                lock(&self.saving.state).saver_running = false;
+                self.diag.notify(Notice::no_saver(&e));
+                let mut diag = self.diag.lock();
+                diag.mode = Mode::Memory;
+                diag.reason = Some(format!("no saver thread: {e}"));
+                None
+            }
+        }
+    }
+
     pub(super) fn run_saver(self: Arc<Self>, mut disk: Disk, mode: Mode) {
         let persistent = mode == Mode::Persistent;
-        let mut next_refresh = self.timings.refresh_interval.map(crate::deadline_after);
+        let mut next_refresh = self
+            .saving
+            .timings
+            .refresh_interval
+            .map(crate::deadline_after);
         loop {
-            let mut st = lock(&self.state);
+            let mut st = lock(&self.saving.state);
             let now = Instant::now();
             match decide(
-                &Inputs::of(&st, persistent, next_refresh, self.timings.save_delay),
+                &Inputs::of(
+                    &st,
+                    persistent,
+                    next_refresh,
+                    self.saving.timings.save_delay,
+                ),
                 now,
             ) {
                 Action::Stop => {
                     let unsaved = st.dirty.len() + st.other.len();
                     st.saver_running = false;
-                    self.cv.notify_all();
+                    self.saving.cv.notify_all();
                     drop(st);
                     if unsaved > 0 {
-                        self.notify(Notice::unsaved_at_exit(unsaved));
+                        self.diag.notify(Notice::unsaved_at_exit(unsaved));
                     }
                     return;
                 }
                 Action::Sleep(until) => {
                     let _woken = match until {
                         Some(at) => {
-                            self.cv
+                            self.saving
+                                .cv
                                 .wait_timeout(st, at.saturating_duration_since(now))
                                 .unwrap_or_else(|p| p.into_inner())
                                 .0
                         }
-                        None => self.cv.wait(st).unwrap_or_else(|p| p.into_inner()),
+                        None => self.saving.cv.wait(st).unwrap_or_else(|p| p.into_inner()),
                     };
                 }
                 Action::Save => {
@@ -174,16 +208,20 @@ impl Shared {
                     let result = self.save_once(&mut disk, batch, job.rewrite);
                     let settled = self.settle(job, result);
                     if matches!(settled, Settled::Saved) {
-                        self.maybe_compact(&disk);
+                        self.compactor.maybe_start(&self, &disk);
                     }
                     {
-                        let mut st = lock(&self.state);
+                        let mut st = lock(&self.saving.state);
                         st.saving = false;
-                        self.cv.notify_all();
+                        self.saving.cv.notify_all();
                     }
                     match settled {
                         Settled::Saved => {
-                            next_refresh = self.timings.refresh_interval.map(crate::deadline_after);
+                            next_refresh = self
+                                .saving
+                                .timings
+                                .refresh_interval
+                                .map(crate::deadline_after);
                         }
                         Settled::Retry => {}
                         Settled::Blocked => return,
@@ -195,19 +233,23 @@ impl Shared {
                     match disk.read_updates(false) {
                         Ok(inc) => self.absorb(inc, persistent),
                         Err(Failure::Blocked(b)) => {
-                            let mut st = lock(&self.state);
+                            let mut st = lock(&self.saving.state);
                             st.saver_running = false;
-                            self.cv.notify_all();
+                            self.saving.cv.notify_all();
                             drop(st);
-                            self.block(&b.path, &b.cause.to_string());
+                            self.diag.block(&b.path, &b.cause.to_string());
                             return;
                         }
-                        Err(Failure::Retry(e)) => self.notify(Notice::refresh_failed(&e)),
+                        Err(Failure::Retry(e)) => self.diag.notify(Notice::refresh_failed(&e)),
                     }
-                    next_refresh = self.timings.refresh_interval.map(crate::deadline_after);
-                    let mut st = lock(&self.state);
+                    next_refresh = self
+                        .saving
+                        .timings
+                        .refresh_interval
+                        .map(crate::deadline_after);
+                    let mut st = lock(&self.saving.state);
                     st.refresh_served = st.refresh_served.max(serving);
-                    self.cv.notify_all();
+                    self.saving.cv.notify_all();
                 }
             }
         }
@@ -217,7 +259,7 @@ impl Shared {
     fn settle(&self, job: Job, result: Result<Incoming, (Failure, CacheData)>) -> Settled {
         let (failure, batch) = match result {
             Ok(inc) => {
-                let mut st = lock(&self.state);
+                let mut st = lock(&self.saving.state);
                 st.durable_seq = st.durable_seq.max(job.seq);
                 if job.rewrite {
                     st.rewrite = false;
@@ -229,14 +271,14 @@ impl Shared {
                 // What the save read from other processes comes into memory before the
                 // flushers wake, so a flush also makes their results visible here.
                 self.absorb(inc, true);
-                let mut st = lock(&self.state);
+                let mut st = lock(&self.saving.state);
                 st.flush_served = job.serves;
-                self.cv.notify_all();
+                self.saving.cv.notify_all();
                 return Settled::Saved;
             }
             Err(e) => e,
         };
-        let mut st = lock(&self.state);
+        let mut st = lock(&self.saving.state);
         self.requeue(&mut st, batch);
         st.rewrite |= job.rewrite;
         st.dirty_since.get_or_insert_with(Instant::now);
@@ -248,9 +290,9 @@ impl Shared {
                     reason: reason.clone(),
                 });
                 st.saver_running = false;
-                self.cv.notify_all();
+                self.saving.cv.notify_all();
                 drop(st);
-                self.block(&b.path, &reason);
+                self.diag.block(&b.path, &reason);
                 Settled::Blocked
             }
             Failure::Retry(e) => {
@@ -259,15 +301,15 @@ impl Shared {
                     Instant::now()
                         + backoff(
                             st.failures,
-                            self.timings.save_delay,
-                            self.timings.max_retry_delay,
+                            self.saving.timings.save_delay,
+                            self.saving.timings.max_retry_delay,
                         ),
                 );
                 let notice = Notice::save_failed(&e);
                 st.last_error = Some(e);
-                self.cv.notify_all();
+                self.saving.cv.notify_all();
                 drop(st);
-                self.notify(notice);
+                self.diag.notify(notice);
                 Settled::Retry
             }
         }
@@ -276,16 +318,16 @@ impl Shared {
     /// The cache's lock, waited for the lock timeout; while a flush before exit waits (see
     /// `patient.rs`), as long as others holding it make progress, until that flush's budget.
     fn lock_patiently(&self, disk: &Disk) -> Result<CacheLock, StoreError> {
-        let idle = self.timings.lock_timeout;
+        let idle = self.saving.timings.lock_timeout;
         let start = Instant::now();
         let mut watch = super::patient::Watch::new(&disk.paths);
         let mut last_progress = start;
         CacheLock::acquire_patient(&disk.paths.lock, &disk.paths.dir, &mut |waited| {
             let now = Instant::now();
-            let until = lock(&self.state).patient.until;
+            let until = lock(&self.saving.state).patient.until;
             if until.is_some() && watch.moved() {
                 last_progress = now;
-                lock(&self.state).patient.progress_seen = Some(now);
+                lock(&self.saving.state).patient.progress_seen = Some(now);
             }
             let cap = until.map_or(idle, |u| u.saturating_duration_since(start).max(idle));
             Patience { idle, cap }.next(waited, now - last_progress)
