@@ -79,6 +79,12 @@ impl<O: Operation> TunedInner<O> {
             volatile: &self.tuner.volatile,
             partial_ok,
             policy: policy_class(Some(&self.policy())),
+            // Only where a miss measures at once: a top-k tune ranks by its own prediction,
+            // and the other policies do not measure on the miss path.
+            transfer_top: match self.config.policy {
+                MissPolicy::TuneNow => self.config.transfer_top,
+                _ => 0,
+            },
         };
         plan::plan(known, current, set, self.config.retime_top)
     }

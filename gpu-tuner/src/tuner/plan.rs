@@ -21,6 +21,9 @@ pub(super) enum Plan {
     Miss,
 }
 
+/// Entries of one key under other scopes, with their scopes.
+type Scoped = Vec<(Scope, Entry)>;
+
 /// What is known about one key when a plan is made.
 #[derive(Debug)]
 pub(super) struct Known<'a> {
@@ -38,6 +41,9 @@ pub(super) struct Known<'a> {
     /// The comparable part of the tuner's measurement policy (`None`: unknown): a stored
     /// result of another known policy counts as not measured.
     pub(super) policy: Option<Fields>,
+    /// On a device with no result for the key that other devices measured: how many of their
+    /// ranking's best are measured (see `new_device.rs`); 0: the miss policy decides.
+    pub(super) transfer_top: usize,
 }
 
 /// Decides what to measure:
@@ -47,6 +53,8 @@ pub(super) struct Known<'a> {
 ///   nothing is missing (the set shrank);
 /// - only a compatible older scope has the key (same device, new driver or library): its
 ///   stored top `retime_top` that are current;
+/// - only other devices have it, and `transfer_top` is not 0: the best `transfer_top` of
+///   their ranking, and every current candidate none of them measured (`new_device.rs`);
 /// - otherwise a miss, for the miss policy to handle.
 pub(super) fn plan(
     known: Known<'_>,
@@ -107,11 +115,10 @@ pub(super) fn plan(
             list,
         };
     }
-    let mut priors: Vec<(Scope, Entry)> = known
+    let (mut priors, devices): (Scoped, Scoped) = known
         .others
         .into_iter()
-        .filter(|(scope, _)| compatible(known.scope, scope, known.volatile))
-        .collect();
+        .partition(|(scope, _)| compatible(known.scope, scope, known.volatile));
     priors.sort_by_key(|(_, e)| std::cmp::Reverse(e.recorded_at()));
     if let Some((_, prior)) = priors.first() {
         let top: Vec<CandidateId> = ranked_current(prior, current)
@@ -126,7 +133,10 @@ pub(super) fn plan(
             };
         }
     }
-    Plan::Miss
+    match super::new_device::to_measure(&devices, current, known.transfer_top) {
+        Some(list) => Plan::Measure { entry: None, list },
+        None => Plan::Miss,
+    }
 }
 
 /// The measured candidates of `entry` that are in the current set, best first. A stored
@@ -218,6 +228,7 @@ mod tests {
             volatile,
             partial_ok: None,
             policy: None,
+            transfer_top: 0,
         }
     }
 

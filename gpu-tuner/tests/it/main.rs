@@ -9,6 +9,7 @@ mod cuda;
 mod examples;
 mod fleet;
 mod loose;
+mod new_device;
 mod policy;
 mod predict;
 mod processes;
