@@ -90,6 +90,12 @@ pub const VARIABLES: &[Variable] = &[
         default: "10000",
     },
     Variable {
+        name: "TUNECACHE_REMOTE_PARALLEL",
+        read_by: ALL,
+        meaning: "requests an S3 tier sends at once for a batch of keys (1 to 256)",
+        default: "64",
+    },
+    Variable {
         name: "TUNECACHE_GENERATION",
         read_by: ALL,
         meaning: "the generation of an S3 tier a process reads whole: `current` or a SHA-256",

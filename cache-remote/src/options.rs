@@ -48,12 +48,32 @@ impl fmt::Display for RemoteMode {
     }
 }
 
+/// The most rounds a batch's read budget covers ([`RemoteOptions::budget`]).
+pub(crate) const MAX_BATCH_ROUNDS: u32 = 8;
+
+/// The read budget of a batch of `keys` on a store that reads `per_round` of them at once
+/// (`None`: the whole batch in one round trip): `budget` once per round, at most
+/// [`MAX_BATCH_ROUNDS`] times.
+pub(crate) fn batch_budget(budget: Duration, keys: usize, per_round: Option<usize>) -> Duration {
+    let rounds = match per_round {
+        Some(n) if n > 0 => keys.div_ceil(n).max(1),
+        _ => 1,
+    };
+    let rounds = u32::try_from(rounds)
+        .unwrap_or(u32::MAX)
+        .min(MAX_BATCH_ROUNDS);
+    budget.saturating_mul(rounds)
+}
+
 /// How a cache uses its remote.
 #[derive(Debug, Clone)]
 pub struct RemoteOptions {
     /// What it does.
     pub mode: RemoteMode,
-    /// The most one read on a miss may take, connecting included (default 50 ms).
+    /// The most one read on a miss may take, connecting included (default 50 ms). A batch
+    /// (a prefetch, a fleet's view) on a store that reads a key a request gets it once per
+    /// round of requests it takes, at most 8 times: a large prefetch is
+    /// not taken for an outage.
     pub budget: Duration,
     /// The most one publication round may take (default 2 s); it runs in the background.
     pub publish_budget: Duration,
@@ -225,5 +245,27 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_batch_gets_the_budget_once_per_round_within_the_cap() {
+        let ms = Duration::from_millis;
+        assert_eq!(batch_budget(ms(50), 1000, None), ms(50), "one round trip");
+        assert_eq!(batch_budget(ms(1000), 1, Some(64)), ms(1000));
+        assert_eq!(batch_budget(ms(1000), 64, Some(64)), ms(1000));
+        assert_eq!(batch_budget(ms(1000), 65, Some(64)), ms(2000));
+        assert_eq!(batch_budget(ms(1000), 200, Some(64)), ms(4000));
+        assert_eq!(
+            batch_budget(ms(1000), 1_000_000, Some(64)),
+            ms(1000) * MAX_BATCH_ROUNDS,
+            "capped"
+        );
+        assert_eq!(batch_budget(ms(1000), 0, Some(64)), ms(1000));
+        assert_eq!(batch_budget(ms(1000), 10, Some(0)), ms(1000));
+        assert_eq!(
+            batch_budget(Duration::MAX, 1000, Some(1)),
+            Duration::MAX,
+            "no overflow"
+        );
     }
 }

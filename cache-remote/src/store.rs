@@ -40,6 +40,14 @@ pub trait Remote: Send + Sync + fmt::Debug {
         crate::RemoteOptions::default()
     }
 
+    /// How many keys of a batch one round trip covers: `None` for a store that answers a
+    /// whole batch in one round trip (Redis pipelines it), `Some(n)` for one that answers a key
+    /// a request, `n` requests at once (an object store). A batch's read budget grows with the
+    /// rounds it takes (see [`crate::RemoteOptions::budget`]).
+    fn keys_per_round(&self) -> Option<usize> {
+        None
+    }
+
     /// One lease operation on the lease key `key` (see [`crate::LeaseOp`]), atomic on the
     /// server, in one round trip. A backend without leases refuses.
     fn lease(

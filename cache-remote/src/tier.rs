@@ -76,7 +76,8 @@ impl CacheTier {
         if wanted.is_empty() || !self.policy.allow(options.budget) {
             return Vec::new();
         }
-        let Some(values) = self.read(ns, &wanted, now + options.budget) else {
+        let budget = self.batch_budget(wanted.len());
+        let Some(values) = self.read(ns, &wanted, now + budget) else {
             return Vec::new();
         };
         let mut found = Vec::new();
@@ -155,7 +156,11 @@ impl CacheTier {
             return Err(ViewError::Unavailable { tier: tier() });
         }
         let values = self
-            .read(ns, fps, cache_core::deadline_after(budget))
+            .read(
+                ns,
+                fps,
+                cache_core::deadline_after(self.batch_budget(fps.len())),
+            )
             .ok_or_else(|| ViewError::Unread { tier: tier() })?;
         if values.len() != fps.len() {
             return Err(ViewError::Short {
@@ -165,6 +170,13 @@ impl CacheTier {
             });
         }
         Ok(self.checked(ns, fps, values))
+    }
+
+    /// The read budget of a batch of `keys` on this tier's store (see
+    /// [`crate::RemoteOptions::budget`]).
+    fn batch_budget(&self, keys: usize) -> Duration {
+        let per_round = self.policy.remote.keys_per_round();
+        crate::options::batch_budget(self.policy.options.budget, keys, per_round)
     }
 
     /// One read of the keys of `fps`, refreshing their time to live where this cache writes

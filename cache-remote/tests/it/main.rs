@@ -13,6 +13,8 @@ mod leases;
 mod policy;
 #[cfg(feature = "s3")]
 mod s3_leases;
+#[cfg(feature = "s3")]
+mod s3_parallel;
 mod sharing;
 #[cfg(feature = "s3")]
 mod trust_vectors;

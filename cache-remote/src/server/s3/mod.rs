@@ -26,10 +26,9 @@ pub(crate) const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_
 mod bucket;
 mod http;
 mod lease;
+mod parallel;
 use crate::store::{Read, Remote, RemoteError, Swap, Swapped};
-
-/// Requests in flight at once for a batch of keys.
-const PARALLEL: usize = 8;
+use parallel::{in_parallel, parse_parallel};
 
 /// ETags remembered from reads, at most this many (then forgotten all at once).
 const MAX_ETAGS: usize = 100_000;
@@ -41,6 +40,8 @@ pub struct S3Remote {
     /// The ETag and a hash of the value last read or written per object key, so a
     /// compare-and-set of a value this process saw needs no second read.
     etags: Mutex<HashMap<String, (String, u64)>>,
+    /// Requests in flight at once for a batch (`TUNECACHE_REMOTE_PARALLEL`).
+    parallel: usize,
 }
 
 impl std::fmt::Debug for S3Remote {
@@ -114,6 +115,8 @@ impl S3Remote {
                 "a prefix with a `.` or `..` segment names other objects in a URL",
             ));
         }
+        let parallel =
+            parse_parallel(env("TUNECACHE_REMOTE_PARALLEL").as_deref()).map_err(|e| bad(&e))?;
         let host = url.host_str().unwrap_or("?").to_owned();
         let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
         Ok(S3Remote {
@@ -129,6 +132,7 @@ impl S3Remote {
                 format!("{prefix}/")
             },
             etags: Mutex::new(HashMap::new()),
+            parallel,
         })
     }
 
@@ -228,7 +232,9 @@ impl Remote for S3Remote {
         deadline: Instant,
     ) -> Result<Vec<Option<Vec<u8>>>, RemoteError> {
         let objects: Vec<String> = keys.iter().map(|k| self.object(k)).collect();
-        in_parallel(&objects, |object| self.get(object, read.limit, deadline))
+        in_parallel(&objects, self.parallel, |object| {
+            self.get(object, read.limit, deadline)
+        })
     }
 
     fn compare_and_set_many(
@@ -237,7 +243,11 @@ impl Remote for S3Remote {
         _ttl: Option<Duration>,
         deadline: Instant,
     ) -> Result<Vec<Swapped>, RemoteError> {
-        in_parallel(swaps, |swap| self.swap(swap, deadline))
+        in_parallel(swaps, self.parallel, |swap| self.swap(swap, deadline))
+    }
+
+    fn keys_per_round(&self) -> Option<usize> {
+        Some(self.parallel)
     }
 
     /// An object store answers in milliseconds: a read-through waits up to a second, a
@@ -275,43 +285,6 @@ impl Remote for S3Remote {
             })
             .collect())
     }
-}
-
-/// `f` of each item, up to [`PARALLEL`] at once, in order; the first error, if any.
-fn in_parallel<T: Sync, R: Send>(
-    items: &[T],
-    f: impl Fn(&T) -> Result<R, RemoteError> + Sync,
-) -> Result<Vec<R>, RemoteError> {
-    if items.len() <= 1 {
-        return items.iter().map(&f).collect();
-    }
-    let chunk = items.len().div_ceil(PARALLEL);
-    let results: Vec<Result<Vec<R>, RemoteError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = items
-            .chunks(chunk)
-            .map(|part| {
-                // Blocked signals: a SIGTERM for the process goes to the caller's threads.
-                cache_core::with_signals_blocked(|| {
-                    s.spawn(|| part.iter().map(&f).collect::<Result<Vec<R>, RemoteError>>())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(RemoteError::Protocol(
-                        "a request thread panicked".to_owned(),
-                    ))
-                })
-            })
-            .collect()
-    });
-    let mut out = Vec::with_capacity(items.len());
-    for part in results {
-        out.extend(part?);
-    }
-    Ok(out)
 }
 
 fn hash(value: &[u8]) -> u64 {
@@ -377,20 +350,5 @@ mod tests {
         let e = S3Remote::open("s3://team-cache", env(&[("AWS_ENDPOINT_URL", "ftp://x")]))
             .expect_err("ftp");
         assert!(e.to_string().contains("AWS_ENDPOINT_URL"), "{e}");
-    }
-
-    #[test]
-    fn a_batch_keeps_its_order_and_fails_on_its_first_error() {
-        let items: Vec<u32> = (0..50).collect();
-        let doubled = in_parallel(&items, |i| Ok(i * 2)).expect("no error");
-        assert_eq!(doubled, items.iter().map(|i| i * 2).collect::<Vec<_>>());
-        let failed = in_parallel(&items, |i| {
-            if *i == 30 {
-                Err(RemoteError::Timeout("late".into()))
-            } else {
-                Ok(*i)
-            }
-        });
-        assert_eq!(failed, Err(RemoteError::Timeout("late".into())));
     }
 }

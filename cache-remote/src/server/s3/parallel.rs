@@ -1,0 +1,168 @@
+//! A batch's requests, several at once: an object store answers one object per request, so a
+//! batch of keys is as fast as the requests in flight together allow. Up to
+//! `TUNECACHE_REMOTE_PARALLEL` (default [`DEFAULT_PARALLEL`]) threads take the next request as
+//! each finishes (a slow one holds up only itself), and none starts after one failed.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use crate::store::RemoteError;
+
+/// Requests in flight at once for a batch of keys, unless `TUNECACHE_REMOTE_PARALLEL` says.
+pub(crate) const DEFAULT_PARALLEL: usize = 64;
+
+/// The most `TUNECACHE_REMOTE_PARALLEL` may ask for (each is a thread while a batch runs).
+pub(crate) const MAX_PARALLEL: usize = 256;
+
+/// The requests in flight at once that `value` (`TUNECACHE_REMOTE_PARALLEL`) asks for: a
+/// whole number from 1 to [`MAX_PARALLEL`]; unset, [`DEFAULT_PARALLEL`].
+pub(crate) fn parse_parallel(value: Option<&str>) -> Result<usize, String> {
+    let Some(value) = value else {
+        return Ok(DEFAULT_PARALLEL);
+    };
+    match value.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_PARALLEL).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "TUNECACHE_REMOTE_PARALLEL={value:?} is not a whole number from 1 to {MAX_PARALLEL}"
+        )),
+    }
+}
+
+/// `f` of each item, up to `parallel` at once, the results in the items' order; the error of
+/// the first item (in order) that failed, if any. After a failure no further item starts.
+pub(crate) fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    parallel: usize,
+    f: impl Fn(&T) -> Result<R, RemoteError> + Sync,
+) -> Result<Vec<R>, RemoteError> {
+    let workers = parallel.clamp(1, MAX_PARALLEL).min(items.len());
+    if workers <= 1 {
+        return items.iter().map(&f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let work = || {
+        let mut done: Vec<(usize, Result<R, RemoteError>)> = Vec::new();
+        while !failed.load(Ordering::Acquire) {
+            let i = next.fetch_add(1, Ordering::AcqRel);
+            let Some(item) = items.get(i) else {
+                break;
+            };
+            let result = f(item);
+            if result.is_err() {
+                failed.store(true, Ordering::Release);
+            }
+            done.push((i, result));
+        }
+        done
+    };
+    let parts: Vec<Vec<(usize, Result<R, RemoteError>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                // Blocked signals: a SIGTERM for the process goes to the caller's threads.
+                cache_core::with_signals_blocked(|| s.spawn(work))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    let lost = RemoteError::Protocol("a request thread panicked".to_owned());
+                    vec![(0, Err(lost))]
+                })
+            })
+            .collect()
+    });
+    let mut all: Vec<(usize, Result<R, RemoteError>)> = parts.into_iter().flatten().collect();
+    all.sort_by_key(|(i, _)| *i);
+    let mut out = Vec::with_capacity(items.len());
+    for (_, result) in all {
+        // In the items' order: the first error is the first failed item's.
+        out.push(result?);
+    }
+    if out.len() != items.len() {
+        return Err(RemoteError::Protocol(format!(
+            "a batch of {} requests answered {}",
+            items.len(),
+            out.len()
+        )));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    #[test]
+    fn a_batch_keeps_its_order_and_fails_on_its_first_error() {
+        let items: Vec<u32> = (0..50).collect();
+        for parallel in [1, 3, 8, 64] {
+            let doubled = in_parallel(&items, parallel, |i| Ok(i * 2)).expect("no error");
+            assert_eq!(doubled, items.iter().map(|i| i * 2).collect::<Vec<_>>());
+            let failed = in_parallel(&items, parallel, |i| {
+                if *i == 30 || *i == 40 {
+                    Err(RemoteError::Timeout(format!("late {i}")))
+                } else {
+                    Ok(*i)
+                }
+            });
+            assert_eq!(failed, Err(RemoteError::Timeout("late 30".into())));
+        }
+        assert_eq!(in_parallel(&[] as &[u32], 8, |i| Ok(*i)), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn no_more_than_the_limit_run_at_once_and_a_slow_one_holds_up_only_itself() {
+        let items: Vec<u32> = (0..200).collect();
+        let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let took = std::time::Instant::now();
+        in_parallel(&items, 16, |i| {
+            let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(n, Ordering::SeqCst);
+            // One slow request among quick ones.
+            let ms = if *i == 0 { 300 } else { 5 };
+            std::thread::sleep(Duration::from_millis(ms));
+            now.fetch_sub(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .expect("no error");
+        let most = most.load(Ordering::SeqCst);
+        assert!((2..=16).contains(&most), "{most} at once");
+        // 199 quick ones on 15 threads beside the slow one: ~70 ms; chunked, the slow one's
+        // chunk (13 items) alone takes 360 ms.
+        assert!(
+            took.elapsed() < Duration::from_millis(340),
+            "{:?}",
+            took.elapsed()
+        );
+    }
+
+    #[test]
+    fn after_a_failure_no_further_request_starts() {
+        let items: Vec<u32> = (0..1000).collect();
+        let started = AtomicUsize::new(0);
+        let got = in_parallel(&items, 4, |i| {
+            started.fetch_add(1, Ordering::SeqCst);
+            if *i == 0 {
+                return Err(RemoteError::Unreachable("down".into()));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(())
+        });
+        assert!(got.is_err());
+        assert!(started.load(Ordering::SeqCst) < 50, "{started:?}");
+    }
+
+    #[test]
+    fn the_setting_is_a_whole_number_within_bounds() {
+        assert_eq!(parse_parallel(None), Ok(DEFAULT_PARALLEL));
+        assert_eq!(parse_parallel(Some(" 16 ")), Ok(16));
+        assert_eq!(parse_parallel(Some("256")), Ok(256));
+        for bad in ["0", "257", "-1", "many", "", "1e3"] {
+            let e = parse_parallel(Some(bad)).expect_err(bad);
+            assert!(e.contains("TUNECACHE_REMOTE_PARALLEL"), "{e}");
+        }
+    }
+}
