@@ -17,6 +17,20 @@ pub struct Request {
     pub method: String,
     /// The path and query, as sent.
     pub target: String,
+    /// The headers, names in lower case (none where a [`Proxy`] decides on the request line).
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    /// The value of header `name` (lower case), if sent.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// What the server does with a request.
@@ -108,9 +122,11 @@ fn serve(
         return;
     }
     let mut parts = line.split_whitespace();
-    let request = Request {
+    let mut request = Request {
         method: parts.next().unwrap_or("").to_owned(),
         target: parts.next().unwrap_or("").to_owned(),
+        headers: Vec::new(),
+        body: Vec::new(),
     };
     let mut length = 0usize;
     loop {
@@ -118,14 +134,17 @@ fn serve(
         if reader.read_line(&mut header).is_err() || header.trim().is_empty() {
             break;
         }
-        if let Some((name, value)) = header.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().unwrap_or(0);
+        if let Some((name, value)) = header.split_once(':') {
+            let (name, value) = (name.trim().to_ascii_lowercase(), value.trim().to_owned());
+            if name == "content-length" {
+                length = value.parse().unwrap_or(0);
+            }
+            request.headers.push((name, value));
         }
     }
     let mut body = vec![0u8; length.min(1 << 24)];
     let _ = std::io::Read::read_exact(&mut reader, &mut body);
+    request.body = body;
     requests
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -264,9 +283,12 @@ fn forward(
         return;
     }
     let mut parts = head.split_whitespace();
+    // The proxy decides on the request line alone.
     let request = Request {
         method: parts.next().unwrap_or("").to_owned(),
         target: parts.next().unwrap_or("").to_owned(),
+        headers: Vec::new(),
+        body: Vec::new(),
     };
     let mut headers = String::new();
     let mut length = 0usize;
