@@ -34,7 +34,7 @@ pub fn builtin() -> Vec<Call> {
 }
 
 /// The calls of the first `steps` steps of the built-in workload (it has 12).
-pub fn builtin_steps(steps: usize) -> Vec<Call> {
+pub(crate) fn builtin_steps(steps: usize) -> Vec<Call> {
     // (batch, sequence length) per step: shapes vary and recur.
     const STEPS: [(u32, u32); 12] = [
         (1, 24),

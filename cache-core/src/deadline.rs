@@ -6,14 +6,14 @@
 use std::time::{Duration, Instant};
 
 /// The longest wait a deadline is made for (a century): any longer one is taken as this.
-pub const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// The instant `wait` from now (see the module docs).
 pub fn deadline_after(wait: Duration) -> Instant {
     deadline_from(Instant::now(), wait)
 }
 
-/// The instant `wait` after `start`, a wait past [`FOREVER`] taken as it (and, on a clock that
+/// The instant `wait` after `start`, a wait past `FOREVER` taken as it (and, on a clock that
 /// cannot hold even that, the farthest it can, halving down).
 pub fn deadline_from(start: Instant, wait: Duration) -> Instant {
     let mut wait = wait.min(FOREVER);

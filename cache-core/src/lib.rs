@@ -57,7 +57,7 @@ pub use claim::{Claim, ClaimGuard};
 pub use config::{
     CacheBuilder, Location, MemoryOnly, SwitchError, Switches, default_dir, file_name,
 };
-pub use deadline::{FOREVER, deadline_after, deadline_from};
+pub use deadline::{deadline_after, deadline_from};
 pub use error::{Refusal, StoreError};
 pub use flight::{Follower, Join, Leader, SingleFlight};
 pub use fork_safe::GlobalLock;
@@ -75,7 +75,7 @@ pub use sigint::{catch_sigint, sigint_requested};
 pub use spill::Spill;
 pub use store::Store;
 pub use tier::{Fill, Tier, TierContext, TierHealth, TierLink, TierSource};
-pub use writer::{TableWriter, write_new_cache};
+pub use writer::TableWriter;
 
 /// The file primitives every part of tunecache writes and locks with (the output cache, the
 /// CLI's bundle writer, the artifact store): one atomic write, one lock.

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use cache_format::table::{TKey, TableBuilder, namespace_hash};
-use cache_format::{CacheData, Entry, Limits, Scope};
+use cache_format::{Entry, Limits, Scope};
 use cache_migrate::Migrations;
 
 use crate::error::StoreError;
@@ -95,28 +95,4 @@ fn refuse_existing(path: &Path) -> Result<(), StoreError> {
         ));
     }
     Ok(())
-}
-
-/// Writes `data` as a new cache file at `path` (a table, no journal) for tools that produce
-/// one: each entry checked as every reader checks it, the encoding deterministic (the same
-/// entries always give the same bytes, so a join of the same entries does too), written to a
-/// temporary file, synced and linked into place. Anything already at `path` is left alone and
-/// refused: this writes new files, it does not take part in a live cache's locking. Returns
-/// the number of bytes written.
-pub fn write_new_cache(
-    path: &Path,
-    registry: &Migrations,
-    data: &CacheData,
-    limits: &Limits,
-) -> Result<u64, StoreError> {
-    let mut sorted: Vec<(TKey, &Scope, &str, &Entry)> = data
-        .entries()
-        .map(|(s, ns, e)| (TableWriter::key_of(s, ns, e), s, ns, e))
-        .collect();
-    sorted.sort_by_key(|(key, ..)| *key);
-    let mut out = TableWriter::create(path, registry, limits)?;
-    for (_, scope, ns, entry) in sorted {
-        out.add(scope, ns, entry)?;
-    }
-    out.finish()
 }

@@ -222,9 +222,9 @@ fn version_rank(o: &Outcome) -> u8 {
 
 /// The fields of a measurement policy that say only how precise a measurement is, not what
 /// it measures: two policies equal but for these are comparable.
-pub const PRECISION_FIELDS: [&str; 3] = ["samples", "warmup_ns", "warmup_runs"];
+pub(crate) const PRECISION_FIELDS: [&str; 3] = ["samples", "warmup_ns", "warmup_runs"];
 
-/// The comparable part of a policy (without [`PRECISION_FIELDS`]); `None` for unknown.
+/// The comparable part of a policy (without `PRECISION_FIELDS`); `None` for unknown.
 pub fn policy_class(policy: Option<&Fields>) -> Option<Fields> {
     policy.map(|p| {
         p.iter()

@@ -26,7 +26,7 @@ pub const FORMAT_VERSION: u32 = 4;
 /// The version the msgpack envelope ([`encode_snapshot`]) is written with: its layout did not
 /// change in format 4, which is the table, so a one-entry snapshot (a shared tier's value) stays
 /// readable by builds that read format 3.
-pub const ENVELOPE_VERSION: u32 = 3;
+pub(crate) const ENVELOPE_VERSION: u32 = 3;
 
 /// A container format version this build knows: a closed set, so adding one is a
 /// compile-time decision everywhere versions are matched.

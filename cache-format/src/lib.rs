@@ -38,12 +38,11 @@ mod value;
 mod wire;
 
 pub use build::SnapshotBuilder;
-pub use candidate::{
-    Candidate, CandidateId, Outcome, PRECISION_FIELDS, Stats, comparable, policy_class, rank,
-};
+pub use candidate::{Candidate, CandidateId, Outcome, Stats, comparable, policy_class, rank};
+pub(crate) use envelope::ENVELOPE_VERSION;
 pub use envelope::{
-    ENVELOPE_VERSION, FORMAT_VERSION, FormatVersion, Header, Snapshot, check_payload,
-    encode_payload, encode_snapshot, peek_header, read_snapshot, read_snapshot_framing,
+    FORMAT_VERSION, FormatVersion, Header, Snapshot, check_payload, encode_payload,
+    encode_snapshot, peek_header, read_snapshot, read_snapshot_framing,
 };
 pub use error::FormatError;
 pub use fingerprint::{Fingerprint, KEY_TAG, ParseFingerprintError};
@@ -51,7 +50,7 @@ pub use journal::{
     Damage, JournalHeader, JournalScan, Tail, encode_journal_header, encode_record,
     read_journal_header, scan_records,
 };
-pub use loose::{FAMILY_VERSION_PREFIX, candidate_family, differing_fields, loose_match};
+pub use loose::{FAMILY_VERSION_PREFIX, differing_fields, loose_match};
 pub use model::{CacheData, Entry, Key, Millis, Origin, Scope, ScopeData, now_millis};
 pub use scan::Limits;
 pub use ser::{ValueError, to_fields};

@@ -10,7 +10,7 @@ use crate::{CandidateId, Scope, Value};
 pub const FAMILY_VERSION_PREFIX: &str = "version.";
 
 /// The family of a candidate: its `backend` param if that is a string, else its algorithm.
-pub fn candidate_family(id: &CandidateId) -> &str {
+pub(crate) fn candidate_family(id: &CandidateId) -> &str {
     match id.params.get("backend") {
         Some(Value::Str(family)) => family,
         _ => &id.algorithm,

@@ -7,7 +7,7 @@ use cache_format::{Fingerprint, Scope};
 
 /// The key prefix's format salt: changes whenever the key layout or the value's meaning does,
 /// so builds that disagree never read each other's values.
-pub const KEY_SALT: &str = "tc1";
+pub(crate) const KEY_SALT: &str = "tc1";
 
 /// The key of one entry on the server.
 pub fn remote_key(

@@ -64,20 +64,16 @@ pub use generations::{
 };
 pub use handle::{RemoteCache, RemoteHandle};
 pub use health::RemoteHealth;
-pub use layout::{KEY_SALT, remote_key};
+pub use layout::remote_key;
 pub use lease::{LeaseOp, LeaseReply, lease_key};
 #[cfg(feature = "testing")]
 pub use memory::MemoryRemote;
-pub use options::{
-    ENV_REMOTE_LEASE_MS, ENV_REMOTE_MODE, ENV_REMOTE_TIMEOUT_MS, RemoteMode, RemoteOptions,
-};
+pub use options::{RemoteMode, RemoteOptions};
 #[cfg(feature = "cluster")]
 pub use server::RedisClusterRemote;
 #[cfg(feature = "s3")]
 pub use server::S3Remote;
-pub use server::{
-    ConfigError, ENV_REMOTE, ENV_REMOTE_CA, RedisRemote, connect, from_settings, redact,
-};
+pub use server::{ConfigError, ENV_REMOTE, RedisRemote, connect, from_settings};
 pub use shared::{Published, Pulled, SharedTier};
 pub use source::{RemoteBuilder, RemoteSource};
 pub use store::{Fence, Read, Remote, RemoteError, Swap, Swapped};

@@ -5,12 +5,12 @@ use std::fmt;
 use std::time::Duration;
 
 /// `off`, `read` or `read-write`: what a cache does with its shared tier.
-pub const ENV_REMOTE_MODE: &str = "TUNECACHE_REMOTE_MODE";
+pub(crate) const ENV_REMOTE_MODE: &str = "TUNECACHE_REMOTE_MODE";
 /// The shared tier's read budget in milliseconds.
-pub const ENV_REMOTE_TIMEOUT_MS: &str = "TUNECACHE_REMOTE_TIMEOUT_MS";
+pub(crate) const ENV_REMOTE_TIMEOUT_MS: &str = "TUNECACHE_REMOTE_TIMEOUT_MS";
 
 /// The fleet lease's time to live in milliseconds (100 to 600000), or 0 for no leases.
-pub const ENV_REMOTE_LEASE_MS: &str = "TUNECACHE_REMOTE_LEASE_MS";
+pub(crate) const ENV_REMOTE_LEASE_MS: &str = "TUNECACHE_REMOTE_LEASE_MS";
 
 /// What a cache does with its remote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -28,13 +28,13 @@ pub use export::{ExportError, ExportSummary, render};
 pub use write::export;
 
 /// The candidate every shipped config is recorded as.
-pub const CONFIG_ALGORITHM: &str = "@config";
+pub(crate) const CONFIG_ALGORITHM: &str = "@config";
 /// The algorithm of a file's kept text (`params: {"text": ...}`).
-pub const SOURCE_ALGORITHM: &str = "@source";
+pub(crate) const SOURCE_ALGORITHM: &str = "@source";
 /// The scope field that names the device (vLLM's `device_name`).
-pub const DEVICE_FIELD: &str = "device_name";
+pub(crate) const DEVICE_FIELD: &str = "device_name";
 /// The key field of the batch size.
-pub const M_FIELD: &str = "M";
+pub(crate) const M_FIELD: &str = "M";
 
 /// The default namespace of a format's configs.
 pub fn default_namespace(format: Format) -> &'static str {

@@ -43,7 +43,7 @@ pub const ENV_REMOTE: &str = "TUNECACHE_REMOTE";
 
 /// A PEM file of the certificate authorities to trust for `rediss://` (instead of the
 /// system's), e.g. a private CA.
-pub const ENV_REMOTE_CA: &str = "TUNECACHE_REMOTE_CA";
+pub(crate) const ENV_REMOTE_CA: &str = "TUNECACHE_REMOTE_CA";
 
 /// Why a shared tier's address cannot be used. No message holds a password.
 #[derive(Debug, thiserror::Error)]
@@ -114,7 +114,7 @@ pub enum ConfigError {
 
 /// The address without its password: `redis://user:***@host:6379/0`, and `pass=***` in a
 /// query string.
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some((s, r)) => (s, r),
         None => return "(not a URL)".to_owned(),

@@ -19,5 +19,5 @@ mod policy;
 mod statement;
 
 pub use keys::{KeyPair, PublicKey};
-pub use policy::{ENV_TRUST, Trust, TrustError, from_settings, policy_path};
+pub use policy::{Trust, TrustError, from_settings, policy_path};
 pub use statement::{Signed, Statement};

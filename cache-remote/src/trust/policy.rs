@@ -27,7 +27,7 @@ use super::keys::{KeyPair, PublicKey, hex, read_small, unhex};
 use super::statement::{Signature, Signed, Statement};
 
 /// `TUNECACHE_TRUST`: the trust policy file.
-pub const ENV_TRUST: &str = "TUNECACHE_TRUST";
+pub(crate) const ENV_TRUST: &str = "TUNECACHE_TRUST";
 
 const POLICY_KIND: &str = "tunecache-trust-1";
 const POLICY_TAG: &[u8] = b"tunecache/policy/1\0";

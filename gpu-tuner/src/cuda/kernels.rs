@@ -52,7 +52,7 @@ extern "C" __global__ void matmul_tiled(const float* A, const float* B, float* C
 
 /// Tiled matmul where each thread computes WPT outputs of a column (register blocking);
 /// block TILE×(TILE/WPT).
-pub const MATMUL_COARSE: KernelSource = KernelSource {
+pub(crate) const MATMUL_COARSE: KernelSource = KernelSource {
     name: "matmul_coarse",
     source: r#"
 extern "C" __global__ void matmul_coarse(const float* A, const float* B, float* C, int M, int N, int K) {
@@ -91,7 +91,7 @@ extern "C" __global__ void matmul_coarse(const float* A, const float* B, float* 
 };
 
 /// Sum with a grid-stride loop and a shared-memory tree per block of BLOCK threads.
-pub const REDUCE_TREE: KernelSource = KernelSource {
+pub(crate) const REDUCE_TREE: KernelSource = KernelSource {
     name: "reduce_tree",
     source: r#"
 extern "C" __global__ void reduce_tree(const float* x, float* out, long long n) {
@@ -110,7 +110,7 @@ extern "C" __global__ void reduce_tree(const float* x, float* out, long long n) 
 };
 
 /// Sum with a grid-stride loop and warp shuffles; BLOCK threads per block.
-pub const REDUCE_SHUFFLE: KernelSource = KernelSource {
+pub(crate) const REDUCE_SHUFFLE: KernelSource = KernelSource {
     name: "reduce_shuffle",
     source: r#"
 extern "C" __global__ void reduce_shuffle(const float* x, float* out, long long n) {

@@ -107,7 +107,7 @@ pub fn compile(
 }
 
 /// The fingerprint of a kernel's source text (SHA-256 based, 128 bits).
-pub fn source_fingerprint(kernel: &KernelSource) -> cache_core::cache_format::Fingerprint {
+pub(crate) fn source_fingerprint(kernel: &KernelSource) -> cache_core::cache_format::Fingerprint {
     cache_core::cache_format::Fingerprint::digest(
         b"tunecache/kernel-source/1\0",
         kernel.source.as_bytes(),

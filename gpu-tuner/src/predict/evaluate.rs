@@ -1,7 +1,7 @@
 //! How good prediction is on a set of fully tuned keys: a share of them is held out, each held
 //! out key is predicted from the others, and every method's choice is scored by its *regret*,
 //! the true median of the candidate it chose over the true best median, minus one (a candidate
-//! that failed there counts as [`super::FAILED_SLOWDOWN`] − 1). A top-k method measures its k
+//! that failed there counts as `super::FAILED_SLOWDOWN` − 1). A top-k method measures its k
 //! candidates and keeps the fastest of them, and pays their tuning time. [`cross_validate`]
 //! does it k-fold, folds by key fingerprint, each fold predicted from the others alone. Pure:
 //! the truth is what the entries recorded.
@@ -66,7 +66,7 @@ pub struct Methods<'a> {
     pub default: Option<&'a CandidateId>,
     /// For a cross-validation: keys that agree on these key fields share a fold, so they are
     /// held out together (`["m", "k", "n", "mat1_dtype"]`: every memory layout of a shape);
-    /// empty, each key by its own fingerprint ([`super::fold_of`]).
+    /// empty, each key by its own fingerprint (`super::fold_of`).
     pub fold_by: &'a [String],
 }
 

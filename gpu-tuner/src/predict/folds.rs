@@ -13,13 +13,13 @@ use super::evaluate::{
 
 /// The fold of a key in a `folds`-fold cross-validation: by its fingerprint, so a key is in
 /// the same fold whatever else is in the data.
-pub fn fold_of(entry: &Entry, folds: usize) -> usize {
+pub(crate) fn fold_of(entry: &Entry, folds: usize) -> usize {
     (entry.fingerprint().low_u64() % folds.max(1) as u64) as usize
 }
 
 /// The fold of a key when keys that agree on the fields `by` share one
 /// ([`super::Methods::fold_by`]): by the fingerprint of those fields alone (the ones the key
-/// has); [`fold_of`] when `by` is empty.
+/// has); `fold_of` when `by` is empty.
 fn fold_by(entry: &Entry, folds: usize, by: &[String]) -> usize {
     if by.is_empty() {
         return fold_of(entry, folds);
@@ -36,7 +36,7 @@ fn fold_by(entry: &Entry, folds: usize, by: &[String]) -> usize {
 /// keys together.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CrossValidation {
-    /// Fold `i` holds out the keys of [`fold_of`] `i`, predicted from the other folds alone.
+    /// Fold `i` holds out the keys of `fold_of` `i`, predicted from the other folds alone.
     pub folds: Vec<Evaluation>,
     /// Every key, each predicted once (from the folds it is not in).
     pub overall: Evaluation,

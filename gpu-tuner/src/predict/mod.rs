@@ -8,7 +8,7 @@
 //! same distance the smaller problem comes first (the prefer-lower rule of vLLM's and Helion's
 //! config lookup). The `k` nearest vote: each gives every candidate it measured its slowdown
 //! against its own best, ln(median / best median) (a failure counts as a slowdown of
-//! [`FAILED_SLOWDOWN`]), weighted by 1 / (distance + [`SMOOTHING`]); a candidate's score is
+//! `FAILED_SLOWDOWN`), weighted by 1 / (distance + `SMOOTHING`); a candidate's score is
 //! its weighted mean slowdown over the neighbours that measured it, and candidates are ranked
 //! by score, unmeasured ones last in their given order. With `k = 1` this is the
 //! nearest key's ranking.
@@ -29,7 +29,7 @@ mod static_list;
 
 use distance::Restated;
 pub use evaluate::{Evaluation, MethodScore, Methods, evaluate};
-pub use folds::{CrossValidation, cross_validate, few_tuned, few_tuned_with, fold_of, transfer};
+pub use folds::{CrossValidation, cross_validate, few_tuned, few_tuned_with, transfer};
 pub use index::KeyIndex;
 use select::{Near, Selection, nearest};
 
@@ -37,17 +37,17 @@ use select::{Near, Selection, nearest};
 pub const DEFAULT_NEIGHBOURS: usize = 4;
 
 /// The slowdown a neighbour's failed candidate counts as (its own best times four).
-pub const FAILED_SLOWDOWN: f64 = 4.0;
+pub(crate) const FAILED_SLOWDOWN: f64 = 4.0;
 
 /// How many of a top-k set are picked for diversity ([`Prediction::top`]).
-pub const DIVERSE_PICKS: usize = 3;
+pub(crate) const DIVERSE_PICKS: usize = 3;
 
 /// How many params a diverse pick differs in from each earlier one, at least.
-pub const DIVERSE_PARAMS: usize = 2;
+pub(crate) const DIVERSE_PARAMS: usize = 2;
 
 /// Added to a neighbour's distance before weighting, so an exact match does not silence the
 /// others completely.
-pub const SMOOTHING: f64 = 0.25;
+pub(crate) const SMOOTHING: f64 = 0.25;
 
 /// The distance at which another scope's entry for the same key (another device's results for
 /// this very problem) votes beside this scope's nearest tuned keys
@@ -107,9 +107,9 @@ impl Prediction {
         &self.ranking[0].0
     }
 
-    /// The `n` candidates to measure: the first [`DIVERSE_PICKS`] as a diverse set (each the
+    /// The `n` candidates to measure: the first `DIVERSE_PICKS` as a diverse set (each the
     /// best ranked that differs from those already picked in its algorithm or in at least
-    /// [`DIVERSE_PARAMS`] params, while there is one), the rest in ranking order. Near
+    /// `DIVERSE_PARAMS` params, while there is one), the rest in ranking order. Near
     /// neighbours in a config space tend to win and lose together, so a second pick unlike the
     /// first covers the case where the prediction was wrong: on Inductor's published mm
     /// timings this took top-3 from 98.3% to 98.7% of the optimum for an H100 predicted from
