@@ -75,7 +75,7 @@ pub use server::RedisClusterRemote;
 pub use server::S3Remote;
 pub use server::{ConfigError, ENV_REMOTE, RedisRemote, connect, from_settings};
 pub use shared::{Published, Pulled, SharedTier};
-pub use source::{RemoteBuilder, RemoteSource};
+pub use source::RemoteBuilder;
 pub use store::{Fence, Read, Remote, RemoteError, Swap, Swapped};
 pub use tier::ViewError;
 pub use value::encode_value;

@@ -1,5 +1,5 @@
 //! How a cache gets a shared tier: [`RemoteBuilder`] on a [`CacheBuilder`] adds a
-//! [`RemoteSource`], which opens the tier when the cache opens, starts its publisher and gives
+//! `RemoteSource`, which opens the tier when the cache opens, starts its publisher and gives
 //! the cache the tier's [`RemoteHandle`].
 
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use crate::tier::CacheTier;
 
 /// A shared tier waiting for its cache (what [`RemoteBuilder`] gives the builder).
 #[derive(Debug, Clone)]
-pub struct RemoteSource {
+pub(crate) struct RemoteSource {
     remote: Arc<dyn Remote>,
     options: RemoteOptions,
 }
@@ -24,7 +24,7 @@ pub struct RemoteSource {
 impl RemoteSource {
     /// The shared tier on `remote`, used as `options` say (`TUNECACHE_REMOTE_MODE` and
     /// `TUNECACHE_REMOTE_TIMEOUT_MS` override the mode and the budget).
-    pub fn new(remote: Arc<dyn Remote>, options: RemoteOptions) -> Self {
+    pub(crate) fn new(remote: Arc<dyn Remote>, options: RemoteOptions) -> Self {
         RemoteSource { remote, options }
     }
 }

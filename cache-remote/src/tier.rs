@@ -1,7 +1,7 @@
 //! The shared tier as a tier of a [`cache_core::Cache`]: read on a local miss (one round trip
 //! within the budget; a key the server lacked is not asked again for a while), and what is
 //! recorded here published by a thread of its own ([`crate::publisher`]). Opened by
-//! [`crate::RemoteSource`]; what only it does is reached through [`crate::RemoteHandle`].
+//! `RemoteSource`; what only it does is reached through [`crate::RemoteHandle`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
