@@ -48,6 +48,32 @@ impl fmt::Display for RemoteMode {
     }
 }
 
+/// Requests an S3 tier sends at once for a batch of keys.
+pub(crate) const ENV_REMOTE_PARALLEL: &str = "TUNECACHE_REMOTE_PARALLEL";
+
+/// Requests in flight at once for a batch of keys, unless `TUNECACHE_REMOTE_PARALLEL` says.
+pub(crate) const DEFAULT_PARALLEL: usize = 64;
+
+/// The most `TUNECACHE_REMOTE_PARALLEL` may ask for (each is a thread while a batch runs).
+pub(crate) const MAX_PARALLEL: usize = 256;
+
+/// The requests in flight at once that `value` ([`ENV_REMOTE_PARALLEL`]) asks for: a whole
+/// number from 1 to [`MAX_PARALLEL`]; unset or empty, [`DEFAULT_PARALLEL`].
+pub(crate) fn parse_parallel(value: Option<&str>) -> Result<usize, crate::ConfigError> {
+    // Unset or empty: the default, as for every other setting.
+    let Some(value) = value.filter(|v| !v.trim().is_empty()) else {
+        return Ok(DEFAULT_PARALLEL);
+    };
+    match value.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_PARALLEL).contains(&n) => Ok(n),
+        _ => Err(crate::ConfigError::BadSetting {
+            name: ENV_REMOTE_PARALLEL,
+            value: value.to_owned(),
+            expected: format!("a whole number from 1 to {MAX_PARALLEL}"),
+        }),
+    }
+}
+
 /// The most rounds a batch's read budget covers ([`RemoteOptions::budget`]).
 pub(crate) const MAX_BATCH_ROUNDS: u32 = 8;
 
@@ -150,7 +176,7 @@ impl RemoteOptions {
     }
 
     /// Each value of the shared tier's settings in `settings` that a cache would ignore
-    /// (`TUNECACHE_REMOTE_MODE`, `_TIMEOUT_MS`, `_LEASE_MS`, and a `TUNECACHE_GENERATION` that
+    /// (`TUNECACHE_REMOTE_MODE`, `_TIMEOUT_MS`, `_LEASE_MS`, `_PARALLEL`, and a `TUNECACHE_GENERATION` that
     /// is neither `current` nor a generation's id), as one line naming its variable and what
     /// it expects: a command stops on them where a library cache warns and opens.
     pub fn problems(settings: &cache_core::settings::Settings) -> Vec<String> {
@@ -163,6 +189,9 @@ impl RemoteOptions {
             .into_iter()
             .map(|w| w.strip_prefix("ignoring ").map(str::to_owned).unwrap_or(w))
             .collect();
+        if let Err(e) = parse_parallel(settings.get(ENV_REMOTE_PARALLEL)) {
+            out.push(e.to_string());
+        }
         #[cfg(feature = "s3")]
         if let Some(id) = settings.get_os(crate::generations::ENV_GENERATION) {
             let text = id.to_string_lossy();
@@ -267,5 +296,26 @@ mod tests {
             Duration::MAX,
             "no overflow"
         );
+    }
+
+    #[test]
+    fn the_parallel_setting_is_a_whole_number_within_bounds() {
+        let ok = |v: Option<&str>| parse_parallel(v).ok();
+        assert_eq!(ok(None), Some(DEFAULT_PARALLEL));
+        assert_eq!(ok(Some(" ")), Some(DEFAULT_PARALLEL), "empty: unset");
+        assert_eq!(ok(Some(" 16 ")), Some(16));
+        assert_eq!(ok(Some("256")), Some(256));
+        for bad in ["0", "257", "-1", "many", "1e3", "\u{0668}"] {
+            let e = parse_parallel(Some(bad)).expect_err(bad).to_string();
+            assert!(
+                e.starts_with("TUNECACHE_REMOTE_PARALLEL=") && e.contains("1 to 256"),
+                "{e}"
+            );
+        }
+        let settings = cache_core::settings::Settings::default()
+            .with(ENV_REMOTE_PARALLEL, "0")
+            .expect("a setting");
+        let problems = RemoteOptions::problems(&settings);
+        assert_eq!(problems.len(), 1, "{problems:?}");
     }
 }

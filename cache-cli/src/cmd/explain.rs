@@ -427,8 +427,9 @@ impl Report for ExplainReport {
                 ))?;
             }
             out.line(format!(
-                "    measure first here (TopK {{ k: {MEASURE_FIRST} }}: their best, the first \
-                 three unlike each other): {}",
+                "    measure first here (a TuneNow miss measures the best {MEASURE_FIRST} of their \
+                 ranking, the first three unlike each other, and the rest only if these measure \
+                 here in another order): {}",
                 p.measure_first.join(", ")
             ))?;
         } else if let Some(p) = &self.prediction {

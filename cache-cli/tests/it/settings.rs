@@ -70,6 +70,7 @@ fn the_environment_switches_refuse_writes_and_leave_inspection_alone() {
         ("TUNECACHE_REMOTE_MODE", "sideways", "read"),
         ("TUNECACHE_REMOTE_TIMEOUT_MS", "0", "1500"),
         ("TUNECACHE_REMOTE_LEASE_MS", "5", "0"),
+        ("TUNECACHE_REMOTE_PARALLEL", "0", "16"),
         ("TUNECACHE_GENERATION", "latest", "current"),
         ("TUNECACHE_PROGRESS", "sometimes", "never"),
     ] {

@@ -94,6 +94,16 @@ pub enum ConfigError {
         /// What is wrong with it.
         detail: String,
     },
+    /// A setting with a value it cannot take.
+    #[error("{name}={value:?}: expected {expected}")]
+    BadSetting {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// What it takes.
+        expected: String,
+    },
     /// The certificate authorities' file cannot be read.
     #[error("{ENV_REMOTE_CA}: cannot read {}: {source}", path.display())]
     CaUnreadable {

@@ -2,7 +2,9 @@
 //! waits before answering, every object absent): up to `TUNECACHE_REMOTE_PARALLEL` requests
 //! (default 64) in flight at once and never more, and a prefetch of 1,000 keys that takes
 //! many rounds of requests is given the time they need, so it completes and the tier stays up
-//! (it used to time out at 8 requests at once, and the breaker then kept the bucket off).
+//! (it used to time out at 8 requests at once, and the breaker then kept the bucket off); and a
+//! reply that stalls in the middle of a value costs one request's answer time (5 s), not the
+//! call's whole deadline.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -119,4 +121,57 @@ fn a_large_prefetch_on_a_slow_bucket_completes_and_the_tier_stays_up() {
     assert_eq!(h.misses, 1000, "{h:?}");
     assert!(took < Duration::from_secs(8), "{took:?}");
     println!("1,000-key prefetch, 100 ms a request: {took:?}");
+}
+
+#[test]
+fn a_reply_that_stalls_mid_value_costs_one_answer_time_not_the_deadline() {
+    use std::io::{BufRead as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let server = std::thread::spawn({
+        let stop = Arc::clone(&stop);
+        move || {
+            listener.set_nonblocking(true).expect("non-blocking");
+            let mut held = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let Ok((stream, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                stream.set_nonblocking(false).expect("blocking");
+                let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let mut out = stream;
+                let _ = out.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nabc");
+                held.push(out);
+            }
+        }
+    });
+    let url = format!("http://127.0.0.1:{port}");
+    let r = S3Remote::open("s3://stalling/p", |name| match name {
+        "AWS_ENDPOINT_URL" => Some(url.clone()),
+        "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" => Some("testing".to_owned()),
+        _ => None,
+    })
+    .expect("address");
+    let read = Read {
+        touch: None,
+        limit: 1 << 16,
+    };
+    let t = Instant::now();
+    let got = r.get_many(
+        &[remote_key(1)],
+        read,
+        Instant::now() + Duration::from_secs(60),
+    );
+    let took = t.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    server.join().expect("server");
+    assert!(got.is_err(), "{got:?}");
+    assert!(took < Duration::from_secs(12), "{took:?}");
+    println!("a value stalled mid-reply: {got:?} after {took:?}");
 }

@@ -114,7 +114,10 @@ impl<O: Operation> TunedInner<O> {
         }
         // Only another version of some other family's candidates measured it: its winner,
         // checked here, until the background re-times it.
-        let nothing_here = matches!(plan, Plan::Miss | Plan::Measure { entry: None, .. });
+        let nothing_here = matches!(
+            plan,
+            Plan::Miss | Plan::Measure { entry: None, .. } | Plan::Transfer { .. }
+        );
         if loose
             && nothing_here
             && let Some(prior) = self.loose_prior(&ckey, &current)
@@ -148,6 +151,9 @@ impl<O: Operation> TunedInner<O> {
         let choice = match plan {
             Plan::Use(entry) => self.reuse(key, &ckey, &current, set, entry),
             Plan::Measure { entry, list } => self.tune(key, &ckey, &current, set, entry, list),
+            Plan::Transfer { list, predicted } => {
+                self.transfer(key, &ckey, &current, set, list, &predicted)
+            }
             Plan::Miss => match policy {
                 MissPolicy::TuneNow => self.tune(key, &ckey, &current, set, None, current.clone()),
                 MissPolicy::Never { default } => self.declared(key, &ckey, &current, default),
@@ -183,7 +189,7 @@ impl<O: Operation> TunedInner<O> {
     ) -> (Plan, Option<Box<dyn FleetLease>>) {
         let measures_now = match &plan {
             Plan::Use(_) => false,
-            Plan::Measure { .. } => true,
+            Plan::Measure { .. } | Plan::Transfer { .. } => true,
             Plan::Miss => matches!(policy, MissPolicy::TuneNow | MissPolicy::TopK { .. }),
         };
         if !measures_now {
@@ -248,6 +254,54 @@ impl<O: Operation> TunedInner<O> {
             }
         }
         self.choose_reused(key, ckey, current, &entry)
+    }
+
+    /// A key only other devices measured: `list` (the best few of their ranking) measured and
+    /// recorded as the whole set; then, if the medians measured here rank them unlike the
+    /// other devices did (`new_device::agrees`), every other candidate too, with the leader
+    /// measured again beside them, so a ranking from a device unlike this one (or a broken or
+    /// poisoned one) costs a full tune, never a worse winner.
+    fn transfer(
+        &self,
+        key: &O::Key,
+        ckey: &Key,
+        current: &[CandidateId],
+        set: Fingerprint,
+        list: Vec<CandidateId>,
+        predicted: &[(CandidateId, f64)],
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        let choice = self.tune(key, ckey, current, set, None, list.clone())?;
+        let Some(entry) = self.cache().lookup(self.ns, ckey).map(|e| Entry::clone(&e)) else {
+            return Ok(choice);
+        };
+        let measured: Vec<(CandidateId, f64)> = entry
+            .candidates()
+            .iter()
+            .filter(|c| list.contains(&c.id))
+            .filter_map(|c| c.stats().map(|s| (c.id.clone(), s.median_ns)))
+            .collect();
+        if super::new_device::agrees(predicted, &measured) {
+            return Ok(choice);
+        }
+        let mut rest: Vec<CandidateId> = current
+            .iter()
+            .filter(|c| !list.contains(c))
+            .cloned()
+            .collect();
+        if let Some(leader) = ranked_current(&entry, current).first() {
+            rest.push(leader.id.clone());
+        }
+        tracing::info!(
+            "tunecache: {} {ckey}: the {} candidates other devices rank best measure here in \
+             another order; measuring the other {} too",
+            self.namespace(),
+            list.len(),
+            current.len() - list.len()
+        );
+        let whole = self.tune(key, ckey, current, set, Some(entry), rest);
+        // One key, tuned in two rounds: counted once.
+        self.counters.tuned_keys.fetch_sub(1, Ordering::Relaxed);
+        whole
     }
 
     /// Measures `list` for the key, records the results with the candidate set in one record,

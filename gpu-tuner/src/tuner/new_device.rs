@@ -1,22 +1,27 @@
 //! A key this device has no result for, which other devices measured (a new GPU beside older
-//! ones): what to measure instead of every candidate. A pure function of those devices'
-//! entries and the current candidates, so every case is a unit test.
+//! ones): what to measure instead of every candidate, and whether what was measured here
+//! bears their ranking out. Pure functions of those devices' entries, the current candidates
+//! and the measurements, so every case is a unit test.
 
 use cache_core::cache_format::{CandidateId, Entry, Scope};
 
 use crate::predict::Predictor;
+
+/// Candidates with their predicted slowdowns against the predicted best.
+pub(super) type Slowdowns = Vec<(CandidateId, f64)>;
 
 /// The candidates to measure for a key that only other devices measured: the best `top` of
 /// their ranking (the transfer prediction's [`crate::predict::Prediction::top`], the same
 /// list `tunecache explain` prints), then every current candidate none of them measured
 /// (nothing is known of it here). `None`, for the miss policy to decide, when `top` is 0,
 /// when no other device measured a current candidate, when their rankings disagree (the
-/// transfer declines), or when the list would hold every candidate anyway.
+/// transfer declines), or when the list would hold every candidate anyway. With the list,
+/// the predicted slowdowns of those in it the other devices measured (for [`agrees`]).
 pub(super) fn to_measure(
     devices: &[(Scope, Entry)],
     current: &[CandidateId],
     top: usize,
-) -> Option<Vec<CandidateId>> {
+) -> Option<(Vec<CandidateId>, Slowdowns)> {
     if top == 0 {
         return None;
     }
@@ -30,7 +35,71 @@ pub(super) fn to_measure(
             list.push(id.clone());
         }
     }
-    (list.len() < current.len()).then_some(list)
+    if list.len() >= current.len() {
+        return None;
+    }
+    let predicted = prediction
+        .ranking
+        .iter()
+        .filter(|(id, _)| list.contains(id))
+        .filter_map(|(id, s)| s.map(|s| (id.clone(), s)))
+        .collect();
+    Some((list, predicted))
+}
+
+/// Whether the medians measured here (`measured`) rank the candidates as the other devices'
+/// predicted slowdowns (`predicted`) do, more than not: a Spearman correlation above zero over
+/// the candidates that have both, at least three of them (fewer tell nothing: agreed). A
+/// ranking from a device unlike this one, a broken or a poisoned one, ranks the best few
+/// measured here the other way round; the key is then measured whole.
+pub(super) fn agrees(predicted: &[(CandidateId, f64)], measured: &[(CandidateId, f64)]) -> bool {
+    let pairs: Vec<(f64, f64)> = predicted
+        .iter()
+        .filter_map(|(id, p)| {
+            let m = measured.iter().find(|(m, _)| m == id)?.1;
+            (p.is_finite() && m.is_finite()).then_some((*p, m))
+        })
+        .collect();
+    if pairs.len() < 3 {
+        return true;
+    }
+    let a = ranks(pairs.iter().map(|(p, _)| *p));
+    let b = ranks(pairs.iter().map(|(_, m)| *m));
+    correlation(&a, &b) > 0.0
+}
+
+/// The rank of each value (1 for the smallest), ties given the mean of their ranks.
+fn ranks(values: impl Iterator<Item = f64>) -> Vec<f64> {
+    let values: Vec<f64> = values.collect();
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&i, &j| values[i].total_cmp(&values[j]));
+    let mut out = vec![0.0; values.len()];
+    let mut i = 0;
+    while i < order.len() {
+        let mut j = i;
+        while j + 1 < order.len() && values[order[j + 1]] == values[order[i]] {
+            j += 1;
+        }
+        let mean = (i + j) as f64 / 2.0 + 1.0;
+        for &k in &order[i..=j] {
+            out[k] = mean;
+        }
+        i = j + 1;
+    }
+    out
+}
+
+/// Pearson's correlation of `a` and `b` (0 when either does not vary).
+fn correlation(a: &[f64], b: &[f64]) -> f64 {
+    let n = a.len() as f64;
+    let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
+    let cov: f64 = a.iter().zip(b).map(|(x, y)| (x - ma) * (y - mb)).sum();
+    let va: f64 = a.iter().map(|x| (x - ma).powi(2)).sum();
+    let vb: f64 = b.iter().map(|y| (y - mb).powi(2)).sum();
+    if va == 0.0 || vb == 0.0 {
+        return 0.0;
+    }
+    cov / (va * vb).sqrt()
 }
 
 #[cfg(test)]
@@ -80,8 +149,9 @@ mod tests {
                 .map(|i| timed(&format!("c{i}"), 100.0 - i as f64))
                 .collect(),
         );
-        let list = to_measure(&[a100], &current, 5).expect("a list");
+        let (list, predicted) = to_measure(&[a100], &current, 5).expect("a list");
         assert_eq!(list.len(), 5, "{list:?}");
+        assert_eq!(predicted.len(), 5, "{predicted:?}");
         assert_eq!(list[0], id("c11"), "their best first");
         assert!(list.iter().all(|c| current.contains(c)));
         assert!(!list.contains(&id("c0")), "their worst is not measured");
@@ -96,8 +166,9 @@ mod tests {
                 .map(|i| timed(&format!("c{i}"), 10.0 + i as f64))
                 .collect(),
         );
-        let list = to_measure(&[a100], &current, 3).expect("a list");
+        let (list, predicted) = to_measure(&[a100], &current, 3).expect("a list");
         assert_eq!(list.len(), 5, "{list:?}");
+        assert_eq!(predicted.len(), 3, "never measured there: no prediction");
         assert!(
             list.contains(&id("c8")) && list.contains(&id("c9")),
             "{list:?}"
@@ -143,5 +214,48 @@ mod tests {
                 .collect(),
         );
         assert_eq!(to_measure(&[up, down], &current, 3), None);
+    }
+
+    #[test]
+    fn measurements_that_rank_the_list_the_other_way_round_disagree() {
+        let ids = names(5);
+        let predicted: Vec<(CandidateId, f64)> = ids
+            .iter()
+            .zip([1.0, 1.05, 1.1, 1.3, 1.6])
+            .map(|(id, s)| (id.clone(), s))
+            .collect();
+        let measured = |medians: [f64; 5]| -> Vec<(CandidateId, f64)> {
+            ids.iter().cloned().zip(medians).collect()
+        };
+        assert!(agrees(
+            &predicted,
+            &measured([10.0, 11.0, 12.0, 13.0, 14.0])
+        ));
+        assert!(
+            agrees(&predicted, &measured([11.0, 10.0, 12.0, 14.0, 13.0])),
+            "near-ties swapped: still agreed"
+        );
+        assert!(!agrees(
+            &predicted,
+            &measured([14.0, 13.0, 12.0, 11.0, 10.0])
+        ));
+        assert!(
+            !agrees(&predicted, &measured([12.0, 12.0, 12.0, 12.0, 12.0])),
+            "all alike: the ranking is not borne out"
+        );
+        assert!(
+            agrees(&predicted[..2], &measured([14.0, 13.0, 12.0, 11.0, 10.0])),
+            "two tell nothing"
+        );
+        let failed_here = vec![(ids[0].clone(), f64::NAN)];
+        assert!(agrees(&predicted, &failed_here));
+    }
+
+    #[test]
+    fn ties_share_their_mean_rank() {
+        assert_eq!(
+            ranks([3.0, 1.0, 3.0, 2.0].into_iter()),
+            [3.5, 1.0, 3.5, 2.0]
+        );
     }
 }

@@ -17,6 +17,13 @@ pub(super) enum Plan {
         entry: Option<Entry>,
         list: Vec<CandidateId>,
     },
+    /// Only other devices measured the key: measure `list` (the best few of their ranking),
+    /// then everything else if what was measured here ranks them unlike `predicted` (their
+    /// predicted slowdowns), see `new_device.rs`.
+    Transfer {
+        list: Vec<CandidateId>,
+        predicted: Vec<(CandidateId, f64)>,
+    },
     /// Nothing usable is stored.
     Miss,
 }
@@ -54,7 +61,8 @@ pub(super) struct Known<'a> {
 /// - only a compatible older scope has the key (same device, new driver or library): its
 ///   stored top `retime_top` that are current;
 /// - only other devices have it, and `transfer_top` is not 0: the best `transfer_top` of
-///   their ranking, and every current candidate none of them measured (`new_device.rs`);
+///   their ranking, and every current candidate none of them measured, then the rest if
+///   the measurements disagree with that ranking (`new_device.rs`);
 /// - otherwise a miss, for the miss policy to handle.
 pub(super) fn plan(
     known: Known<'_>,
@@ -134,7 +142,7 @@ pub(super) fn plan(
         }
     }
     match super::new_device::to_measure(&devices, current, known.transfer_top) {
-        Some(list) => Plan::Measure { entry: None, list },
+        Some((list, predicted)) => Plan::Transfer { list, predicted },
         None => Plan::Miss,
     }
 }

@@ -133,6 +133,9 @@ impl Objects {
         let range = format!("bytes=0-{limit}");
         let response = Call {
             headers: &[("range", &range)],
+            // A value is small: a reply that stalls mid-body is not waited on past one
+            // request's answer time, whatever the call's deadline.
+            idle: Some(super::ANSWER_WITHIN),
             ..Call::new("GET", url.as_str())
         }
         .send(&self.agent, deadline)?;
@@ -258,6 +261,7 @@ impl Objects {
                 (condition, on),
             ],
             body: Some(value),
+            idle: Some(super::ANSWER_WITHIN),
             ..Call::new("PUT", url.as_str())
         }
         .send(&self.agent, deadline)?;

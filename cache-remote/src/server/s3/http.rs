@@ -17,7 +17,24 @@ fn exchange(
 ) -> Result<Response, RemoteError> {
     let mut attempt = 0;
     loop {
-        let response = request(left(deadline)?).map_err(|e| transport(&e))?;
+        let response = match request(left(deadline)?) {
+            Ok(response) => response,
+            // A connection the store dropped (a busy one resets what it cannot take): sent
+            // again as after a server error. Safe: a read changes nothing, and a write is
+            // conditional, so one that had landed is a lost race the caller reads again.
+            Err(e) if dropped(&e) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match backoff(attempt, 503, left, crate::publish::jitter()) {
+                    Some(pause) => {
+                        std::thread::sleep(pause);
+                        attempt += 1;
+                        continue;
+                    }
+                    None => return Err(transport(&e)),
+                }
+            }
+            Err(e) => return Err(transport(&e)),
+        };
         let status = response.status().as_u16();
         let left = deadline.saturating_duration_since(Instant::now());
         match backoff(attempt, status, left, crate::publish::jitter()) {
@@ -154,6 +171,13 @@ pub(super) fn status_error(status: u16, body: &str, describe: &str) -> RemoteErr
     }
 }
 
+/// Whether `e` is a connection the store dropped mid-request (reset, aborted, closed early):
+/// worth sending again, where a refused connection or a timeout is an outage.
+pub(super) fn dropped(e: &ureq::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    matches!(e, ureq::Error::Io(io) if matches!(io.kind(), ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof))
+}
+
 /// A transport failure: a timeout, or a server that cannot be reached.
 pub(super) fn transport(e: &ureq::Error) -> RemoteError {
     match e {
@@ -205,5 +229,40 @@ mod tests {
             None,
             "no time for another"
         );
+    }
+
+    #[test]
+    fn a_dropped_connection_is_sent_again_and_a_refused_one_is_not() {
+        use std::io::{Error, ErrorKind};
+        let io = |kind| ureq::Error::Io(Error::new(kind, "x"));
+        for kind in [
+            ErrorKind::ConnectionReset,
+            ErrorKind::ConnectionAborted,
+            ErrorKind::BrokenPipe,
+            ErrorKind::UnexpectedEof,
+        ] {
+            assert!(dropped(&io(kind)), "{kind:?}");
+        }
+        assert!(!dropped(&io(ErrorKind::ConnectionRefused)));
+        assert!(!dropped(&ureq::Error::ConnectionFailed));
+        // Sent again within the deadline, then the error.
+        let tries = std::cell::Cell::new(0);
+        let got = exchange(Instant::now() + Duration::from_secs(5), |_| {
+            tries.set(tries.get() + 1);
+            Err(io(ErrorKind::ConnectionReset))
+        });
+        assert!(matches!(got, Err(RemoteError::Unreachable(_))), "{got:?}");
+        assert!(
+            tries.get() > 1 && tries.get() <= MAX_ATTEMPTS,
+            "{}",
+            tries.get()
+        );
+        let tries = std::cell::Cell::new(0);
+        let got = exchange(Instant::now() + Duration::from_secs(5), |_| {
+            tries.set(tries.get() + 1);
+            Err(io(ErrorKind::ConnectionRefused))
+        });
+        assert!(got.is_err());
+        assert_eq!(tries.get(), 1, "refused: an outage at once");
     }
 }

@@ -28,7 +28,7 @@ mod http;
 mod lease;
 mod parallel;
 use crate::store::{Read, Remote, RemoteError, Swap, Swapped};
-use parallel::{in_parallel, parse_parallel};
+use parallel::in_parallel;
 
 /// ETags remembered from reads, at most this many (then forgotten all at once).
 const MAX_ETAGS: usize = 100_000;
@@ -116,7 +116,7 @@ impl S3Remote {
             ));
         }
         let parallel =
-            parse_parallel(env("TUNECACHE_REMOTE_PARALLEL").as_deref()).map_err(|e| bad(&e))?;
+            crate::options::parse_parallel(env(crate::options::ENV_REMOTE_PARALLEL).as_deref())?;
         let host = url.host_str().unwrap_or("?").to_owned();
         let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
         Ok(S3Remote {

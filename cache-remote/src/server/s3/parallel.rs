@@ -1,31 +1,12 @@
 //! A batch's requests, several at once: an object store answers one object per request, so a
 //! batch of keys is as fast as the requests in flight together allow. Up to
-//! `TUNECACHE_REMOTE_PARALLEL` (default [`DEFAULT_PARALLEL`]) threads take the next request as
+//! `TUNECACHE_REMOTE_PARALLEL` (default 64, `options::parse_parallel`) threads take the next request as
 //! each finishes (a slow one holds up only itself), and none starts after one failed.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use crate::options::MAX_PARALLEL;
 use crate::store::RemoteError;
-
-/// Requests in flight at once for a batch of keys, unless `TUNECACHE_REMOTE_PARALLEL` says.
-pub(crate) const DEFAULT_PARALLEL: usize = 64;
-
-/// The most `TUNECACHE_REMOTE_PARALLEL` may ask for (each is a thread while a batch runs).
-pub(crate) const MAX_PARALLEL: usize = 256;
-
-/// The requests in flight at once that `value` (`TUNECACHE_REMOTE_PARALLEL`) asks for: a
-/// whole number from 1 to [`MAX_PARALLEL`]; unset, [`DEFAULT_PARALLEL`].
-pub(crate) fn parse_parallel(value: Option<&str>) -> Result<usize, String> {
-    let Some(value) = value else {
-        return Ok(DEFAULT_PARALLEL);
-    };
-    match value.trim().parse::<usize>() {
-        Ok(n) if (1..=MAX_PARALLEL).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "TUNECACHE_REMOTE_PARALLEL={value:?} is not a whole number from 1 to {MAX_PARALLEL}"
-        )),
-    }
-}
 
 /// `f` of each item, up to `parallel` at once, the results in the items' order; the error of
 /// the first item (in order) that failed, if any. After a failure no further item starts.
@@ -153,16 +134,5 @@ mod tests {
         });
         assert!(got.is_err());
         assert!(started.load(Ordering::SeqCst) < 50, "{started:?}");
-    }
-
-    #[test]
-    fn the_setting_is_a_whole_number_within_bounds() {
-        assert_eq!(parse_parallel(None), Ok(DEFAULT_PARALLEL));
-        assert_eq!(parse_parallel(Some(" 16 ")), Ok(16));
-        assert_eq!(parse_parallel(Some("256")), Ok(256));
-        for bad in ["0", "257", "-1", "many", "", "1e3"] {
-            let e = parse_parallel(Some(bad)).expect_err(bad);
-            assert!(e.contains("TUNECACHE_REMOTE_PARALLEL"), "{e}");
-        }
     }
 }
