@@ -153,9 +153,10 @@ impl Publisher {
         self.cv.notify_all();
         while q.served < request {
             if Instant::now() >= deadline || !q.running {
+                // The keys of the round still running count: they are not published yet.
                 return Err(RemoteError::Timeout(format!(
                     "{} entries not published after {timeout:?}",
-                    q.pending.len()
+                    q.pending.len() + q.in_flight
                 )));
             }
             q = self.wait(q, Some(deadline));

@@ -175,3 +175,32 @@ fn a_reply_that_stalls_mid_value_costs_one_answer_time_not_the_deadline() {
     assert!(took < Duration::from_secs(12), "{took:?}");
     println!("a value stalled mid-reply: {got:?} after {took:?}");
 }
+
+/// A publication cut short by a bucket that never answers counts the keys of the round still
+/// running as not published (it said "0 entries not published" while all of them were).
+#[test]
+fn a_publication_cut_short_counts_the_round_still_running() {
+    let silent = FakeHttp::start(|_| Reply::Silence);
+    let url = silent.url();
+    let remote = S3Remote::open("s3://silent-bucket/p", |name| match name {
+        "AWS_ENDPOINT_URL" => Some(url.clone()),
+        "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" => Some("testing".to_owned()),
+        _ => None,
+    })
+    .expect("address");
+    let options = remote.default_options();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let c = Cache::builder(registry())
+        .file(dir.path().join("a.tcache"))
+        .ignore_env()
+        .scope(scope())
+        .refresh_interval(None)
+        .remote_with(Arc::new(remote) as Arc<dyn Remote>, options)
+        .open();
+    for id in 0..6 {
+        cache_core::Store::put(&c, ns(), crate::entry(id, "tiled", 10.0));
+    }
+    let got = c.publish_within(Duration::from_millis(700));
+    let said = format!("{got:?}");
+    assert!(said.contains("6 entries not published"), "{said}");
+}
