@@ -429,7 +429,7 @@ impl Report for ExplainReport {
             out.line(format!(
                 "    measure first here (a TuneNow miss measures the best {MEASURE_FIRST} of their \
                  ranking, the first three unlike each other, and the rest only if these measure \
-                 here in another order): {}",
+                 here nearly the other way round): {}",
                 p.measure_first.join(", ")
             ))?;
         } else if let Some(p) = &self.prediction {

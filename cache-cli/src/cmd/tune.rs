@@ -28,7 +28,7 @@ pub(crate) const COLUMNS: &str = "The summary, per namespace:
   keys      distinct problem keys among them
   tuned     keys measured in this run (a miss: every candidate timed; on a device new to
             the key, the best five of the other devices' ranking, the rest only if they
-            measure here in another order)
+            measure here nearly the other way round)
   bucket    keys served, without measuring, by a cache key this run measured for another key
             of the same bucket (shapes are rounded into buckets before the cache is asked)
   reused    keys served, without measuring, by what the cache held before this run (or a

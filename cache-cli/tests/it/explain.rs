@@ -278,7 +278,7 @@ fn a_key_on_a_device_never_tuned_shows_the_transferred_prediction() {
         text.contains("measure first here (a TuneNow miss measures the best 5 of their"),
         "{text}"
     );
-    assert!(text.contains("in another order): y, x"), "{text}");
+    assert!(text.contains("nearly the other way round): y, x"), "{text}");
 }
 
 /// A device with a few keys tuned: `explain` shows its own nearest keys and, beside them,

@@ -193,7 +193,9 @@ pub(super) fn split_by(
     };
     let across = matches!(voters, Voters::Across);
     let nearest = Predictor { neighbours: 1 };
-    let mut picks: Vec<Vec<Pick>> = (0..3 + 2 * methods.top.len()).map(|_| Vec::new()).collect();
+    // Across devices, one more: what a TuneNow miss on a device new to the key does.
+    let rows = 3 + 2 * methods.top.len() + usize::from(across);
+    let mut picks: Vec<Vec<Pick>> = (0..rows).map(|_| Vec::new()).collect();
     // Twice the longest list, so a key lacking some of the first still gets k.
     let longest = methods.top.iter().copied().max().unwrap_or(0);
     let lists = StaticLists::learn(train, longest.saturating_mul(2).min(1 << 16));
@@ -238,6 +240,9 @@ pub(super) fn split_by(
             let fixed = lists.list_for(entry, *k, current);
             picks[3 + methods.top.len() + i].push(pick(entry, &fixed, current, true));
         }
+        if across {
+            picks[rows - 1].push(new_device(entry, train, current));
+        }
     }
     (picks, full_time)
 }
@@ -257,6 +262,40 @@ pub(super) fn summarize(
             .map(|(method, picks)| score(method.clone(), &picks, full))
             .collect(),
     }
+}
+
+/// The name of the row [`split_by`] adds across devices ([`new_device`]).
+pub(super) const NEW_DEVICE: &str = "new-device tune-now";
+
+/// What a `TuneNow` miss on a device new to the key does (`predict/new_device.rs`): the best
+/// five of the other device's ranking for this key, then every candidate (and the leader
+/// again) if their medians here rank them nearly the other way round; every candidate when the other
+/// device lacks the key or the transfer declines.
+fn new_device(entry: &Entry, train: &[&Entry], current: &[CandidateId]) -> Pick {
+    use super::new_device::{agrees, to_measure};
+    let there: Vec<&Entry> = train
+        .iter()
+        .copied()
+        .filter(|e| e.fingerprint() == entry.fingerprint())
+        .collect();
+    let Some((list, predicted)) = to_measure(&there, current, 5) else {
+        return pick(entry, current, current, true);
+    };
+    let measured: Vec<(CandidateId, f64)> = list
+        .iter()
+        .filter_map(|c| truth(entry, c).map(|t| (c.clone(), t)))
+        .collect();
+    if agrees(&predicted, &measured) {
+        return pick(entry, &list, current, true);
+    }
+    // Every candidate, and the leader of the five measured again beside them.
+    let leader = measured
+        .iter()
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(c, _)| c.clone());
+    let mut all = current.to_vec();
+    all.extend(leader);
+    pick(entry, &all, current, true)
 }
 
 /// What one method did for one key: the regret of its choice, the candidates it measured and

@@ -161,7 +161,9 @@ pub fn transfer(
     let held: Vec<&Keyed<'_>> = held.iter().collect();
     let train: Vec<&Entry> = source.iter().collect();
     let (picks, full) = split_by(&held, &train, predictor, methods, &Voters::Across);
-    summarize(held.len(), &names(predictor, methods), picks, full)
+    let mut names = names(predictor, methods);
+    names.push(super::evaluate::NEW_DEVICE.to_owned());
+    summarize(held.len(), &names, picks, full)
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ mod distance;
 mod evaluate;
 mod folds;
 mod index;
+pub(crate) mod new_device;
 mod select;
 mod static_list;
 

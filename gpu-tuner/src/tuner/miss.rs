@@ -280,7 +280,7 @@ impl<O: Operation> TunedInner<O> {
             .filter(|c| list.contains(&c.id))
             .filter_map(|c| c.stats().map(|s| (c.id.clone(), s.median_ns)))
             .collect();
-        if super::new_device::agrees(predicted, &measured) {
+        if crate::predict::new_device::agrees(predicted, &measured) {
             return Ok(choice);
         }
         let mut rest: Vec<CandidateId> = current
@@ -293,7 +293,7 @@ impl<O: Operation> TunedInner<O> {
         }
         tracing::info!(
             "tunecache: {} {ckey}: the {} candidates other devices rank best measure here in \
-             another order; measuring the other {} too",
+             nearly the other way round; measuring the other {} too",
             self.namespace(),
             list.len(),
             current.len() - list.len()

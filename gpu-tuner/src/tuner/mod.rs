@@ -17,7 +17,7 @@ mod counters;
 mod loose;
 mod miss;
 mod neighbours;
-mod new_device;
+
 mod plan;
 mod stability;
 mod topk;

@@ -19,7 +19,7 @@ pub(super) enum Plan {
     },
     /// Only other devices measured the key: measure `list` (the best few of their ranking),
     /// then everything else if what was measured here ranks them unlike `predicted` (their
-    /// predicted slowdowns), see `new_device.rs`.
+    /// predicted slowdowns), see `predict/new_device.rs`.
     Transfer {
         list: Vec<CandidateId>,
         predicted: Vec<(CandidateId, f64)>,
@@ -49,7 +49,7 @@ pub(super) struct Known<'a> {
     /// result of another known policy counts as not measured.
     pub(super) policy: Option<Fields>,
     /// On a device with no result for the key that other devices measured: how many of their
-    /// ranking's best are measured (see `new_device.rs`); 0: the miss policy decides.
+    /// ranking's best are measured (see `predict/new_device.rs`); 0: the miss policy decides.
     pub(super) transfer_top: usize,
 }
 
@@ -62,7 +62,7 @@ pub(super) struct Known<'a> {
 ///   stored top `retime_top` that are current;
 /// - only other devices have it, and `transfer_top` is not 0: the best `transfer_top` of
 ///   their ranking, and every current candidate none of them measured, then the rest if
-///   the measurements disagree with that ranking (`new_device.rs`);
+///   the measurements disagree with that ranking (`predict/new_device.rs`);
 /// - otherwise a miss, for the miss policy to handle.
 pub(super) fn plan(
     known: Known<'_>,
@@ -141,7 +141,8 @@ pub(super) fn plan(
             };
         }
     }
-    match super::new_device::to_measure(&devices, current, known.transfer_top) {
+    let devices: Vec<&Entry> = devices.iter().map(|(_, e)| e).collect();
+    match crate::predict::new_device::to_measure(&devices, current, known.transfer_top) {
         Some((list, predicted)) => Plan::Transfer { list, predicted },
         None => Plan::Miss,
     }
