@@ -299,8 +299,11 @@ impl<O: Operation> TunedInner<O> {
             current.len() - list.len()
         );
         let whole = self.tune(key, ckey, current, set, Some(entry), rest);
-        // One key, tuned in two rounds: counted once.
-        self.counters.tuned_keys.fetch_sub(1, Ordering::Relaxed);
+        // One key, tuned in two rounds: counted once (a second round that failed before its
+        // measurements counted nothing).
+        if whole.is_ok() {
+            self.counters.tuned_keys.fetch_sub(1, Ordering::Relaxed);
+        }
         whole
     }
 
