@@ -31,6 +31,10 @@ pub struct Published {
 /// Keys a pull reads and hands over at a time.
 const PULL_STEP: usize = 64;
 
+/// How many keys a pull asks about between two looks at the clock (each look also reads the
+/// lacking keys found since the last one).
+const CHECK_EVERY: usize = 1024;
+
 /// How far [`SharedTier::pull`] got.
 #[derive(Debug, Clone, Default)]
 pub struct Pulled {
@@ -130,12 +134,22 @@ impl SharedTier {
         let mut wanted: Vec<&String> = Vec::with_capacity(step);
         let mut later: Vec<&String> = Vec::new();
         for (i, key) in keys.iter().enumerate() {
-            if i % 1024 == 1023 && Instant::now() >= deadline {
-                // Asking about a million keys takes a while: the wait bounds it too.
-                pulled.stopped = Some(RemoteError::Timeout(
-                    "the wait ran out while finding the keys this cache lacks".to_owned(),
-                ));
-                return Ok(self.rejected_since(before, pulled));
+            if i % CHECK_EVERY == CHECK_EVERY - 1 {
+                if Instant::now() >= deadline {
+                    // Asking about a million keys takes a while: the wait bounds it too.
+                    pulled.stopped = Some(RemoteError::Timeout(
+                        "the wait ran out while finding the keys this cache lacks".to_owned(),
+                    ));
+                    return Ok(self.rejected_since(before, pulled));
+                }
+                // Few keys lacking among many: those found so far are read now, not once a
+                // whole batch is found, so a short wait on a slow machine still reads some.
+                if !wanted.is_empty() {
+                    let batch = std::mem::take(&mut wanted);
+                    if !self.pull_batch(&batch, deadline, &mut pulled, &mut take)? {
+                        return Ok(self.rejected_since(before, pulled));
+                    }
+                }
             }
             let lacks = self
                 .policy

@@ -201,11 +201,7 @@ fn pull(
         None
     };
     let lacks = |scope: &Fingerprint, ns: &str, fp: &Fingerprint| {
-        local.as_ref().is_none_or(|l| {
-            !l.find(ns, fp)
-                .iter()
-                .any(|(s, _)| s.fingerprint() == *scope)
-        })
+        local.as_ref().is_none_or(|l| !l.holds(scope, ns, fp))
     };
     let options = AppendOptions {
         lock_timeout: wait,

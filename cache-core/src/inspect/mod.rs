@@ -384,6 +384,20 @@ impl Inspection {
         found
     }
 
+    /// Whether the cache holds an entry for key `fp` of `ns` in the scope whose fingerprint is
+    /// `scope`, as [`Inspection::find`] would find it, without reading the entry: one walk of
+    /// the table's index (a file of an older format is decoded whole once, at the first call,
+    /// and kept). For asking about many keys (say, which of a server's keys a cache lacks).
+    pub fn holds(&self, scope: &Fingerprint, ns: &str, fp: &Fingerprint) -> bool {
+        if let Some(data) = &self.migrated {
+            return table::holds_data(data, scope, ns, fp);
+        }
+        if let Some(t) = &self.table {
+            return self.holds_table(t, scope, ns, fp);
+        }
+        table::holds_data(self.whole.get_or_init(|| self.data()), scope, ns, fp)
+    }
+
     /// The entry for key `fp` of `ns` in `scope`, if the cache has one: one lookup in a table
     /// (with the journal's records merged); a file of an older format is decoded whole once, at
     /// the first call, and kept.

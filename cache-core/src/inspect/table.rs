@@ -70,6 +70,24 @@ impl Inspection {
 
     /// The entries for key `fp` of `ns`, one per scope: a lookup in each scope the table
     /// holds, the journal's merged in.
+    /// Whether the table (or the journal) files an entry for `fp` of `ns` in the scope
+    /// whose fingerprint is `scope`: the index walked, the entry neither read nor decoded. An
+    /// index that cannot be read answers no (the entry is as good as missing).
+    pub(super) fn holds_table(
+        &self,
+        t: &TableFile,
+        scope: &Fingerprint,
+        ns: &str,
+        fp: &Fingerprint,
+    ) -> bool {
+        let in_table = t.directory().ok().is_some_and(|dir| {
+            dir.scopes
+                .get(scope)
+                .is_some_and(|s| matches!(t.locate(&TKey::of(&s.scope, ns, fp)), Ok(Some(_))))
+        });
+        in_table || holds_data(&self.journal_data, scope, ns, fp)
+    }
+
     pub(super) fn find_table(
         &self,
         t: &TableFile,
@@ -131,4 +149,16 @@ impl Inspection {
         }
         (entries, problems)
     }
+}
+
+/// Whether `data` holds an entry for `fp` of `ns` in the scope whose fingerprint is `scope`.
+pub(super) fn holds_data(
+    data: &cache_format::CacheData,
+    scope: &Fingerprint,
+    ns: &str,
+    fp: &Fingerprint,
+) -> bool {
+    data.scopes().any(|(s, d)| {
+        s.fingerprint() == *scope && d.namespace(ns).is_some_and(|n| n.get(fp).is_some())
+    })
 }

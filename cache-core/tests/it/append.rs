@@ -288,6 +288,18 @@ fn merging_into_a_file_reads_once_and_writes_once() {
             .any(|(s, _)| *s == other),
         "the other scope is kept"
     );
+    // `holds` answers as `find` does, per scope, without reading entries: the table's index
+    // and the journal's records.
+    let (here, there) = (Scope::default().fingerprint(), other.fingerprint());
+    assert!(found.holds(&there, "matmul", &key(2, 0).fingerprint()));
+    assert!(!found.holds(&here, "matmul", &key(2, 0).fingerprint()));
+    assert!(found.holds(&here, "matmul", &key(1, 4999).fingerprint()));
+    assert!(
+        found.holds(&here, "matmul", &key(3, 0).fingerprint()),
+        "journal"
+    );
+    assert!(!found.holds(&there, "matmul", &key(3, 0).fingerprint()));
+    assert!(!found.holds(&here, "conv", &key(1, 0).fingerprint()));
     // A bad entry: refused, nothing written.
     let before = std::fs::read(path_in(&dir, "c.tcache.journal")).expect("journal");
     let mut bad = CacheData::new();
