@@ -18,7 +18,7 @@ use cache_core::cache_migrate::Migrations;
 use cache_core::{Cache, Namespace, Store as _};
 use criterion::{Criterion, criterion_group, criterion_main};
 use gpu_tuner::cpu::{Matmul, MatmulKey};
-use gpu_tuner::predict::{KeyIndex, Predictor};
+use gpu_tuner::predict::{KeyIndex, Predictor, Query, TunedKeys, Voters};
 use gpu_tuner::{MeasureConfig, OpConfig, Tuner};
 
 fn open(path: &std::path::Path) -> Arc<Cache> {
@@ -202,8 +202,17 @@ fn tuned_keys() -> (Vec<Entry>, Vec<CandidateId>) {
 fn predict(c: &mut Criterion) {
     let (tuned, current) = tuned_keys();
     let target = mm(1000, 2000, 3000);
+    let walked: Vec<&Entry> = tuned.iter().collect();
+    let query = Query {
+        target: &target,
+        current: &current,
+        voters: Voters::Scope {
+            tuned: TunedKeys::Entries(&walked),
+            elsewhere: &[],
+        },
+    };
     c.bench_function("predict among 100k tuned keys (30 candidates)", |b| {
-        b.iter(|| black_box(Predictor::default().predict(&target, &tuned, &current)))
+        b.iter(|| black_box(Predictor::default().predict(&query)))
     });
     let shared: Vec<Arc<Entry>> = tuned.iter().cloned().map(Arc::new).collect();
     c.bench_function("index 100k tuned keys", |b| {
@@ -213,9 +222,18 @@ fn predict(c: &mut Criterion) {
     c.bench_function(
         "predict among 100k tuned keys, indexed (30 candidates)",
         |b| {
-            b.iter(|| {
-                black_box(Predictor::default().predict_indexed(&target, &index, &[], &current))
-            })
+            let query = Query {
+                target: &target,
+                current: &current,
+                voters: Voters::Scope {
+                    tuned: TunedKeys::Indexed {
+                        index: &index,
+                        fresher: &[],
+                    },
+                    elsewhere: &[],
+                },
+            };
+            b.iter(|| black_box(Predictor::default().predict(&query)))
         },
     );
     let space: Vec<CandidateId> = (0..4362)
@@ -225,8 +243,17 @@ fn predict(c: &mut Criterion) {
         .map(|d| timed_entry(mm(4096, 4096, 1), 4362, d))
         .collect();
     let key = mm(4096, 4096, 1);
+    let devices: Vec<&Entry> = devices.iter().collect();
+    let query = Query {
+        target: &key,
+        current: &space,
+        voters: Voters::Devices {
+            tuned: &devices,
+            measured: &[],
+        },
+    };
     c.bench_function("transfer from 5 devices (4,362 candidates)", |b| {
-        b.iter(|| black_box(Predictor { neighbours: 5 }.transfer(&key, &devices, &space)))
+        b.iter(|| black_box(Predictor { neighbours: 5 }.predict(&query)))
     });
 }
 
@@ -243,15 +270,19 @@ fn beside(c: &mut Criterion) {
     c.bench_function(
         "predict among 100k tuned keys, indexed, 5 devices' results beside (30 candidates)",
         |b| {
-            b.iter(|| {
-                black_box(Predictor::default().predict_indexed_beside(
-                    &target,
-                    &index,
-                    &[],
-                    &others,
-                    &current,
-                ))
-            })
+            let others: Vec<&Entry> = others.iter().collect();
+            let query = Query {
+                target: &target,
+                current: &current,
+                voters: Voters::Scope {
+                    tuned: TunedKeys::Indexed {
+                        index: &index,
+                        fresher: &[],
+                    },
+                    elsewhere: &others,
+                },
+            };
+            b.iter(|| black_box(Predictor::default().predict(&query)))
         },
     );
     let dir = tempfile::tempdir().expect("dir");

@@ -11,7 +11,7 @@ use serde::Serialize;
 use std::ops::ControlFlow;
 
 use cache_format::{CandidateId, Entry, Fingerprint, Key, Scope, Value};
-use gpu_tuner::predict::Predictor;
+use gpu_tuner::predict::{Predictor, Query, TunedKeys, Voters};
 
 use crate::cmd::get::Lookup;
 use crate::context::Context;
@@ -194,14 +194,22 @@ impl ExplainArgs {
             }
             ControlFlow::Continue(())
         });
+        let others: Vec<&Entry> = elsewhere.iter().map(|(_, e)| e).collect();
         if tuned.is_empty() && !elsewhere.is_empty() {
             // A device never tuned: as the tuner does, from the key's results elsewhere.
-            let entries: Vec<Entry> = elsewhere.iter().map(|(_, e)| e.clone()).collect();
+            let entries: Vec<Entry> = others.iter().map(|e| (*e).clone()).collect();
             let current = self.current_of(&entries);
             let voters = Predictor {
                 neighbours: entries.len(),
             };
-            let p = voters.transfer(key.fields(), &entries, &current)?;
+            let p = voters.predict(&Query {
+                target: key.fields(),
+                current: &current,
+                voters: Voters::Devices {
+                    tuned: &others,
+                    measured: &[],
+                },
+            })?;
             let mut out = prediction_out(&p);
             out.transferred_from = scopes_out(&elsewhere);
             return Some(out);
@@ -209,12 +217,15 @@ impl ExplainArgs {
         // As the tuner does: this scope's nearest keys, and beside them the key's results
         // on other devices.
         let current = self.current_of(&tuned);
-        let p = Predictor::default().predict_beside(
-            key.fields(),
-            &tuned,
-            elsewhere.iter().map(|(_, e)| e),
-            &current,
-        )?;
+        let tuned: Vec<&Entry> = tuned.iter().collect();
+        let p = Predictor::default().predict(&Query {
+            target: key.fields(),
+            current: &current,
+            voters: Voters::Scope {
+                tuned: TunedKeys::Entries(&tuned),
+                elsewhere: &others,
+            },
+        })?;
         let mut out = prediction_out(&p);
         if p.neighbours.iter().any(|n| n.elsewhere) {
             out.beside = scopes_out(&elsewhere);

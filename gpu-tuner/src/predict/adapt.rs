@@ -202,7 +202,7 @@ mod tests {
         let p = Predictor { neighbours: 5 };
         let target = Fields::from([("n".to_owned(), Value::Int(4096))]);
         let plain = p
-            .transfer(&target, &sources, &current)
+            .devices_of(&target, &sources, &current)
             .expect("a prediction");
         assert_eq!(plain.winner(), &current[5], "the majority decides");
         // The target is like a: c0 < c1 < c3 measured there.
@@ -212,12 +212,12 @@ mod tests {
             (current[3].clone(), 29.0),
         ];
         let adapted = p
-            .transfer_measured(&target, &sources, &current, &measured)
+            .devices_measured(&target, &sources, &current, &measured)
             .expect("a prediction");
         assert_eq!(adapted.winner(), &current[0], "{:?}", adapted.ranking);
         // Two measurements are not enough to judge: as the plain vote.
         let adapted = p
-            .transfer_measured(&target, &sources, &current, &measured[..2])
+            .devices_measured(&target, &sources, &current, &measured[..2])
             .expect("a prediction");
         assert_eq!(adapted.winner(), &current[5]);
     }
@@ -240,7 +240,7 @@ mod tests {
                 .collect();
             sources.extend((0..split[1]).map(|i| device(&format!("b{i}"), &like_b)));
             assert_eq!(
-                p.transfer(&target, &sources, &current),
+                p.devices_of(&target, &sources, &current),
                 None,
                 "split {split:?}"
             );
@@ -250,7 +250,7 @@ mod tests {
                 (current[4].clone(), 29.0),
             ];
             let adapted = p
-                .transfer_measured(&target, &sources, &current, &measured)
+                .devices_measured(&target, &sources, &current, &measured)
                 .expect("a prediction once measured");
             assert_eq!(adapted.winner(), &current[0], "split {split:?}");
         }
@@ -260,12 +260,12 @@ mod tests {
             device("a1", &[11.0, 10.0, 13.0, 33.0, 30.0, 31.0]),
         ];
         let p1 = p
-            .transfer(&target, &agree, &current)
+            .devices_of(&target, &agree, &current)
             .expect("agreeing devices");
         assert!(p1.transferred);
         assert_eq!(p1.winner(), &current[0]);
         assert!(
-            p.transfer(&target, &[device("b0", &like_b)], &current)
+            p.devices_of(&target, &[device("b0", &like_b)], &current)
                 .is_some()
         );
     }

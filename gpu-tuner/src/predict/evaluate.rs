@@ -146,13 +146,13 @@ fn split(
 
 /// Whom a held-out key is predicted from, besides the keys tuned in its own scope.
 pub(super) enum Voters<'s> {
-    /// Only those ([`Predictor::predict`]).
+    /// Only those ([`super::Voters::Scope`] with nothing elsewhere).
     Here,
     /// Those, and the same key's entries under other scopes voting beside them, by
-    /// fingerprint, as the tuner does ([`Predictor::predict_beside`]; a transfer from those
+    /// fingerprint, as the tuner does ([`super::Voters::Scope`]; a transfer from those
     /// entries alone when no key here is comparable).
     Beside(&'s HashMap<Fingerprint, Vec<&'s Entry>>),
-    /// The tuned keys are another scope's: a device never tuned ([`Predictor::transfer`]);
+    /// The tuned keys are another scope's: a device never tuned ([`super::Voters::Devices`]);
     /// top-k measures in rounds ([`adaptive`]).
     Across,
 }
@@ -186,7 +186,14 @@ pub(super) fn split_by(
                     let all = Predictor {
                         neighbours: elsewhere.len().max(1),
                     };
-                    all.transfer(fields, elsewhere.iter().copied(), current)
+                    all.predict(&super::Query {
+                        target: fields,
+                        current,
+                        voters: super::Voters::Devices {
+                            tuned: elsewhere,
+                            measured: &[],
+                        },
+                    })
                 })
             }
         }
@@ -309,9 +316,8 @@ pub(super) struct Pick {
 
 /// Top-k on a device predicted from others: `k` candidates measured in up to four rounds,
 /// the first the transferred prediction's top set (at least its diverse three), each later one
-/// re-ranked by
-/// [`Predictor::transfer_measured`] from what the earlier rounds measured (their true medians),
-/// the restating fields `learnt` from `train` once.
+/// re-ranked as [`super::Voters::Devices`] with `measured` ranks, from what the earlier rounds
+/// measured (their true medians), the restating fields `learnt` from `train` once.
 fn adaptive(
     entry: &Entry,
     train: &[&Entry],
@@ -526,12 +532,12 @@ pub(super) mod tests {
             ("layout".to_owned(), Value::from("tn")),
         ]);
         assert_eq!(
-            Predictor::default().predict(&other, &entries, &tiles()),
+            Predictor::default().scope_of(&other, &entries, &tiles()),
             None
         );
         let same = entries[0].key().fields().clone();
         assert_eq!(
-            Predictor::default().predict(&same, &entries, &tiles()),
+            Predictor::default().scope_of(&same, &entries, &tiles()),
             None,
             "a key's own entry is never its neighbour"
         );
@@ -548,7 +554,7 @@ pub(super) mod tests {
         let mut current = tiles();
         current.push(CandidateId::new("new", &[]));
         let p = Predictor::default()
-            .predict(&target, &entries, &current)
+            .scope_of(&target, &entries, &current)
             .expect("predicted");
         assert_eq!(p.ranking.len(), current.len());
         assert_eq!(p.ranking[0].1, Some(1.0));
@@ -577,7 +583,7 @@ pub(super) mod tests {
             ("layout".to_owned(), Value::from("nn")),
         ]);
         let p = Predictor { neighbours: 1 }
-            .predict(&mid, &pair, &current)
+            .scope_of(&mid, &pair, &current)
             .expect("predicted");
         assert_eq!(p.neighbours[0].key.fields().get("m"), Some(&Value::Int(63)));
     }

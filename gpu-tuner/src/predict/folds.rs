@@ -77,7 +77,7 @@ pub fn few_tuned(
 
 /// [`few_tuned`] on `target` with every key of `source` (another scope: another device) tuned
 /// too: each fold of `target` in turn tuned, the rest of `target` predicted from it with the
-/// same key's entry in `source` voting beside ([`Predictor::predict_beside`], as the tuner
+/// same key's entry in `source` voting beside ([`super::Voters::Scope`], as the tuner
 /// does; from the source alone where no tuned key of the target is comparable).
 pub fn few_tuned_with(
     source: &[Entry],
@@ -223,7 +223,7 @@ mod tests {
             .filter(|e| fold_of(e, FOLDS) == fold)
             .collect();
         let leaky = Predictor::default()
-            .predict(entries[0].key().fields(), mates, &ids)
+            .scope_of(entries[0].key().fields(), mates, &ids)
             .expect("a prediction");
         assert_eq!(leaky.winner(), &ids[fold]);
     }
@@ -386,10 +386,10 @@ mod tests {
         // Beside needs a key of this device: with none, it is not a prediction (the tuner
         // transfers instead).
         let (held, elsewhere) = (&target[0], &same[0]);
-        let alone = Predictor::default().predict_beside(held.key().fields(), [], [elsewhere], &ids);
+        let alone = Predictor::default().scope_beside(held.key().fields(), [], [elsewhere], &ids);
         assert!(alone.is_none());
         let with = Predictor::default()
-            .predict_beside(held.key().fields(), &target[1..], [elsewhere], &ids)
+            .scope_beside(held.key().fields(), &target[1..], [elsewhere], &ids)
             .expect("a prediction");
         assert_eq!(
             with.neighbours.iter().filter(|n| n.elsewhere).count(),

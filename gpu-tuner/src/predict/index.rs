@@ -29,7 +29,7 @@ const LEAF: usize = 16;
 /// The tuned keys of one namespace and scope, by layout, for nearest-key search (see the
 /// module docs). Built once from a walk of the entries; a prediction then costs about the
 /// logarithm of their number. Immutable: entries recorded later are passed beside it
-/// ([`super::Predictor::predict_indexed`]) until it is built again.
+/// ([`super::TunedKeys::Indexed`]) until it is built again.
 #[derive(Debug, Default)]
 pub struct KeyIndex {
     entries: Vec<Arc<Entry>>,
@@ -443,8 +443,8 @@ mod tests {
                 };
                 for k in [1, 4, 9] {
                     let p = Predictor { neighbours: k };
-                    let indexed = p.predict_indexed(&target, &index, &fresher, &candidates);
-                    let walked = p.predict(&target, walk.iter().copied(), &candidates);
+                    let indexed = p.indexed(&target, &index, &fresher, &candidates);
+                    let walked = p.scope_of(&target, walk.iter().copied(), &candidates);
                     assert_eq!(indexed, walked, "seed {seed}, target {t}, k {k}");
                 }
             }
@@ -461,8 +461,8 @@ mod tests {
         assert!(index.is_empty());
         let mut other = f;
         other.insert("m".to_owned(), Value::Int(12_345));
-        let p = Predictor::default().predict_indexed(&other, &index, &fresher, &candidates);
-        let none = Predictor::default().predict_indexed(&other, &index, &[], &candidates);
+        let p = Predictor::default().indexed(&other, &index, &fresher, &candidates);
+        let none = Predictor::default().indexed(&other, &index, &[], &candidates);
         assert_eq!(p.map(|p| p.neighbours.len()), Some(1));
         assert_eq!(none, None);
     }

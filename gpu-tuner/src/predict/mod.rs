@@ -25,6 +25,7 @@ mod evaluate;
 mod folds;
 mod index;
 pub(crate) mod new_device;
+mod query;
 mod select;
 mod static_list;
 
@@ -32,6 +33,7 @@ use distance::Restated;
 pub use evaluate::{Evaluation, MethodScore, Methods, evaluate};
 pub use folds::{CrossValidation, cross_validate, few_tuned, few_tuned_with, transfer};
 pub use index::KeyIndex;
+pub use query::{Query, TunedKeys, Voters};
 use select::{Near, Selection, nearest};
 
 /// How many tuned keys vote, by default.
@@ -52,7 +54,7 @@ pub(crate) const SMOOTHING: f64 = 0.25;
 
 /// The distance at which another scope's entry for the same key (another device's results for
 /// this very problem) votes beside this scope's nearest tuned keys
-/// ([`Predictor::predict_beside`]). Chosen on the AutoHeuristic A100/H100 data from 0, 0.5, 1
+/// ([`Voters::Scope`]). Chosen on the AutoHeuristic A100/H100 data from 0, 0.5, 1
 /// and 2: with 10% to 90% of the H100's keys tuned, each beat this scope's keys alone (by 2.5
 /// points at 10%, 0.3 at 90% on TIMM shapes); 0.5 was best or within 0.1 of it throughout.
 pub const ELSEWHERE_DISTANCE: f64 = 0.5;
@@ -82,7 +84,7 @@ pub struct Neighbour {
     /// Its winner among the current candidates.
     pub winner: Option<CandidateId>,
     /// Another scope's entry for the same key (another device's), voting beside this scope's
-    /// keys at [`ELSEWHERE_DISTANCE`] ([`Predictor::predict_beside`]).
+    /// keys at [`ELSEWHERE_DISTANCE`] ([`Voters::Scope`]).
     pub elsewhere: bool,
 }
 
@@ -94,7 +96,7 @@ pub struct Prediction {
     pub ranking: Vec<(CandidateId, Option<f64>)>,
     /// The tuned keys that voted, nearest first.
     pub neighbours: Vec<Neighbour>,
-    /// Made from other scopes' results ([`Predictor::transfer`]: another device's), not
+    /// Made from other scopes' results ([`Voters::Devices`]: another device's), not
     /// this scope's tuned keys.
     pub transferred: bool,
     /// The key's fields the distance counted only where a key gave them a size of their own:
@@ -169,37 +171,8 @@ impl Prediction {
 }
 
 impl Predictor {
-    /// The predicted ranking of `current` for the key `target` (its fields, bucketed), from
-    /// `tuned` (entries of the same namespace and scope; `target`'s own entry, if among them,
-    /// is left out). `None` when no tuned key is comparable, or `current` is empty.
-    pub fn predict<'a>(
-        &self,
-        target: &Fields,
-        tuned: impl IntoIterator<Item = &'a Entry>,
-        current: &[CandidateId],
-    ) -> Option<Prediction> {
-        self.rank(target, tuned, current, true, &[], None)
-    }
-
-    /// The predicted ranking of `current` for `target` from `tuned` entries of *another*
-    /// scope (another device, say): as [`Predictor::predict`], but an entry of the same key is
-    /// the nearest neighbour there is (distance 0), not the target's own entry to leave out.
-    /// `None` also when the voters rank the candidates the other way round from each other
-    /// (their mean pairwise rank correlation is at or below zero): transfer is not used then.
-    pub fn transfer<'a>(
-        &self,
-        target: &Fields,
-        tuned: impl IntoIterator<Item = &'a Entry>,
-        current: &[CandidateId],
-    ) -> Option<Prediction> {
-        self.rank(target, tuned, current, false, &[], None)
-    }
-
-    /// [`Predictor::transfer`] once some candidates were measured on the target
-    /// (`measured`: candidate and median): each tuned key votes in proportion to how well its
-    /// ranking of those candidates agrees with the target's (see `adapt.rs`), so the devices
-    /// that behave like this one lead. With fewer than three measured, as `transfer`.
-    pub fn transfer_measured<'a>(
+    /// A prediction from other scopes' `tuned` entries ([`Voters::Devices`]).
+    fn across<'a>(
         &self,
         target: &Fields,
         tuned: impl IntoIterator<Item = &'a Entry>,
@@ -209,46 +182,10 @@ impl Predictor {
         self.rank(target, tuned, current, false, measured, None)
     }
 
-    /// [`Predictor::predict`] from an index of the tuned keys ([`KeyIndex`]) and `fresher`:
-    /// entries recorded since the index was built, which vote in place of any version of the
-    /// same key the index holds. The same prediction a walk of all of them gives, at about
-    /// the logarithm of their number.
-    pub fn predict_indexed(
-        &self,
-        target: &Fields,
-        index: &KeyIndex,
-        fresher: &[Arc<Entry>],
-        current: &[CandidateId],
-    ) -> Option<Prediction> {
-        if current.is_empty() {
-            return None;
-        }
-        let set = Current::new(current);
-        let near = self.select_indexed(target, index, fresher, &set);
-        self.ranked(near, current, &set, true, &[], index.restated())
-    }
-
-    /// [`Predictor::predict`] with `elsewhere`: the same key's entries under other scopes
-    /// (other devices), each voting beside this scope's nearest tuned keys as one more
-    /// neighbour at [`ELSEWHERE_DISTANCE`] (marked [`Neighbour::elsewhere`]). A device with a
-    /// few keys tuned predicts from its own keys and from what other devices measured for this
-    /// very problem. `None` when no key of this scope is comparable: that is a transfer
-    /// ([`Predictor::transfer`]), not this.
-    pub fn predict_beside<'a>(
-        &self,
-        target: &Fields,
-        tuned: impl IntoIterator<Item = &'a Entry>,
-        elsewhere: impl IntoIterator<Item = &'a Entry>,
-        current: &[CandidateId],
-    ) -> Option<Prediction> {
-        if current.is_empty() {
-            return None;
-        }
-        self.walk_beside(target, tuned, elsewhere, current, None)
-    }
-
-    /// [`Predictor::predict_beside`], with the restating fields learnt beforehand when given
-    /// (an evaluation walks the same tuned keys for every held-out key).
+    /// A prediction from this scope's `tuned` entries walked one by one and the same key's
+    /// `elsewhere` ([`Voters::Scope`] with [`TunedKeys::Entries`]), with the restating fields
+    /// learnt beforehand when given (an evaluation walks the same tuned keys for every
+    /// held-out key).
     fn walk_beside<'a>(
         &self,
         target: &Fields,
@@ -265,9 +202,9 @@ impl Predictor {
         self.beside(near, elsewhere, current, &set, &restated)
     }
 
-    /// [`Predictor::predict_beside`] from an index of this scope's tuned keys and `fresher`
-    /// ones, as [`Predictor::predict_indexed`] takes them.
-    pub fn predict_indexed_beside<'a>(
+    /// A prediction from an index of this scope's tuned keys, `fresher` ones and the same
+    /// key's `elsewhere` ([`Voters::Scope`] with [`TunedKeys::Indexed`]).
+    fn indexed_beside<'a>(
         &self,
         target: &Fields,
         index: &'a KeyIndex,
@@ -312,7 +249,7 @@ impl Predictor {
         Some(p)
     }
 
-    /// The `k` nearest of `index` and `fresher` (see [`Predictor::predict_indexed`]).
+    /// The `k` nearest of `index` and `fresher` (see [`TunedKeys::Indexed`]).
     fn select_indexed<'a>(
         &self,
         target: &Fields,

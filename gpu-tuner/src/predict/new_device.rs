@@ -5,7 +5,7 @@
 
 use cache_core::cache_format::{CandidateId, Entry};
 
-use super::Predictor;
+use super::{Predictor, Query, Voters};
 
 /// Measured within this factor of each other, the candidates' order says nothing.
 const SPAN: f64 = 1.1;
@@ -36,7 +36,14 @@ pub(crate) fn to_measure(
     }
     let first = devices.first()?;
     let target = first.key().fields();
-    let prediction = Predictor::default().transfer(target, devices.iter().copied(), current)?;
+    let prediction = Predictor::default().predict(&Query {
+        target,
+        current,
+        voters: Voters::Devices {
+            tuned: devices,
+            measured: &[],
+        },
+    })?;
     let mut list = prediction.top(top);
     for (id, slowdown) in &prediction.ranking {
         if slowdown.is_none() && !list.contains(id) {

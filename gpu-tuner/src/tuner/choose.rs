@@ -16,7 +16,7 @@ use super::plan::ranked_current;
 use super::{Choice, MissPolicy, TuneError, TunedInner, lock};
 use crate::measure::{contention_explains, interleaved_best, slower_than};
 use crate::operation::Operation;
-use crate::predict::{Prediction, Predictor};
+use crate::predict::{Prediction, Predictor, Query, TunedKeys, Voters};
 
 /// What choosing from an entry gave.
 enum Chosen<H> {
@@ -442,7 +442,7 @@ impl<O: Operation> TunedInner<O> {
 
     /// The predicted ranking of `current` for `ckey` from the tuned keys of this namespace,
     /// with the same key's results under other scopes (other devices) voting beside them
-    /// ([`Predictor::predict_beside`]); with no key comparable here (a device never tuned),
+    /// ([`Voters::Scope`]); with no key comparable here (a device never tuned),
     /// transferred from those results alone (every one votes, [`Prediction::transferred`]);
     /// `None` if neither exists.
     pub(super) fn predict(&self, ckey: &Key, current: &[CandidateId]) -> Option<Prediction> {
@@ -451,19 +451,33 @@ impl<O: Operation> TunedInner<O> {
         let elsewhere = self
             .cache()
             .lookup_other_scopes(self.ns, &ckey.fingerprint());
-        if let Some(p) = Predictor::default().predict_indexed_beside(
-            ckey.fields(),
-            &index,
-            &fresher,
-            elsewhere.iter().map(|(_, e)| e),
+        let elsewhere: Vec<&Entry> = elsewhere.iter().map(|(_, e)| e).collect();
+        let target = ckey.fields();
+        let here = Query {
+            target,
             current,
-        ) {
+            voters: Voters::Scope {
+                tuned: TunedKeys::Indexed {
+                    index: &index,
+                    fresher: &fresher,
+                },
+                elsewhere: &elsewhere,
+            },
+        };
+        if let Some(p) = Predictor::default().predict(&here) {
             return Some(p);
         }
         let voters = Predictor {
             neighbours: elsewhere.len().max(1),
         };
-        voters.transfer(ckey.fields(), elsewhere.iter().map(|(_, e)| e), current)
+        voters.predict(&Query {
+            target,
+            current,
+            voters: Voters::Devices {
+                tuned: &elsewhere,
+                measured: &[],
+            },
+        })
     }
 
     /// Records that `choice` failed at run time and returns the runner-up's choice.

@@ -72,7 +72,7 @@ pub struct OpConfig {
     pub retime_top: usize,
     /// On a device with no result for a key that other devices measured (a new GPU beside
     /// older ones), a [`MissPolicy::TuneNow`] miss measures this many of the candidates
-    /// those devices rank best ([`crate::predict::Predictor::transfer`], the list `tunecache
+    /// those devices rank best ([`crate::predict::Voters::Devices`], the list `tunecache
     /// explain` prints as "measure first here"), and every current candidate none of them
     /// measured, instead of every candidate, then every other one too if those measure here
     /// nearly the other way round from the other devices' ranking; the key is then complete.
