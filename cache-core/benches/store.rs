@@ -232,6 +232,20 @@ fn put_by_size(c: &mut Criterion) {
             )
         });
     }
+    // An update of a key the store holds (a re-measurement merged into its entry).
+    let store = MemoryStore::new();
+    store.merge_many((0..10_000u64).map(|i| (ns, entry(i))));
+    let mut i = 0u64;
+    group.bench_function("update_in_10000", |b| {
+        b.iter_batched(
+            || {
+                i += 1;
+                entry(i % 10_000)
+            },
+            |e| store.merge(ns, e),
+            criterion::BatchSize::SmallInput,
+        )
+    });
     group.finish();
 }
 

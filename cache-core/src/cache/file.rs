@@ -84,7 +84,7 @@ impl Shared {
                     .map(|(_, fp)| fp)
                     .collect();
                 if !fps.is_empty() {
-                    self.memory.forget_file(Some(&|_, fp| fps.contains(fp)));
+                    self.memory.forget_file(Some(&fps));
                 }
                 false
             }
