@@ -25,11 +25,12 @@ pub fn check_entry(
 /// What [`check_entry`] checks on the model: nesting (named by field) and statistics.
 fn check_model(scope: &Scope, entry: &Entry, limits: &cache_format::Limits) -> Result<(), Refusal> {
     // Nesting first, so the error names the field (the encoded check below only has an offset).
-    let too_deep = |what: &str, fields: &cache_format::Fields, max: u32| {
+    // `what` is named only for a refusal: a put that passes formats nothing.
+    let too_deep = |what: &dyn Fn() -> String, fields: &cache_format::Fields, max: u32| {
         fields.iter().find_map(|(name, v)| {
             let depth = v.depth();
             (depth > max).then(|| Refusal::TooDeep {
-                what: what.to_owned(),
+                what: what(),
                 name: name.clone(),
                 depth,
                 max,
@@ -37,20 +38,20 @@ fn check_model(scope: &Scope, entry: &Entry, limits: &cache_format::Limits) -> R
         })
     };
     let nesting = too_deep(
-        "scope field",
+        &|| "scope field".to_owned(),
         scope.fields(),
         limits.max_scope_field_depth(),
     )
     .or_else(|| {
         too_deep(
-            "key field",
+            &|| "key field".to_owned(),
             entry.key().fields(),
             limits.max_key_field_depth(),
         )
     })
     .or_else(|| {
         entry.candidates().iter().find_map(|c| {
-            let what = format!("{} param", c.id.algorithm);
+            let what = || format!("{} param", c.id.algorithm);
             too_deep(&what, &c.id.params, limits.max_param_depth())
         })
     });

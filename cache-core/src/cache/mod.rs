@@ -526,8 +526,11 @@ impl Store for Cache {
         // (another machine's clock) is kept out by the merge rule: say so.
         if let Some(stored) = self.shared.memory.get(ns, &fp) {
             for c in entry.candidates() {
-                if let Some(kept) = stored.candidates().iter().find(|k| k.id == c.id)
-                    && kept.measured_at > c.measured_at
+                // A candidate appears once in an entry; the cheap comparison first.
+                if let Some(kept) = stored
+                    .candidates()
+                    .iter()
+                    .find(|k| k.measured_at > c.measured_at && k.id == c.id)
                 {
                     self.shared
                         .diag
