@@ -346,6 +346,44 @@ impl Entry {
         self.absorb_all(other.candidates);
         self.rank();
     }
+
+    /// [`Entry::merge`] of a borrowed entry: the same result as `self.merge(other.clone())`,
+    /// copying only what of `other` wins (its header when later, the candidates this entry
+    /// lacks or measured earlier). Merging an update into the entry a store holds this way
+    /// round copies nothing when the update is the later measurement of every candidate.
+    pub fn merge_from(&mut self, other: &Entry) {
+        debug_assert_eq!(self.key, other.key, "merging entries of different keys");
+        if other.header_cmp(self) == Ordering::Greater {
+            self.candidate_set = other.candidate_set;
+            self.recorded_at = other.recorded_at;
+            self.origin = other.origin.clone();
+        }
+        let wins = |c: &Candidate, mine: Option<&Candidate>| {
+            mine.is_none_or(|m| c.version_cmp(m) == Ordering::Greater)
+        };
+        // Past a handful, matching goes through an index, as in `absorb_all`.
+        let winners: Vec<Candidate> = if self.candidates.len() < 16 {
+            other
+                .candidates
+                .iter()
+                .filter(|c| wins(c, self.candidates.iter().find(|m| m.id == c.id)))
+                .cloned()
+                .collect()
+        } else {
+            let index: HashMap<&CandidateId, &Candidate> =
+                self.candidates.iter().map(|c| (&c.id, c)).collect();
+            other
+                .candidates
+                .iter()
+                .filter(|c| wins(c, index.get(&c.id).copied()))
+                .cloned()
+                .collect()
+        };
+        if !winners.is_empty() {
+            self.absorb_all(winners);
+            self.rank();
+        }
+    }
 }
 
 /// The entries of one scope, by namespace and key fingerprint.

@@ -171,6 +171,15 @@ impl Value {
     /// How many levels of lists and maps this value nests (0 for a scalar, 1 for a list of
     /// scalars). Computed without recursion, so a hostile value cannot overflow the stack.
     pub fn depth(&self) -> u32 {
+        // Most values are scalars, or lists and maps of scalars: answered without the stack
+        // (a put checks the depth of every key field and param).
+        let scalar = |v: &Value| !matches!(v, Value::List(_) | Value::Map(_));
+        match self {
+            Value::List(items) if items.iter().all(scalar) => return 1,
+            Value::Map(fields) if fields.iter().all(|(_, v)| scalar(v)) => return 1,
+            Value::List(_) | Value::Map(_) => {}
+            _ => return 0,
+        }
         let mut deepest = 0;
         let mut stack: Vec<(&Value, u32)> = vec![(self, 0)];
         while let Some((v, d)) = stack.pop() {
@@ -436,6 +445,31 @@ fn out_of_range(v: &dyn std::fmt::Display) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Depth counts every list and map, empty ones too, whichever path answers it.
+    #[test]
+    fn depth_counts_lists_and_maps_empty_or_not() {
+        let map = |v: Value| Value::Map(Fields::from([("x".to_owned(), v)]));
+        assert_eq!(Value::Int(1).depth(), 0);
+        assert_eq!(Value::Str(String::new()).depth(), 0);
+        assert_eq!(Value::List(vec![]).depth(), 1);
+        assert_eq!(Value::Map(Fields::new()).depth(), 1);
+        assert_eq!(
+            Value::List(vec![Value::Int(1), Value::Bool(true)]).depth(),
+            1
+        );
+        assert_eq!(map(Value::Int(1)).depth(), 1);
+        assert_eq!(
+            Value::List(vec![Value::Int(1), Value::List(vec![])]).depth(),
+            2
+        );
+        assert_eq!(map(map(Value::List(vec![Value::Int(1)]))).depth(), 3);
+        let mut deep = Value::Int(0);
+        for _ in 0..1000 {
+            deep = Value::List(vec![deep]);
+        }
+        assert_eq!(deep.depth(), 1000);
+    }
+
     #[test]
     fn fields_built_in_any_order_are_sorted_and_the_last_value_wins() {
         let items = (0..1000).rev().map(|i| (format!("f{i:04}"), Value::Int(i)));

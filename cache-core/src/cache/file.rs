@@ -169,7 +169,7 @@ impl Shared {
                         }
                         let mut e = e.clone();
                         if let Some((held, _)) = held.get(&(ns, *fp)) {
-                            e.merge(Entry::clone(held));
+                            e.merge_from(held);
                         }
                         out.push((ns, Arc::new(e)));
                     }
@@ -247,10 +247,10 @@ impl Shared {
                 }
             };
             if let Some(j) = view.journal.get(&self.scope, ns.name(), &fp) {
-                entry.merge(j.clone());
+                entry.merge_from(j);
             }
             if let Some((e, _)) = held.get(&(ns, fp)) {
-                entry.merge(Entry::clone(e));
+                entry.merge_from(e);
             }
             self.clamp(std::iter::once(&mut entry));
             out.push((ns, Arc::new(entry)));

@@ -242,7 +242,7 @@ const WRONG_CLOCK_MS: u64 = 60_000;
 /// nothing.
 fn covers(on_disk: &Entry, mine: &Entry) -> bool {
     let mut merged = on_disk.clone();
-    merged.merge(mine.clone());
+    merged.merge_from(mine);
     merged == *on_disk
 }
 
@@ -319,7 +319,7 @@ impl Shared {
             .filter(|(ns, e)| {
                 self.memory.get(*ns, &e.fingerprint()).is_none_or(|held| {
                     let mut merged = Entry::clone(&held);
-                    merged.merge(e.clone());
+                    merged.merge_from(e);
                     merged != *held
                 })
             })

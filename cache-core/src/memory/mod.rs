@@ -373,8 +373,10 @@ fn merged_into(
             entry: old,
             complete,
         }) => {
-            let mut merged = Entry::clone(old);
-            merged.merge(entry);
+            // The update takes in the held entry (the same result as the held entry taking in
+            // the update): only what the held entry still wins is copied.
+            let mut merged = entry;
+            merged.merge_from(old);
             (merged != **old).then(|| Held::Ready {
                 entry: Arc::new(merged),
                 complete: *complete,

@@ -10,6 +10,24 @@ fn key() -> Key {
     Key::new(Fields::from([("m".to_owned(), 64.into())]))
 }
 
+/// Entries of the same key with 10 to 40 candidates, of ids that often coincide.
+fn many_candidates() -> impl Strategy<Value = Entry> {
+    (
+        prop::collection::vec(crate::strategies::candidate(), 10..40),
+        any::<[u8; 16]>(),
+        0u64..4,
+    )
+        .prop_map(|(candidates, set, at)| {
+            Entry::new(
+                key(),
+                Fingerprint(set),
+                Origin::Imported("t".into()),
+                at,
+                candidates,
+            )
+        })
+}
+
 fn merged(mut a: Entry, b: Entry) -> Entry {
     a.merge(b);
     a
@@ -29,6 +47,28 @@ proptest! {
             merged(merged(a.clone(), b.clone()), c.clone()),
             merged(a, merged(b, c))
         );
+    }
+
+    /// Merging a borrowed entry is merging its copy, whichever way round.
+    #[test]
+    fn merge_from_is_merge_of_a_copy(a in entry_for(key()), b in entry_for(key())) {
+        let mut from = b.clone();
+        from.merge_from(&a);
+        prop_assert_eq!(&from, &merged(a.clone(), b.clone()));
+        let mut from = a.clone();
+        from.merge_from(&b);
+        prop_assert_eq!(from, merged(a, b));
+    }
+
+    /// The same past a handful of candidates, where matching goes through an index.
+    #[test]
+    fn merge_from_is_merge_of_a_copy_for_many_candidates(
+        a in many_candidates(),
+        b in many_candidates(),
+    ) {
+        let mut from = b.clone();
+        from.merge_from(&a);
+        prop_assert_eq!(from, merged(a, b));
     }
 
     #[test]
