@@ -210,6 +210,25 @@ fn record(c: &mut Criterion) {
             criterion::BatchSize::SmallInput,
         )
     });
+    // The baseline in the same run (issue 54's goal: a put at most 5x it): the same entries
+    // inserted into a mutex-guarded `HashMap` by key fingerprint, the entry it replaces
+    // dropped, as a framework's own in-process cache keeps its results.
+    let map: std::sync::Mutex<std::collections::HashMap<Fingerprint, Entry>> =
+        std::sync::Mutex::default();
+    let mut i = 0u64;
+    c.bench_function("record_baseline_mutex_hashmap_insert", |b| {
+        b.iter_batched(
+            || {
+                i += 1;
+                entry(i % 50_000)
+            },
+            |e| {
+                let replaced = map.lock().expect("not poisoned").insert(e.fingerprint(), e);
+                drop(black_box(replaced));
+            },
+            criterion::BatchSize::SmallInput,
+        )
+    });
 }
 
 /// A put into the memory tier of a small and of a large store: the cost should not grow with
