@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cache_core::cache_format::CacheData;
 use cache_core::cache_migrate::Migrations;
-use cache_remote::{RemoteMode, RemoteOptions, SharedTier};
+use cache_remote::{ENV_REMOTE, RemoteMode, RemoteOptions, SharedTier};
 
 use crate::output::say;
 
@@ -39,6 +39,19 @@ pub(crate) fn writable() -> bool {
         .0
         .mode
         == RemoteMode::ReadWrite
+}
+
+/// Whether the shared tier a writing command publishes to after its local save can be used:
+/// an address that names no usable store (`TUNECACHE_REMOTE`) is an error naming it before
+/// anything is written, not after the save (a command that saved and then failed left the
+/// user unsure of both). A store that cannot be reached is not an error: that is said after
+/// the save, which still counts.
+pub(crate) fn check_publishable() -> anyhow::Result<()> {
+    if writable() {
+        cache_remote::from_settings(crate::settings())
+            .map_err(|e| anyhow::anyhow!("{e}; nothing was written (fix or unset {ENV_REMOTE})"))?;
+    }
+    Ok(())
 }
 
 /// Publishes `data` (just saved locally) to the shared tier, if there is a writable one, and

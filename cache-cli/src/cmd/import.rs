@@ -189,6 +189,7 @@ impl ImportArgs {
         let started = std::time::Instant::now();
         let path = ctx.path()?;
         ctx.check_writable("import")?;
+        crate::shared::check_publishable()?;
         // Entries past the memory bound spill to a file beside the cache (its disk).
         let spill_dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() && p.is_dir() => p.to_owned(),

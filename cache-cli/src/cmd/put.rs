@@ -121,6 +121,7 @@ impl PutArgs {
         // depend on the cache's size. A file that needs more (none yet, an older schema,
         // repairs, a compaction due) goes through a Cache, as the library would.
         ctx.check_writable("put")?;
+        crate::shared::check_publishable()?;
         let options = AppendOptions {
             lock_timeout: self.wait.wait,
             ..AppendOptions::default()

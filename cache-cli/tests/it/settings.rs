@@ -90,3 +90,63 @@ fn the_environment_switches_refuse_writes_and_leave_inspection_alone() {
         }
     }
 }
+
+/// A shared tier's address that names no usable store refuses `put` and `import` before
+/// anything is written (a put once saved, then failed on the address with exit 1, leaving the
+/// user unsure of both); a store that is only unreachable does not (the local save counts).
+#[test]
+fn an_unusable_shared_tier_address_refuses_writes_before_anything_is_written() {
+    let (dir, path) = file();
+    put(&path, "tiled", "1200");
+    let files = || {
+        let journal = path.with_file_name("c.tcache.journal");
+        (std::fs::read(&path).ok(), std::fs::read(journal).ok())
+    };
+    let before = files();
+    let fresh = dir.path().join("fresh.tcache");
+    let lines = dir.path().join("one.jsonl");
+    let source = test_support::cli::stdout(
+        &test_support::cli::command(crate::EXE, &path, &["export"])
+            .output()
+            .expect("export"),
+    );
+    std::fs::write(&lines, source).expect("lines");
+    let put_args = put_args(KEY, "x", "1");
+    let import_args = ["import", lines.to_str().expect("utf-8")];
+    for address in ["bogus://x", "s3://", "http://nope", "redis://h:notaport/0"] {
+        for target in [&path, &fresh] {
+            for args in [&put_args[..], &import_args[..]] {
+                let o = test_support::cli::command(crate::EXE, target, args)
+                    .env("TUNECACHE_REMOTE", address)
+                    .output()
+                    .expect("run");
+                assert_eq!(o.status.code(), Some(1), "{address} {args:?}: {}", err(&o));
+                assert!(
+                    err(&o).contains("TUNECACHE_REMOTE") && err(&o).contains("nothing was written"),
+                    "{address} {args:?}: {}",
+                    err(&o)
+                );
+            }
+        }
+    }
+    assert_eq!(files(), before, "nothing was written, snapshot or journal");
+    assert!(!fresh.exists(), "no file was made");
+    // Read-only sharing publishes nothing: the address is not in the way of a local write.
+    let o = test_support::cli::command(crate::EXE, &fresh, &put_args)
+        .env("TUNECACHE_REMOTE", "bogus://x")
+        .env("TUNECACHE_REMOTE_MODE", "read")
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    // An unreachable store: saved, said, exit 0.
+    let o = test_support::cli::command(crate::EXE, &fresh, &put_args)
+        .env("TUNECACHE_REMOTE", "redis://127.0.0.1:1/0")
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        err(&o).contains("the local save still counts"),
+        "{}",
+        err(&o)
+    );
+}
