@@ -98,8 +98,8 @@ pub const VARIABLES: &[Variable] = &[
     Variable {
         name: "TUNECACHE_GENERATION",
         read_by: ALL,
-        meaning: "the generation of an S3 tier a process reads whole: `current` or a SHA-256",
-        default: "none (per-key objects)",
+        meaning: "the generation of an S3 tier a process is pinned to and reads whole: `current` or a SHA-256; `off`: none, not even as a warm-up",
+        default: "the bucket's current generation, if any, warms the cache (never waited for); per-key objects for keys published after it",
     },
     Variable {
         name: "TUNECACHE_TRUST",

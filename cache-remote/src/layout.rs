@@ -51,6 +51,12 @@ impl Layout {
         remote_key(&self.app, self.schema, &scope.fingerprint(), ns, fp)
     }
 
+    /// What every key of one scope starts with.
+    #[cfg(feature = "s3")]
+    pub(crate) fn scope_prefix(&self, scope: &Scope) -> String {
+        format!("{}{}:", self.prefix, scope.fingerprint().to_hex())
+    }
+
     /// Every key of one scope.
     pub(crate) fn scope_pattern(&self, scope: &Scope) -> String {
         format!("{}{}:*", self.prefix, scope.fingerprint().to_hex())

@@ -196,9 +196,13 @@ impl RemoteOptions {
         if let Some(id) = settings.get_os(crate::generations::ENV_GENERATION) {
             let text = id.to_string_lossy();
             let id = text.trim();
-            if !id.is_empty() && id != "current" && !crate::generations::is_id(id) {
+            if !id.is_empty()
+                && id != "current"
+                && id != crate::generations::OFF
+                && !crate::generations::is_id(id)
+            {
                 out.push(format!(
-                    "{}={id:?}: expected current or a generation's id (64 lower-case hex digits)",
+                    "{}={id:?}: expected current, off or a generation's id (64 lower-case hex digits)",
                     crate::generations::ENV_GENERATION
                 ));
             }

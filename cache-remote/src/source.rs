@@ -152,6 +152,14 @@ fn pin<B: RemoteBuilder>(builder: B, address: Option<&str>, trust: Option<&std::
     }) {
         return builder.with_tier(source);
     }
+    // No generation pinned: the bucket's current one, if any, warms the cache.
+    #[cfg(feature = "s3")]
+    if let Some(source) = address.and_then(|a| {
+        let settings = builder.settings_in_force();
+        crate::generations::WarmSource::from_settings(a, trust, settings)
+    }) {
+        return builder.with_tier(source);
+    }
     let _ = (address, trust);
     builder
 }

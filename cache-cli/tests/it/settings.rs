@@ -72,6 +72,7 @@ fn the_environment_switches_refuse_writes_and_leave_inspection_alone() {
         ("TUNECACHE_REMOTE_LEASE_MS", "5", "0"),
         ("TUNECACHE_REMOTE_PARALLEL", "0", "16"),
         ("TUNECACHE_GENERATION", "latest", "current"),
+        ("TUNECACHE_GENERATION", "of", "off"),
         ("TUNECACHE_PROGRESS", "sometimes", "never"),
     ] {
         let o = with(var, bad, &["stats"]);

@@ -63,12 +63,12 @@ impl Generations {
             IDLE,
             deadline,
         )?;
-        if got.is_none() {
+        let Some(got) = got else {
             return Err(GenerationError::Missing {
                 store: crate::Remote::describe(&self.store),
                 id,
             });
-        }
+        };
         written.map_err(local)?;
         if hex(&sha.finalize()) != id {
             return Err(damaged("its bytes do not hash to its name".to_owned()));
@@ -77,18 +77,7 @@ impl Generations {
             .written_path()
             .map_err(|e| local(e.to_string()))?
             .to_owned();
-        let checked = cache_core::check_bundle(&tmp, &cache_core::cache_format::Limits::default())
-            .map_err(|e| damaged(e.to_string()))?;
-        if let Some(first) = checked.problems.first() {
-            // Hashing right and failing the bundle's checks: it was published damaged.
-            return Err(damaged(format!(
-                "{first}{}",
-                match checked.problems.len() {
-                    1 => String::new(),
-                    n => format!(" (and {} more problems)", n - 1),
-                }
-            )));
-        }
+        let checked = check_downloaded(&tmp).map_err(damaged)?;
         if let Some(trust) = trust {
             let manifest = checked
                 .manifest
@@ -109,6 +98,14 @@ impl Generations {
                     .map_err(|e| local(e.to_string()))?;
             }
         }
+        // When the store wrote it, beside it, for a warm-up to tell which keys were
+        // published after it (not kept: that costs the warm-up a listing of the generations).
+        if let Some(written) = got.written {
+            let _ = cache_core::file::write_atomic(
+                &written_path(&target),
+                written.to_string().as_bytes(),
+            );
+        }
         match file.commit_new() {
             Ok(()) => Ok(target),
             // Another fetch put the same verified generation in place first.
@@ -116,6 +113,36 @@ impl Generations {
             Err(e) => Err(local(e.to_string())),
         }
     }
+}
+
+/// Every check of a bundle on a downloaded generation (it hashed right: one that fails them
+/// was published damaged); what is wrong, if anything.
+fn check_downloaded(tmp: &Path) -> Result<cache_core::BundleCheck, String> {
+    let checked = cache_core::check_bundle(tmp, &Limits::default()).map_err(|e| e.to_string())?;
+    match checked.problems.first() {
+        None => Ok(checked),
+        Some(first) => Err(format!(
+            "{first}{}",
+            match checked.problems.len() {
+                1 => String::new(),
+                n => format!(" (and {} more problems)", n - 1),
+            }
+        )),
+    }
+}
+
+/// Where the time the store wrote generation `target` is kept (Unix seconds, as text).
+pub(crate) fn written_path(target: &Path) -> PathBuf {
+    let mut name = target.as_os_str().to_owned();
+    name.push(".written");
+    PathBuf::from(name)
+}
+
+/// The time the store wrote generation `target`, as [`Generations::fetch`] kept it; `None` if
+/// it was not kept (fetched before it was, or the store did not say) or cannot be read.
+pub(crate) fn written_of(target: &Path) -> Option<i64> {
+    let bytes = cache_core::file::read_bounded(&written_path(target), 32).ok()?;
+    std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
 }
 
 /// A generation already in place, with a trust policy: its signature checked again.

@@ -25,14 +25,19 @@ use crate::store::{RemoteError, Swapped};
 mod fetch;
 mod pointer;
 mod tier;
+mod warm;
 
 pub(crate) use tier::GenerationSource;
 pub use tier::{fetch_pinned, generation_dir};
+pub(crate) use warm::WarmSource;
 
 use pointer::{Pointer, Unreadable};
 
 /// `TUNECACHE_GENERATION`: the generation a process reads (`current`, or a SHA-256).
 pub const ENV_GENERATION: &str = "TUNECACHE_GENERATION";
+
+/// `TUNECACHE_GENERATION=off`: no generation, not even the bucket's current one as a warm-up.
+pub(crate) const OFF: &str = "off";
 
 /// How long a pointer read, or a store that sends nothing, may take.
 pub(crate) const SHORT: Duration = Duration::from_secs(10);

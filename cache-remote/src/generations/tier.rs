@@ -7,6 +7,7 @@
 //! refused and why) is in the cache's health. The CLI, Python, C and Rust all get it the same
 //! way: through [`crate::RemoteBuilder`].
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -22,7 +23,7 @@ use crate::server::S3Remote;
 pub(crate) const GENERATION_WAIT: Duration = Duration::from_secs(10);
 
 /// The longest a generation's download may take while bytes keep arriving.
-const DOWNLOAD_CAP: Duration = Duration::from_secs(3600);
+pub(crate) const DOWNLOAD_CAP: Duration = Duration::from_secs(3600);
 
 /// The folder where a machine keeps the generations it fetched: `generations/` beside the
 /// cache file, or in tunecache's default folder for a cache without one.
@@ -107,13 +108,17 @@ fn last_key(describe: &str) -> String {
     h[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Where a pinned generation stands.
+/// Keys a generation holds that were published one at a time after it: read per key.
+pub(crate) type Newer = HashSet<(Namespace, Fingerprint)>;
+
+/// Where a generation stands.
 #[derive(Debug)]
-enum State {
+pub(crate) enum State {
     Pending,
-    Ready(Arc<dyn Tier>),
-    /// Fetched, but it holds nothing for this cache's scope.
-    Empty,
+    /// Served, but for the keys published after it.
+    Ready(Arc<dyn Tier>, Arc<Newer>),
+    /// Nothing to serve: why (no generation yet, or none for this cache's scope).
+    Empty(String),
     Refused(String),
 }
 
@@ -124,6 +129,9 @@ pub(crate) struct GenerationTier {
     cv: Condvar,
     describe: String,
     budget: Duration,
+    /// The bucket's current generation as a warm-up (`warm.rs`), not a pinned one: a lookup
+    /// never waits for it.
+    warm: bool,
     /// A lookup fell through while it was pending: said once.
     warned: AtomicBool,
     waited_out: AtomicU64,
@@ -131,19 +139,44 @@ pub(crate) struct GenerationTier {
 }
 
 impl GenerationTier {
-    fn set(&self, state: State) {
+    /// A tier waiting for its generation: pinned (`warm` false: a lookup waits for it at most
+    /// [`GENERATION_WAIT`]) or a warm-up (never waited for).
+    pub(crate) fn new(describe: String, warm: bool) -> Self {
+        GenerationTier {
+            state: Mutex::new(State::Pending),
+            cv: Condvar::new(),
+            describe,
+            budget: if warm {
+                Duration::ZERO
+            } else {
+                GENERATION_WAIT
+            },
+            warm,
+            warned: AtomicBool::new(false),
+            waited_out: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn set(&self, state: State) {
         *crate::lock(&self.state) = state;
         self.cv.notify_all();
     }
 
-    /// The tier that serves the generation, once ready; waits for it at most the budget.
-    fn ready(&self) -> Option<Arc<dyn Tier>> {
+    /// The tier that serves the generation, once ready, and the keys it does not answer;
+    /// waits for it at most the budget.
+    fn ready(&self) -> Option<(Arc<dyn Tier>, Arc<Newer>)> {
         let deadline = cache_core::deadline_after(self.budget);
         let mut st = crate::lock(&self.state);
         loop {
             match &*st {
-                State::Ready(t) => return Some(Arc::clone(t)),
-                State::Empty | State::Refused(_) => return None,
+                State::Ready(t, newer) => return Some((Arc::clone(t), Arc::clone(newer))),
+                State::Empty(_) | State::Refused(_) => return None,
+                State::Pending if self.warm => {
+                    drop(st);
+                    self.waited_out.fetch_add(1, Ordering::Relaxed);
+                    return None;
+                }
                 State::Pending => {}
             }
             let now = Instant::now();
@@ -187,10 +220,22 @@ impl Tier for GenerationTier {
     }
 
     fn get_many(&self, ns: Namespace, fps: &[Fingerprint]) -> Vec<Arc<Entry>> {
-        let Some(tier) = self.ready() else {
+        let Some((tier, newer)) = self.ready() else {
             return Vec::new();
         };
-        let found = tier.get_many(ns, fps);
+        let found = if newer.is_empty() {
+            tier.get_many(ns, fps)
+        } else {
+            let asked: Vec<Fingerprint> = fps
+                .iter()
+                .filter(|fp| !newer.contains(&(ns, **fp)))
+                .copied()
+                .collect();
+            if asked.is_empty() {
+                return Vec::new();
+            }
+            tier.get_many(ns, &asked)
+        };
         self.hits.fetch_add(found.len() as u64, Ordering::Relaxed);
         found
     }
@@ -202,17 +247,24 @@ impl Tier for GenerationTier {
                 "pending: being fetched".to_owned(),
                 Default::default(),
             ),
-            State::Ready(t) => (true, "ready".to_owned(), t.health().counters),
-            State::Empty => (
-                false,
-                "ready, with no entry for this scope".to_owned(),
-                Default::default(),
-            ),
+            State::Ready(t, newer) => {
+                let mut counters = t.health().counters;
+                if self.warm {
+                    counters.insert("keys published after it".to_owned(), newer.len() as u64);
+                }
+                (true, "ready".to_owned(), counters)
+            }
+            State::Empty(why) => (false, why.clone(), Default::default()),
             State::Refused(why) => (false, format!("refused: {why}"), Default::default()),
         };
         counters.insert("hits".to_owned(), self.hits.load(Ordering::Relaxed));
+        let waited_out = if self.warm {
+            "lookups before it was ready"
+        } else {
+            "lookups that did not wait for it"
+        };
         counters.insert(
-            "lookups that did not wait for it".to_owned(),
+            waited_out.to_owned(),
             self.waited_out.load(Ordering::Relaxed),
         );
         TierHealth {
@@ -244,7 +296,7 @@ impl GenerationSource {
     ) -> Option<Self> {
         let id = settings.get(ENV_GENERATION)?;
         let id = id.trim();
-        if id.is_empty() || !address.trim().starts_with("s3://") {
+        if id.is_empty() || id == super::OFF || !address.trim().starts_with("s3://") {
             return None;
         }
         Some(GenerationSource {
@@ -269,19 +321,14 @@ impl TierSource for GenerationSource {
                 return None;
             }
         };
-        let tier = Arc::new(GenerationTier {
-            state: Mutex::new(State::Pending),
-            cv: Condvar::new(),
-            describe: format!(
+        let tier = Arc::new(GenerationTier::new(
+            format!(
                 "generation {} of {}",
                 self.id,
                 crate::Remote::describe(&store)
             ),
-            budget: GENERATION_WAIT,
-            warned: AtomicBool::new(false),
-            waited_out: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
-        });
+            false,
+        ));
         let Some(dir) = generation_dir(ctx.cache_file) else {
             ctx.warn(format!(
                 "tunecache: {ENV_GENERATION}={} is not used: no folder to keep it in (no cache \
@@ -295,8 +342,10 @@ impl TierSource for GenerationSource {
         let spawned = cache_core::spawn_background("tunecache-generation".into(), move || {
             let state = match fetch_pinned(store, &id, &dir, DOWNLOAD_CAP, trust.as_deref()) {
                 Ok(path) => match cache_core::serve_files(&[path], &registry, &limits, &scope) {
-                    (Some(t), _) => State::Ready(t),
-                    (None, notes) if notes.is_empty() => State::Empty,
+                    (Some(t), _) => State::Ready(t, Arc::default()),
+                    (None, notes) if notes.is_empty() => {
+                        State::Empty("ready, with no entry for this scope".to_owned())
+                    }
                     (None, notes) => State::Refused(notes.join("; ")),
                 },
                 Err(e) => State::Refused(e.to_string()),

@@ -15,6 +15,8 @@ mod policy;
 mod s3_leases;
 #[cfg(feature = "s3")]
 mod s3_parallel;
+#[cfg(feature = "s3")]
+mod s3_warm;
 mod sharing;
 #[cfg(feature = "s3")]
 mod trust_vectors;

@@ -107,6 +107,14 @@ pub(crate) struct Fetched {
     pub(crate) age: Option<u64>,
 }
 
+/// An object downloaded whole.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Downloaded {
+    /// When it was written (its `Last-Modified`, the store's clock), in Unix seconds, if the
+    /// store said.
+    pub(crate) written: Option<i64>,
+}
+
 /// An object listed.
 #[derive(Debug, Clone)]
 pub(crate) struct Listed {
@@ -182,7 +190,8 @@ impl Objects {
     /// Streams `object` into `sink`, at most `limit` bytes (more is an error), while bytes
     /// keep arriving: each read waits at most `idle`, the whole at most until `deadline`
     /// (a long one: a store that sends is given the time it needs, one that stops sending is
-    /// given up on after `idle`). Returns the object's length, or `None` if it is absent.
+    /// given up on after `idle`). Returns when the object was written (as far as the store
+    /// says), or `None` if it is absent.
     pub(crate) fn download(
         &self,
         object: &str,
@@ -190,7 +199,7 @@ impl Objects {
         limit: u64,
         idle: Duration,
         deadline: Instant,
-    ) -> Result<Option<u64>, RemoteError> {
+    ) -> Result<Option<Downloaded>, RemoteError> {
         check_name(object, &self.describe)?;
         let url = self
             .bucket
@@ -206,6 +215,9 @@ impl Objects {
             404 => return self.absent(response).map(|()| None),
             status => return Err(status_error(status, &body_text(response), &self.describe)),
         }
+        let written = header(&response, "last-modified")
+            .as_deref()
+            .and_then(http_date);
         let mut reader = response
             .into_body()
             .into_reader()
@@ -234,7 +246,7 @@ impl Objects {
             sink(&buf[..n])
                 .map_err(|e| RemoteError::Refused(format!("writing what was downloaded: {e}")))?;
         }
-        Ok(Some(len))
+        Ok(Some(Downloaded { written }))
     }
 
     /// A conditional PUT of `value` as `object`: create-only (`etag` `None`), or only while
