@@ -2,10 +2,14 @@
 //   - a lookup hit: std::unordered_map + std::mutex with ATen's byte-wise FNV hash and memcmp
 //     (the seed's BenchmarkCache::find) against tunecache's tc_get of the same POD key, through
 //     the C++ wrapper (BenchmarkCache::find, Namespace::find) and raw;
-//   - a record: the map's insert against tc_record (memory; saved by the background saver) and
-//     tc_record + tc_flush (durable on return).
+//   - a record: the map's insert against tc_record (memory; saved by the background saver), and
+//     a file per key written durably (Inductor's way, fsynced) against tc_record + tc_flush
+//     (durable on return).
 // Usage: abi_bench FILE. Prints one line per measurement: name, ns per operation (median of 7
 // rounds), and the ratio to the baseline.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -171,9 +175,24 @@ int main(int argc, char** argv) {
   report("record: tc_record (memory; saved in the background)", time_ns(writes, [&](int i) {
            tc.insert(keys[i % kKeys], perf_of(i));
          }), ins);
+  // Durable: against a file per key written as Inductor's caches write theirs, made durable
+  // (a temporary file written, fsynced and renamed over the key's file), on the same disk.
+  std::string dir(argv[1]);
+  dir = dir.substr(0, dir.find_last_of('/') + 1);
+  double per_key = time_ns(200, [&](int i) {
+    char value[320];
+    std::snprintf(value, sizeof value, "{\"algo\": %d, \"time\": %d, \"memory\": 0}", i, i);
+    std::string target = dir + "k" + std::to_string(i % kKeys) + ".json";
+    std::string tmp = target + ".tmp";
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || ::write(fd, value, std::strlen(value)) < 0 || ::fsync(fd) != 0) std::abort();
+    ::close(fd);
+    if (std::rename(tmp.c_str(), target.c_str()) != 0) std::abort();
+  });
+  report("durable: a file per key, written, fsynced and renamed", per_key, per_key);
   report("record + flush: tc_record then tc_flush (durable)", time_ns(200, [&](int i) {
            tc.insert(keys[i % kKeys], perf_of(i + 7));
            cache.flush();
-         }), ins);
+         }), per_key);
   return 0;
 }
