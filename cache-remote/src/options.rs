@@ -198,7 +198,7 @@ impl RemoteOptions {
             let id = text.trim();
             if !id.is_empty()
                 && id != "current"
-                && id != crate::generations::OFF
+                && !id.eq_ignore_ascii_case(crate::generations::OFF)
                 && !crate::generations::is_id(id)
             {
                 out.push(format!(

@@ -114,7 +114,14 @@ fn an_unusable_shared_tier_address_refuses_writes_before_anything_is_written() {
     std::fs::write(&lines, source).expect("lines");
     let put_args = put_args(KEY, "x", "1");
     let import_args = ["import", lines.to_str().expect("utf-8")];
-    for address in ["bogus://x", "s3://", "http://nope", "redis://h:notaport/0"] {
+    let secret = "s3://AKIA:SuperSecret123@mybucket/p";
+    for address in [
+        "bogus://x",
+        "s3://",
+        "http://nope",
+        "redis://h:notaport/0",
+        secret,
+    ] {
         for target in [&path, &fresh] {
             for args in [&put_args[..], &import_args[..]] {
                 let o = test_support::cli::command(crate::EXE, target, args)
@@ -127,6 +134,8 @@ fn an_unusable_shared_tier_address_refuses_writes_before_anything_is_written() {
                     "{address} {args:?}: {}",
                     err(&o)
                 );
+                // Credentials pasted into an address are never printed.
+                assert!(!err(&o).contains("SuperSecret"), "{}", err(&o));
             }
         }
     }

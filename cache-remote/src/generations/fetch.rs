@@ -45,6 +45,7 @@ impl Generations {
             detail,
         };
         std::fs::create_dir_all(dir).map_err(|e| local(e.to_string()))?;
+        remove_abandoned_downloads(dir);
         let mut file = cache_core::file::AtomicFile::create(&target, true)
             .map_err(|e| local(e.to_string()))?;
         let mut sha = Sha256::new();
@@ -115,6 +116,32 @@ impl Generations {
     }
 }
 
+/// Removes what downloads of generations into `dir` left when their process died (a worker
+/// that exited while its warm-up was downloading): the temporaries of `<id>.tcb` and
+/// `<id>.tcb.written` whose writer is gone (their lock is free), never anything else.
+fn remove_abandoned_downloads(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut targets = std::collections::BTreeSet::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix('.')) else {
+            continue;
+        };
+        for suffix in [".tcb.tmp.", ".tcb.written.tmp."] {
+            if let Some((id, _)) = rest.split_once(suffix)
+                && super::is_id(id)
+            {
+                targets.insert(format!("{id}{}", &suffix[..suffix.len() - ".tmp.".len()]));
+            }
+        }
+    }
+    for target in targets {
+        cache_core::file::remove_abandoned_temporaries(&dir.join(target));
+    }
+}
+
 /// Every check of a bundle on a downloaded generation (it hashed right: one that fails them
 /// was published damaged); what is wrong, if anything.
 fn check_downloaded(tmp: &Path) -> Result<cache_core::BundleCheck, String> {
@@ -142,7 +169,11 @@ pub(crate) fn written_path(target: &Path) -> PathBuf {
 /// it was not kept (fetched before it was, or the store did not say) or cannot be read.
 pub(crate) fn written_of(target: &Path) -> Option<i64> {
     let bytes = cache_core::file::read_bounded(&written_path(target), 32).ok()?;
-    std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
+    // Decimal digits only (FORMAT.md): no sign, no spacing.
+    if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(&bytes).ok()?.parse().ok()
 }
 
 /// A generation already in place, with a trust policy: its signature checked again.
@@ -174,4 +205,79 @@ fn verify_signed(
     trust
         .verify(sig, id, (&manifest.app, manifest.schema, &scopes), now, dir)
         .map_err(|e| GenerationError::Refused(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aged(path: &Path) {
+        let f = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .expect("made");
+        f.set_modified(std::time::SystemTime::now() - Duration::from_secs(120))
+            .expect("aged");
+    }
+
+    /// What a download killed midway left is removed at the next fetch into the folder: its
+    /// temporaries and those of the time kept beside it, unless a live writer holds them;
+    /// nothing else (look-alike names, another id's finished file, files of other tools).
+    #[test]
+    fn a_fetch_removes_what_killed_downloads_left_and_nothing_else() {
+        let dir = tempfile::tempdir().expect("dir");
+        let id = "a".repeat(64);
+        let left = [
+            format!(".{id}.tcb.tmp.4242.0"),
+            format!(".{id}.tcb.written.tmp.4242.1"),
+        ];
+        let kept = [
+            format!("{id}.tcb"),
+            format!("{id}.tcb.written"),
+            format!(".{id}.tcb.tmp.x"),
+            ".notanid.tcb.tmp.1.0".to_owned(),
+            format!(".{}.tcb.tmp.1.0", "A".repeat(64)),
+            "notes.txt".to_owned(),
+            format!(".{id}.tcb.tmp.4243.0x"),
+        ];
+        for name in left.iter().chain(&kept) {
+            aged(&dir.path().join(name));
+        }
+        // A download still going on: its temporary is locked.
+        let live = dir.path().join(format!(".{id}.tcb.tmp.4244.0"));
+        aged(&live);
+        let held = std::fs::File::open(&live).expect("open");
+        held.lock().expect("locked");
+        remove_abandoned_downloads(dir.path());
+        for name in &left {
+            assert!(!dir.path().join(name).exists(), "{name} was left");
+        }
+        for name in &kept {
+            assert!(dir.path().join(name).exists(), "{name} was removed");
+        }
+        assert!(live.exists(), "a live download's temporary was removed");
+    }
+
+    /// The time kept beside a generation is decimal digits, nothing else.
+    #[test]
+    fn only_decimal_digits_are_a_written_time() {
+        let dir = tempfile::tempdir().expect("dir");
+        let target = dir.path().join("g.tcb");
+        for (text, read) in [
+            ("1764000000", Some(1_764_000_000)),
+            ("0", Some(0)),
+            ("-5", None),
+            ("+5", None),
+            (" 5", None),
+            ("5\n", None),
+            ("", None),
+            ("0x10", None),
+            ("99999999999999999999999", None),
+        ] {
+            std::fs::write(written_path(&target), text).expect("write");
+            assert_eq!(written_of(&target), read, "{text:?}");
+        }
+    }
 }

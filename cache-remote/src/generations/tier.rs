@@ -296,7 +296,10 @@ impl GenerationSource {
     ) -> Option<Self> {
         let id = settings.get(ENV_GENERATION)?;
         let id = id.trim();
-        if id.is_empty() || id == super::OFF || !address.trim().starts_with("s3://") {
+        if id.is_empty()
+            || id.eq_ignore_ascii_case(super::OFF)
+            || !address.trim().starts_with("s3://")
+        {
             return None;
         }
         Some(GenerationSource {

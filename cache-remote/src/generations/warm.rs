@@ -51,6 +51,7 @@ impl WarmSource {
         trust: Option<&Path>,
         settings: &cache_core::settings::Settings,
     ) -> Option<Self> {
+        // `off` in any case turns it off, as any pin replaces it.
         let pinned = settings.get(ENV_GENERATION).map_or("", str::trim);
         let mode = crate::RemoteOptions::default()
             .from_settings(settings)
@@ -72,9 +73,11 @@ impl TierSource for WarmSource {
     fn open(&self, ctx: &mut TierContext<'_>) -> Option<Arc<dyn Tier>> {
         // An address that cannot be used, or no folder to keep a generation in: no warm-up
         // (the shared tier says what is wrong with the address).
+        // A cache without a file (in memory, or switched off with TUNECACHE_DISABLE) writes
+        // nothing anywhere: no warm-up.
+        let dir = generation_dir(Some(ctx.cache_file?))?;
         let fetcher = S3Remote::open(&self.address, |name| ctx.env(name)).ok()?;
         let lister = S3Remote::open(&self.address, |name| ctx.env(name)).ok()?;
-        let dir = generation_dir(ctx.cache_file)?;
         let tier = Arc::new(GenerationTier::new(
             format!(
                 "current generation of {} (a warm-up)",

@@ -89,7 +89,7 @@ pub enum ConfigError {
         "{ENV_REMOTE}: cannot use {address} ({detail}): expected s3://BUCKET/PREFIX, with AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION as for any S3 client"
     )]
     BadS3 {
-        /// The address.
+        /// The address, any password left out.
         address: String,
         /// What is wrong with it.
         detail: String,
@@ -195,7 +195,7 @@ fn s3(address: &str, settings: &Settings) -> Result<Arc<dyn Remote>, ConfigError
 #[cfg(not(feature = "s3"))]
 fn s3(address: &str, _: &Settings) -> Result<Arc<dyn Remote>, ConfigError> {
     Err(ConfigError::BadS3 {
-        address: address.to_owned(),
+        address: redact(address),
         detail: "this build has no S3 support (cache-remote's `s3` feature)".to_owned(),
     })
 }

@@ -162,6 +162,21 @@ fn a_fresh_machine_warms_from_the_current_generation_and_reads_newer_keys_per_ke
         settings(&proxy.url(), &[("TUNECACHE_GENERATION", "off")]),
     );
     assert_eq!(generation_state(&off), None);
+    // In any case; and a cache without a file is not warmed (it writes nothing anywhere).
+    let upper = machine(
+        &dir.path().join("upper/u.tcache"),
+        settings(&proxy.url(), &[("TUNECACHE_GENERATION", "OFF")]),
+    );
+    assert_eq!(generation_state(&upper), None);
+    let disabled = Cache::builder(registry())
+        .file(dir.path().join("disabled/d.tcache"))
+        .disabled(true)
+        .with_settings(settings(&proxy.url(), &[]))
+        .scope(scope())
+        .remote_from_env()
+        .expect("a usable address")
+        .open();
+    assert_eq!(generation_state(&disabled), None);
     assert!(off.get(ns(), &key(5).fingerprint()).is_none());
     let per_key = off.get(ns(), &key(97).fingerprint()).expect("read per key");
     assert_eq!(per_key.candidates()[0].id.algorithm, "new");

@@ -57,8 +57,9 @@ impl S3Remote {
     /// credentials and region `env` gives (the standard `AWS_*` variables; without an
     /// endpoint, AWS's for the region). Connects to nothing.
     pub fn open(address: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        // An address is not where credentials go, but one pasted there is never printed.
         let bad = |detail: &str| ConfigError::BadS3 {
-            address: address.to_owned(),
+            address: super::redact(address),
             detail: detail.to_owned(),
         };
         let rest = address
