@@ -83,6 +83,21 @@ pub trait RemoteBuilder: Sized {
     /// The builder with `source` added as a lower tier (a pinned generation).
     fn with_tier(self, source: impl TierSource + 'static) -> Self;
 
+    /// [`RemoteBuilder::remote_with`] of the store at `address`, with the generation
+    /// `settings` pin on it before it (or, with none pinned, its current one as a warm-up), as
+    /// [`RemoteBuilder::remote_from_env`] adds them: for a builder whose own settings are not
+    /// the ones the store is named in (the CLI's `tune` takes its file from the command line
+    /// and its shared tier from the environment).
+    fn remote_at(
+        self,
+        remote: Arc<dyn Remote>,
+        options: RemoteOptions,
+        address: &str,
+        settings: &Settings,
+    ) -> Self {
+        pin_with(self, Some(address), None, settings).remote_with(remote, options)
+    }
+
     /// The settings in force for the cache being built (`CacheBuilder::settings`).
     fn settings_in_force(&self) -> &Settings;
 
@@ -145,21 +160,30 @@ impl RemoteBuilder for CacheBuilder {
 /// a tier before the shared one (fetched in the background: see `generations/tier.rs`), so
 /// every process pinned to it reads the same bytes first.
 fn pin<B: RemoteBuilder>(builder: B, address: Option<&str>, trust: Option<&std::path::Path>) -> B {
+    let settings = builder.settings_in_force().clone();
+    pin_with(builder, address, trust, &settings)
+}
+
+/// [`pin`] with the generation `settings` name.
+fn pin_with<B: RemoteBuilder>(
+    builder: B,
+    address: Option<&str>,
+    trust: Option<&std::path::Path>,
+    settings: &Settings,
+) -> B {
     #[cfg(feature = "s3")]
-    if let Some(source) = address.and_then(|a| {
-        let settings = builder.settings_in_force();
-        crate::generations::GenerationSource::from_settings(a, trust, settings)
-    }) {
+    if let Some(source) = address
+        .and_then(|a| crate::generations::GenerationSource::from_settings(a, trust, settings))
+    {
         return builder.with_tier(source);
     }
     // No generation pinned: the bucket's current one, if any, warms the cache.
     #[cfg(feature = "s3")]
-    if let Some(source) = address.and_then(|a| {
-        let settings = builder.settings_in_force();
-        crate::generations::WarmSource::from_settings(a, trust, settings)
-    }) {
+    if let Some(source) =
+        address.and_then(|a| crate::generations::WarmSource::from_settings(a, trust, settings))
+    {
         return builder.with_tier(source);
     }
-    let _ = (address, trust);
+    let _ = (address, trust, settings);
     builder
 }

@@ -261,14 +261,16 @@ fn open_cache(path: &Path, scope: Scope) -> anyhow::Result<Arc<Cache>> {
         .system_files(system);
     // The shared tier is the one setting taken from the environment here (the file comes
     // from the command line): TUNECACHE_REMOTE and its mode and budget.
-    let builder = match crate::settings().get_os(cache_remote::ENV_REMOTE) {
-        Some(_) => match cache_remote::from_settings(crate::settings())? {
+    // A generation the environment pins on its bucket (or, with none pinned, the bucket's
+    // current one as a warm-up) comes before it, as for the library.
+    let builder = match crate::settings().get(cache_remote::ENV_REMOTE) {
+        Some(address) => match cache_remote::from_settings(crate::settings())? {
             Some(remote) => {
                 let (options, warnings) = remote.default_options().from_settings(crate::settings());
                 for w in warnings {
                     say(w);
                 }
-                builder.remote_with(remote, options)
+                builder.remote_at(remote, options, address, crate::settings())
             }
             None => builder,
         },

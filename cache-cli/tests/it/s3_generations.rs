@@ -253,3 +253,48 @@ fn a_killed_publisher_leaves_no_half_generation_and_the_pointer_names_a_whole_on
         .to_owned();
     assert_eq!(check("after a whole snapshot"), whole);
 }
+
+/// `tune` reads a generation the environment pins, as the library does (it once took only the
+/// shared tier from the environment and never read one): a machine tuning against a bucket
+/// that holds a generation of another machine's results, and no per-key object, measures
+/// nothing.
+#[test]
+fn tune_reads_the_generation_the_environment_pins() {
+    let Some(server) = S3Server::start(BUCKET) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let remote = format!("s3://{BUCKET}/tune");
+    let tune = [
+        "--json",
+        "tune",
+        "--backend",
+        "cpu",
+        "--steps",
+        "2",
+        "--no-progress",
+    ];
+    // Tuned on one machine without the bucket: no per-key object is published.
+    let first = dir.path().join("a.tcache");
+    let local = test_support::cli::command(EXE, &first, &tune)
+        .output()
+        .expect("tune");
+    assert_eq!(local.status.code(), Some(0), "{}", text(&local));
+    let snapshot = with_bucket(&server, &remote, &first, &["generation", "snapshot"])
+        .output()
+        .expect("snapshot");
+    assert_eq!(snapshot.status.code(), Some(0), "{}", text(&snapshot));
+    let pinned = with_bucket(&server, &remote, &dir.path().join("b/b.tcache"), &tune)
+        .env("TUNECACHE_GENERATION", "current")
+        .output()
+        .expect("tune");
+    assert_eq!(pinned.status.code(), Some(0), "{}", text(&pinned));
+    let report: serde_json::Value = serde_json::from_slice(&pinned.stdout).expect("JSON");
+    for ns in ["matmul", "reduce"] {
+        assert_eq!(report["namespaces"][ns]["keys_tuned"], 0, "{report:#}");
+        assert_eq!(
+            report["namespaces"][ns]["candidates_measured"], 0,
+            "{report:#}"
+        );
+    }
+}

@@ -284,6 +284,8 @@ pub(crate) struct GenerationSource {
     pub(crate) id: String,
     /// The trust policy file (`None`: `TUNECACHE_TRUST`'s).
     pub(crate) trust: Option<PathBuf>,
+    /// The settings the bucket is opened with (its endpoint and credentials).
+    pub(crate) settings: cache_core::settings::Settings,
 }
 
 impl GenerationSource {
@@ -308,13 +310,16 @@ impl GenerationSource {
             trust: trust
                 .map(Path::to_owned)
                 .or_else(|| crate::trust::policy_path(settings)),
+            settings: settings.clone(),
         })
     }
 }
 
 impl TierSource for GenerationSource {
     fn open(&self, ctx: &mut TierContext<'_>) -> Option<Arc<dyn Tier>> {
-        let store = match S3Remote::open(&self.address, |name| ctx.env(name)) {
+        let store = match S3Remote::open(&self.address, |name| {
+            self.settings.get(name).map(str::to_owned)
+        }) {
             Ok(store) => store,
             Err(e) => {
                 ctx.warn(format!(

@@ -40,6 +40,8 @@ pub(crate) struct WarmSource {
     address: String,
     /// The trust policy file (`None`: `TUNECACHE_TRUST`'s).
     trust: Option<PathBuf>,
+    /// The settings the bucket is opened with (its endpoint and credentials).
+    settings: cache_core::settings::Settings,
 }
 
 impl WarmSource {
@@ -65,6 +67,7 @@ impl WarmSource {
             trust: trust
                 .map(Path::to_owned)
                 .or_else(|| crate::trust::policy_path(settings)),
+            settings: settings.clone(),
         })
     }
 }
@@ -76,8 +79,9 @@ impl TierSource for WarmSource {
         // A cache without a file (in memory, or switched off with TUNECACHE_DISABLE) writes
         // nothing anywhere: no warm-up.
         let dir = generation_dir(Some(ctx.cache_file?))?;
-        let fetcher = S3Remote::open(&self.address, |name| ctx.env(name)).ok()?;
-        let lister = S3Remote::open(&self.address, |name| ctx.env(name)).ok()?;
+        let env = |name: &str| self.settings.get(name).map(str::to_owned);
+        let fetcher = S3Remote::open(&self.address, env).ok()?;
+        let lister = S3Remote::open(&self.address, env).ok()?;
         let tier = Arc::new(GenerationTier::new(
             format!(
                 "current generation of {} (a warm-up)",
