@@ -76,7 +76,7 @@ pub(crate) type TableFile = Table<FileBytes>;
 /// A table's error as the store's, naming the file.
 pub(crate) fn table_error(path: &Path, e: TableError) -> StoreError {
     match e {
-        TableError::Format(source) => StoreError::Format {
+        TableError::Format(source) | TableError::OverCaps(source) => StoreError::Format {
             path: path.to_owned(),
             source,
         },
@@ -187,6 +187,11 @@ impl NewTable {
     /// Writes the rest and the first slot, and syncs, without putting the table in place: it
     /// can be read and updated (a rewrite catching up) before [`Written::commit`].
     pub(crate) fn written(mut self) -> Result<Written, StoreError> {
+        // More scopes or namespaces than a reader with the format's bounds accepts: refused,
+        // and the temporary goes with `self` (the path is untouched).
+        self.builder
+            .check_caps(&cache_format::Limits::default())
+            .map_err(|e| format_error(&self.path, e))?;
         self.drain(0)?;
         let (rest, slot, commit) = self.builder.finish();
         self.out.write_all(&rest)?;

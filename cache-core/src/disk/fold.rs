@@ -81,6 +81,12 @@ impl Disk {
                 }
                 return self.rebuild(&all).map(Some);
             }
+            // The table would hold more scopes or namespaces than a reader accepts: it stays as
+            // it is ([`over_caps`] tells a writer, which keeps the entries in the journal).
+            Err(TableError::OverCaps(e)) => {
+                let _ = file.set_len(start).and_then(|()| file.sync_all());
+                return Err(tablefile::format_error(&path, e).into());
+            }
             Err(TableError::Io(e)) => {
                 let _ = file.set_len(start).and_then(|()| file.sync_all());
                 if e.kind() == std::io::ErrorKind::TimedOut {
@@ -328,4 +334,19 @@ fn fold_items<'a>(model: &'a CacheData, spill: Option<&'a Spill>) -> Vec<FoldIte
         }
     }
     out
+}
+
+/// Whether `e` is a table refused for holding more scopes or namespaces than a reader
+/// accepts (a fold or a rebuild of it): the file was left as it was.
+pub(crate) fn over_caps_error(e: &StoreError) -> bool {
+    matches!(
+        e,
+        StoreError::Format {
+            source: cache_format::FormatError::TooMany {
+                what: "scopes" | "namespaces" | "namespaces over all scopes",
+                ..
+            },
+            ..
+        }
+    )
 }

@@ -38,7 +38,9 @@ impl Disk {
             Err(TableError::Format(e @ cache_format::FormatError::NewerFormat { .. })) => {
                 return Err(self.blocked(path, e.into()));
             }
-            Err(TableError::Format(e)) => return Ok(Loaded::Unusable(e.into())),
+            Err(TableError::Format(e) | TableError::OverCaps(e)) => {
+                return Ok(Loaded::Unusable(e.into()));
+            }
             Err(TableError::Io(e)) => return Err(StoreError::io("read", path, e).into()),
         };
         let (app, schema) = (table.head().app.clone(), table.head().schema);
@@ -137,7 +139,7 @@ impl Disk {
         let file = Arc::clone(state.table.source().file());
         let now = match tablefile::open(file, &self.options.limits) {
             Ok(t) => t,
-            Err(TableError::Format(_)) => return Ok(false),
+            Err(TableError::Format(_) | TableError::OverCaps(_)) => return Ok(false),
             Err(TableError::Io(e)) => return Err(StoreError::io("read", path, e).into()),
         };
         let old = &state.table;

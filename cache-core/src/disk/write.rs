@@ -45,13 +45,22 @@ impl Disk {
                 .options
                 .compaction_budget
                 .and_then(|b| std::time::Instant::now().checked_add(b));
-            if let Some(events) = self.fold(super::fold::FoldBatch::Model(batch), deadline)? {
-                return Ok(events);
+            match self.fold(super::fold::FoldBatch::Model(batch), deadline) {
+                Ok(Some(events)) => return Ok(events),
+                Ok(None) => tracing::info!(
+                    "tunecache: folding the journal of {} into it would not finish within its budget; appended instead (a writer with more time folds)",
+                    self.paths.snapshot.display()
+                ),
+                // The table would hold more scopes or namespaces than a reader accepts: the
+                // entries stay readable in the journal, and a later fold takes them once the
+                // file holds fewer (`tunecache gc` removes stale scopes).
+                Err(Failure::Retry(e)) if super::fold::over_caps_error(&e) => {
+                    tracing::warn!(
+                        "tunecache: not folded into its table, kept in its journal: {e}"
+                    );
+                }
+                Err(failure) => return Err(failure),
             }
-            tracing::info!(
-                "tunecache: folding the journal of {} into it would not finish within its budget; appended instead (a writer with more time folds)",
-                self.paths.snapshot.display()
-            );
             self.append(&record)?;
             return Ok(Vec::new());
         }

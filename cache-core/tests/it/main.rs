@@ -8,6 +8,7 @@
 mod append;
 mod artifacts;
 mod basics;
+mod caps;
 mod children;
 mod concurrency;
 mod corrupt;

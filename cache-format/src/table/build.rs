@@ -54,6 +54,13 @@ impl TableBuilder {
         self.from = Some(from);
     }
 
+    /// Whether a reader with `limits` accepts the directory of the table built so far (its
+    /// scopes and namespaces within the caps): a writer checks before [`TableBuilder::finish`],
+    /// so it never puts in place a table its readers refuse.
+    pub fn check_caps(&self, limits: &crate::scan::Limits) -> Result<(), FormatError> {
+        self.dir.check_caps(limits)
+    }
+
     /// The table's length so far (bytes handed out and pending).
     pub fn len(&self) -> u64 {
         self.written + self.out.len() as u64

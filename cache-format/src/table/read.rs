@@ -25,13 +25,17 @@ pub enum TableError {
     /// Reading failed.
     #[error("{0}")]
     Io(std::io::Error),
+    /// An update would give the table more scopes or namespaces than its readers accept:
+    /// nothing was committed.
+    #[error("{0}; the table was not changed")]
+    OverCaps(FormatError),
 }
 
 impl TableError {
     /// The format error, if this is one.
     pub fn as_format(&self) -> Option<&FormatError> {
         match self {
-            TableError::Format(e) => Some(e),
+            TableError::Format(e) | TableError::OverCaps(e) => Some(e),
             TableError::Io(_) => None,
         }
     }

@@ -190,6 +190,11 @@ impl<R: ReadAt> Table<R> {
             return Ok(UpdateOutcome::Unchanged);
         }
         t.dir.prune_names();
+        // More scopes or namespaces than a reader accepts: refused before the commit (what was
+        // appended is past the committed end, and the caller cuts it off).
+        t.dir
+            .check_caps(self.limits())
+            .map_err(TableError::OverCaps)?;
         let dir = w.append(&t.dir.encode())?;
         t.live_removed += u64::from(commit.dir.len);
         let changes = w.append(&encode_changes(t.changed.iter()))?;

@@ -169,7 +169,34 @@ struct ScopeIn {
     namespaces: Vec<(Fp, u64)>,
 }
 
+/// The caps a reader checks on a directory: its scopes, its namespaces' names, and the
+/// namespaces over all scopes.
+fn caps(scopes: usize, names: usize, pairs: usize, limits: &Limits) -> Result<(), FormatError> {
+    let too_many = |what, count: usize, limit: u64| {
+        (count as u64 > limit).then_some(FormatError::TooMany {
+            what,
+            count: count as u64,
+            limit,
+        })
+    };
+    match too_many("scopes", scopes, limits.max_scopes)
+        .or_else(|| too_many("namespaces", names, limits.max_namespaces))
+        .or_else(|| too_many("namespaces over all scopes", pairs, limits.max_namespaces))
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 impl Directory {
+    /// Whether a reader with `limits` accepts this directory's counts (what decoding it
+    /// checks): a writer checks before it writes one, so it never writes a table its readers
+    /// refuse.
+    pub(crate) fn check_caps(&self, limits: &Limits) -> Result<(), FormatError> {
+        let pairs = self.scopes.values().map(|s| s.counts.len()).sum();
+        caps(self.scopes.len(), self.names.len(), pairs, limits)
+    }
+
     /// Counts one more (or one less) entry of namespace `ns` (named `name`) in `scope`.
     pub fn add(&mut self, scope: &Scope, ns: &Fingerprint, name: &str, delta: i64) {
         let s = self
@@ -243,22 +270,8 @@ impl Directory {
         )?;
         let w: DirIn =
             rmp_serde::from_slice(bytes).map_err(|e| FormatError::invalid("directory", e))?;
-        let too_many = |what, count: usize, limit: u64| {
-            (count as u64 > limit).then_some(FormatError::TooMany {
-                what,
-                count: count as u64,
-                limit,
-            })
-        };
-        if let Some(e) = too_many("scopes", w.scopes.len(), limits.max_scopes)
-            .or_else(|| too_many("namespaces", w.names.len(), limits.max_namespaces))
-            .or_else(|| {
-                let pairs = w.scopes.iter().map(|s| s.namespaces.len()).sum();
-                too_many("namespaces over all scopes", pairs, limits.max_namespaces)
-            })
-        {
-            return Err(e);
-        }
+        let pairs = w.scopes.iter().map(|s| s.namespaces.len()).sum();
+        caps(w.scopes.len(), w.names.len(), pairs, limits)?;
         let mut dir = Directory::default();
         for s in w.scopes {
             if s.scope.len() as u64 > limits.max_fields {
