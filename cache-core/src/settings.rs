@@ -179,9 +179,33 @@ const FOREIGN: &[&str] = &[
 /// from the environment once ([`Settings::from_env`]) or given ([`Settings::with`]: an
 /// explicit option over the environment, or a test's own). Whoever opens a cache takes one
 /// and passes it on; nothing else reads the environment.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Settings {
     values: Vec<(&'static str, OsString)>,
+}
+
+/// The names and values, secrets left out: the S3 tier's secret key and session token, and
+/// an address with a user or password in it (`TUNECACHE_REMOTE`). Settings travel inside
+/// builders and tier sources, which are `Debug`; a password is never printed.
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |name: &str, value: &OsStr| {
+            let secret = matches!(name, "AWS_SECRET_ACCESS_KEY" | "AWS_SESSION_TOKEN")
+                || value.as_encoded_bytes().contains(&b'@');
+            if secret {
+                "***".to_owned()
+            } else {
+                format!("{value:?}")
+            }
+        };
+        f.debug_map()
+            .entries(
+                self.values
+                    .iter()
+                    .map(|(name, value)| (name, shown(name, value))),
+            )
+            .finish()
+    }
 }
 
 /// A name that is neither in [`VARIABLES`] nor one of the foreign names tunecache reads
@@ -309,6 +333,24 @@ pub(crate) fn markdown() -> String {
 
 #[cfg(test)]
 mod tests {
+    /// A builder or a tier source printed with `{:?}` carries its settings: no secret in them
+    /// is printed.
+    #[test]
+    fn debug_leaves_secrets_out() {
+        let s = super::Settings::default()
+            .with("AWS_SECRET_ACCESS_KEY", "s3cret-key")
+            .and_then(|s| s.with("AWS_SESSION_TOKEN", "s3cret-token"))
+            .and_then(|s| s.with("TUNECACHE_REMOTE", "redis://alice:s3cret-pw@h:6379/0"))
+            .and_then(|s| s.with("AWS_REGION", "us-east-1"))
+            .expect("known names");
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.contains("AWS_SECRET_ACCESS_KEY") && shown.contains("us-east-1"),
+            "{shown}"
+        );
+    }
+
     use super::*;
 
     #[test]
