@@ -77,6 +77,13 @@ impl PutArgs {
         let outcome = match (&self.failed, self.median_ns) {
             (Some(reason), _) => Outcome::Failed(reason.clone()),
             (None, Some(median)) => {
+                // No measured kernel takes no time: the shared tier's readers refuse a zero
+                // median as made up (`-0` and NaN included).
+                if !(median.is_finite() && median > 0.0) {
+                    return Err(usage(format!(
+                        "--median-ns must be a number of nanoseconds above 0, got {median}"
+                    )));
+                }
                 let min = self.min_ns.unwrap_or(median);
                 if min > median {
                     return Err(usage(format!(

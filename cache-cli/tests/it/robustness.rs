@@ -166,9 +166,19 @@ fn messages_say_what_happened_once() {
     for extra in [
         &["--median-ns", "1", "--min-ns", "5"][..],
         &["--median-ns", "1", "--samples", "0"][..],
+        // No measured kernel takes no time (every shared-tier reader refuses such a value).
+        &["--median-ns", "0"][..],
+        &["--median-ns=-0"][..],
+        &["--median-ns", "-5"][..],
+        &["--median-ns", "NaN"][..],
     ] {
         let o = put_with(extra);
         assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", err(&o));
+        assert!(
+            err(&o).contains("--"),
+            "{extra:?} names the option: {}",
+            err(&o)
+        );
     }
     // Nothing to tune is a usage error, not a "warm run".
     for flag in ["--steps=0", "--repeat=0"] {

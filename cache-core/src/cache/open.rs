@@ -256,7 +256,7 @@ fn construct(
             &builder.limits,
             &builder.scope,
         );
-        notes.extend(system_notes);
+        notes.extend(system_notes.into_iter().map(|n| format!("tunecache: {n}")));
         if let Some(system) = system {
             tiers.push(Arc::new(system));
         }

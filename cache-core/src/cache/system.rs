@@ -51,7 +51,8 @@ enum Opened {
 
 impl SystemTier {
     /// Opens every file of `paths`; `None` if none of them holds an entry of `scope`. The
-    /// strings are warnings about files that are not used, and why.
+    /// strings say which files are not used, and why (without a `tunecache:` prefix: the
+    /// caller's message wraps them).
     pub(crate) fn load(
         paths: &[PathBuf],
         registry: &Migrations,
@@ -78,10 +79,9 @@ impl SystemTier {
                     entries += found.len() as u64;
                     whole.merge_many(found);
                 }
-                Err(why) => notes.push(format!(
-                    "tunecache: the system file {} is ignored: {why}",
-                    p.display()
-                )),
+                Err(why) => {
+                    notes.push(format!("the system file {} is ignored: {why}", p.display()))
+                }
             }
         }
         if tables.is_empty() && whole.is_empty() {

@@ -191,3 +191,39 @@ fn a_procfs_file_as_a_system_file_is_ignored_without_reading_it() {
     assert_eq!(said.len(), 1, "{said:?}");
     assert!(said[0].contains("procfs"), "{said:?}");
 }
+
+/// A file another application wrote, served by [`cache_core::serve_files`] (what a pinned
+/// generation is opened with, whose caller wraps the note in a message of its own) and as a
+/// system file of a cache: the note says which file and why without a `tunecache:` prefix,
+/// and the cache's warning carries the prefix once.
+#[test]
+fn a_foreign_system_file_is_said_once_with_one_prefix() {
+    capture_logs();
+    let sys = temp_dir();
+    let mut data = CacheData::new();
+    data.insert(&Default::default(), "matmul", entry(7, 1));
+    let foreign = sys.path().join("someone-else.tcache");
+    std::fs::write(&foreign, encode_snapshot("otherapp", 1, &data)).expect("snapshot");
+    let (tier, notes) = cache_core::serve_files(
+        std::slice::from_ref(&foreign),
+        &registry(1),
+        &Default::default(),
+        &Default::default(),
+    );
+    assert!(tier.is_none());
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with(&format!(
+            "the system file {} is ignored: ",
+            foreign.display()
+        )),
+        "{notes:?}"
+    );
+    let user = temp_dir();
+    let _cache = builder(&path_in(&user, "u.tcache"))
+        .system_files([&foreign])
+        .open();
+    let said = warnings_about("someone-else.tcache");
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(said[0].matches("tunecache:").count(), 1, "{said:?}");
+}
