@@ -152,10 +152,12 @@ impl Shared {
             if let Some(table) = &view.view.table {
                 self.walk_table(table, &view.view, only, &held, &mut out, &mut seen);
             }
-            for (scope, data) in view.view.journal.scopes() {
-                if *scope != self.scope {
-                    continue;
-                }
+            let journal = &view.view.journal;
+            let own = journal
+                .parts()
+                .into_iter()
+                .filter_map(|part| part.scopes().find(|(s, _)| **s == self.scope));
+            for (_, data) in own {
                 for (name, entries) in data.namespaces() {
                     let Ok(ns) = Namespace::new(name) else {
                         continue;
@@ -163,11 +165,15 @@ impl Shared {
                     if only.is_some_and(|o| o != ns) {
                         continue;
                     }
-                    for (fp, e) in entries {
+                    for fp in entries.keys() {
                         if !seen.insert((ns, *fp)) {
                             continue;
                         }
-                        let mut e = e.clone();
+                        // Both parts' entry merged, the first time the key is met.
+                        let Some(e) = journal.get(&self.scope, name, fp) else {
+                            continue;
+                        };
+                        let mut e = e.into_owned();
                         if let Some((held, _)) = held.get(&(ns, *fp)) {
                             e.merge_from(held);
                         }
@@ -247,7 +253,7 @@ impl Shared {
                 }
             };
             if let Some(j) = view.journal.get(&self.scope, ns.name(), &fp) {
-                entry.merge_from(j);
+                entry.merge_from(&j);
             }
             if let Some((e, _)) = held.get(&(ns, fp)) {
                 entry.merge_from(e);
@@ -280,7 +286,13 @@ impl Shared {
         for (ns, e, _) in self.memory.held() {
             extra.insert(TKey::of(&self.scope, ns.name(), &e.fingerprint()));
         }
-        if let Some(data) = view.view.journal.scopes().find(|(s, _)| **s == self.scope) {
+        let own = view
+            .view
+            .journal
+            .parts()
+            .into_iter()
+            .filter_map(|part| part.scopes().find(|(s, _)| **s == self.scope));
+        for data in own {
             for (ns, entries) in data.1.namespaces() {
                 for fp in entries.keys() {
                     extra.insert(TKey::of(&self.scope, ns, fp));
@@ -324,7 +336,14 @@ impl Shared {
                     }
                 }
             }
-            for (scope, data) in view.view.journal.scopes() {
+            // An entry in both parts of the journal is met twice: `add` merges the two.
+            for (scope, data) in view
+                .view
+                .journal
+                .parts()
+                .into_iter()
+                .flat_map(|p| p.scopes())
+            {
                 if *scope == self.scope {
                     continue;
                 }

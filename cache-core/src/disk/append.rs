@@ -48,7 +48,7 @@ impl Disk {
                 migrated_from: None,
             })),
             journal: None,
-            journal_data: Arc::new(CacheData::new()),
+            journal_data: super::JournalData::default(),
         };
         let record = self.checked_record(batch)?;
         if let Some((bytes, id)) = fsio::read_with_id(&self.paths.journal, limits.max_file_bytes)? {

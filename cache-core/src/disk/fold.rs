@@ -27,14 +27,14 @@ impl Disk {
         deadline: Option<Instant>,
     ) -> Result<Option<Vec<Event>>, Failure> {
         let state = self.cursor.table().cloned().expect("a fold needs a table");
-        let journal = std::sync::Arc::clone(&self.cursor.journal_data);
+        let journal = self.cursor.journal_data.to_data();
         let (model, spill) = match batch {
             FoldBatch::Model(data) => {
-                let mut all = CacheData::clone(&journal);
+                let mut all = journal;
                 all.merge(data.clone());
                 (all, None)
             }
-            FoldBatch::Spill(spill) => (CacheData::clone(&journal), Some(spill)),
+            FoldBatch::Spill(spill) => (journal, Some(spill)),
         };
         let keyed = fold_items(&model, spill);
         let items: Vec<Item<'_>> = keyed
@@ -159,7 +159,7 @@ impl Disk {
         }));
         self.remove_journal()?;
         self.cursor.journal = None;
-        self.cursor.journal_data = Arc::new(CacheData::new());
+        self.cursor.journal_data = super::JournalData::default();
         Ok(())
     }
 }

@@ -130,7 +130,7 @@ impl Disk {
         if cursor.journal_data.is_empty() {
             return;
         }
-        cursor.journal_data = Arc::new(CacheData::new());
+        cursor.journal_data = super::JournalData::default();
         self.publish_journal(cursor, inc);
     }
 
@@ -140,11 +140,11 @@ impl Disk {
             return;
         };
         match &mut inc.view {
-            Some(view) => view.journal = Arc::clone(&cursor.journal_data),
+            Some(view) => view.journal = cursor.journal_data.clone(),
             None => {
                 inc.view = Some(View {
                     table: Some(Arc::clone(&table.table)),
-                    journal: Arc::clone(&cursor.journal_data),
+                    journal: cursor.journal_data.clone(),
                     changed: super::Changed::Keys(Default::default()),
                 })
             }
@@ -240,9 +240,7 @@ impl Disk {
             j.id = FileId::of(&meta);
         }
         if table_based && !read.is_empty() {
-            let mut all = CacheData::clone(&cursor.journal_data);
-            all.merge(read.clone());
-            cursor.journal_data = Arc::new(all);
+            cursor.journal_data = cursor.journal_data.with(read.clone());
             self.publish_journal(cursor, inc);
         }
         inc.data.merge(read);

@@ -28,12 +28,15 @@ use crate::error::{Cause, StoreError};
 use crate::fsio::{self, FileId};
 use crate::tablefile::TableFile;
 
+pub(crate) use journal_data::JournalData;
+
 mod append;
 #[cfg(test)]
 mod between_reads;
 mod compact;
 mod fold;
 mod journal;
+mod journal_data;
 mod legacy;
 mod options;
 mod repair;
@@ -143,7 +146,7 @@ pub(crate) enum Changed {
 #[derive(Debug, Clone)]
 pub(crate) struct View {
     pub(crate) table: Option<Arc<TableFile>>,
-    pub(crate) journal: Arc<CacheData>,
+    pub(crate) journal: JournalData,
     /// What changed since the view before.
     pub(crate) changed: Changed,
 }
@@ -310,7 +313,7 @@ struct Cursor {
     base: Option<Base>,
     journal: Option<JournalState>,
     /// The current journal's records merged (a table's journal only: lookups read it).
-    journal_data: Arc<CacheData>,
+    journal_data: JournalData,
 }
 
 impl Cursor {
@@ -412,7 +415,7 @@ impl Disk {
     pub(crate) fn view(&self, changed: Changed) -> View {
         View {
             table: self.table(),
-            journal: Arc::clone(&self.cursor.journal_data),
+            journal: self.cursor.journal_data.clone(),
             changed,
         }
     }
@@ -432,7 +435,7 @@ impl Disk {
                 // back but what is recorded from now on.
                 inc.view = Some(View {
                     table: None,
-                    journal: Arc::new(CacheData::new()),
+                    journal: JournalData::default(),
                     changed: Changed::All { faithful: true },
                 });
             }
@@ -484,7 +487,7 @@ impl Disk {
     ) -> Result<bool, Failure> {
         let before = cursor.base.take();
         cursor.journal = None;
-        cursor.journal_data = Arc::new(CacheData::new());
+        cursor.journal_data = JournalData::default();
         // Another file than the one read before: unless it proves to be a faithful rewrite of
         // it (below), this process's results may be missing from it.
         inc.replaced |= before.is_some();

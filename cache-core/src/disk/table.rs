@@ -60,7 +60,7 @@ impl Disk {
             }
             inc.view = Some(View {
                 table: Some(Arc::clone(&table)),
-                journal: Arc::new(CacheData::new()),
+                journal: super::JournalData::default(),
                 changed,
             });
             return Ok(Loaded::Base(Base::Table(TableState {
@@ -160,7 +160,7 @@ impl Disk {
         let table = Arc::new(now);
         inc.view = Some(View {
             table: Some(Arc::clone(&table)),
-            journal: Arc::clone(&cursor.journal_data),
+            journal: cursor.journal_data.clone(),
             changed,
         });
         cursor.base = Some(Base::Table(TableState {
@@ -231,8 +231,8 @@ pub(crate) fn lookup(
     }
     if let Some(j) = view.journal.get(scope, ns, fp) {
         match &mut found {
-            Some(e) => e.merge(j.clone()),
-            None => found = Some(j.clone()),
+            Some(e) => e.merge_from(&j),
+            None => found = Some(j.into_owned()),
         }
     }
     (found, damage)

@@ -174,7 +174,7 @@ impl Disk {
             let data = super::table::read_whole(&state.table)
                 .map_err(|e| tablefile::format_error(&self.paths.snapshot, e))?;
             let mut all = data;
-            all.merge(CacheData::clone(&fresh.journal_data));
+            all.merge(fresh.journal_data.to_data());
             inc.data = all;
         }
         Ok(inc)
@@ -188,7 +188,7 @@ impl Disk {
         batch: &CacheData,
     ) -> Result<Vec<Event>, Failure> {
         let path = self.paths.snapshot.clone();
-        let mut changes = CacheData::clone(&self.cursor.journal_data);
+        let mut changes = self.cursor.journal_data.to_data();
         changes.merge(batch.clone());
         let table = &state.table;
         let mut builder = TableBuilder::new(
@@ -232,7 +232,7 @@ impl Disk {
             data.insert(scope, ns, entry);
             std::ops::ControlFlow::Continue(())
         });
-        data.merge(CacheData::clone(&self.cursor.journal_data));
+        data.merge(self.cursor.journal_data.to_data());
         data.merge(batch.clone());
         let mut identity = Vec::new();
         for p in &report.problems {
@@ -325,7 +325,7 @@ impl Disk {
                 migrated_from: None,
             })),
             journal: None,
-            journal_data: Arc::new(CacheData::new()),
+            journal_data: super::JournalData::default(),
         };
         Ok(events)
     }
@@ -418,9 +418,7 @@ impl Disk {
             && let Ok(data) =
                 cache_format::raw::decode_payload(&record[r.clone()], &self.options.limits)
         {
-            let mut all = CacheData::clone(&self.cursor.journal_data);
-            all.merge(data);
-            self.cursor.journal_data = Arc::new(all);
+            self.cursor.journal_data = self.cursor.journal_data.with(data);
         }
         Ok(())
     }
