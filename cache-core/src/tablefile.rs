@@ -94,6 +94,39 @@ pub(crate) fn starts_as_table(file: &File) -> std::io::Result<bool> {
     }
 }
 
+/// Whether `file` begins as every tunecache cache file begins (a msgpack array, then the
+/// string `"tunecache"`, as FORMAT.md's snapshot and table layouts both start), or is cut short
+/// within that beginning (an empty file included). One that does not is not tunecache's (a
+/// user's file given as the cache's path, a bundle): it is left alone, never moved aside.
+pub(crate) fn begins_as_cache(file: &File) -> std::io::Result<bool> {
+    let mut prefix = [0u8; 16];
+    let mut len = 0;
+    while len < prefix.len() {
+        match file.read_at(&mut prefix[len..], len as u64) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(marked(&prefix[..len]))
+}
+
+/// [`begins_as_cache`] of the first bytes of a file.
+fn marked(bytes: &[u8]) -> bool {
+    const MARKER: &[u8] = b"\xa9tunecache";
+    // The array's header: a fixarray, or an array 16 or 32 (any valid encoding is read).
+    let rest = match bytes.first() {
+        None => return true,
+        Some(0x90..=0x9f) => &bytes[1..],
+        Some(0xdc) => bytes.get(3..).unwrap_or_default(),
+        Some(0xdd) => bytes.get(5..).unwrap_or_default(),
+        Some(_) => return false,
+    };
+    let n = rest.len().min(MARKER.len());
+    rest[..n] == MARKER[..n]
+}
+
 /// Opens the table in `file` (read through it from now on).
 pub(crate) fn open(file: Arc<File>, limits: &Limits) -> Result<TableFile, TableError> {
     Table::open(FileBytes::whole(file), limits)
@@ -255,5 +288,32 @@ impl Written {
     pub(crate) fn commit_new(self) -> Result<cache_format::table::Commit, StoreError> {
         self.out.commit_new()?;
         Ok(self.commit)
+    }
+}
+
+#[cfg(test)]
+mod marker_tests {
+    use super::marked;
+
+    #[test]
+    fn only_a_file_that_begins_as_a_cache_or_is_cut_short_within_that_is_taken_as_one() {
+        let table =
+            cache_format::table::table_bytes("app", 1, None, &cache_format::CacheData::new());
+        assert!(marked(&table[..16]), "a table");
+        for cut in 0..12 {
+            assert!(marked(&table[..cut]), "cut short at {cut}");
+        }
+        assert!(marked(b"\x96\xa9tunecache\x03\xc6"), "a snapshot");
+        assert!(marked(b"\xdc\x00\x06\xa9tunecache\x03"), "an array 16");
+        for foreign in [
+            &b"important notes"[..],
+            b"{\"a\":1}",
+            b"\x93\xa8TCBUNDLE\x03",
+            b"\x96\xa9tunecachf\x04",
+            b"\x96\xa8tunecache\x04",
+            b"\x00",
+        ] {
+            assert!(!marked(foreign), "{foreign:?}");
+        }
     }
 }

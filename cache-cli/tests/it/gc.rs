@@ -203,3 +203,104 @@ fn a_table_and_its_journal_are_pruned_alike_and_the_dry_run_says_so() {
         String::from_utf8_lossy(&v.stdout)
     );
 }
+
+/// The files beside `path` (names and bytes), sorted.
+fn listing(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .filter(|f| f.path().is_file())
+        .map(|f| {
+            let name = f.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(f.path()).expect("read"))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Found by a hostile review: a table written once (one commit slot in use) with one bit of
+/// that slot flipped is unusable. `gc --dry-run` moved it and its journal aside and reported
+/// "40 → 40 entries"; `gc` did the same, and `gc --leftovers 30` then removed the copies it
+/// had just set aside, by the original files' old modification times: every entry lost. gc
+/// now refuses an unusable file and changes nothing; a later write sets it aside (keeping its
+/// journal's records), and that copy is as old as its setting aside.
+#[test]
+fn gc_moves_nothing_aside_and_a_copy_set_aside_is_as_old_as_its_setting_aside() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("c.tcache");
+    let now = now_millis();
+    write(&path, (0..30).map(|i| (i, now - 1_000)));
+    let mut bytes = std::fs::read(&path).expect("table");
+    bytes[20] ^= 1; // commit slot A, the only one written
+    std::fs::write(&path, &bytes).expect("damage");
+    let sixty_days_ago = std::time::SystemTime::now() - Duration::from_secs(60 * 86_400);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_modified(sixty_days_ago))
+        .expect("mtime");
+    let before = listing(dir.path());
+    for args in [
+        &["gc", "--dry-run"][..],
+        &["gc"],
+        &["gc", "--leftovers", "30"],
+        &["gc", "--max-age", "1"],
+    ] {
+        let o = tunecache(&path, args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("c.tcache") && err.contains("commit"),
+            "{args:?} names the file and the problem: {err}"
+        );
+        // The lock file is tunecache's; nothing else is created, changed or moved.
+        let after: Vec<_> = listing(dir.path())
+            .into_iter()
+            .filter(|(n, _)| n != "c.tcache.lock")
+            .collect();
+        let was: Vec<_> = before
+            .iter()
+            .filter(|(n, _)| n != "c.tcache.lock")
+            .cloned()
+            .collect();
+        assert_eq!(after, was, "{args:?} changed nothing");
+    }
+    // A write sets the file aside, keeping its name's time; gc keeps that copy for 30 days
+    // whatever the original's modification time.
+    let o = tunecache(
+        &path,
+        &[
+            "put",
+            "-n",
+            "mm",
+            "-k",
+            r#"{"id":99}"#,
+            "--algo",
+            "a",
+            "--median-ns",
+            "5",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let aside = || {
+        listing(dir.path())
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("c.tcache.unusable-"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(aside().len(), 1, "{:?}", listing(dir.path()));
+    let r = gc(&path, &["--leftovers", "30"]);
+    assert_eq!(
+        r["leftovers_removed"].as_array().map(Vec::len),
+        Some(0),
+        "{r:#}"
+    );
+    assert_eq!(aside().len(), 1, "the copy set aside a moment ago is kept");
+    assert_eq!(aside()[0].1, bytes, "byte for byte");
+}

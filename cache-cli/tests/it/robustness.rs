@@ -227,7 +227,8 @@ fn a_write_that_cannot_finish_says_to_run_it_again() {
 #[test]
 fn log_lines_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
     let (_d, path) = file();
-    std::fs::write(&path, b"garbage").expect("write");
+    // A table cut short: tunecache's, unusable, moved aside with a warning.
+    std::fs::write(&path, b"\x96\xa9tunecache\x04TB").expect("write");
     let o = tunecache(&path, &put_args(KEY, "a", "1"));
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(
@@ -532,5 +533,56 @@ fn json_output_escapes_what_a_terminal_would_act_on() {
     let again = text(&tunecache(&copy, &["export"]));
     for part in [r"a\u007fb\u009b[2Jc\u202ed", r"evil\u202ealgo"] {
         assert!(again.contains(part), "the same entry came back: {again}");
+    }
+}
+
+/// Found by a hostile review: a user's file given as the cache (a typo in `--cache-file`) was
+/// renamed to `.unusable-<ms>` by a write and replaced by a cache, and `gc --leftovers` then
+/// removed it for good. A file without tunecache's marker is now left byte for byte, by every
+/// command, each exiting 1 and naming it.
+#[test]
+fn a_file_that_is_not_a_cache_is_never_moved_or_changed() {
+    let (dir, _) = file();
+    let notes = dir.path().join("notes.txt");
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60 * 86_400);
+    std::fs::write(&notes, b"important\n").expect("notes");
+    std::fs::File::options()
+        .write(true)
+        .open(&notes)
+        .and_then(|f| f.set_modified(old))
+        .expect("mtime");
+    let lines = dir.path().join("in.jsonl");
+    std::fs::write(
+        &lines,
+        r#"{"scope":{},"namespace":"mm","key":{"m":1},"candidates":[{"algo":"a","params":{},"status":"ok","median_ns":5.0}]}"#,
+    )
+    .expect("lines");
+    let import = lines.display().to_string();
+    for args in [
+        put_args(KEY, "a", "1").to_vec(),
+        vec!["import", import.as_str()],
+        vec!["gc", "--leftovers", "0"],
+        vec!["gc", "--dry-run"],
+    ] {
+        let o = tunecache(&notes, &args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", err(&o));
+        assert!(
+            err(&o).contains("notes.txt") && err(&o).contains("not a tunecache file"),
+            "{args:?}: {}",
+            err(&o)
+        );
+        assert_eq!(std::fs::read(&notes).expect("still there"), b"important\n");
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .flatten()
+            .map(|f| f.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("notes.txt"))
+            .collect();
+        assert!(
+            names
+                .iter()
+                .all(|n| n == "notes.txt" || n == "notes.txt.lock"),
+            "{args:?}: {names:?}"
+        );
     }
 }

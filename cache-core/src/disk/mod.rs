@@ -494,6 +494,17 @@ impl Disk {
         let Some(file) = fsio::open_regular(&self.paths.snapshot)? else {
             return Ok(false);
         };
+        // A file that is not tunecache's (a user's file given as the cache's path, a bundle) is
+        // left alone, as a newer or another application's one is: never moved aside.
+        let ours = tablefile::begins_as_cache(&file)
+            .map_err(|e| StoreError::io("read", &self.paths.snapshot, e))?;
+        if !ours {
+            let not_ours = cache_format::FormatError::NotTunecache {
+                what: "file",
+                marker: "tunecache",
+            };
+            return Err(self.blocked(&self.paths.snapshot, not_ours.into()));
+        }
         let is_table = tablefile::starts_as_table(&file)
             .map_err(|e| StoreError::io("read", &self.paths.snapshot, e))?;
         let loaded = if is_table {

@@ -46,8 +46,10 @@ fn valid_file() -> Vec<u8> {
 }
 
 #[test]
-fn a_garbage_file_is_kept_aside_with_one_warning() {
-    quarantines(b"this is not a cache file at all", "garbage");
+fn a_cache_file_cut_short_within_its_marker_is_kept_aside_with_one_warning() {
+    let bytes = valid_file();
+    quarantines(&bytes[..7], "cut within the marker");
+    quarantines(b"", "empty");
 }
 
 #[test]
@@ -284,7 +286,9 @@ fn one_damaged_record_is_copied_aside_once() {
 fn a_corrupt_cache_with_a_long_name_is_moved_aside() {
     let dir = temp_dir();
     let path = path_in(&dir, &format!("{}.tcache", "n".repeat(240)));
-    std::fs::write(&path, b"not a cache").expect("write");
+    // A table cut short in its header: tunecache's, and unusable.
+    let cut = b"\x96\xa9tunecache\x04TBL";
+    std::fs::write(&path, cut).expect("write");
     let cache = builder(&path).open();
     let moved = cache.health().quarantined;
     assert_eq!(moved.len(), 1, "{:?}", cache.health());
@@ -294,7 +298,7 @@ fn a_corrupt_cache_with_a_long_name_is_moved_aside() {
         .to_string_lossy()
         .into_owned();
     assert!(name.len() <= 255 && name.contains(".unusable-"), "{name}");
-    assert_eq!(std::fs::read(&moved[0]).expect("kept"), b"not a cache");
+    assert_eq!(std::fs::read(&moved[0]).expect("kept"), cut);
     cache.put(ns(), entry(1, 1));
     cache.flush().expect("the cache goes on");
 }

@@ -127,10 +127,14 @@ fn a_replacement_at_the_same_or_an_older_schema_keeps_what_the_process_acknowled
 }
 
 #[test]
-fn a_replacement_at_a_newer_schema_is_left_alone_and_says_why() {
+fn a_replacement_at_a_newer_schema_or_not_tunecaches_is_left_alone_and_says_why() {
     capture_logs();
     let newer = table_with(APP, 9, 0..10);
-    for how in HOWS {
+    let garbage = b"hello, world: not a cache".to_vec();
+    for (newer, how) in [newer, garbage]
+        .iter()
+        .flat_map(|bytes| HOWS.iter().map(move |how| (bytes.clone(), *how)))
+    {
         let dir = temp_dir();
         let path = path_in(&dir, "c.tcache");
         let flushed = run(&path, &newer, how, false);
@@ -152,9 +156,10 @@ fn a_damaged_replacement_is_kept_aside_before_anything_is_written() {
     let mut damaged = table_with(APP, 2, 0..10);
     let at = damaged.len() / 2;
     damaged[148] ^= 0xff; // the header's first byte: the table does not open
-    let garbage = b"hello, world: not a cache".to_vec();
+    // Cut short within the marker: tunecache's, unusable.
+    let cut = table_with(APP, 2, 0..10)[..9].to_vec();
     let _ = at;
-    for bytes in [damaged, garbage] {
+    for bytes in [damaged, cut] {
         for how in HOWS {
             let dir = temp_dir();
             let path = path_in(&dir, "c.tcache");

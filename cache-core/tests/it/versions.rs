@@ -80,6 +80,26 @@ fn a_newer_format_file_is_left_byte_for_byte_unchanged() {
     assert_left_untouched(bytes, "newer format");
 }
 
+/// A file that is not tunecache's at the cache's path (a user's file given by mistake, a
+/// bundle, a cache whose marker was overwritten) is left as it is, never moved aside: nothing
+/// tunecache did not create is removed or changed (a later `gc --leftovers` removed what was
+/// moved aside).
+#[test]
+fn a_file_that_is_not_tunecaches_is_left_byte_for_byte_unchanged() {
+    assert_left_untouched(b"this is not a cache file at all".to_vec(), "garbage");
+    assert_left_untouched(b"{\"a\": 1}\n".to_vec(), "a JSON file");
+    let mut data = cache_core::cache_format::CacheData::new();
+    data.insert(&Default::default(), "matmul", crate::support::entry(7, 1));
+    let snapshot = cache_core::cache_format::encode_snapshot(APP, 1, &data);
+    let manifest =
+        cache_core::cache_format::bundle::manifest_of(&data, APP, 1, &snapshot, 0, "test");
+    let bundle = cache_core::cache_format::bundle::encode_bundle(&manifest, &snapshot);
+    assert_left_untouched(bundle, "a bundle");
+    let mut flipped = table_with(APP, 1, 0..10);
+    flipped[3] ^= 0x20;
+    assert_left_untouched(flipped, "a table whose marker was overwritten");
+}
+
 #[test]
 fn another_applications_file_is_left_byte_for_byte_unchanged() {
     assert_left_untouched(file_with("someone-else", 1, 0..10), "foreign application");

@@ -4,14 +4,18 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use cache_format::{CacheData, Fingerprint, Limits, Scope, now_millis};
 use cache_migrate::Migrations;
 
-use crate::disk::{Disk, DiskOptions, Failure, Paths};
+use crate::disk::{Disk, DiskOptions, Event, Failure, Paths};
 use crate::error::StoreError;
 use crate::lock::CacheLock;
+
+mod leftovers;
+
+use leftovers::prune_leftovers;
 
 /// What [`gc_file`] removes.
 #[derive(Debug, Clone)]
@@ -87,7 +91,24 @@ pub fn gc_file(
         Failure::Blocked(b) => b.into_error(),
         Failure::Retry(e) => e,
     };
-    let read = disk.read_updates(true).map_err(failure)?;
+    // gc moves nothing aside: a file it finds unusable is reported (a cache, or a command
+    // that records, sets it aside and keeps its journal's records), and a dry run repairs
+    // nothing at all. A first read that repairs nothing says which.
+    let probe = Disk::new(paths.clone(), Arc::new(registry.clone()), options)
+        .read_updates(false)
+        .map_err(failure)?;
+    if let Some(Event::Unusable { path, cause }) = probe
+        .events
+        .iter()
+        .find(|e| matches!(e, Event::Unusable { .. }))
+    {
+        return Err(StoreError::unusable(path.clone(), cause.clone()));
+    }
+    let read = if policy.dry_run {
+        probe
+    } else {
+        disk.read_updates(true).map_err(failure)?
+    };
     let streams = disk.table().is_some()
         && !read.needs_rewrite
         && read.salvaged.is_empty()
@@ -149,7 +170,7 @@ fn gc_whole(
     read: crate::disk::Incoming,
     report: &mut GcReport,
 ) -> Result<(), Failure> {
-    let mut all = disk.read_all(true)?;
+    let mut all = disk.read_all(!policy.dry_run)?;
     let salvaged = std::mem::take(&mut all.salvaged);
     let mut data = all.data;
     data.merge(salvaged);
@@ -361,59 +382,6 @@ fn prune_claims(path: &Path, dry_run: bool) -> usize {
     removed
 }
 
-/// The copies kept aside beside the cache older than `age`, removed: exactly the names
-/// tunecache gives them ([`kept_aside`]), nothing that merely looks alike.
-fn prune_leftovers(paths: &Paths, age: Duration, dry_run: bool) -> Vec<PathBuf> {
-    let Ok(files) = std::fs::read_dir(&paths.dir) else {
-        return Vec::new();
-    };
-    let now = SystemTime::now();
-    let mut removed = Vec::new();
-    for f in files.flatten() {
-        let Some(name) = f.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        let aside = [&paths.snapshot, &paths.journal]
-            .iter()
-            .any(|base| kept_aside(base, &name));
-        let old = std::fs::symlink_metadata(f.path())
-            .ok()
-            .filter(std::fs::Metadata::is_file)
-            .and_then(|m| m.modified().ok())
-            .and_then(|t| now.duration_since(t).ok())
-            .is_some_and(|d| d >= age);
-        if aside && old && (dry_run || std::fs::remove_file(f.path()).is_ok()) {
-            removed.push(f.path());
-        }
-    }
-    removed.sort();
-    removed
-}
-
-/// Whether `name` is a copy tunecache kept aside of the file `base`: `.unusable-<ms>` (moved
-/// aside), `.bak.<ms>` (before a migration), `.damaged-<8 hex>` or `.torn-<8 hex>` (copies of
-/// damage), each as `fsio::aside` names it (a long name shortened the same way).
-pub(crate) fn kept_aside(base: &Path, name: &str) -> bool {
-    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
-    let hex8 = |s: &str| s.len() == 8 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    let suffix = [
-        (".unusable-", &digits as &dyn Fn(&str) -> bool),
-        (".bak.", &digits),
-        (".damaged-", &hex8),
-        (".torn-", &hex8),
-    ]
-    .into_iter()
-    .find_map(|(tag, valid)| {
-        let at = name.rfind(tag)?;
-        valid(&name[at + tag.len()..]).then(|| &name[at..])
-    });
-    suffix.is_some_and(|suffix| {
-        crate::fsio::aside(base, suffix)
-            .file_name()
-            .is_some_and(|n| n == name)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,36 +410,6 @@ mod tests {
 
     fn scope(driver: i64) -> Scope {
         Scope::new(Fields::from([("driver".to_owned(), Value::Int(driver))]))
-    }
-
-    #[test]
-    fn only_the_names_tunecache_keeps_aside_are_recognised() {
-        let base = Path::new("/c/cache.tcache");
-        for ours in [
-            "cache.tcache.unusable-1795352693050",
-            "cache.tcache.bak.1795352693050",
-            "cache.tcache.damaged-0a1b2c3d",
-            "cache.tcache.torn-0a1b2c3d",
-        ] {
-            assert!(kept_aside(base, ours), "{ours}");
-        }
-        for theirs in [
-            "cache.tcache.bak.before-upgrade",
-            "cache.tcache.unusable-notes.txt",
-            "cache.tcache.bak.1795352693050.txt",
-            "cache.tcache.torn-0A1B2C3D",
-            "cache.tcache.damaged-0a1b2c3",
-            "other.tcache.bak.1795352693050",
-            "cache.tcache",
-            "cache.tcache.bak.",
-        ] {
-            assert!(!kept_aside(base, theirs), "{theirs}");
-        }
-        // A long name is shortened as it was when kept aside.
-        let long = PathBuf::from(format!("/c/{}.tcache", "é".repeat(120)));
-        let kept = crate::fsio::aside(&long, ".unusable-1795352693050");
-        let name = kept.file_name().and_then(|n| n.to_str()).expect("name");
-        assert!(kept_aside(&long, name), "{name}");
     }
 
     #[test]
