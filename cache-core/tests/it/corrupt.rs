@@ -447,3 +447,71 @@ fn a_damaged_newest_slot_loses_no_commit_and_verify_says_so() {
     assert_eq!(t.recovered_slot(), None);
     assert_eq!(t.head().damaged, [false, false]);
 }
+
+/// Found by a hostile review: a table written in one go (an import, a merge, a rewrite) has
+/// one slot ever written; one flipped bit of it made every entry unusable, and the next write
+/// set the whole file aside. The file's only commit is now found by its block, as a damaged
+/// newest slot's is, and the next writes keep every entry.
+#[test]
+fn a_damaged_only_slot_loses_no_entry() {
+    use cache_core::cache_format::table::{SLOT_A, SLOT_B, Table, table_bytes};
+    use cache_core::cache_format::{CacheData, Scope};
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let mut data = CacheData::new();
+    for id in 0..40 {
+        data.insert(&Scope::default(), "matmul", entry(1, id));
+    }
+    let bytes = table_bytes(crate::support::APP, 1, None, &data);
+    let t = Table::open(bytes.clone(), &Default::default()).expect("a table");
+    assert_eq!(t.slot_at(), SLOT_A, "one commit, in slot A");
+    assert_eq!(t.head().slots[1], None, "slot B never written");
+    for at in [SLOT_A + 3, SLOT_A + 20, SLOT_A + 63] {
+        let mut damaged = bytes.clone();
+        damaged[at as usize] ^= 0x01;
+        let t = Table::open(damaged.clone(), &Default::default()).expect("found by its block");
+        assert_eq!(t.recovered_slot(), Some(SLOT_A), "byte {at}");
+        std::fs::write(&path, &damaged).expect("write");
+        assert_eq!(
+            ids_on_disk(&path, 1, 40),
+            (0..40).collect::<Vec<_>>(),
+            "byte {at}"
+        );
+        let found = cache_core::inspect(&path, &Default::default(), None).expect("inspect");
+        assert!(
+            found
+                .problems
+                .iter()
+                .any(|p| p.contains("commit slot at offset 16")),
+            "byte {at}: verify says so: {:?}",
+            found.problems
+        );
+        // A write keeps every entry and sets nothing aside; the slot is written afresh.
+        let cache = builder(&path).compaction(1e9, 1).open();
+        cache.put(ns(), entry(1, 40));
+        cache.flush().expect("saved");
+        assert!(
+            cache.health().quarantined.is_empty(),
+            "{:?}",
+            cache.health()
+        );
+        drop(cache);
+        assert_eq!(
+            ids_on_disk(&path, 1, 41),
+            (0..41).collect::<Vec<_>>(),
+            "byte {at}"
+        );
+        let t =
+            Table::open(std::fs::read(&path).expect("read"), &Default::default()).expect("a table");
+        assert_eq!(
+            t.slot_at(),
+            SLOT_B,
+            "the next commit went to the other slot"
+        );
+    }
+    // The file cut short as well (its commit block no longer ends it): nothing is adopted,
+    // the file is unusable as before.
+    let mut both = bytes[..bytes.len() - 1].to_vec();
+    both[SLOT_A as usize + 20] ^= 0x01;
+    assert!(Table::open(both, &Default::default()).is_err());
+}

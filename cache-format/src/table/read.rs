@@ -161,6 +161,23 @@ impl<R: ReadAt> Table<R> {
                 }
             }
         }
+        // One slot ever written, and damaged: the file's only commit, found by its block.
+        if let Some((slot_at, slot, commit)) =
+            super::recover::only_commit(&src, limits, &head, size)
+        {
+            return Ok(Table {
+                src,
+                limits: *limits,
+                head,
+                slot,
+                slot_at,
+                commit,
+                recovered: Some(slot_at),
+                passed_over,
+                dir: OnceLock::new(),
+                nodes: Mutex::new(HashMap::new()),
+            });
+        }
         Err(last.unwrap_or_else(|| {
             FormatError::invalid("table", "neither commit slot names a commit").into()
         }))

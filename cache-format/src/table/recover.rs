@@ -23,11 +23,48 @@ pub(crate) fn next_commit<R: ReadAt + ?Sized>(
     size: u64,
 ) -> Option<(u64, Slot, Commit)> {
     let other = if base_at == SLOT_A { SLOT_B } else { SLOT_A };
-    if !head.damaged[usize::from(other == SLOT_B)] || size <= base.end() {
+    if !head.damaged[usize::from(other == SLOT_B)] {
+        return None;
+    }
+    let accept = |c: &Commit| c.seq == base.seq + 1 && c.prev == Some(base.commit);
+    let (slot, commit) = tail_commit(src, limits, head, base.end(), size, accept)?;
+    Some((other, slot, commit))
+}
+
+/// The only commit of a table written in one go (an import, a merge, a rewrite: one slot ever
+/// written), when that slot is damaged and the other was never written: the commit block that
+/// ends the file, with no commit before it, whose blocks read back. Its slot as it would read,
+/// and where. Without this, one flipped bit of the slot made every entry of the file unusable.
+pub(crate) fn only_commit<R: ReadAt + ?Sized>(
+    src: &R,
+    limits: &Limits,
+    head: &TableHead,
+    size: u64,
+) -> Option<(u64, Slot, Commit)> {
+    if head.slots != [None, None] || !head.damaged.contains(&true) {
+        return None;
+    }
+    let at = if head.damaged[0] { SLOT_A } else { SLOT_B };
+    let first = |c: &Commit| c.prev.is_none();
+    let (slot, commit) = tail_commit(src, limits, head, head.blocks_at, size, first)?;
+    Some((at, slot, commit))
+}
+
+/// The commit block that ends the file after `from`, that `accept` takes and whose directory,
+/// root and change list read back: its slot as it would read, and the commit.
+fn tail_commit<R: ReadAt + ?Sized>(
+    src: &R,
+    limits: &Limits,
+    head: &TableHead,
+    from: u64,
+    size: u64,
+    accept: impl Fn(&Commit) -> bool,
+) -> Option<(Slot, Commit)> {
+    if size <= from {
         return None;
     }
     // The commit block is the last thing a fold appends: it ends the file.
-    let window = (size - base.end()).min(u64::from(COMMIT_MAX_BYTES));
+    let window = (size - from).min(u64::from(COMMIT_MAX_BYTES));
     let start = size - window;
     let mut tail = vec![0u8; window as usize];
     src.read_exact_at(&mut tail, start).ok()?;
@@ -44,7 +81,7 @@ pub(crate) fn next_commit<R: ReadAt + ?Sized>(
         let Ok(commit) = Commit::decode(&tail[at..], limits) else {
             continue;
         };
-        if commit.seq != base.seq + 1 || commit.prev != Some(base.commit) {
+        if !accept(&commit) {
             continue;
         }
         let offset = start + at as u64;
@@ -61,7 +98,7 @@ pub(crate) fn next_commit<R: ReadAt + ?Sized>(
             seq: commit.seq,
             commit: BlockRef::of(offset, &tail[at..]),
         };
-        return Some((other, slot, commit));
+        return Some((slot, commit));
     }
     None
 }
