@@ -380,9 +380,10 @@ impl<'de> Visitor<'de> for ValueVisitor {
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        // A JSON integer outside 64 bits arrives as a float: say which it is.
+        // A JSON integer outside 64 bits arrives as a float, already rounded: say about
+        // which it is (its rounded digits named another integer: -2^63 for -2^63 - 1).
         if v.is_finite() && v.fract() == 0.0 && v.abs() >= 9.223_372_036_854_776e18 {
-            return Err(E::custom(out_of_range(&format_args!("{v:.0}"))));
+            return Err(E::custom(out_of_range(&format_args!("near {v:e}"))));
         }
         Err(E::custom(format_args!(
             "floats are not allowed in keys, scopes or params (got {v}); use an integer or a string"

@@ -116,6 +116,14 @@ impl Lookup {
         let limits = Limits::default();
         let mut out = Vec::new();
         for path in paths {
+            // As a cache's system tier says it.
+            if std::fs::symlink_metadata(&path).is_err() {
+                say(format_args!(
+                    "the system file {} is not used: no such file",
+                    path.display()
+                ));
+                continue;
+            }
             let opened = cache_core::open_bundle(&path, &limits, registry)
                 .map(|(_, found)| found)
                 .or_else(|_| cache_core::inspect(&path, &limits, registry));

@@ -84,7 +84,7 @@ impl ListArgs {
         if damage.is_empty() || out.closed() {
             return Ok(exit::OK);
         }
-        damage.say("listed what could be read; what is listed above is missing");
+        damage.say("the list holds what could be read: the entries under the \"damaged:\" lines are not in it");
         Ok(exit::PROBLEMS)
     }
 }

@@ -207,6 +207,22 @@ fn get_and_explain_see_the_system_files_a_lookup_would() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert_ne!(run(&get, false).status.code(), Some(0), "no tier has it");
+    // A system file that is not there is said to be missing (it was "holds no readable
+    // cache"), and the next one still serves.
+    let missing = dir.path().join("missing.tcb");
+    let o = test_support::cli::command(crate::EXE, &mine, &get)
+        .env(
+            "TUNECACHE_SYSTEM_PATH",
+            format!("{}:{}", missing.display(), bundle.display()),
+        )
+        .output()
+        .expect("run tunecache");
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(&format!("{} is not used: no such file", missing.display())),
+        "{said}"
+    );
     let explain = [
         "--json",
         "explain",

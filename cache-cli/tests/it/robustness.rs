@@ -157,6 +157,12 @@ fn messages_say_what_happened_once() {
             "{big}: {}",
             err(&o)
         );
+        // The rounded float named another integer (-2^63, which is in range).
+        assert!(
+            !err(&o).contains("integer -9223372036854775808 is"),
+            "{big}: {}",
+            err(&o)
+        );
     }
     assert!(
         err(&tunecache(&path, &put_args(r#"{"m":1.5}"#, "a", "1")))
