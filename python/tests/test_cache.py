@@ -88,13 +88,31 @@ def test_an_unusable_location_degrades_to_memory_and_warns(tmp_path, caplog, whe
 
 def test_a_damaged_file_is_moved_aside_not_fatal(tmp_path, caplog):
     f = tmp_path / "c.tcache"
-    f.write_bytes(b"TCACHE\x00\x01" + os.urandom(200))
+    # tunecache's marker, then damage.
+    damaged = b"\x96\xa9tunecache\x04" + os.urandom(200)
+    f.write_bytes(damaged)
     with caplog.at_level(logging.WARNING, logger="tunecache"):
         c = tunecache.Cache("pyapp", path=f)
     assert c.get("mm", KEY) is None
     c.put("mm", KEY, "a", median_ns=1.0)
     c.close()
     assert caplog.records, "a warning says what happened"
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("c.tcache.unusable-")]
+    assert [p.read_bytes() for p in aside] == [damaged], "kept aside byte for byte"
+
+
+def test_a_file_that_is_not_a_cache_is_left_alone(tmp_path, caplog):
+    f = tmp_path / "notes.txt"
+    theirs = b"TCACHE\x00\x01" + os.urandom(200)
+    f.write_bytes(theirs)
+    with caplog.at_level(logging.WARNING, logger="tunecache"):
+        c = tunecache.Cache("pyapp", path=f)
+    c.put("mm", KEY, "a", median_ns=1.0)
+    assert c.get("mm", KEY).best.algorithm == "a", "results still work, in memory"
+    c.close()
+    assert any("untouched" in r.getMessage() for r in caplog.records), caplog.records
+    assert f.read_bytes() == theirs
+    assert sorted(p.name for p in tmp_path.iterdir()) in (["notes.txt"], ["notes.txt", "notes.txt.lock"])
 
 
 def test_read_only_never_writes(tmp_path):
