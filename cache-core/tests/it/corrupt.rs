@@ -466,7 +466,8 @@ fn a_damaged_only_slot_loses_no_entry() {
     let t = Table::open(bytes.clone(), &Default::default()).expect("a table");
     assert_eq!(t.slot_at(), SLOT_A, "one commit, in slot A");
     assert_eq!(t.head().slots[1], None, "slot B never written");
-    for at in [SLOT_A + 3, SLOT_A + 20, SLOT_A + 63] {
+    // One byte of the sequence number, the offset, the zeros, the slot's own CRC.
+    for at in [SLOT_A + 3, SLOT_A + 12, SLOT_A + 40, SLOT_A + 63] {
         let mut damaged = bytes.clone();
         damaged[at as usize] ^= 0x01;
         let t = Table::open(damaged.clone(), &Default::default()).expect("found by its block");
@@ -509,9 +510,29 @@ fn a_damaged_only_slot_loses_no_entry() {
             "the next commit went to the other slot"
         );
     }
-    // The file cut short as well (its commit block no longer ends it): nothing is adopted,
-    // the file is unusable as before.
-    let mut both = bytes[..bytes.len() - 1].to_vec();
-    both[SLOT_A as usize + 20] ^= 0x01;
-    assert!(Table::open(both, &Default::default()).is_err());
+    // Not adopted, the file unusable as before: the file cut short as well (its commit
+    // block no longer ends it); the commit block damaged as well (a second hostile review:
+    // a flipped `root` key read as an empty tree, a flipped lineage dropped the journal);
+    // the slot's record of the commit's CRC is what was damaged (nothing vouches for the
+    // block then).
+    let slot_damaged = |mut b: Vec<u8>, at: u64| {
+        b[at as usize] ^= 0x01;
+        b
+    };
+    let cut = slot_damaged(bytes[..bytes.len() - 1].to_vec(), SLOT_A + 40);
+    assert!(Table::open(cut, &Default::default()).is_err());
+    let root = bytes
+        .windows(5)
+        .rposition(|w| w == b"\xa4root")
+        .expect("the commit names its root");
+    for flip in [root + 1, bytes.len() - 3] {
+        let mut both = slot_damaged(bytes.clone(), SLOT_A + 40);
+        both[flip] ^= 0x01;
+        assert!(
+            Table::open(both, &Default::default()).is_err(),
+            "byte {flip}"
+        );
+    }
+    let crc_field = slot_damaged(bytes.clone(), SLOT_A + 20);
+    assert!(Table::open(crc_field, &Default::default()).is_err());
 }

@@ -33,8 +33,8 @@ pub(crate) fn next_commit<R: ReadAt + ?Sized>(
 
 /// The only commit of a table written in one go (an import, a merge, a rewrite: one slot ever
 /// written), when that slot is damaged and the other was never written: the commit block that
-/// ends the file, with no commit before it, whose blocks read back. Its slot as it would read,
-/// and where. Without this, one flipped bit of the slot made every entry of the file unusable.
+/// ends the file, with no commit before it, whose blocks read back and whose CRC-32 the
+/// damaged slot still records. Its slot as it would read, and where. Without this, one flipped bit of the slot made every entry of the file unusable.
 pub(crate) fn only_commit<R: ReadAt + ?Sized>(
     src: &R,
     limits: &Limits,
@@ -47,7 +47,20 @@ pub(crate) fn only_commit<R: ReadAt + ?Sized>(
     let at = if head.damaged[0] { SLOT_A } else { SLOT_B };
     let first = |c: &Commit| c.prev.is_none();
     let (slot, commit) = tail_commit(src, limits, head, head.blocks_at, size, first)?;
-    Some((at, slot, commit))
+    // The block's own bytes have no checksum but the slot's: the damaged slot must still
+    // hold it (its CRC field intact; the damage elsewhere in the slot). A block damaged as
+    // well (its CRC differs), or damage in the slot's CRC field, is not adopted: a commit
+    // whose root, counts or lineage are wrong would lose entries silently.
+    let recorded = recorded_crc(src, at)?;
+    (recorded == slot.commit.crc).then_some((at, slot, commit))
+}
+
+/// The commit CRC-32 a slot's bytes record (bytes 20 to 24), read whatever the slot's own
+/// check says.
+fn recorded_crc<R: ReadAt + ?Sized>(src: &R, at: u64) -> Option<u32> {
+    let mut crc = [0u8; 4];
+    src.read_exact_at(&mut crc, at + 20).ok()?;
+    Some(u32::from_be_bytes(crc))
 }
 
 /// The commit block that ends the file after `from`, that `accept` takes and whose directory,
