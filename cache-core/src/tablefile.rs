@@ -109,12 +109,23 @@ pub(crate) fn begins_as_cache(file: &File) -> std::io::Result<bool> {
             Err(e) => return Err(e),
         }
     }
-    Ok(marked(&prefix[..len]))
+    Ok(marked(&prefix[..len], CACHE_MARKER))
 }
 
-/// [`begins_as_cache`] of the first bytes of a file.
-fn marked(bytes: &[u8]) -> bool {
-    const MARKER: &[u8] = b"\xa9tunecache";
+/// A cache file's marker as msgpack writes it: the string `"tunecache"`.
+const CACHE_MARKER: &[u8] = b"\xa9tunecache";
+
+/// A journal's marker as msgpack writes it: the string `"tunecache-journal"`.
+const JOURNAL_MARKER: &[u8] = b"\xb1tunecache-journal";
+
+/// Whether the first bytes of a journal begin as a journal does, or are cut short within that
+/// beginning (see [`begins_as_cache`]): one that does not is not tunecache's and is left alone.
+pub(crate) fn begins_as_journal(bytes: &[u8]) -> bool {
+    marked(bytes, JOURNAL_MARKER)
+}
+
+/// Whether `bytes` begin with a msgpack array and then `marker`, or are cut short within that.
+fn marked(bytes: &[u8], marker: &[u8]) -> bool {
     // The array's header: a fixarray, or an array 16 or 32 (any valid encoding is read).
     let rest = match bytes.first() {
         None => return true,
@@ -123,8 +134,8 @@ fn marked(bytes: &[u8]) -> bool {
         Some(0xdd) => bytes.get(5..).unwrap_or_default(),
         Some(_) => return false,
     };
-    let n = rest.len().min(MARKER.len());
-    rest[..n] == MARKER[..n]
+    let n = rest.len().min(marker.len());
+    rest[..n] == marker[..n]
 }
 
 /// Opens the table in `file` (read through it from now on).
@@ -293,18 +304,31 @@ impl Written {
 
 #[cfg(test)]
 mod marker_tests {
-    use super::marked;
+    use super::{CACHE_MARKER, begins_as_journal, marked};
 
     #[test]
     fn only_a_file_that_begins_as_a_cache_or_is_cut_short_within_that_is_taken_as_one() {
         let table =
             cache_format::table::table_bytes("app", 1, None, &cache_format::CacheData::new());
+        let marked = |b: &[u8]| marked(b, CACHE_MARKER);
         assert!(marked(&table[..16]), "a table");
         for cut in 0..12 {
             assert!(marked(&table[..cut]), "cut short at {cut}");
         }
         assert!(marked(b"\x96\xa9tunecache\x03\xc6"), "a snapshot");
         assert!(marked(b"\xdc\x00\x06\xa9tunecache\x03"), "an array 16");
+        let journal = cache_format::encode_journal_header(&cache_format::JournalHeader {
+            app: "app".into(),
+            schema: 1,
+            base: 7,
+            nonce: 9,
+        });
+        assert!(
+            begins_as_journal(&journal) && !marked(&journal),
+            "a journal"
+        );
+        assert!(begins_as_journal(&journal[..5]) && begins_as_journal(b""));
+        assert!(!begins_as_journal(b"my notes\n") && !begins_as_journal(&table[..16]));
         for foreign in [
             &b"important notes"[..],
             b"{\"a\":1}",

@@ -91,6 +91,19 @@ impl Disk {
         let Some((bytes, id)) = read_with_id(path, self.options.limits.max_file_bytes)? else {
             return Ok(());
         };
+        // A file that is not a journal (someone's file at the journal's name) is left alone,
+        // as one at the cache's path is: never moved aside.
+        let prefix = match &bytes {
+            Ok(b) => b[..b.len().min(32)].to_vec(),
+            Err(_) => fsio::read_prefix(path, 32)?,
+        };
+        if !crate::tablefile::begins_as_journal(&prefix) {
+            let not_ours = FormatError::NotTunecache {
+                what: "journal",
+                marker: "tunecache-journal",
+            };
+            return Err(self.blocked(path, not_ours.into()));
+        }
         let bytes = match bytes {
             Ok(b) => b,
             Err(e) => {

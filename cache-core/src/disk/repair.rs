@@ -25,7 +25,11 @@ impl Disk {
             moved_to,
             reason: reason.to_owned(),
         });
-        if fsio::stat(&self.paths.journal)?.is_some() {
+        // A journal is moved with it, its valid records kept; a file at the journal's name
+        // that is not a journal is not tunecache's, and stays.
+        let journal = fsio::stat(&self.paths.journal)?.is_some()
+            && crate::tablefile::begins_as_journal(&fsio::read_prefix(&self.paths.journal, 32)?);
+        if journal {
             // Its records are individually checksummed and gated: keep the good ones.
             let mut scratch = Cursor::default();
             let mut rescued = Incoming::default();
@@ -153,6 +157,17 @@ impl Disk {
     }
 
     pub(super) fn remove_journal(&self) -> Result<(), StoreError> {
+        // Only a journal: a file at its name that is not one is not tunecache's to remove.
+        let prefix = fsio::read_prefix(&self.paths.journal, 32)?;
+        if !crate::tablefile::begins_as_journal(&prefix) {
+            return Err(StoreError::Format {
+                path: self.paths.journal.clone(),
+                source: cache_format::FormatError::NotTunecache {
+                    what: "journal",
+                    marker: "tunecache-journal",
+                },
+            });
+        }
         match fs::remove_file(&self.paths.journal) {
             Ok(()) => fsio::sync_dir(&self.paths.dir),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -161,6 +161,19 @@ pub(crate) fn read_with_id(path: &Path, limit: u64) -> Result<WholeFile, StoreEr
     Ok(read_keeping_file(path, limit)?.map(|(bytes, id, _)| (bytes, id)))
 }
 
+/// At most the first `len` bytes of the regular file at `path` (empty if it is gone).
+pub(crate) fn read_prefix(path: &Path, len: usize) -> Result<Vec<u8>, StoreError> {
+    use std::io::Read;
+    let Some(file) = open_regular(path)? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(len);
+    file.take(len as u64)
+        .read_to_end(&mut out)
+        .map_err(|e| StoreError::io("read", path, e))?;
+    Ok(out)
+}
+
 /// The bytes of the regular file at `path` (an input: a migration file, a policy), refused
 /// before anything is read when it is over `limit` bytes, and never read past it.
 pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, StoreError> {
