@@ -9,6 +9,7 @@ mod diff;
 mod docs_blocks;
 mod evaluate;
 mod explain;
+mod foreign;
 mod gc;
 mod imports;
 mod large;

@@ -1,0 +1,101 @@
+//! Files that are not tunecache's, at the paths tunecache uses (the cache's, its journal's):
+//! every command leaves them byte for byte, under their own names, and says why it stops.
+
+use crate::commands::{KEY, err, file, put, put_args};
+use crate::tunecache;
+
+/// Found by a hostile review: a user's file given as the cache (a typo in `--cache-file`) was
+/// renamed to `.unusable-<ms>` by a write and replaced by a cache, and `gc --leftovers` then
+/// removed it for good. A file without tunecache's marker is now left byte for byte, by every
+/// command, each exiting 1 and naming it.
+#[test]
+fn a_file_that_is_not_a_cache_is_never_moved_or_changed() {
+    let (dir, _) = file();
+    let notes = dir.path().join("notes.txt");
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60 * 86_400);
+    std::fs::write(&notes, b"important\n").expect("notes");
+    std::fs::File::options()
+        .write(true)
+        .open(&notes)
+        .and_then(|f| f.set_modified(old))
+        .expect("mtime");
+    let lines = dir.path().join("in.jsonl");
+    std::fs::write(
+        &lines,
+        r#"{"scope":{},"namespace":"mm","key":{"m":1},"candidates":[{"algo":"a","params":{},"status":"ok","median_ns":5.0}]}"#,
+    )
+    .expect("lines");
+    let import = lines.display().to_string();
+    for args in [
+        put_args(KEY, "a", "1").to_vec(),
+        vec!["import", import.as_str()],
+        vec!["gc", "--leftovers", "0"],
+        vec!["gc", "--dry-run"],
+    ] {
+        let o = tunecache(&notes, &args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", err(&o));
+        assert!(
+            err(&o).contains("notes.txt") && err(&o).contains("not a tunecache file"),
+            "{args:?}: {}",
+            err(&o)
+        );
+        assert_eq!(std::fs::read(&notes).expect("still there"), b"important\n");
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .flatten()
+            .map(|f| f.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("notes.txt"))
+            .collect();
+        assert!(
+            names
+                .iter()
+                .all(|n| n == "notes.txt" || n == "notes.txt.lock"),
+            "{args:?}: {names:?}"
+        );
+    }
+}
+
+/// Found by a second hostile review: a file at the journal's name (`<cache>.journal`) that is
+/// not a journal was renamed to `.unusable-<ms>` by the next write, and `gc --leftovers 0`
+/// then removed it. It is left alone as one at the cache's path is, also when the cache
+/// file beside it is damaged and set aside.
+#[test]
+fn a_file_at_the_journals_name_that_is_not_a_journal_is_never_moved_or_changed() {
+    let (dir, path) = file();
+    put(&path, "tiled", "1200");
+    let journal = dir.path().join("c.tcache.journal");
+    let theirs = b"my notes\n";
+    for damaged_cache in [false, true] {
+        std::fs::write(&journal, theirs).expect("notes");
+        if damaged_cache {
+            std::fs::write(&path, b"\x96\xa9tunecache\x04TBL").expect("damaged cache");
+        }
+        // Beside a damaged cache, the put sets the cache aside and then stops at the journal.
+        let commands = if damaged_cache {
+            vec![put_args(KEY, "a", "1").to_vec()]
+        } else {
+            vec![
+                put_args(KEY, "a", "1").to_vec(),
+                vec!["gc", "--leftovers", "0"],
+                vec!["gc", "--dry-run"],
+            ]
+        };
+        for args in commands {
+            let o = tunecache(&path, &args);
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {}", err(&o));
+            assert!(
+                err(&o).contains("c.tcache.journal") && err(&o).contains("not a tunecache journal"),
+                "{args:?}: {}",
+                err(&o)
+            );
+            assert_eq!(std::fs::read(&journal).expect("still there"), theirs);
+            let moved: Vec<String> = std::fs::read_dir(dir.path())
+                .expect("dir")
+                .flatten()
+                .map(|f| f.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("c.tcache.journal."))
+                .collect();
+            assert!(moved.is_empty(), "{args:?}: {moved:?}");
+        }
+    }
+}
