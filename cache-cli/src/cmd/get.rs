@@ -70,6 +70,15 @@ impl Lookup {
         } else {
             ctx.inspect_as_read(&path)?
         };
+        // A file that cannot be read whole says so before the answer: a miss there may be
+        // the damage's, not the key's.
+        crate::damage::Damage::of([found.problems.as_slice()]).say(format_args!(
+            "{}: answered from what could be read",
+            path.display()
+        ));
+        if let Some(GateVerdict::Refused { error, .. }) = &found.gate {
+            say(format_args!("{} is not read: {error}", path.display()));
+        }
         let mut lookup = Lookup {
             found,
             namespace: key.namespace.clone(),

@@ -99,3 +99,38 @@ fn a_file_at_the_journals_name_that_is_not_a_journal_is_never_moved_or_changed()
         }
     }
 }
+
+/// Found by the second hostile review: `get`, `show` and `explain` on a file they cannot read
+/// (cut short, not a cache) answered only "no entry" (`explain`: "no tier has this key"), as
+/// if the key had never been recorded. They now say what could not be read, first.
+#[test]
+fn a_lookup_in_a_file_it_cannot_read_says_so_before_it_misses() {
+    let (dir, path) = file();
+    put(&path, "tiled", "1200");
+    let cut = dir.path().join("cut.tcache");
+    let bytes = std::fs::read(&path).expect("cache");
+    std::fs::write(&cut, &bytes[..bytes.len() - 1]).expect("cut");
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, b"my notes\n").expect("notes");
+    let key = r#"{"m":128,"n":256,"k":64,"dtype":"float16"}"#;
+    for file in [&cut, &notes] {
+        for args in [
+            vec!["get", "-n", "matmul", "-k", key],
+            vec!["show", "-n", "matmul", "-k", key],
+            vec!["explain", "-n", "matmul", "-k", key, "--scope", "{}"],
+        ] {
+            let o = tunecache(file, &args);
+            let said = err(&o);
+            let name = file.file_name().and_then(|n| n.to_str()).expect("name");
+            assert!(
+                said.contains(&format!("damaged: {}", file.display())) || said.contains(name),
+                "{args:?} on {name}: {said}"
+            );
+            assert!(said.contains("damaged:"), "{args:?} on {name}: {said}");
+        }
+    }
+    // A sound file says nothing of the kind.
+    let o = tunecache(&path, &["get", "-n", "matmul", "-k", key]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(!err(&o).contains("damaged"), "{}", err(&o));
+}

@@ -304,3 +304,60 @@ fn gc_moves_nothing_aside_and_a_copy_set_aside_is_as_old_as_its_setting_aside() 
     assert_eq!(aside().len(), 1, "the copy set aside a moment ago is kept");
     assert_eq!(aside()[0].1, bytes, "byte for byte");
 }
+
+/// Found by the second hostile review: on a table whose newest commit does not read back, gc
+/// exited 0 and said nothing, while its rewrite dropped that commit's entries (a copy kept
+/// aside, which `--leftovers` could remove later); journal records failing their checks went
+/// the same way. gc now names the damage and changes nothing; a dry run likewise.
+#[test]
+fn gc_prunes_no_damaged_cache_and_says_what_is_damaged() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("c.tcache");
+    let now = now_millis();
+    write(&path, (0..30).map(|i| (i, now - 1_000)));
+    write(&path, (30..35).map(|i| (i, now - 1_000)));
+    // The journal folded in: commit 2, in slot B.
+    let r = gc(&path, &[]);
+    assert_eq!(r["entries_after"], 35, "{r:#}");
+    assert!(!dir.path().join("c.tcache.journal").exists());
+    let clean = std::fs::read(&path).expect("table");
+    let mut bytes = clean.clone();
+    let at = bytes.len() - 3; // inside commit 2's block
+    bytes[at] ^= 0x01;
+    std::fs::write(&path, &bytes).expect("damage");
+    let journal = dir.path().join("c.tcache.journal");
+    for (case, damaged_journal) in [("newest commit", false), ("journal record", true)] {
+        if damaged_journal {
+            std::fs::write(&path, &clean).expect("sound table");
+            write(&path, (40..44).map(|i| (i, now - 1_000)));
+            let mut j = std::fs::read(&journal).expect("journal");
+            let mid = j.len() / 2;
+            j[mid] ^= 0x01;
+            std::fs::write(&journal, &j).expect("damage");
+        }
+        let before = listing(dir.path());
+        for args in [
+            &["gc", "--dry-run"][..],
+            &["gc"],
+            &["gc", "--leftovers", "0"],
+        ] {
+            let o = tunecache(&path, args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{case}, {args:?}: {err}");
+            assert!(
+                err.contains("gc prunes no damaged cache"),
+                "{case}, {args:?}: {err}"
+            );
+            let now: Vec<_> = listing(dir.path())
+                .into_iter()
+                .filter(|(n, _)| n != "c.tcache.lock")
+                .collect();
+            let was: Vec<_> = before
+                .iter()
+                .filter(|(n, _)| n != "c.tcache.lock")
+                .cloned()
+                .collect();
+            assert_eq!(now, was, "{case}, {args:?}: nothing changed");
+        }
+    }
+}

@@ -94,15 +94,26 @@ pub fn gc_file(
     // gc moves nothing aside: a file it finds unusable is reported (a cache, or a command
     // that records, sets it aside and keeps its journal's records), and a dry run repairs
     // nothing at all. A first read that repairs nothing says which.
-    let probe = Disk::new(paths.clone(), Arc::new(registry.clone()), options)
-        .read_updates(false)
-        .map_err(failure)?;
+    let mut probe_disk = Disk::new(paths.clone(), Arc::new(registry.clone()), options);
+    let probe = probe_disk.read_updates(false).map_err(failure)?;
     if let Some(Event::Unusable { path, cause }) = probe
         .events
         .iter()
         .find(|e| matches!(e, Event::Unusable { .. }))
     {
         return Err(StoreError::unusable(path.clone(), cause.clone()));
+    }
+    // Nor does it prune past damage, which its rewrite would leave behind (a copy kept, and
+    // exit 0 with nothing said, before): it says what is damaged and stops.
+    if let Some(why) = damage(&probe_disk, &probe) {
+        return Err(StoreError::io(
+            "prune",
+            &paths.snapshot,
+            std::io::Error::other(format!(
+                "{why}; gc prunes no damaged cache (`tunecache verify` says what is lost; the \
+                 next command that records keeps a copy of the damage and writes past it)"
+            )),
+        ));
     }
     let read = if policy.dry_run {
         probe
@@ -127,6 +138,28 @@ pub fn gc_file(
     }
     drop(lock);
     Ok(report)
+}
+
+/// The damage a read that repaired nothing found: a newest commit that does not read back,
+/// or journal records that fail their checks.
+fn damage(disk: &Disk, read: &crate::disk::Incoming) -> Option<String> {
+    let passed = disk.table().and_then(|t| {
+        t.passed_over().map(|p| {
+            format!(
+                "its newest commit ({}) does not read back: {}",
+                p.seq, p.problem
+            )
+        })
+    });
+    passed.or_else(|| {
+        read.events.iter().find_map(|e| match e {
+            Event::DamagedRecords { path, count, .. } => Some(format!(
+                "{count} record(s) of {} fail their checks",
+                path.display()
+            )),
+            _ => None,
+        })
+    })
 }
 
 /// [`gc_file`] of a table (under the lock): the journal folded in, then the table rewritten
