@@ -82,6 +82,9 @@ pub fn migrate_file(
     if fsio::stat(&paths.snapshot)?.is_none() {
         return Ok(MigrateOutcome::Missing);
     }
+    // Not a regular file (a device, a FIFO, a folder): refused before a lock file is made
+    // beside it (`/dev/null.lock`, found by a hostile review).
+    fsio::check_regular(&paths.snapshot)?;
     let disk_options = DiskOptions::new(options.limits).backup(options.backup);
     let mut disk = Disk::new(paths.clone(), Arc::new(registry.clone()), disk_options);
     // A real migration reads (and migrates) once, under the lock: what it writes is exactly

@@ -267,7 +267,7 @@ pub fn read_snapshot_framing<'a>(
         }
         FormatVersion::V4 => {
             return Err(rd.malformed(
-                "a format 4 file is a table, not a msgpack envelope (read it with cache_format::table)",
+                "a format 4 file is a table, not a snapshot, and its table layout does not read",
             ));
         }
     }

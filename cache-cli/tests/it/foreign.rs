@@ -134,3 +134,24 @@ fn a_lookup_in_a_file_it_cannot_read_says_so_before_it_misses() {
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(!err(&o).contains("damaged"), "{}", err(&o));
 }
+
+/// Found by the second hostile review: `migrate` on a path that is not a regular file (a
+/// FIFO, a folder; `/dev/null`) made a lock file beside it (`/dev/null.lock`) before refusing.
+#[test]
+fn migrate_makes_no_lock_file_beside_what_is_not_a_file() {
+    let dir = tempfile::tempdir().expect("dir");
+    let fifo = dir.path().join("pipe.tcache");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let folder = dir.path().join("folder.tcache");
+    std::fs::create_dir(&folder).expect("folder");
+    for path in [&fifo, &folder] {
+        let o = tunecache(path, &["migrate"]);
+        assert_ne!(o.status.code(), Some(0), "{}: {}", path.display(), err(&o));
+        let lock = format!("{}.lock", path.display());
+        assert!(!std::path::Path::new(&lock).exists(), "{lock}");
+    }
+}

@@ -62,8 +62,24 @@ fn old_enough(
 /// aside), `.bak.<ms>` (before a migration), `.damaged-<8 hex>` or `.torn-<8 hex>` (copies of
 /// damage), each as `fsio::aside` names it (a long name shortened the same way).
 pub(crate) fn kept_aside(base: &Path, name: &str) -> bool {
-    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
-    let hex8 = |s: &str| s.len() == 8 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    // Milliseconds as tunecache writes them: no leading zero.
+    let digits = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 20
+            && s.bytes().all(|b| b.is_ascii_digit())
+            && (s == "0" || !s.starts_with('0'))
+    };
+    // 8 hex digits, and `-<n>` (1 to 15) when a copy of other bytes had that name already.
+    let hex8 = |s: &str| {
+        let (hex, numbered) = match s.split_once('-') {
+            None => (s, true),
+            Some((hex, n)) => (
+                hex,
+                !n.starts_with('0') && n.parse::<u8>().is_ok_and(|n| (1..16).contains(&n)),
+            ),
+        };
+        hex.len() == 8 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) && numbered
+    };
     let suffix = [
         (".unusable-", &digits as &dyn Fn(&str) -> bool),
         (".bak.", &digits),
@@ -137,6 +153,9 @@ mod tests {
             "cache.tcache.bak.1795352693050",
             "cache.tcache.damaged-0a1b2c3d",
             "cache.tcache.torn-0a1b2c3d",
+            "cache.tcache.damaged-0a1b2c3d-1",
+            "cache.tcache.damaged-0a1b2c3d-15",
+            "cache.tcache.unusable-0",
         ] {
             assert!(kept_aside(base, ours), "{ours}");
         }
@@ -149,6 +168,10 @@ mod tests {
             "other.tcache.bak.1795352693050",
             "cache.tcache",
             "cache.tcache.bak.",
+            "cache.tcache.unusable-0123",
+            "cache.tcache.damaged-0a1b2c3d-16",
+            "cache.tcache.damaged-0a1b2c3d-01",
+            "cache.tcache.damaged-0a1b2c3d-",
         ] {
             assert!(!kept_aside(base, theirs), "{theirs}");
         }

@@ -41,7 +41,8 @@ pub(crate) fn only_commit<R: ReadAt + ?Sized>(
     head: &TableHead,
     size: u64,
 ) -> Option<(u64, Slot, Commit)> {
-    if head.slots != [None, None] || !head.damaged.contains(&true) {
+    // One slot damaged, the other never written (all zero): FORMAT.md's case, and no other.
+    if head.slots != [None, None] || head.damaged[0] == head.damaged[1] {
         return None;
     }
     let at = if head.damaged[0] { SLOT_A } else { SLOT_B };
