@@ -112,11 +112,17 @@ pub(crate) fn begins_as_cache(file: &File) -> std::io::Result<bool> {
     Ok(marked(&prefix[..len], CACHE_MARKER))
 }
 
-/// A cache file's marker as msgpack writes it: the string `"tunecache"`.
-const CACHE_MARKER: &[u8] = b"\xa9tunecache";
+/// A cache file's marker: the string `"tunecache"`.
+const CACHE_MARKER: &[u8] = b"tunecache";
 
-/// A journal's marker as msgpack writes it: the string `"tunecache-journal"`.
-const JOURNAL_MARKER: &[u8] = b"\xb1tunecache-journal";
+/// A journal's marker: the string `"tunecache-journal"`.
+const JOURNAL_MARKER: &[u8] = b"tunecache-journal";
+
+/// Whether `bytes` (a file's first bytes) begin as a cache file or a journal does, or are cut
+/// short within that: what a copy tunecache kept aside holds.
+pub(crate) fn begins_as_ours(bytes: &[u8]) -> bool {
+    marked(bytes, CACHE_MARKER) || marked(bytes, JOURNAL_MARKER)
+}
 
 /// Whether the first bytes of a journal begin as a journal does, or are cut short within that
 /// beginning (see [`begins_as_cache`]): one that does not is not tunecache's and is left alone.
@@ -124,9 +130,10 @@ pub(crate) fn begins_as_journal(bytes: &[u8]) -> bool {
     marked(bytes, JOURNAL_MARKER)
 }
 
-/// Whether `bytes` begin with a msgpack array and then `marker`, or are cut short within that.
+/// Whether `bytes` begin with a msgpack array and then the string `marker`, in any of
+/// msgpack's encodings (readers take any), or are cut short within that.
 fn marked(bytes: &[u8], marker: &[u8]) -> bool {
-    // The array's header: a fixarray, or an array 16 or 32 (any valid encoding is read).
+    // The array's header: a fixarray, or an array 16 or 32.
     let rest = match bytes.first() {
         None => return true,
         Some(0x90..=0x9f) => &bytes[1..],
@@ -134,8 +141,19 @@ fn marked(bytes: &[u8], marker: &[u8]) -> bool {
         Some(0xdd) => bytes.get(5..).unwrap_or_default(),
         Some(_) => return false,
     };
-    let n = rest.len().min(marker.len());
-    rest[..n] == marker[..n]
+    // The string's header: a fixstr, or a str 8, 16 or 32, whose length is the marker's.
+    let len = marker.len() as u32;
+    let header: Vec<u8> = match rest.first() {
+        None => return true,
+        Some(0xa0..=0xbf) => vec![0xa0 | len as u8],
+        Some(0xd9) => vec![0xd9, len as u8],
+        Some(0xda) => [&[0xda][..], &(len as u16).to_be_bytes()].concat(),
+        Some(0xdb) => [&[0xdb][..], &len.to_be_bytes()].concat(),
+        Some(_) => return false,
+    };
+    let expected = [header.as_slice(), marker].concat();
+    let n = rest.len().min(expected.len());
+    rest[..n] == expected[..n]
 }
 
 /// Opens the table in `file` (read through it from now on).
@@ -329,6 +347,14 @@ mod marker_tests {
         );
         assert!(begins_as_journal(&journal[..5]) && begins_as_journal(b""));
         assert!(!begins_as_journal(b"my notes\n") && !begins_as_journal(&table[..16]));
+        // Any string encoding of the marker, as readers take any (a third review: a journal
+        // written with a str 8 marker was appended to by put and called foreign by gc).
+        assert!(marked(b"\x96\xd9\x09tunecache\x04"), "str 8");
+        assert!(marked(b"\x96\xda\x00\x09tunecache\x04"), "str 16");
+        assert!(marked(b"\x96\xdb\x00\x00\x00\x09tunecache\x04"), "str 32");
+        assert!(begins_as_journal(b"\x94\xd9\x11tunecache-journal\x04"));
+        assert!(!marked(b"\x96\xd9\x0atunecache!\x04"), "another string");
+        assert!(!marked(b"\x96\xa8tunecach"), "a shorter one");
         for foreign in [
             &b"important notes"[..],
             b"{\"a\":1}",

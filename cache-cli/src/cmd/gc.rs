@@ -28,8 +28,8 @@ pub(crate) struct GcArgs {
     /// Drop entries recorded more than this many days ago
     #[arg(long, value_name = "DAYS", value_parser = nonneg_f64)]
     max_age: Option<f64>,
-    /// Also remove the copies kept aside (.unusable-*, .bak.*, .torn-*) older than this many
-    /// days
+    /// Also remove the copies kept aside (.unusable-*, .bak.*, .damaged-*, .torn-*) older than
+    /// this many days, each counted from when it was set aside
     #[arg(long, value_name = "DAYS", value_parser = nonneg_f64)]
     leftovers: Option<f64>,
     /// Say what would go; change nothing

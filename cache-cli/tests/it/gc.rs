@@ -135,8 +135,11 @@ fn max_age_claims_and_leftovers() {
         dir.path().join("c.tcache.unusable-5"),
     ];
     for l in &leftovers {
-        std::fs::write(l, b"old").expect("leftover");
+        std::fs::write(l, b"\x96\xa9tunecache\x04").expect("leftover");
     }
+    // Someone's file that merely has such a name is never removed (a third hostile review).
+    let theirs = dir.path().join("c.tcache.bak.2");
+    std::fs::write(&theirs, b"user notes\n").expect("theirs");
     let r = gc(&path, &["--max-age", "1"]);
     assert_eq!(r["dropped_by_age"], 4, "{r:#}");
     assert_eq!(ids(&path, 10), (4..10).collect::<Vec<_>>());
@@ -150,6 +153,7 @@ fn max_age_claims_and_leftovers() {
         "{r:#}"
     );
     assert!(leftovers.iter().all(|l| !l.exists()));
+    assert_eq!(std::fs::read(&theirs).expect("kept"), b"user notes\n");
     drop(held);
 }
 
@@ -326,14 +330,25 @@ fn gc_prunes_no_damaged_cache_and_says_what_is_damaged() {
     bytes[at] ^= 0x01;
     std::fs::write(&path, &bytes).expect("damage");
     let journal = dir.path().join("c.tcache.journal");
-    for (case, damaged_journal) in [("newest commit", false), ("journal record", true)] {
-        if damaged_journal {
+    // A third review: an entry of the table damaged, whose key the journal also holds, was
+    // replaced by the fold without a word (its other candidates lost) and verify then said ok.
+    for case in ["newest commit", "journal record", "an entry"] {
+        if case == "journal record" {
             std::fs::write(&path, &clean).expect("sound table");
             write(&path, (40..44).map(|i| (i, now - 1_000)));
             let mut j = std::fs::read(&journal).expect("journal");
             let mid = j.len() / 2;
             j[mid] ^= 0x01;
             std::fs::write(&journal, &j).expect("damage");
+        }
+        if case == "an entry" {
+            let _ = std::fs::remove_file(&journal);
+            let mut t = clean.clone();
+            t[400] ^= 0x01; // among the first entries' blocks, after the header
+            std::fs::write(&path, &t).expect("damage");
+            write(&path, (0..3).map(|i| (i, now - 500)));
+            let o = tunecache(&path, &["verify"]);
+            assert_eq!(o.status.code(), Some(3), "the entry is damaged");
         }
         let before = listing(dir.path());
         for args in [

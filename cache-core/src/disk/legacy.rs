@@ -21,6 +21,17 @@ impl Disk {
         };
         let snap = match read_snapshot(&bytes, &self.options.limits) {
             Ok(snap) => snap,
+            // It began as a cache (Disk::load_base checked) and ends within the marker: say
+            // so, not "not a tunecache file", when it is set aside.
+            Err(FormatError::NotTunecache { what, .. }) if bytes.len() < 16 => {
+                let cut = FormatError::Truncated {
+                    what,
+                    offset: bytes.len() as u64,
+                    needed: 16 - bytes.len() as u64,
+                    available: 0,
+                };
+                return Ok(Loaded::Unusable(cut.into()));
+            }
             Err(e @ FormatError::NewerFormat { .. }) => {
                 return Err(self.blocked(path, e.into()));
             }

@@ -27,7 +27,13 @@ pub(super) fn prune_leftovers(paths: &Paths, age: Duration, dry_run: bool) -> Ve
             .filter(std::fs::Metadata::is_file)
             .and_then(|m| m.modified().ok());
         let old = modified.is_some_and(|m| old_enough(now, m, set_aside_at(&name), age));
-        if aside && old && (dry_run || std::fs::remove_file(f.path()).is_ok()) {
+        // A copy holds a cache file or a journal (or a beginning of one): a file of someone
+        // else's that merely has such a name stays (a third hostile review).
+        let ours = || {
+            crate::fsio::read_prefix(&f.path(), 32)
+                .is_ok_and(|p| crate::tablefile::begins_as_ours(&p))
+        };
+        if aside && old && ours() && (dry_run || std::fs::remove_file(f.path()).is_ok()) {
             removed.push(f.path());
         }
     }

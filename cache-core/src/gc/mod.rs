@@ -2,6 +2,7 @@
 //! limit, claim files no process holds, and, only when asked, the copies kept aside after
 //! damage, migrations and torn appends.
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +26,9 @@ pub struct GcPolicy {
     pub max_bytes: Option<u64>,
     /// Drop entries recorded longer ago than this.
     pub max_age: Option<Duration>,
-    /// Also remove the copies kept aside (`.unusable-*`, `.bak.*`, `.torn-*`) older than this.
+    /// Also remove the copies kept aside (`.unusable-*`, `.bak.*`, `.damaged-*`, `.torn-*`)
+    /// older than this, counted from when each was set aside, and only those that hold a
+    /// cache file or a journal (or the beginning of one).
     pub leftovers_older_than: Option<Duration>,
     /// Say what would go; change nothing.
     pub dry_run: bool,
@@ -141,9 +144,12 @@ pub fn gc_file(
 }
 
 /// The damage a read that repaired nothing found: a newest commit that does not read back,
-/// or journal records that fail their checks.
+/// journal records that fail their checks, or anything a check of every node and entry of
+/// the table finds (a damaged entry a fold would have replaced silently: a third hostile
+/// review). gc rewrites the whole table anyway; the check reads it once more.
 fn damage(disk: &Disk, read: &crate::disk::Incoming) -> Option<String> {
-    let passed = disk.table().and_then(|t| {
+    let table = disk.table();
+    let passed = table.as_ref().and_then(|t| {
         t.passed_over().map(|p| {
             format!(
                 "its newest commit ({}) does not read back: {}",
@@ -151,7 +157,7 @@ fn damage(disk: &Disk, read: &crate::disk::Incoming) -> Option<String> {
             )
         })
     });
-    passed.or_else(|| {
+    let records = || {
         read.events.iter().find_map(|e| match e {
             Event::DamagedRecords { path, count, .. } => Some(format!(
                 "{count} record(s) of {} fail their checks",
@@ -159,7 +165,17 @@ fn damage(disk: &Disk, read: &crate::disk::Incoming) -> Option<String> {
             )),
             _ => None,
         })
-    })
+    };
+    let walked = || {
+        let t = table.as_ref()?;
+        let report = cache_format::table::check_table(t, |_, _, _| ControlFlow::Continue(()));
+        let first = report.problems.first()?;
+        Some(match report.problems.len() {
+            1 => first.clone(),
+            n => format!("{first} (and {} more)", n - 1),
+        })
+    };
+    passed.or_else(records).or_else(walked)
 }
 
 /// [`gc_file`] of a table (under the lock): the journal folded in, then the table rewritten
