@@ -48,6 +48,8 @@ pub(crate) struct Lookup {
     /// What the shared tier had, when the file had nothing (read through, as a cache would;
     /// the file is not changed).
     remote: Vec<(Scope, Entry)>,
+    /// The file's entries for the key, read once (a damaged one is said once).
+    local: Vec<(Scope, Entry)>,
 }
 
 impl Lookup {
@@ -86,7 +88,14 @@ impl Lookup {
             scope: scope_filter(scope.scope.as_deref())?,
             system: Vec::new(),
             remote: Vec::new(),
+            local: Vec::new(),
         };
+        lookup.local = entries_for(
+            &lookup.found,
+            &lookup.namespace,
+            &lookup.key,
+            lookup.scope.as_ref(),
+        );
         // The lower tiers only on a miss in the file, as a cache asks them.
         if lookup.local_entries().is_empty() {
             lookup.system = lookup.read_system(ctx);
@@ -234,7 +243,7 @@ impl Lookup {
 
     /// The file's entries for the key (in the scope filter, if any), without the shared tier.
     pub(crate) fn local_entries(&self) -> Vec<(Scope, Entry)> {
-        entries_for(&self.found, &self.namespace, &self.key, self.scope.as_ref())
+        self.local.clone()
     }
 
     /// The shared tier's entries for the key (already read if the file had none).
@@ -248,9 +257,8 @@ impl Lookup {
     /// What a lookup answers: the file's entries, else the system files', else the shared
     /// tier's (the order a cache asks its tiers in).
     pub(crate) fn entries(&self) -> Vec<(Scope, Entry)> {
-        let local = entries_for(&self.found, &self.namespace, &self.key, self.scope.as_ref());
-        if !local.is_empty() {
-            return local;
+        if !self.local.is_empty() {
+            return self.local.clone();
         }
         if let Some((path, ..)) = self.system.first() {
             say(format_args!(

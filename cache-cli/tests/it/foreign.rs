@@ -155,3 +155,47 @@ fn migrate_makes_no_lock_file_beside_what_is_not_a_file() {
         assert!(!std::path::Path::new(&lock).exists(), "{lock}");
     }
 }
+
+/// A damaged entry is said once by `get` and `show` (the third review saw its line twice: the
+/// file's entries were looked up twice).
+#[test]
+fn a_damaged_entry_is_said_once() {
+    let (_dir, path) = file();
+    for m in 1..4 {
+        let key = format!(r#"{{"m":{m}}}"#);
+        let o = tunecache(
+            &path,
+            &[
+                "put",
+                "-n",
+                "mm",
+                "-k",
+                &key,
+                "--algo",
+                "a",
+                "--median-ns",
+                "5",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    }
+    let o = tunecache(&path, &["gc"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let mut bytes = std::fs::read(&path).expect("table");
+    bytes[200] ^= 0x01; // the first entry's block, after the header
+    std::fs::write(&path, &bytes).expect("damage");
+    let damaged = (1..4).find(|m| {
+        let key = format!(r#"{{"m":{m}}}"#);
+        err(&tunecache(&path, &["get", "-n", "mm", "-k", &key])).contains("cannot be read")
+    });
+    let key = format!(r#"{{"m":{}}}"#, damaged.expect("one entry is damaged"));
+    for command in ["get", "show"] {
+        let o = tunecache(&path, &[command, "-n", "mm", "-k", &key]);
+        assert_eq!(
+            err(&o).matches("cannot be read").count(),
+            1,
+            "{command}: {}",
+            err(&o)
+        );
+    }
+}
