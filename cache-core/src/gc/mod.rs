@@ -251,6 +251,51 @@ pub struct Retention {
 /// results since, is stale: a size limit drops its entries before any other's.
 pub const STALE_SCOPE_AFTER: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// The order a size limit drops scopes in: a scope nothing was recorded in for
+/// [`STALE_SCOPE_AFTER`] while the file kept receiving results elsewhere (an old driver, a
+/// retired GPU kind) goes whole before any other entry, the scope that went quiet longest ago
+/// first; then every other entry, oldest first. One rule for [`prune`] and [`plan_drops`].
+struct Staleness {
+    /// Each scope's newest result.
+    newest: std::collections::HashMap<Fingerprint, u64>,
+    /// The file's newest result.
+    file_newest: u64,
+}
+
+impl Staleness {
+    /// From each entry's scope and recording time.
+    fn of(entries: impl Iterator<Item = (Fingerprint, u64)>) -> Self {
+        let mut newest = std::collections::HashMap::new();
+        for (scope, at) in entries {
+            let n = newest.entry(scope).or_insert(0u64);
+            *n = (*n).max(at);
+        }
+        let file_newest = newest.values().copied().max().unwrap_or(0);
+        Staleness {
+            newest,
+            file_newest,
+        }
+    }
+
+    /// A scope's place in the drop order: stale scopes first (the quietest first), then the
+    /// rest, equal (their entries then go oldest first).
+    fn rank(&self, scope: &Fingerprint) -> (u8, u64) {
+        let stale_gap = u64::try_from(STALE_SCOPE_AFTER.as_millis()).unwrap_or(u64::MAX);
+        let last = self.newest.get(scope).copied().unwrap_or(0);
+        if last.saturating_add(stale_gap) < self.file_newest {
+            (0, last)
+        } else {
+            (1, 0)
+        }
+    }
+}
+
+/// The time before which an entry is older than `max_age`, if there is an age limit.
+fn oldest_kept(max_age: Option<Duration>) -> Option<u64> {
+    max_age
+        .map(|age| now_millis().saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)))
+}
+
 /// `data` without the entries recorded before `max_age` ago, then without the entries of
 /// stale scopes (see [`STALE_SCOPE_AFTER`]) and those recorded longest ago until its snapshot
 /// encodes in at most `max_bytes`; returns what is
@@ -274,27 +319,12 @@ pub(crate) fn prune(
             )
         })
         .collect();
-    // Stale scopes first: a scope nothing was recorded in for STALE_SCOPE_AFTER while the file
-    // kept receiving results elsewhere (an old driver, a retired GPU kind) goes whole, the
-    // scope that went quiet longest ago first; then every other entry, oldest first.
-    let mut newest: std::collections::HashMap<Fingerprint, u64> = std::collections::HashMap::new();
-    for (at, s, ..) in &all {
-        let n = newest.entry(*s).or_insert(0);
-        *n = (*n).max(*at);
-    }
-    let file_newest = newest.values().copied().max().unwrap_or(0);
-    let stale_gap = u64::try_from(STALE_SCOPE_AFTER.as_millis()).unwrap_or(u64::MAX);
-    let rank = |s: &Fingerprint| {
-        let last = newest.get(s).copied().unwrap_or(0);
-        if last.saturating_add(stale_gap) < file_newest {
-            (0u8, last)
-        } else {
-            (1u8, 0)
-        }
-    };
-    all.sort_by(|a, b| (rank(&a.1), a.0, a.1, &a.2, a.3).cmp(&(rank(&b.1), b.0, b.1, &b.2, b.3)));
-    let oldest_kept = max_age
-        .map(|age| now_millis().saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)));
+    let staleness = Staleness::of(all.iter().map(|(at, s, ..)| (*s, *at)));
+    all.sort_by(|a, b| {
+        let (ra, rb) = (staleness.rank(&a.1), staleness.rank(&b.1));
+        (ra, a.0, a.1, &a.2, a.3).cmp(&(rb, b.0, b.1, &b.2, b.3))
+    });
+    let oldest_kept = oldest_kept(max_age);
     let mut kept = CacheData::new();
     let mut by_age = 0;
     let mut order = Vec::new();
@@ -355,26 +385,10 @@ pub(crate) fn plan_drops(
     fixed: u64,
     retention: &Retention,
 ) -> (std::collections::HashSet<usize>, usize, u64) {
-    let mut newest: std::collections::HashMap<Fingerprint, u64> = std::collections::HashMap::new();
-    for (s, at, _) in items {
-        let n = newest.entry(*s).or_insert(0);
-        *n = (*n).max(*at);
-    }
-    let file_newest = newest.values().copied().max().unwrap_or(0);
-    let stale_gap = u64::try_from(STALE_SCOPE_AFTER.as_millis()).unwrap_or(u64::MAX);
-    let rank = |s: &Fingerprint| {
-        let last = newest.get(s).copied().unwrap_or(0);
-        if last.saturating_add(stale_gap) < file_newest {
-            (0u8, last)
-        } else {
-            (1u8, 0)
-        }
-    };
+    let staleness = Staleness::of(items.iter().map(|(s, at, _)| (*s, *at)));
     let mut order: Vec<usize> = (0..items.len()).collect();
-    order.sort_by_key(|&i| (rank(&items[i].0), items[i].1, i));
-    let oldest_kept = retention
-        .max_age
-        .map(|age| now_millis().saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)));
+    order.sort_by_key(|&i| (staleness.rank(&items[i].0), items[i].1, i));
+    let oldest_kept = oldest_kept(retention.max_age);
     let mut drop = std::collections::HashSet::new();
     let mut total = fixed;
     for &i in &order {
