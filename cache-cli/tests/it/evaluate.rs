@@ -90,7 +90,9 @@ fn prediction_is_cross_validated_per_namespace_and_small_groups_are_said() {
             "top-1 tuning",
             "top-3 tuning",
             "static list of 1 per dtype",
-            "static list of 3 per dtype"
+            "static list of 3 per dtype",
+            "top-1 stopping early",
+            "top-3 stopping early"
         ],
         "the default a candidate's label names"
     );
@@ -104,6 +106,9 @@ fn prediction_is_cross_validated_per_namespace_and_small_groups_are_said() {
         "measuring three does no worse: {g:#}"
     );
     assert!(g["methods"][4]["measured_per_key"].as_f64().expect("n") >= 3.0);
+    // Stopping early measures at most what its top-k measures, and at least one a key.
+    let measured = |i: usize| g["methods"][i]["measured_per_key"].as_f64().expect("n");
+    assert!((1.0..=measured(4)).contains(&measured(8)), "{g:#}");
     let folds = g["methods"][2]["fold_shares"].as_array().expect("per fold");
     assert_eq!(folds.len(), 5, "{g:#}");
     let worst = folds

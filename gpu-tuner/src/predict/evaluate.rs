@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use cache_core::cache_format::{CandidateId, Entry, Fingerprint, Outcome};
 
+use super::early_stop::{Measured, measure_until};
 use super::static_list::StaticLists;
 use super::{Predictor, Restated};
 
@@ -93,7 +94,12 @@ pub fn evaluate(
         fold_by: &[],
     };
     let (picks, full) = split(&held, &train, predictor, &methods);
-    summarize(complete.len(), &names(predictor, &methods), picks, full)
+    summarize(
+        complete.len(),
+        &names(predictor, &methods, false),
+        picks,
+        full,
+    )
 }
 
 /// A key with its current candidates.
@@ -113,8 +119,9 @@ pub(super) fn complete<'a>(
     complete
 }
 
-/// The methods' names, in the order [`split`] gives their picks.
-pub(super) fn names(predictor: &Predictor, methods: &Methods<'_>) -> Vec<String> {
+/// The methods' names, in the order [`split_by`] gives their picks (`across`: for
+/// [`Voters::Across`]).
+pub(super) fn names(predictor: &Predictor, methods: &Methods<'_>, across: bool) -> Vec<String> {
     let mut names = vec![
         match methods.default {
             Some(id) => format!("default ({id})"),
@@ -130,6 +137,16 @@ pub(super) fn names(predictor: &Predictor, methods: &Methods<'_>) -> Vec<String>
             .iter()
             .map(|k| format!("static list of {k} per dtype")),
     );
+    if across {
+        names.push(NEW_DEVICE.to_owned());
+    } else {
+        names.extend(
+            methods
+                .top
+                .iter()
+                .map(|k| format!("top-{k} stopping early")),
+        );
+    }
     names
 }
 
@@ -200,8 +217,9 @@ pub(super) fn split_by(
     };
     let across = matches!(voters, Voters::Across);
     let nearest = Predictor { neighbours: 1 };
-    // Across devices, one more: what a TuneNow miss on a device new to the key does.
-    let rows = 3 + 2 * methods.top.len() + usize::from(across);
+    // Within a device, top-k stopping early; across devices, what a TuneNow miss on a device
+    // new to the key does.
+    let rows = 3 + 2 * methods.top.len() + if across { 1 } else { methods.top.len() };
     let mut picks: Vec<Vec<Pick>> = (0..rows).map(|_| Vec::new()).collect();
     // Twice the longest list, so a key lacking some of the first still gets k.
     let longest = methods.top.iter().copied().max().unwrap_or(0);
@@ -246,9 +264,13 @@ pub(super) fn split_by(
             picks[3 + i].push(pick(entry, &list, current, true));
             let fixed = lists.list_for(entry, *k, current);
             picks[3 + methods.top.len() + i].push(pick(entry, &fixed, current, true));
+            if !across {
+                let n = measure_until(&pred.ranking, &list, |c| measured(entry, c));
+                picks[3 + 2 * methods.top.len() + i].push(pick(entry, &list[..n], current, true));
+            }
         }
         if across {
-            picks[rows - 1].push(new_device(entry, train, current));
+            picks[rows - 1].push(super::new_device::evaluate(entry, train, current));
         }
     }
     (picks, full_time)
@@ -273,37 +295,6 @@ pub(super) fn summarize(
 
 /// The name of the row [`split_by`] adds across devices ([`new_device`]).
 pub(super) const NEW_DEVICE: &str = "new-device tune-now";
-
-/// What a `TuneNow` miss on a device new to the key does (`predict/new_device.rs`): the best
-/// five of the other device's ranking for this key, then every candidate (and the leader
-/// again) if their medians here rank them nearly the other way round; every candidate when the other
-/// device lacks the key or the transfer declines.
-fn new_device(entry: &Entry, train: &[&Entry], current: &[CandidateId]) -> Pick {
-    use super::new_device::{agrees, to_measure};
-    let there: Vec<&Entry> = train
-        .iter()
-        .copied()
-        .filter(|e| e.fingerprint() == entry.fingerprint())
-        .collect();
-    let Some((list, predicted)) = to_measure(&there, current, 5) else {
-        return pick(entry, current, current, true);
-    };
-    let measured: Vec<(CandidateId, f64)> = list
-        .iter()
-        .filter_map(|c| truth(entry, c).map(|t| (c.clone(), t)))
-        .collect();
-    if agrees(&predicted, &measured) {
-        return pick(entry, &list, current, true);
-    }
-    // Every candidate, and the leader of the five measured again beside them.
-    let leader = measured
-        .iter()
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|(c, _)| c.clone());
-    let mut all = current.to_vec();
-    all.extend(leader);
-    pick(entry, &all, current, true)
-}
 
 /// What one method did for one key: the regret of its choice, the candidates it measured and
 /// the tuning time it spent (ns; nothing for a method that measures nothing).
@@ -361,7 +352,12 @@ fn adaptive(
 
 /// The candidate of `list` with the best true median, as measuring `list` finds it (`measures`:
 /// the method measures its list, even of one; otherwise it uses its one choice unmeasured).
-fn pick(entry: &Entry, list: &[CandidateId], current: &[CandidateId], measures: bool) -> Pick {
+pub(super) fn pick(
+    entry: &Entry,
+    list: &[CandidateId],
+    current: &[CandidateId],
+    measures: bool,
+) -> Pick {
     let best = best_median(entry, current);
     let chosen = list
         .iter()
@@ -412,6 +408,20 @@ pub(super) fn truth(entry: &Entry, c: &CandidateId) -> Option<f64> {
         (Outcome::Failed(_), _) => Some(f64::INFINITY),
         (_, Some(s)) => Some(s.median_ns),
         _ => None,
+    }
+}
+
+/// What measuring `c` for the key finds: its true median (infinite if it failed) and spread.
+fn measured(entry: &Entry, c: &CandidateId) -> Measured {
+    let spread = entry
+        .candidates()
+        .iter()
+        .find(|x| x.id == *c)
+        .and_then(|x| x.stats());
+    Measured {
+        id: c.clone(),
+        median_ns: truth(entry, c).unwrap_or(f64::INFINITY),
+        spread_ns: spread.map_or(0.0, |s| s.spread_ns),
     }
 }
 

@@ -112,7 +112,7 @@ fn rotate(
 ) -> CrossValidation {
     let folds = folds.max(2);
     let complete = complete(entries, current);
-    let names = names(predictor, methods);
+    let names = names(predictor, methods, false);
     let mut all: Vec<Vec<Pick>> = names.iter().map(|_| Vec::new()).collect();
     let mut all_full = 0.0;
     let mut per_fold = Vec::with_capacity(folds);
@@ -161,9 +161,7 @@ pub fn transfer(
     let held: Vec<&Keyed<'_>> = held.iter().collect();
     let train: Vec<&Entry> = source.iter().collect();
     let (picks, full) = split_by(&held, &train, predictor, methods, &Voters::Across);
-    let mut names = names(predictor, methods);
-    names.push(super::evaluate::NEW_DEVICE.to_owned());
-    summarize(held.len(), &names, picks, full)
+    summarize(held.len(), &names(predictor, methods, true), picks, full)
 }
 
 #[cfg(test)]
@@ -250,10 +248,15 @@ mod tests {
             .map(|m| m.method.as_str())
             .collect();
         assert_eq!(names[0], "default (blocked {\"tile\":256})", "{names:?}");
-        assert_eq!(names.len(), 7);
+        assert_eq!(names.len(), 9);
         assert_eq!(
             names[5..],
-            ["static list of 1 per dtype", "static list of 3 per dtype"]
+            [
+                "static list of 1 per dtype",
+                "static list of 3 per dtype",
+                "top-1 stopping early",
+                "top-3 stopping early"
+            ]
         );
         let (base, pred) = (&cv.overall.methods[0], &cv.overall.methods[2]);
         assert!(pred.share_of_optimum() > base.share_of_optimum(), "{cv:?}");

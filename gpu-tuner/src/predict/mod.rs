@@ -21,6 +21,7 @@ use cache_core::cache_format::{CandidateId, Entry, Fields, Key, Outcome};
 
 mod adapt;
 mod distance;
+pub(crate) mod early_stop;
 mod evaluate;
 mod folds;
 mod index;

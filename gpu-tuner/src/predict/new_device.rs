@@ -5,6 +5,7 @@
 
 use cache_core::cache_format::{CandidateId, Entry};
 
+use super::evaluate::{Pick, pick, truth};
 use super::{Predictor, Query, Voters};
 
 /// Measured within this factor of each other, the candidates' order says nothing.
@@ -91,6 +92,36 @@ pub(crate) fn agrees(predicted: &[(CandidateId, f64)], measured: &[(CandidateId,
     let a = ranks(pairs.iter().map(|(p, _)| *p));
     let b = ranks(pairs.iter().map(|(_, m)| *m));
     correlation(&a, &b) > DISAGREE_AT
+}
+
+/// For an evaluation ([`super::evaluate::NEW_DEVICE`]): what a `TuneNow` miss on a device new to the key does: the best
+/// five of the other device's ranking for this key, then every candidate (and the leader
+/// again) if their medians here rank them nearly the other way round; every candidate when the other
+/// device lacks the key or the transfer declines.
+pub(super) fn evaluate(entry: &Entry, train: &[&Entry], current: &[CandidateId]) -> Pick {
+    let there: Vec<&Entry> = train
+        .iter()
+        .copied()
+        .filter(|e| e.fingerprint() == entry.fingerprint())
+        .collect();
+    let Some((list, predicted)) = to_measure(&there, current, 5) else {
+        return pick(entry, current, current, true);
+    };
+    let measured: Vec<(CandidateId, f64)> = list
+        .iter()
+        .filter_map(|c| truth(entry, c).map(|t| (c.clone(), t)))
+        .collect();
+    if agrees(&predicted, &measured) {
+        return pick(entry, &list, current, true);
+    }
+    // Every candidate, and the leader of the five measured again beside them.
+    let leader = measured
+        .iter()
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(c, _)| c.clone());
+    let mut all = current.to_vec();
+    all.extend(leader);
+    pick(entry, &all, current, true)
 }
 
 /// The rank of each value (1 for the smallest), ties given the mean of their ranks.

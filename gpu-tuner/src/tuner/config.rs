@@ -24,9 +24,12 @@ pub enum MissPolicy {
         budget: Duration,
     },
     /// Measure only the `k` best predicted candidates (plus the nearest tuned key's winner,
-    /// for a fair comparison) and choose among them; the entry records that its set was
-    /// partial, so a later [`MissPolicy::TuneNow`] (or a grown candidate set) measures only
-    /// the rest. Without a comparable tuned key, every candidate is measured.
+    /// for a fair comparison), one at a time in predicted order, and choose among them;
+    /// measuring stops early once every candidate left is predicted more than 5% slower than
+    /// the best measured (plus that measurement's spread), unless the measurements so far
+    /// contradicted the prediction's order. The entry records that its set was partial, so a
+    /// later [`MissPolicy::TuneNow`] (or a grown candidate set) measures only the rest.
+    /// Without a comparable tuned key, every candidate is measured.
     TopK {
         /// How many predicted candidates are measured.
         k: usize,

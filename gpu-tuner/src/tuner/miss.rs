@@ -18,7 +18,21 @@ use super::plan::{self, Known, Plan, ranked_current};
 use super::{Choice, MissPolicy, Progress, TuneError, TunedInner, lock};
 use crate::measure::measure_all;
 use crate::operation::Operation;
+use crate::predict::early_stop::{Measured, may_stop};
 use cache_core::Join;
+
+/// What the early-stop rule reads of the results so far: each candidate's median (infinite
+/// if it failed) and spread.
+fn measured_of(results: &[Candidate]) -> Vec<Measured> {
+    results
+        .iter()
+        .map(|c| Measured {
+            id: c.id.clone(),
+            median_ns: c.stats().map_or(f64::INFINITY, |s| s.median_ns),
+            spread_ns: c.stats().map_or(0.0, |s| s.spread_ns),
+        })
+        .collect()
+}
 
 /// A candidate after preparation: its handle (or why it failed) and the time it took.
 type Prepared<H> = (CandidateId, Result<Arc<H>, String>, Duration);
@@ -318,6 +332,25 @@ impl<O: Operation> TunedInner<O> {
         stored: Option<Entry>,
         list: Vec<CandidateId>,
     ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
+        self.tune_until(key, ckey, current, set, stored, &list, None)
+    }
+
+    /// [`Self::tune`], measuring `list` one candidate a round and stopping once the rest
+    /// cannot win by the prediction's `ranking` (`predict/early_stop.rs`), if one is given.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "tune's arguments and the ranking that may stop it"
+    )]
+    pub(super) fn tune_until(
+        &self,
+        key: &O::Key,
+        ckey: &Key,
+        current: &[CandidateId],
+        set: Fingerprint,
+        stored: Option<Entry>,
+        list: &[CandidateId],
+        ranking: Option<&[(CandidateId, Option<f64>)]>,
+    ) -> Result<Arc<Choice<O::Handle>>, TuneError> {
         let started = Instant::now();
         let origin = cache_core::measured_here();
         let mut entry = stored.unwrap_or_else(|| {
@@ -333,7 +366,8 @@ impl<O: Operation> TunedInner<O> {
         let results = if list.is_empty() {
             Vec::new()
         } else {
-            let results = self.measure_list(key, ckey, current, &entry, &list, &mut handles)?;
+            let results =
+                self.measure_list(key, ckey, current, &entry, list, ranking, &mut handles)?;
             self.counters.tuned_keys.fetch_add(1, Ordering::Relaxed);
             lock(&self.counted).insert(ckey.fingerprint(), true);
             self.counters
@@ -359,7 +393,12 @@ impl<O: Operation> TunedInner<O> {
     }
 
     /// Prepares every candidate of `list` (keeping the handles of those that prepared),
-    /// measures them together, and returns each one's result as a candidate to record.
+    /// measures them together, and returns each one's result as a candidate to record; with a
+    /// `ranking`, one candidate a round, until the rest cannot win by it.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the list, the ranking that may stop it, and where handles go"
+    )]
     fn measure_list(
         &self,
         key: &O::Key,
@@ -367,6 +406,7 @@ impl<O: Operation> TunedInner<O> {
         current: &[CandidateId],
         entry: &Entry,
         list: &[CandidateId],
+        ranking: Option<&[(CandidateId, Option<f64>)]>,
         handles: &mut HashMap<CandidateId, Arc<O::Handle>>,
     ) -> Result<Vec<Candidate>, TuneError> {
         let mut results = Vec::new();
@@ -383,6 +423,33 @@ impl<O: Operation> TunedInner<O> {
         let best = ranked_current(entry, current)
             .first()
             .and_then(|c| c.stats().map(|s| s.median_ns));
+        let rounds: Vec<&[CandidateId]> = match ranking {
+            Some(_) => list.chunks(1).collect(),
+            None => vec![list],
+        };
+        let mut done = 0;
+        for round in rounds {
+            self.measure_round(key, &mut problem, round, best, handles, &mut results);
+            done += round.len();
+            if let Some(ranking) = ranking
+                && may_stop(ranking, &measured_of(&results), &list[done..])
+            {
+                break;
+            }
+        }
+        Ok(results)
+    }
+
+    /// Prepares and measures one round of candidates, adding each one's result to `results`.
+    fn measure_round(
+        &self,
+        key: &O::Key,
+        problem: &mut O::Problem,
+        list: &[CandidateId],
+        best: Option<f64>,
+        handles: &mut HashMap<CandidateId, Arc<O::Handle>>,
+        results: &mut Vec<Candidate>,
+    ) {
         // Prepare (compile) every candidate first, then measure them together,
         // interleaved (see `measure_all`), so load changes land on all alike.
         let mut prepared: Vec<Prepared<O::Handle>> = Vec::with_capacity(list.len());
@@ -400,7 +467,7 @@ impl<O: Operation> TunedInner<O> {
             .filter_map(|(_, h, _)| h.as_ref().ok().map(|h| &**h))
             .collect();
         let mut measured =
-            measure_all(&self.op, &ready, &mut problem, &self.config.measure, best).into_iter();
+            measure_all(&self.op, &ready, problem, &self.config.measure, best).into_iter();
         results.reserve(prepared.len());
         for (spec, handle, prep) in prepared {
             let (outcome, spent) = match handle {
@@ -430,7 +497,6 @@ impl<O: Operation> TunedInner<O> {
             });
             results.push(candidate);
         }
-        Ok(results)
     }
 
     /// Queues `key` for tuning on a background thread (one per operation), within `budget`

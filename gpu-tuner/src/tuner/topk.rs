@@ -1,6 +1,7 @@
 //! Top-k tuning ([`super::MissPolicy::TopK`]): a miss measures only the candidates the
-//! prediction ranks best (and the nearest tuned key's winner), and records that its set was
-//! partial, under a checksum of its own, so a later full tune measures only the rest.
+//! prediction ranks best (and the nearest tuned key's winner), one a round, stopping as soon
+//! as those left cannot win by the prediction (`predict/early_stop.rs`), and records that its
+//! set was partial, under a checksum of its own, so a later full tune measures only the rest.
 
 use std::sync::Arc;
 
@@ -23,8 +24,9 @@ impl<O: Operation> TunedInner<O> {
         )
     }
 
-    /// A miss under top-k: the `k` best predicted and the nearest key's winner are measured;
-    /// everything when there is nothing to predict from or `k` covers the set.
+    /// A miss under top-k: the `k` best predicted and the nearest key's winner are measured,
+    /// until the rest cannot win; everything when there is nothing to predict from or `k`
+    /// covers the set.
     pub(super) fn top_k(
         &self,
         key: &O::Key,
@@ -42,11 +44,12 @@ impl<O: Operation> TunedInner<O> {
         {
             list.push(nearest);
         }
-        // A winner shipped for this key (an imported config) is measured too.
+        // A winner shipped for this key (an imported config) is measured too, first, so
+        // stopping early never passes it over.
         if let Some(shipped) = self.shipped(ckey, current)
             && !list.contains(&shipped)
         {
-            list.push(shipped);
+            list.insert(0, shipped);
         }
         if list.len() >= current.len() {
             return self.tune(key, ckey, current, set, None, current.to_vec());
@@ -59,6 +62,14 @@ impl<O: Operation> TunedInner<O> {
             prediction.describe()
         );
         let partial = self.partial_set(current);
-        self.tune(key, ckey, current, partial, None, list)
+        self.tune_until(
+            key,
+            ckey,
+            current,
+            partial,
+            None,
+            &list,
+            Some(&prediction.ranking),
+        )
     }
 }
