@@ -382,3 +382,97 @@ fn a_default_only_a_skipped_group_has_is_refused_and_a_group_without_it_says_so(
 fn stderr_of(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// Imports `lines` into a new cache file `name` in `dir`.
+fn imported(dir: &std::path::Path, name: &str, lines: &str) -> std::path::PathBuf {
+    let file = dir.join(name);
+    let source = dir.join(format!("{name}.jsonl"));
+    std::fs::write(&source, lines).expect("lines");
+    let out = tunecache(&file, &["import", source.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    file
+}
+
+/// A workload never tuned, on a device whose other workloads were: every key predicted from
+/// the other files' keys (a key both have does not vote), with another device's result for
+/// the same key beside them when `--transfer-from` names it.
+#[test]
+fn a_workload_never_tuned_is_predicted_from_the_other_workloads_files() {
+    let dir = tempfile::tempdir().expect("dir");
+    let every_other = |text: String, keep: usize| -> String {
+        let lines: Vec<&str> = text.lines().collect();
+        lines
+            .iter()
+            .skip(keep)
+            .step_by(2)
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    let target = imported(dir.path(), "target.tcache", &every_other(grid(0), 0));
+    // The other workload: the other half of the keys, and one of the target's.
+    let first = grid(0).lines().next().expect("a line").to_owned() + "\n";
+    let tuned = imported(
+        dir.path(),
+        "tuned.tcache",
+        &(every_other(grid(0), 1) + &first),
+    );
+    let tuned_arg = tuned.to_str().expect("utf-8");
+    let run = |file: &std::path::Path, args: &[&str]| {
+        let mut all = vec!["--json", "evaluate", "--top", "3"];
+        all.extend_from_slice(args);
+        tunecache(file, &all)
+    };
+    let out = run(&target, &["--tuned-in", tuned_arg]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["tuned_in"][0], tuned_arg, "{report:#}");
+    let g = &report["groups"][0];
+    assert_eq!(g["evaluated"], 30, "{report:#}");
+    assert!(g["from"].as_str().expect("from").contains(tuned_arg));
+    let share = |g: &serde_json::Value, i: usize| {
+        g["methods"][i]["share_of_optimum"].as_f64().expect("share")
+    };
+    assert!(
+        share(g, 2) > share(g, 0),
+        "prediction beats the first: {g:#}"
+    );
+    // Beside another device's result for each key (the same kernel there).
+    let both = imported(
+        dir.path(),
+        "both.tcache",
+        &(every_other(grid(0), 0) + &grid_on("other", 0.0, 0)),
+    );
+    let out = run(
+        &both,
+        &[
+            "--tuned-in",
+            tuned_arg,
+            "--transfer-from",
+            r#"{"device":"other"}"#,
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let groups = report["groups"].as_array().expect("groups");
+    assert_eq!(
+        groups.len(),
+        1,
+        "the other device is not a target: {report:#}"
+    );
+    assert!(groups[0]["from"].as_str().expect("from").contains("other"));
+    assert!(share(&groups[0], 2) >= share(g, 2), "{report:#}");
+    // What it cannot do is said: a file that is not there, a file that is not a cache, and
+    // the folds it has no use for.
+    let missing = dir.path().join("missing.tcache");
+    let out = run(&target, &["--tuned-in", missing.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("missing.tcache: no such file"));
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "not a cache\n").expect("notes");
+    let out = run(&target, &["--tuned-in", notes.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("notes.txt"), "{}", stderr_of(&out));
+    assert_eq!(std::fs::read(&notes).expect("notes"), b"not a cache\n");
+    let out = run(&target, &["--tuned-in", tuned_arg, "--few-tuned"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+}

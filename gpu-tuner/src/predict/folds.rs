@@ -164,6 +164,41 @@ pub fn transfer(
     summarize(held.len(), &names(predictor, methods, true), picks, full)
 }
 
+/// Every key of `target` predicted from `tuned` alone: keys of the same namespace and scope
+/// tuned for another workload (a workload never tuned, on a device whose others were), with
+/// `elsewhere`'s result for the same key (another device's, any of this workload) voting
+/// beside them as the tuner lets it ([`super::Voters::Scope`]). A key `tuned` shares with
+/// `target` does not vote: it would be a hit, not a prediction. Top-k measures on the target,
+/// as a miss does.
+pub fn from_tuned(
+    tuned: &[Entry],
+    elsewhere: &[Entry],
+    target: &[Entry],
+    current: &dyn Fn(&Entry) -> Vec<CandidateId>,
+    predictor: &Predictor,
+    methods: &Methods<'_>,
+) -> Evaluation {
+    let held = complete(target, current);
+    let held: Vec<&Keyed<'_>> = held.iter().collect();
+    let own: std::collections::HashSet<Fingerprint> =
+        target.iter().map(Entry::fingerprint).collect();
+    let train: Vec<&Entry> = tuned
+        .iter()
+        .filter(|e| !own.contains(&e.fingerprint()))
+        .collect();
+    let mut by_key: HashMap<Fingerprint, Vec<&Entry>> = HashMap::new();
+    for e in elsewhere {
+        by_key.entry(e.fingerprint()).or_default().push(e);
+    }
+    let voters = if elsewhere.is_empty() {
+        Voters::Here
+    } else {
+        Voters::Beside(&by_key)
+    };
+    let (picks, full) = split_by(&held, &train, predictor, methods, &voters);
+    summarize(held.len(), &names(predictor, methods, false), picks, full)
+}
+
 #[cfg(test)]
 mod tests {
     use cache_core::cache_format::{Candidate, Origin, Stats, Value};
@@ -224,6 +259,39 @@ mod tests {
             .scope_of(entries[0].key().fields(), mates, &ids)
             .expect("a prediction");
         assert_eq!(leaky.winner(), &ids[fold]);
+    }
+
+    /// Another workload's keys predict this one's; a key both have is a hit there, so it
+    /// does not vote.
+    #[test]
+    fn a_workload_never_tuned_is_predicted_from_the_others_without_its_own_keys() {
+        let grid = super::super::evaluate::tests::grid();
+        let tiles = |_: &Entry| super::super::evaluate::tests::tiles();
+        let (target, other): (Vec<Entry>, Vec<Entry>) = grid
+            .iter()
+            .cloned()
+            .partition(|e| e.key().fields().get("n") == Some(&Value::Int(256)));
+        let methods = Methods {
+            top: &[2],
+            default: None,
+            fold_by: &[],
+        };
+        let p = Predictor::default();
+        let alone = from_tuned(&other, &[], &target, &tiles, &p, &methods);
+        assert_eq!(alone.held_out, target.len());
+        let (first, prediction) = (&alone.methods[0], &alone.methods[2]);
+        assert!(
+            prediction.share_of_optimum() > first.share_of_optimum(),
+            "{alone:?}"
+        );
+        // Given every key, the target's own among them: the same figures.
+        assert_eq!(from_tuned(&grid, &[], &target, &tiles, &p, &methods), alone);
+        // Another device's result for the very key, voting beside: no worse.
+        let beside = from_tuned(&other, &target, &target, &tiles, &p, &methods);
+        assert!(
+            beside.methods[2].share_of_optimum() >= prediction.share_of_optimum(),
+            "{beside:?}"
+        );
     }
 
     #[test]

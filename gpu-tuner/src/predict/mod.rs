@@ -32,7 +32,7 @@ mod static_list;
 
 use distance::Restated;
 pub use evaluate::{Evaluation, MethodScore, Methods, evaluate};
-pub use folds::{CrossValidation, cross_validate, few_tuned, few_tuned_with, transfer};
+pub use folds::{CrossValidation, cross_validate, few_tuned, few_tuned_with, from_tuned, transfer};
 pub use index::KeyIndex;
 pub use query::{Query, TunedKeys, Voters};
 use select::{Near, Selection, nearest};
@@ -58,7 +58,7 @@ pub(crate) const SMOOTHING: f64 = 0.25;
 /// ([`Voters::Scope`]). Chosen on the AutoHeuristic A100/H100 data from 0, 0.5, 1
 /// and 2: with 10% to 90% of the H100's keys tuned, each beat this scope's keys alone (by 2.5
 /// points at 10%, 0.3 at 90% on TIMM shapes); 0.5 was best or within 0.1 of it throughout.
-pub const ELSEWHERE_DISTANCE: f64 = 0.5;
+pub(crate) const ELSEWHERE_DISTANCE: f64 = 0.5;
 
 /// What a prediction is made from and how.
 #[derive(Debug, Clone)]
@@ -85,7 +85,7 @@ pub struct Neighbour {
     /// Its winner among the current candidates.
     pub winner: Option<CandidateId>,
     /// Another scope's entry for the same key (another device's), voting beside this scope's
-    /// keys at [`ELSEWHERE_DISTANCE`] ([`Voters::Scope`]).
+    /// keys at distance 0.5 ([`Voters::Scope`]).
     pub elsewhere: bool,
 }
 

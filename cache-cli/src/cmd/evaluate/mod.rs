@@ -24,6 +24,8 @@ use crate::options::usage;
 use crate::output::{Out, Report};
 use crate::render::scope_filter;
 
+mod tuned_in;
+
 /// The arguments of `tunecache evaluate`.
 #[derive(Debug, Args)]
 pub(crate) struct EvaluateArgs {
@@ -57,9 +59,14 @@ pub(crate) struct EvaluateArgs {
     neighbours: usize,
     /// Transfer instead: predict every key of the other scopes (or of --scope) from this
     /// scope's keys alone (JSON object of its fields), as for a device never tuned; `others`:
-    /// each scope from all the other scopes of its namespace together
+    /// each scope from all the other scopes of its namespace together. With --tuned-in: this
+    /// scope's result for the same key votes beside the other workloads' keys
     #[arg(long, value_name = "SCOPE|others")]
     transfer_from: Option<String>,
+    /// A workload never tuned: predict every key from the keys of the same namespace and scope
+    /// in these other cache files (other workloads tuned on the same device), comma-separated
+    #[arg(long, value_delimiter = ',', value_name = "FILES")]
+    tuned_in: Vec<std::path::PathBuf>,
 }
 
 /// Entries by (scope fingerprint, namespace), with their scope.
@@ -104,6 +111,9 @@ struct EvaluateReport {
     /// The key fields keys share a fold by (empty: each key's fingerprint).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     fold_by: Vec<String>,
+    /// The other workloads' files every key was predicted from (`--tuned-in`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tuned_in: Vec<String>,
     groups: Vec<Group>,
     /// Groups left out: too few keys with every candidate recorded.
     skipped: Vec<String>,
@@ -126,6 +136,7 @@ impl Report for EvaluateReport {
                      results for the same key voting beside it",
                     self.folds
                 ),
+                Some(from) if !self.tuned_in.is_empty() => format!("predicted from {from}"),
                 Some(from) => format!("predicted from {from} alone"),
                 None if self.few_tuned => {
                     format!("each of {} folds by {by} the only one tuned", self.folds)
@@ -176,7 +187,8 @@ impl Report for EvaluateReport {
 }
 
 impl EvaluateArgs {
-    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+    /// A usage error for options out of range or that do not go together.
+    fn check(&self) -> anyhow::Result<()> {
         if self.folds < 2 || self.folds > 100 {
             return Err(usage(format!("--folds is 2 to 100, not {}", self.folds)));
         }
@@ -186,6 +198,18 @@ impl EvaluateArgs {
         if self.neighbours == 0 {
             return Err(usage("--neighbours takes 1 or more".to_owned()));
         }
+        if !self.tuned_in.is_empty() && (self.few_tuned || !self.fold_by.is_empty()) {
+            return Err(usage(
+                "--tuned-in predicts every key from the other files' keys: it takes no \
+                 --few-tuned or --fold-by"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+        self.check()?;
         let found = ctx.inspect_as_read(&ctx.path()?)?;
         let scope = scope_filter(self.scope.as_deref())?;
         let from = match self.transfer_from.as_deref() {
@@ -217,9 +241,26 @@ impl EvaluateArgs {
             folds: self.folds,
             few_tuned: self.few_tuned,
             fold_by: self.fold_by.clone(),
+            tuned_in: self
+                .tuned_in
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect(),
             groups: Vec::new(),
             skipped: Vec::new(),
         };
+        if !self.tuned_in.is_empty() {
+            let how = tuned_in::TunedIn {
+                paths: &self.tuned_in,
+                beside: from.as_ref(),
+                target: scope.as_ref(),
+                top: &self.top,
+                default: default.as_ref(),
+                predictor: &predictor,
+            };
+            tuned_in::evaluate(ctx, &how, &groups, &mut report)?;
+            return finish(report, default.as_ref(), ctx, out);
+        }
         if let Some(from) = from {
             let how = Transfer {
                 from: &from,
@@ -233,15 +274,30 @@ impl EvaluateArgs {
             transfers(&groups, &how, &mut report);
             return finish(report, default.as_ref(), ctx, out);
         }
+        self.cross_validations(groups, default.as_ref(), &predictor, &mut report);
+        finish(report, default.as_ref(), ctx, out)
+    }
+}
+
+impl EvaluateArgs {
+    /// Each group's keys cross-validated (or, with --few-tuned, each fold alone tuned); a
+    /// group with too few keys scored for the folds is listed as skipped.
+    fn cross_validations(
+        &self,
+        groups: Groups,
+        default: Option<&CandidateId>,
+        predictor: &Predictor,
+        report: &mut EvaluateReport,
+    ) {
         for ((_, ns), (scope, entries)) in groups {
             let scope_text = Value::Map(scope.fields().clone()).to_string();
             // A default no key of the group has is no baseline: the first candidate is.
-            let mut methods = methods_for(&self.top, default.as_ref(), &entries);
+            let mut methods = methods_for(&self.top, default, &entries);
             methods.fold_by = &self.fold_by;
             let cv = if self.few_tuned {
-                few_tuned(&entries, &current, &predictor, self.folds, &methods)
+                few_tuned(&entries, &current, predictor, self.folds, &methods)
             } else {
-                cross_validate(&entries, &current, &predictor, self.folds, &methods)
+                cross_validate(&entries, &current, predictor, self.folds, &methods)
             };
             if cv.overall.held_out < self.folds * 2 {
                 report.skipped.push(format!(
@@ -263,18 +319,14 @@ impl EvaluateArgs {
                     .collect()
             };
             let mut g = group(ns, scope_text, entries.len(), &cv.overall);
-            g.baseline = baseline_note(default.as_ref(), &methods);
+            g.baseline = baseline_note(default, &methods);
             for (i, m) in g.methods.iter_mut().enumerate() {
                 m.fold_shares = shares(i);
                 m.worst_fold_share = m.fold_shares.iter().copied().reduce(f64::min);
             }
             report.groups.push(g);
         }
-        finish(report, default.as_ref(), ctx, out)
     }
-}
-
-impl EvaluateArgs {
     /// The entries the evaluation reads, by scope and namespace (with --transfer-from,
     /// --scope picks the target and the source's keys are kept too); damage said on stderr.
     fn groups(
@@ -429,7 +481,7 @@ fn refuse_unknown_default(default: &CandidateId, groups: &Groups) -> anyhow::Res
 }
 
 /// Where a transfer predicts from.
-enum Source {
+pub(super) enum Source {
     /// One scope's keys.
     Scope(Scope),
     /// For each scope, every other scope's keys of its namespace.
