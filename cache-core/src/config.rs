@@ -12,7 +12,6 @@ use std::time::Duration;
 use cache_format::{Limits, Scope};
 use cache_migrate::Migrations;
 
-use crate::cache::Cache;
 use crate::settings::Settings;
 use crate::tier::TierSource;
 
@@ -73,7 +72,7 @@ pub struct CacheBuilder {
     pub(crate) compact_min_bytes: u64,
     pub(crate) compaction_budget: Option<Duration>,
     pub(crate) backup_on_migrate: bool,
-    pub(crate) retention: crate::gc::Retention,
+    pub(crate) retention: crate::retention::Retention,
     tiers: Vec<Arc<dyn TierSource>>,
     system: Vec<PathBuf>,
 }
@@ -135,7 +134,7 @@ impl CacheBuilder {
             compact_min_bytes: 256 << 10,
             compaction_budget: None,
             backup_on_migrate: true,
-            retention: crate::gc::Retention::default(),
+            retention: crate::retention::Retention::default(),
             tiers: Vec::new(),
             system: Vec::new(),
         }
@@ -148,7 +147,7 @@ impl CacheBuilder {
     /// other processes no longer read the dropped entries. `tunecache gc` applies the same
     /// rule at once.
     pub fn retention(mut self, max_bytes: Option<u64>, max_age: Option<Duration>) -> Self {
-        self.retention = crate::gc::Retention { max_age, max_bytes };
+        self.retention = crate::retention::Retention { max_age, max_bytes };
         self
     }
 
@@ -351,12 +350,6 @@ impl CacheBuilder {
 
     fn env(&self, name: &str) -> Option<String> {
         self.settings().get(name).map(str::to_owned)
-    }
-
-    /// Opens the cache. Never fails: a location that cannot be used degrades to memory with
-    /// one warning, visible afterwards in [`Cache::health`].
-    pub fn open(self) -> Cache {
-        Cache::open(self)
     }
 }
 

@@ -21,7 +21,6 @@ use std::time::Duration;
 use cache_format::{Entry, Fingerprint, Limits, Scope};
 use cache_migrate::Migrations;
 
-use crate::cache::Shared;
 use crate::namespace::Namespace;
 
 /// A lower tier of a [`crate::Cache`]. Implementations must return from every call within
@@ -102,7 +101,16 @@ impl TierHealth {
 /// entries given are dropped.
 #[derive(Clone)]
 pub struct TierLink {
-    shared: Weak<Shared>,
+    shared: Weak<dyn Served>,
+}
+
+/// What a tier reaches of the cache it serves, through its [`TierLink`]: implemented by the
+/// cache (`cache/queue.rs`), so this room needs nothing of the cache's.
+pub(crate) trait Served: Send + Sync {
+    /// The entry for `fp` in `ns` in memory or the file (not the lower tiers).
+    fn local(&self, ns: Namespace, fp: &Fingerprint) -> Option<Arc<Entry>>;
+    /// Merges entries a tier learned; returns how many changed what the cache held.
+    fn absorb_from_tier(&self, entries: Vec<(Namespace, Entry)>) -> usize;
 }
 
 impl fmt::Debug for TierLink {
@@ -114,7 +122,7 @@ impl fmt::Debug for TierLink {
 }
 
 impl TierLink {
-    pub(crate) fn new(shared: Weak<Shared>) -> Self {
+    pub(crate) fn new(shared: Weak<dyn Served>) -> Self {
         TierLink { shared }
     }
 

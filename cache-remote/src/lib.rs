@@ -37,6 +37,7 @@ mod generations;
 mod glob;
 mod handle;
 mod health;
+mod jitter;
 mod layout;
 mod lease;
 #[cfg(feature = "testing")]
@@ -59,8 +60,8 @@ pub use breaker::BreakerState;
 pub use fleet::{Alone, FinishError, FleetClaim, LeaseGuard};
 #[cfg(feature = "s3")]
 pub use generations::{
-    ENV_GENERATION, GenerationError, Generations, Listed as GenerationListed, fetch_pinned,
-    generation_dir, generation_id,
+    GenerationError, Generations, Listed as GenerationListed, fetch_pinned, generation_dir,
+    generation_id,
 };
 pub use handle::{RemoteCache, RemoteHandle};
 pub use health::RemoteHealth;
@@ -68,6 +69,8 @@ pub use layout::remote_key;
 pub use lease::{LeaseOp, LeaseReply, lease_key};
 #[cfg(feature = "testing")]
 pub use memory::MemoryRemote;
+#[cfg(feature = "s3")]
+pub use options::ENV_GENERATION;
 pub use options::{RemoteMode, RemoteOptions};
 #[cfg(feature = "cluster")]
 pub use server::RedisClusterRemote;

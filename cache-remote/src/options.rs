@@ -4,6 +4,20 @@
 use std::fmt;
 use std::time::Duration;
 
+/// `TUNECACHE_GENERATION`: the generation a process reads (`current`, or a SHA-256).
+#[cfg(feature = "s3")]
+pub const ENV_GENERATION: &str = "TUNECACHE_GENERATION";
+
+/// `TUNECACHE_GENERATION=off`: no generation, not even the bucket's current one as a warm-up.
+#[cfg(feature = "s3")]
+pub(crate) const OFF: &str = "off";
+
+/// Whether `id` is a generation's name: 64 lower-case hex digits.
+#[cfg(feature = "s3")]
+pub(crate) fn is_id(id: &str) -> bool {
+    id.len() == 64 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// `off`, `read` or `read-write`: what a cache does with its shared tier.
 pub(crate) const ENV_REMOTE_MODE: &str = "TUNECACHE_REMOTE_MODE";
 /// The shared tier's read budget in milliseconds.
@@ -193,17 +207,13 @@ impl RemoteOptions {
             out.push(e.to_string());
         }
         #[cfg(feature = "s3")]
-        if let Some(id) = settings.get_os(crate::generations::ENV_GENERATION) {
+        if let Some(id) = settings.get_os(ENV_GENERATION) {
             let text = id.to_string_lossy();
             let id = text.trim();
-            if !id.is_empty()
-                && id != "current"
-                && !id.eq_ignore_ascii_case(crate::generations::OFF)
-                && !crate::generations::is_id(id)
-            {
+            if !id.is_empty() && id != "current" && !id.eq_ignore_ascii_case(OFF) && !is_id(id) {
                 out.push(format!(
                     "{}={id:?}: expected current, off or a generation's id (64 lower-case hex digits)",
-                    crate::generations::ENV_GENERATION
+                    ENV_GENERATION
                 ));
             }
         }

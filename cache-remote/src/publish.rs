@@ -45,18 +45,6 @@ pub(crate) fn again(
     (now + pause < deadline).then_some(pause)
 }
 
-/// A number from 0 to 1, different in each process and call.
-pub(crate) fn jitter() -> f64 {
-    use std::hash::{BuildHasher as _, Hasher as _};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
-}
-
 /// What a publication left to do.
 #[derive(Debug, Default)]
 pub(crate) struct PublishOutcome {
@@ -190,7 +178,13 @@ pub(crate) fn publish(
                 break;
             }
         }
-        match again(rounds, todo.len(), Instant::now(), deadline, jitter()) {
+        match again(
+            rounds,
+            todo.len(),
+            Instant::now(),
+            deadline,
+            crate::jitter::jitter(),
+        ) {
             Some(pause) => std::thread::sleep(pause),
             None => break,
         }

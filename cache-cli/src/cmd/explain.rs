@@ -446,7 +446,8 @@ impl Report for ExplainReport {
         } else if let Some(p) = &self.prediction {
             out.line(format!(
                 "predicted here: {} (what a tuner serves at once under NearestThenTune; TopK \
-                 measures the best few of the prediction), from the tuned keys:",
+                 measures the best few of the prediction, one at a time, until those left are \
+                 predicted over 15% slower than the best measured), from the tuned keys:",
                 p.winner
             ))?;
             for n in &p.neighbours {

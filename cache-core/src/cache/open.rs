@@ -171,6 +171,25 @@ fn header_fits(builder: &CacheBuilder) -> Result<(), String> {
         })
 }
 
+/// A cache's disk options, as its builder says.
+fn disk_options(builder: &CacheBuilder) -> DiskOptions {
+    let mut options = DiskOptions::new(builder.limits);
+    options.compact_ratio = builder.compact_ratio;
+    options.compact_min_bytes = builder.compact_min_bytes;
+    options.backup_on_migrate = builder.backup_on_migrate;
+    options.compaction_budget = builder.compaction_budget;
+    options.retention = builder.retention;
+    options
+}
+
+impl CacheBuilder {
+    /// Opens the cache. Never fails: a location that cannot be used degrades to memory with
+    /// one warning, visible afterwards in [`Cache::health`].
+    pub fn open(self) -> Cache {
+        Cache::open(self)
+    }
+}
+
 impl Cache {
     pub(crate) fn open(builder: CacheBuilder) -> Cache {
         let (location, warnings) = builder.resolve();
@@ -207,7 +226,7 @@ impl Cache {
             } => (path, mode, reason, notice),
         };
         shared.diag.set_reason(reason, notice);
-        let options = DiskOptions::for_cache(&builder);
+        let options = disk_options(&builder);
         let paths = Paths::new(path);
         let mut disk = Disk::new(paths, registry, options);
         if !shared.first_read(&mut disk, mode) {
@@ -248,7 +267,7 @@ fn construct(
         Plan::File { path, .. } => Some(path.clone()),
         Plan::Memory { .. } => None,
     };
-    let shared = Arc::new_cyclic(|weak| {
+    let shared = Arc::new_cyclic(|weak: &std::sync::Weak<Shared>| {
         let mut tiers: Vec<Arc<dyn Tier>> = Vec::new();
         let (system, system_notes) = SystemTier::load(
             &builder.system_paths(),
@@ -266,7 +285,7 @@ fn construct(
             scope: &builder.scope,
             limits: &builder.limits,
             save_delay: builder.save_delay,
-            link: TierLink::new(weak.clone()),
+            link: TierLink::new(weak.clone() as std::sync::Weak<dyn crate::tier::Served>),
             cache_file: path.as_deref(),
             settings: builder.settings(),
             warnings: Vec::new(),

@@ -339,3 +339,13 @@ impl Shared {
 fn unwrap_or_clone(e: Arc<Entry>) -> Entry {
     Arc::try_unwrap(e).unwrap_or_else(|shared| Entry::clone(&shared))
 }
+
+impl crate::tier::Served for Shared {
+    fn local(&self, ns: Namespace, fp: &Fingerprint) -> Option<Arc<Entry>> {
+        Shared::local(self, ns, fp)
+    }
+
+    fn absorb_from_tier(&self, entries: Vec<(Namespace, Entry)>) -> usize {
+        Shared::absorb_from_tier(self, entries)
+    }
+}

@@ -61,7 +61,10 @@ pub(crate) struct Drops {
 impl Disk {
     /// A rewrite of the table under `retention` whether or not one is due (`tunecache gc`):
     /// `None` when the file is not a table.
-    pub(crate) fn rewrite_with(&self, retention: crate::gc::Retention) -> Option<Compaction> {
+    pub(crate) fn rewrite_with(
+        &self,
+        retention: crate::retention::Retention,
+    ) -> Option<Compaction> {
         let state = self.cursor.table()?;
         let mut options = self.options;
         options.retention = retention;
@@ -233,7 +236,7 @@ impl Compaction {
     /// The keys a retention limit drops, from a first walk (each entry decoded for its time).
     pub(crate) fn retention_drops(&self, stop: &AtomicBool) -> Result<Drops, StoreError> {
         let retention = self.options.retention;
-        if retention == crate::gc::Retention::default() {
+        if retention == crate::retention::Retention::default() {
             return Ok(Drops::default());
         }
         let t = &self.table;
@@ -259,7 +262,7 @@ impl Compaction {
             items.push((key.scope(), entry.recorded_at(), u64::from(r.len)));
         }
         let fixed = t.head().blocks_at + u64::from(t.commit().dir.len) + 1024;
-        let (drops, by_age, bytes_after) = crate::gc::plan_drops(&items, fixed, &retention);
+        let (drops, by_age, bytes_after) = crate::retention::plan_drops(&items, fixed, &retention);
         Ok(Drops {
             keys: drops.into_iter().map(|i| keys[i]).collect(),
             by_age,

@@ -48,7 +48,7 @@ pub(crate) struct DiskOptions {
     /// given up (`None`: no bound).
     pub(crate) compaction_budget: Option<std::time::Duration>,
     /// What a rewrite drops (old entries, the oldest past a size).
-    pub(crate) retention: crate::gc::Retention,
+    pub(crate) retention: crate::retention::Retention,
 }
 
 impl DiskOptions {
@@ -62,19 +62,7 @@ impl DiskOptions {
             compact_min_bytes: 256 << 10,
             backup_on_migrate: true,
             compaction_budget: None,
-            retention: crate::gc::Retention::default(),
-        }
-    }
-
-    /// A cache's options, as its builder says.
-    pub(crate) fn for_cache(builder: &crate::config::CacheBuilder) -> Self {
-        DiskOptions {
-            limits: builder.limits,
-            compact_ratio: builder.compact_ratio,
-            compact_min_bytes: builder.compact_min_bytes,
-            backup_on_migrate: builder.backup_on_migrate,
-            compaction_budget: builder.compaction_budget,
-            retention: builder.retention,
+            retention: crate::retention::Retention::default(),
         }
     }
 

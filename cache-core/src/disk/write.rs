@@ -131,7 +131,7 @@ impl Disk {
         fsio::remove_stale_temporaries(&self.paths.journal);
         let retention = self.options.retention;
         match self.cursor.table().cloned() {
-            Some(state) if retention == crate::gc::Retention::default() => {
+            Some(state) if retention == crate::retention::Retention::default() => {
                 self.rebuild_from_table(&state, batch)
             }
             _ => {
@@ -142,8 +142,8 @@ impl Disk {
                 let mut data = all.data;
                 data.merge(all.salvaged);
                 data.merge(batch.clone());
-                if retention != crate::gc::Retention::default() {
-                    let (kept, by_age, by_size, _) = crate::gc::prune(
+                if retention != crate::retention::Retention::default() {
+                    let (kept, by_age, by_size, _) = crate::retention::prune(
                         &data,
                         &self.registry,
                         retention.max_age,

@@ -33,11 +33,7 @@ pub(crate) use warm::WarmSource;
 
 use pointer::{Pointer, Unreadable};
 
-/// `TUNECACHE_GENERATION`: the generation a process reads (`current`, or a SHA-256).
-pub const ENV_GENERATION: &str = "TUNECACHE_GENERATION";
-
-/// `TUNECACHE_GENERATION=off`: no generation, not even the bucket's current one as a warm-up.
-pub(crate) const OFF: &str = "off";
+pub(crate) use crate::options::{ENV_GENERATION, OFF, is_id};
 
 /// How long a pointer read, or a store that sends nothing, may take.
 pub(crate) const SHORT: Duration = Duration::from_secs(10);
@@ -411,11 +407,6 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>, GenerationError> {
         )));
     }
     Ok(bytes)
-}
-
-/// Whether `id` is a generation's name: 64 lower-case hex digits.
-pub(crate) fn is_id(id: &str) -> bool {
-    id.len() == 64 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {

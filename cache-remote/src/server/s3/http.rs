@@ -24,7 +24,7 @@ fn exchange(
             // conditional, so one that had landed is a lost race the caller reads again.
             Err(e) if dropped(&e) => {
                 let left = deadline.saturating_duration_since(Instant::now());
-                match backoff(attempt, 503, left, crate::publish::jitter()) {
+                match backoff(attempt, 503, left, crate::jitter::jitter()) {
                     Some(pause) => {
                         std::thread::sleep(pause);
                         attempt += 1;
@@ -37,7 +37,7 @@ fn exchange(
         };
         let status = response.status().as_u16();
         let left = deadline.saturating_duration_since(Instant::now());
-        match backoff(attempt, status, left, crate::publish::jitter()) {
+        match backoff(attempt, status, left, crate::jitter::jitter()) {
             Some(pause) => {
                 std::thread::sleep(pause);
                 attempt += 1;
