@@ -1,4 +1,5 @@
-//! The layering check: the crate map of ARCHITECTURE.md, enforced from `cargo metadata`.
+//! The layering check: the crate map of ARCHITECTURE.md, enforced from `cargo metadata`, and
+//! no new cycle among a crate's modules (`module_cycles.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -34,9 +35,14 @@ const NET_LAYER: &str = "cache-remote";
 const TEST_CRATE: &str = "test-support";
 
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
-    let violations = check(root)?;
+    let mut violations = check(root)?;
+    violations.extend(crate::module_cycles::check(root)?);
     if violations.is_empty() {
-        println!("layering ok: {}", LAYERS.join(" < "));
+        println!(
+            "layering ok: {}; no module cycle in {}, none new elsewhere",
+            LAYERS.join(" < "),
+            crate::module_cycles::ACYCLIC.join(", ")
+        );
         Ok(())
     } else {
         bail!("layering violated:\n  {}", violations.join("\n  "))

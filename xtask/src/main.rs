@@ -29,6 +29,7 @@ mod docs;
 mod env_names;
 mod golden;
 mod layering;
+mod module_cycles;
 mod release;
 mod size;
 mod test;
