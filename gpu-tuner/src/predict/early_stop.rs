@@ -13,7 +13,7 @@
 //! On the AutoHeuristic mm timings (docs/rust.md) this reaches 99.5% of the optimum with
 //! about 0.5 fewer measurements a key than measuring the k best outright.
 
-use cache_core::cache_format::CandidateId;
+use cache_core::cache_format::{CandidateId, Entry};
 
 /// How much slower than the best measured candidate the prediction must put every candidate
 /// still to measure before a miss stops: chosen on the AutoHeuristic mm timings (docs/rust.md)
@@ -99,6 +99,21 @@ fn agrees(
         let noise = m.spread_ns / m.median_ns + best.spread_ns / best.median_ns;
         error.abs() <= (1.0 + AGREE_TOLERANCE).ln() + noise.max(0.0)
     })
+}
+
+/// What measuring `c` for `entry` finds, as the entry recorded it (for an evaluation): its
+/// median (infinite if it failed or is not recorded) and spread.
+pub(crate) fn recorded(entry: &Entry, c: &CandidateId) -> Measured {
+    let spread = entry
+        .candidates()
+        .iter()
+        .find(|x| x.id == *c)
+        .and_then(|x| x.stats());
+    Measured {
+        id: c.clone(),
+        median_ns: super::evaluate::truth(entry, c).unwrap_or(f64::INFINITY),
+        spread_ns: spread.map_or(0.0, |s| s.spread_ns),
+    }
 }
 
 /// Measures `list` in order, one candidate a round, until [`may_stop`] says the rest cannot

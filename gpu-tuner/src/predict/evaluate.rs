@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use cache_core::cache_format::{CandidateId, Entry, Fingerprint, Outcome};
 
-use super::early_stop::{Measured, measure_until};
+use super::early_stop::{measure_until, recorded};
 use super::static_list::StaticLists;
 use super::{Predictor, Restated};
 
@@ -105,7 +105,9 @@ pub fn evaluate(
 /// A key with its current candidates.
 pub(super) type Keyed<'a> = (&'a Entry, Vec<CandidateId>);
 
-/// The keys whose every current candidate is recorded, in fingerprint order.
+/// The keys that can be scored, in fingerprint order: every current candidate recorded, at
+/// least two of them (with one there is nothing to choose), and a best median above zero
+/// (a regret is a ratio to it).
 pub(super) fn complete<'a>(
     entries: &'a [Entry],
     current: &dyn Fn(&Entry) -> Vec<CandidateId>,
@@ -113,7 +115,12 @@ pub(super) fn complete<'a>(
     let mut complete: Vec<Keyed<'a>> = entries
         .iter()
         .map(|e| (e, current(e)))
-        .filter(|(e, cur)| !cur.is_empty() && cur.iter().all(|c| truth(e, c).is_some()))
+        .filter(|(e, cur)| {
+            cur.len() >= 2
+                && cur.iter().all(|c| truth(e, c).is_some())
+                && best_median(e, cur).is_finite()
+                && best_median(e, cur) > 0.0
+        })
         .collect();
     complete.sort_by_key(|(e, _)| e.fingerprint());
     complete
@@ -221,9 +228,7 @@ pub(super) fn split_by(
     // new to the key does.
     let rows = 3 + 2 * methods.top.len() + if across { 1 } else { methods.top.len() };
     let mut picks: Vec<Vec<Pick>> = (0..rows).map(|_| Vec::new()).collect();
-    // Twice the longest list, so a key lacking some of the first still gets k.
-    let longest = methods.top.iter().copied().max().unwrap_or(0);
-    let lists = StaticLists::learn(train, longest.saturating_mul(2).min(1 << 16));
+    let lists = StaticLists::learn(train);
     let mut full_time = 0.0;
     for (entry, current) in held {
         let (entry, current) = (*entry, current.as_slice());
@@ -265,7 +270,7 @@ pub(super) fn split_by(
             let fixed = lists.list_for(entry, *k, current);
             picks[3 + methods.top.len() + i].push(pick(entry, &fixed, current, true));
             if !across {
-                let n = measure_until(&pred.ranking, &list, |c| measured(entry, c));
+                let n = measure_until(&pred.ranking, &list, |c| recorded(entry, c));
                 picks[3 + 2 * methods.top.len() + i].push(pick(entry, &list[..n], current, true));
             }
         }
@@ -408,20 +413,6 @@ pub(super) fn truth(entry: &Entry, c: &CandidateId) -> Option<f64> {
         (Outcome::Failed(_), _) => Some(f64::INFINITY),
         (_, Some(s)) => Some(s.median_ns),
         _ => None,
-    }
-}
-
-/// What measuring `c` for the key finds: its true median (infinite if it failed) and spread.
-fn measured(entry: &Entry, c: &CandidateId) -> Measured {
-    let spread = entry
-        .candidates()
-        .iter()
-        .find(|x| x.id == *c)
-        .and_then(|x| x.stats());
-    Measured {
-        id: c.clone(),
-        median_ns: truth(entry, c).unwrap_or(f64::INFINITY),
-        spread_ns: spread.map_or(0.0, |s| s.spread_ns),
     }
 }
 

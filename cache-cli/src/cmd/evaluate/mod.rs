@@ -64,8 +64,9 @@ pub(crate) struct EvaluateArgs {
     #[arg(long, value_name = "SCOPE|others")]
     transfer_from: Option<String>,
     /// A workload never tuned: predict every key from the keys of the same namespace and scope
-    /// in these other cache files (other workloads tuned on the same device), comma-separated
-    #[arg(long, value_delimiter = ',', value_name = "FILES")]
+    /// in this other cache file (another workload tuned on the same device); repeat it for
+    /// more files
+    #[arg(long, value_name = "FILE")]
     tuned_in: Vec<std::path::PathBuf>,
 }
 
@@ -208,8 +209,11 @@ impl EvaluateArgs {
         Ok(())
     }
 
-    pub(crate) fn run(self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
+    pub(crate) fn run(mut self, ctx: &Context<'_>, out: &mut Out) -> anyhow::Result<u8> {
         self.check()?;
+        // A k asked twice is one row.
+        let mut seen = std::collections::HashSet::new();
+        self.top.retain(|k| seen.insert(*k));
         let found = ctx.inspect_as_read(&ctx.path()?)?;
         let scope = scope_filter(self.scope.as_deref())?;
         let from = match self.transfer_from.as_deref() {
@@ -250,8 +254,11 @@ impl EvaluateArgs {
             skipped: Vec::new(),
         };
         if !self.tuned_in.is_empty() {
+            let cache = ctx.path()?;
             let how = tuned_in::TunedIn {
                 paths: &self.tuned_in,
+                cache: &cache,
+                app: found.snapshot.header.as_ref().map(|h| h.app.as_str()),
                 beside: from.as_ref(),
                 target: scope.as_ref(),
                 top: &self.top,
