@@ -40,6 +40,7 @@ mod health;
 mod jitter;
 mod layout;
 mod lease;
+mod leases;
 #[cfg(feature = "testing")]
 mod memory;
 mod options;

@@ -4,18 +4,18 @@
 //! it makes one last bounded attempt. A thread of its own rather than a step of the saver: a
 //! frozen server must not hold up the local file.
 //!
-//! When the next round is due is a pure function of the queue's state ([`next`]).
+//! When the next round is due is a pure function of the queue's state ([`next`]); the thread
+//! itself (`CacheTier::run_publisher`) takes each round from here and gives back what it left.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cache_core::Namespace;
-use cache_format::{Entry, Fingerprint};
+use cache_format::Fingerprint;
 
 use crate::lease::{Fences, HeldLease};
 use crate::store::RemoteError;
-use crate::tier::CacheTier;
 
 /// The publisher's queue.
 #[derive(Debug, Default)]
@@ -215,53 +215,74 @@ pub(crate) fn closes(
     (!left.is_zero()).then_some(left)
 }
 
-/// The publisher thread of `tier`.
-pub(crate) fn run(tier: Arc<CacheTier>, delay: Duration) {
-    let publisher = &tier.publisher;
-    loop {
-        let mut q = publisher.lock();
-        let force = match next(&q, Instant::now(), delay, tier.policy.retry_at()) {
-            Next::Stop => {
-                q.running = false;
-                q.served = q.requested;
-                publisher.cv.notify_all();
-                return;
-            }
-            Next::Idle => {
-                q.served = q.requested;
-                publisher.cv.notify_all();
-                drop(publisher.wait(q, None));
-                continue;
-            }
-            Next::Sleep(at) => {
-                drop(publisher.wait(q, Some(at)));
-                continue;
-            }
-            Next::Publish { force } => force,
-        };
-        let serving = q.requested;
-        q.final_round = q.shutdown;
-        let keys: Vec<(Namespace, Fingerprint)> = q.pending.drain().collect();
-        q.in_flight = keys.len();
-        q.since = None;
-        drop(q);
-        let entries: Vec<(Namespace, Entry)> = keys
-            .iter()
-            .filter_map(|(ns, fp)| tier.link.get(*ns, fp).map(|e| (*ns, Entry::clone(&e))))
-            .collect();
-        let outcome = tier.publish(entries, force);
-        if !outcome.folded.is_empty() {
-            tier.link.absorb(outcome.folded);
+/// A round the publisher thread is to make: the keys it took, whether someone waits for it
+/// (probe even while the breaker is open), and the request count it serves.
+#[derive(Debug)]
+pub(crate) struct Round {
+    pub(crate) keys: Vec<(Namespace, Fingerprint)>,
+    pub(crate) force: bool,
+    serving: u64,
+}
+
+impl Publisher {
+    /// Waits until a round is due by [`next`] and takes its keys; `None` when the thread is
+    /// to stop (marked stopped, its waiters served). `retry_at` says when the breaker lets
+    /// the next call out.
+    pub(crate) fn next_round(
+        &self,
+        delay: Duration,
+        retry_at: impl Fn() -> Option<Instant>,
+    ) -> Option<Round> {
+        loop {
+            let mut q = self.lock();
+            let force = match next(&q, Instant::now(), delay, retry_at()) {
+                Next::Stop => {
+                    q.running = false;
+                    q.served = q.requested;
+                    self.cv.notify_all();
+                    return None;
+                }
+                Next::Idle => {
+                    q.served = q.requested;
+                    self.cv.notify_all();
+                    drop(self.wait(q, None));
+                    continue;
+                }
+                Next::Sleep(at) => {
+                    drop(self.wait(q, Some(at)));
+                    continue;
+                }
+                Next::Publish { force } => force,
+            };
+            let serving = q.requested;
+            q.final_round = q.shutdown;
+            let keys: Vec<(Namespace, Fingerprint)> = q.pending.drain().collect();
+            q.in_flight = keys.len();
+            q.since = None;
+            return Some(Round {
+                keys,
+                force,
+                serving,
+            });
         }
-        let mut q = publisher.lock();
+    }
+
+    /// Ends `round`: the keys it `left` are queued again, its error kept for the waiters.
+    pub(crate) fn end_round(
+        &self,
+        round: &Round,
+        left: Vec<(Namespace, Fingerprint)>,
+        error: Option<RemoteError>,
+    ) {
+        let mut q = self.lock();
         q.in_flight = 0;
-        if !outcome.left.is_empty() {
-            q.pending.extend(outcome.left);
+        if !left.is_empty() {
+            q.pending.extend(left);
             q.since.get_or_insert_with(Instant::now);
         }
-        q.last_error = outcome.error;
-        q.served = q.served.max(serving);
-        publisher.cv.notify_all();
+        q.last_error = error;
+        q.served = q.served.max(round.serving);
+        self.cv.notify_all();
     }
 }
 

@@ -10,7 +10,6 @@ use cache_core::{CacheBuilder, Tier, TierContext, TierSource};
 use crate::handle::RemoteHandle;
 use crate::options::{RemoteMode, RemoteOptions};
 use crate::policy::Policy;
-use crate::publisher;
 use crate::store::Remote;
 use crate::tier::CacheTier;
 
@@ -52,7 +51,7 @@ impl TierSource for RemoteSource {
             let worker = Arc::clone(&tier);
             let delay = ctx.save_delay;
             match cache_core::spawn_background("tunecache-publisher".into(), move || {
-                publisher::run(worker, delay)
+                worker.run_publisher(delay)
             }) {
                 Ok(handle) => *crate::lock(&tier.thread) = Some(handle),
                 Err(e) => {

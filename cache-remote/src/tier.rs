@@ -1,6 +1,7 @@
 //! The shared tier as a tier of a [`cache_core::Cache`]: read on a local miss (one round trip
 //! within the budget; a key the server lacked is not asked again for a while), and what is
-//! recorded here published by a thread of its own ([`crate::publisher`]). Opened by
+//! recorded here published by a thread of its own ([`CacheTier::run_publisher`], rounds decided
+//! by [`crate::publisher`]). Opened by
 //! `RemoteSource`; what only it does is reached through [`crate::RemoteHandle`].
 
 use std::collections::HashMap;
@@ -10,8 +11,8 @@ use std::time::{Duration, Instant};
 use cache_core::{Fill, Namespace, Tier, TierHealth, TierLink};
 use cache_format::{Entry, Fingerprint, Scope};
 
-use crate::fleet::Leases;
 use crate::health::{Counters, RemoteHealth};
+use crate::leases::Leases;
 use crate::policy::Policy;
 use crate::publish::PublishOutcome;
 use crate::publisher::Publisher;
@@ -47,6 +48,25 @@ impl CacheTier {
             leases: Leases::default(),
             publisher: Publisher::default(),
             thread: Mutex::new(None),
+        }
+    }
+
+    /// The publisher thread: each round's keys, read from the cache, published, what came
+    /// back from the server folded in, and what is left queued again; until the publisher
+    /// says stop.
+    pub(crate) fn run_publisher(&self, delay: Duration) {
+        while let Some(round) = self.publisher.next_round(delay, || self.policy.retry_at()) {
+            let entries: Vec<(Namespace, Entry)> = round
+                .keys
+                .iter()
+                .filter_map(|(ns, fp)| self.link.get(*ns, fp).map(|e| (*ns, Entry::clone(&e))))
+                .collect();
+            let outcome = self.publish(entries, round.force);
+            if !outcome.folded.is_empty() {
+                self.link.absorb(outcome.folded);
+            }
+            self.publisher
+                .end_round(&round, outcome.left, outcome.error);
         }
     }
 

@@ -1,15 +1,12 @@
 //! The fleet's pure decisions: one look at a lease classified ([`classify`]), whether it was
 //! renewed ([`renewed`]), what the acquisition loop does next ([`step`]), what waiting on
-//! leases never renewed has cost ([`Spent`]), and the pause between looks.
+//! leases never renewed has cost (`crate::leases::Spent`), and the pause between looks.
 
 use std::time::{Duration, Instant};
 
 use super::Alone;
 use crate::lease::{self, LeaseReply};
-
-/// How long waiting on leases that were never seen renewing stays charged to a process: the
-/// longest lease tunecache trusts (a holder that died holds its keys at most that long).
-pub(crate) const STALL_MEMORY: Duration = Duration::from_secs(600);
+use crate::leases::STALL_MEMORY;
 
 /// The longest a process waits on a leader that renews its lease (the renewal is the proof of
 /// life): past it, it measures the key itself.
@@ -20,32 +17,6 @@ pub(crate) const MAX_POLL: Duration = Duration::from_millis(200);
 
 /// The first pause.
 pub(crate) const FIRST_POLL: Duration = Duration::from_millis(10);
-
-/// Waiting charged to leases never seen renewing.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Spent {
-    pub(crate) spent: Duration,
-    pub(crate) since: Option<Instant>,
-}
-
-impl Spent {
-    /// What is spent at `now`: forgotten [`STALL_MEMORY`] after it began.
-    pub(crate) fn at(self, now: Instant) -> Spent {
-        match self.since {
-            Some(since) if now.saturating_duration_since(since) < STALL_MEMORY => self,
-            _ => Spent::default(),
-        }
-    }
-
-    /// `self` with `d` more spent (`d` taken back when negative: a lease seen renewing).
-    pub(crate) fn charge(self, now: Instant, add: Duration, refund: Duration) -> Spent {
-        let s = self.at(now);
-        Spent {
-            spent: (s.spent + add).saturating_sub(refund),
-            since: Some(s.since.unwrap_or(now)),
-        }
-    }
-}
 
 /// Whether a lease whose expiry was `before` and is `now` (both as this process reckons them:
 /// the time of the look plus the time to live left) was renewed in between. A renewal moves
@@ -174,6 +145,7 @@ pub(crate) fn next_pause(pause: Duration) -> Duration {
 mod tests {
     use super::*;
     use crate::lease::LeaseReply;
+    use crate::leases::Spent;
 
     const TTL: Duration = Duration::from_secs(30);
     const WAIT: Duration = Duration::from_secs(5);

@@ -8,8 +8,8 @@
 //! one look at the lease, [`step`] decides what follows, [`waits_on`] whether a holder that
 //! stalled before is waited on again.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cache_core::Namespace;
@@ -18,12 +18,13 @@ use cache_format::Fingerprint;
 mod decide;
 
 pub(crate) use decide::{
-    FIRST_POLL, Look, MAX_FLEET_WAIT, Spent, Step, Waiting, classify, next_pause, renewed, step,
+    FIRST_POLL, Look, MAX_FLEET_WAIT, Step, Waiting, classify, next_pause, renewed, step,
 };
 
 use crate::health::Counters;
 use crate::lease::{self, HeldLease, LeaseOp};
-use crate::renewer::{Renewal, Renewer};
+use crate::leases::Leases;
+use crate::renewer::Renewal;
 use crate::store::RemoteError;
 use crate::tier::CacheTier;
 use crate::value::Expect;
@@ -118,26 +119,6 @@ pub enum FinishError {
         /// The lease key.
         key: String,
     },
-}
-
-/// The leases of one shared tier: the renewer of those held, and how long waiting on leases
-/// never seen renewing has cost this process.
-#[derive(Debug, Default)]
-pub(crate) struct Leases {
-    pub(crate) renewer: Arc<Renewer>,
-    /// Time spent waiting on leases not (yet) seen renewing, since when it is counted.
-    unrenewed: Mutex<Spent>,
-}
-
-impl Leases {
-    fn spent(&self, now: Instant) -> Duration {
-        crate::lock(&self.unrenewed).at(now).spent
-    }
-
-    fn charge(&self, add: Duration, refund: Duration) {
-        let mut s = crate::lock(&self.unrenewed);
-        *s = s.charge(Instant::now(), add, refund);
-    }
 }
 
 /// See [`crate::RemoteHandle::claim`].
