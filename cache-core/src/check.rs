@@ -119,7 +119,7 @@ fn within_bounds(entry: &Entry, limits: &cache_format::Limits) -> bool {
     let nested = |c: &cache_format::Candidate| {
         !c.id.params.is_empty() || c.policy.as_ref().is_some_and(|p| !p.is_empty())
     };
-    let deepest = if candidates.iter().any(nested) {
+    let deepest = if candidates.iter().any(|c| nested(c)) {
         9
     } else if candidates.is_empty() {
         7

@@ -42,8 +42,22 @@ fn clean_host(raw: &str) -> String {
 }
 
 /// The origin of what the running process measures: `measured on <host> by pid <pid>`.
+/// Made once per thread (a record costs a copy of it, not a format), and again in a forked
+/// child, whose pid differs. Per thread rather than behind a lock: a child forked while
+/// another thread held a lock would find it held for good.
 pub fn measured_here() -> Origin {
-    Origin::measured_by(host_name(), std::process::id())
+    thread_local! {
+        static HERE: std::cell::RefCell<Option<(u32, Origin)>> = const { std::cell::RefCell::new(None) };
+    }
+    let pid = std::process::id();
+    HERE.with_borrow_mut(|here| match here {
+        Some((made_by, origin)) if *made_by == pid => origin.clone(),
+        _ => {
+            let origin = Origin::measured_by(host_name(), pid);
+            *here = Some((pid, origin.clone()));
+            origin
+        }
+    })
 }
 
 /// An entry of `candidates` measured here, now, for `key`: this process as its origin, and no

@@ -296,8 +296,8 @@ fn leading_class<'a>(all: &[&'a Candidate]) -> Option<&'a Candidate> {
         })
 }
 
-pub(crate) fn rank_indices(candidates: &[Candidate]) -> Vec<usize> {
-    let refs: Vec<&Candidate> = candidates.iter().collect();
+pub(crate) fn rank_indices(candidates: &[std::sync::Arc<Candidate>]) -> Vec<usize> {
+    let refs: Vec<&Candidate> = candidates.iter().map(|c| &**c).collect();
     rank_refs(&refs)
 }
 

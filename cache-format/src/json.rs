@@ -149,6 +149,7 @@ pub fn candidate_json(c: &Candidate) -> JsonCandidate {
 
 /// An entry as one JSON line's record.
 pub fn record(scope: &Scope, namespace: &str, entry: &Entry) -> JsonRecord {
+    let candidates = entry.candidates().iter();
     JsonRecord {
         app: None,
         schema: None,
@@ -162,7 +163,7 @@ pub fn record(scope: &Scope, namespace: &str, entry: &Entry) -> JsonRecord {
             kind: entry.origin().kind().to_owned(),
             from: entry.origin().detail().to_owned(),
         }),
-        candidates: entry.candidates().iter().map(candidate_json).collect(),
+        candidates: candidates.map(|c| candidate_json(c)).collect(),
     }
 }
 

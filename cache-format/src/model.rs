@@ -4,6 +4,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -149,7 +150,9 @@ impl fmt::Display for Origin {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     key: Key,
-    candidates: Vec<Candidate>,
+    /// Shared, not copied, by the entries a merge makes: a store that merges one new
+    /// measurement into an entry of many candidates copies one candidate, not all of them.
+    candidates: Vec<Arc<Candidate>>,
     candidate_set: Fingerprint,
     recorded_at: Millis,
     origin: Origin,
@@ -172,7 +175,7 @@ impl Entry {
             recorded_at,
             origin,
         };
-        entry.absorb_all(candidates);
+        entry.absorb_all(candidates.into_iter().map(Arc::new));
         entry.rank();
         entry
     }
@@ -188,14 +191,14 @@ impl Entry {
     }
 
     /// The candidates, best first.
-    pub fn candidates(&self) -> &[Candidate] {
+    pub fn candidates(&self) -> &[Arc<Candidate>] {
         &self.candidates
     }
 
     /// The winner: the best measured candidate, else the latest one another tool chose
     /// ([`crate::Outcome::Chosen`]); `None` when every candidate failed.
     pub fn best(&self) -> Option<&Candidate> {
-        self.candidates.first().filter(|c| c.usable())
+        self.candidates.first().map(|c| &**c).filter(|c| c.usable())
     }
 
     /// The checksum of the candidate set that the latest tuning run measured against.
@@ -221,7 +224,10 @@ impl Entry {
             self.candidate_set,
             self.origin,
             self.recorded_at,
-            self.candidates,
+            self.candidates
+                .into_iter()
+                .map(Arc::unwrap_or_clone)
+                .collect(),
         )
     }
 
@@ -244,14 +250,16 @@ impl Entry {
         };
         clamp(&mut self.recorded_at);
         for c in &mut self.candidates {
-            clamp(&mut c.measured_at);
+            if c.measured_at > latest {
+                clamp(&mut Arc::make_mut(c).measured_at);
+            }
         }
         ahead
     }
 
     /// Adds or replaces one candidate's measurement and re-ranks.
     pub fn record(&mut self, candidate: Candidate) {
-        self.absorb_all([candidate]);
+        self.absorb_all([Arc::new(candidate)]);
         self.rank();
     }
 
@@ -259,7 +267,7 @@ impl Entry {
     /// the later measurement). Linear in the number of candidates: past a handful, matching
     /// goes through a hash index instead of a scan, so a hostile entry of N candidates costs
     /// O(N), not O(N²).
-    fn absorb_all(&mut self, incoming: impl IntoIterator<Item = Candidate>) {
+    fn absorb_all(&mut self, incoming: impl IntoIterator<Item = Arc<Candidate>>) {
         const SCAN_UP_TO: usize = 16;
         let mut index: Option<HashMap<CandidateId, usize>> = None;
         let incoming = incoming.into_iter();
@@ -307,12 +315,15 @@ impl Entry {
     }
 
     fn rank(&mut self) {
+        if self.candidates.len() < 2 {
+            return;
+        }
         let order: Vec<usize> = rank_indices(&self.candidates);
         if order.iter().enumerate().all(|(at, i)| at == *i) {
             // Already in rank order (an entry read back from a file always is).
             return;
         }
-        let mut slots: Vec<Option<Candidate>> = std::mem::take(&mut self.candidates)
+        let mut slots: Vec<Option<Arc<Candidate>>> = std::mem::take(&mut self.candidates)
             .into_iter()
             .map(Some)
             .collect();
@@ -362,16 +373,21 @@ impl Entry {
             mine.is_none_or(|m| c.version_cmp(m) == Ordering::Greater)
         };
         // Past a handful, matching goes through an index, as in `absorb_all`.
-        let winners: Vec<Candidate> = if self.candidates.len() < 16 {
+        let winners: Vec<Arc<Candidate>> = if self.candidates.len() < 16 {
             other
                 .candidates
                 .iter()
-                .filter(|c| wins(c, self.candidates.iter().find(|m| m.id == c.id)))
+                .filter(|c| {
+                    wins(
+                        c,
+                        self.candidates.iter().find(|m| m.id == c.id).map(|m| &**m),
+                    )
+                })
                 .cloned()
                 .collect()
         } else {
             let index: HashMap<&CandidateId, &Candidate> =
-                self.candidates.iter().map(|c| (&c.id, c)).collect();
+                self.candidates.iter().map(|c| (&c.id, &**c)).collect();
             other
                 .candidates
                 .iter()

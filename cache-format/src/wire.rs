@@ -140,7 +140,11 @@ fn entry_out(entry: &Entry) -> EntryOut<'_> {
             kind: entry.origin().kind(),
             from: entry.origin().detail(),
         },
-        candidates: entry.candidates().iter().map(candidate_out).collect(),
+        candidates: entry
+            .candidates()
+            .iter()
+            .map(|c| candidate_out(c))
+            .collect(),
     }
 }
 

@@ -85,10 +85,9 @@ impl PyEntry {
     fn candidates<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         PyList::new(
             py,
-            self.entry
-                .candidates()
-                .iter()
-                .map(|c| PyCandidate { c: c.clone() }),
+            self.entry.candidates().iter().map(|c| PyCandidate {
+                c: Candidate::clone(c),
+            }),
         )
     }
 

@@ -25,11 +25,11 @@ pub struct tc_fields {
 /// The fields of the byte key `bytes`: `{"bin": <its bytes as lower-case hex>}`.
 pub(crate) fn byte_key(bytes: &[u8]) -> Fields {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut hex = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        hex.push(HEX[usize::from(b >> 4)] as char);
-        hex.push(HEX[usize::from(b & 15)] as char);
-    }
+    let hex: Vec<u8> = bytes
+        .iter()
+        .flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]])
+        .collect();
+    let hex = String::from_utf8(hex).expect("hex digits are ASCII");
     Fields::from([(TC_BYTE_KEY_FIELD.to_owned(), Value::Str(hex))])
 }
 

@@ -3,9 +3,9 @@
 
 use std::ffi::c_void;
 
-use cache_core::cache_format::{Fields, Fingerprint};
+use cache_core::cache_format::{Fields, Fingerprint, Key};
 
-use crate::fields::{byte_key, fields_arg, tc_fields};
+use crate::fields::{fields_arg, tc_fields};
 use crate::handle::tc_ns;
 use crate::status::{Failure, TC_E_KEY_LEN, TC_E_NULL};
 
@@ -28,11 +28,11 @@ impl KeyArg<'_> {
         }
     }
 
-    /// Its canonical fields.
-    pub(crate) fn fields(&self) -> Fields {
+    /// Its key: canonical fields and fingerprint; a byte key's from the namespace's memo.
+    pub(crate) fn key(&self, ns: &tc_ns) -> Key {
         match self {
-            KeyArg::Bytes(bytes) => byte_key(bytes),
-            KeyArg::Fields(fields) => (*fields).clone(),
+            KeyArg::Bytes(bytes) => ns.memo.key(bytes),
+            KeyArg::Fields(fields) => Key::new((*fields).clone()),
         }
     }
 }

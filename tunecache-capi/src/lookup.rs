@@ -216,7 +216,7 @@ fn prepare(entry: &Entry) -> tc_entry {
                     Outcome::Failed(reason) => Some(c_text(reason)),
                     Outcome::Measured(_) | Outcome::Chosen(_) => None,
                 },
-                candidate: c.clone(),
+                candidate: Candidate::clone(c),
             })
             .collect(),
     }

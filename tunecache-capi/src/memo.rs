@@ -1,27 +1,29 @@
 //! The byte-key memo: a byte key's fingerprint is SHA-256 over its canonical form, which costs
-//! more than the lookup itself, so each namespace handle remembers the fingerprints of the byte
-//! keys it has seen, under a fast hash of the raw bytes.
+//! more than the lookup itself, so each namespace handle remembers the keys (canonical fields
+//! and fingerprint) of the byte keys it has seen, under a fast hash of the raw bytes: a lookup
+//! takes the fingerprint, a record a copy of the key.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use cache_core::cache_format::Fingerprint;
+use cache_core::cache_format::{Fingerprint, Key};
 use rustc_hash::FxBuildHasher;
 
 use crate::fields::byte_key;
 
 const SHARDS: usize = 16;
 /// Key bytes remembered per shard (4 MiB: 64 MiB in all, whatever the keys' sizes); a full
-/// shard starts over (the memo is only a shortcut). Each key counts its bytes and about 64
-/// more for its slot.
+/// shard starts over (the memo is only a shortcut). Each key counts its bytes three times (the
+/// bytes, and their hex in the key's fields) and [`PER_KEY`] more.
 const SHARD_BYTES: usize = 4 << 20;
-/// What a remembered key costs beside its bytes (its box, fingerprint and table slot).
-const PER_KEY: usize = 64;
+/// What a remembered key costs beside its bytes (its box, its key's map node and strings,
+/// and its table slot).
+const PER_KEY: usize = 160;
 
 /// One shard: the keys and the bytes they hold.
 #[derive(Default)]
 struct Memo {
-    map: HashMap<Box<[u8]>, Fingerprint, FxBuildHasher>,
+    map: HashMap<Box<[u8]>, Key, FxBuildHasher>,
     bytes: usize,
 }
 
@@ -36,7 +38,7 @@ impl std::fmt::Debug for Memo {
 
 type Shard = Mutex<Memo>;
 
-/// Byte key → fingerprint, sharded by a hash of the bytes so threads rarely share a lock.
+/// Byte key → key, sharded by a hash of the bytes so threads rarely share a lock.
 #[derive(Debug)]
 pub(crate) struct ByteMemo {
     shards: Box<[Shard]>,
@@ -58,30 +60,40 @@ impl ByteMemo {
 
     /// The fingerprint of the byte key `bytes` (FORMAT.md, "Byte keys").
     pub(crate) fn fingerprint(&self, bytes: &[u8]) -> Fingerprint {
+        self.with_key(bytes, Key::fingerprint)
+    }
+
+    /// The key of the byte key `bytes`: its canonical fields and fingerprint.
+    pub(crate) fn key(&self, bytes: &[u8]) -> Key {
+        self.with_key(bytes, Key::clone)
+    }
+
+    fn with_key<R>(&self, bytes: &[u8], f: impl FnOnce(&Key) -> R) -> R {
         let shard = &self.shards[xxhash_rust::xxh3::xxh3_64(bytes) as usize % SHARDS];
-        if let Some(fp) = shard
+        if let Some(key) = shard
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .map
             .get(bytes)
         {
-            return *fp;
+            return f(key);
         }
-        let fp = Fingerprint::of_key(&byte_key(bytes));
-        let cost = bytes.len() + PER_KEY;
+        let key = Key::new(byte_key(bytes));
+        let answer = f(&key);
+        let cost = 3 * bytes.len() + PER_KEY;
         if cost > self.capacity {
             // A key larger than a shard is not remembered at all.
-            return fp;
+            return answer;
         }
         let mut memo = shard.lock().unwrap_or_else(PoisonError::into_inner);
         if memo.bytes + cost > self.capacity {
             memo.map.clear();
             memo.bytes = 0;
         }
-        if memo.map.insert(bytes.into(), fp).is_none() {
+        if memo.map.insert(bytes.into(), key).is_none() {
             memo.bytes += cost;
         }
-        fp
+        answer
     }
 }
 

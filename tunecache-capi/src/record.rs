@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use cache_core::Store;
 use cache_core::cache_format::{
-    Candidate, CandidateId, Entry, Fields, Fingerprint, Key, Outcome, Stats, now_millis,
+    Candidate, CandidateId, Entry, Fields, Fingerprint, Outcome, Stats, now_millis,
 };
 
 use crate::fields::{fields_arg, tc_fields};
@@ -118,7 +118,8 @@ unsafe fn record(
     // SAFETY: non-null, filled by the caller.
     let candidate = unsafe { candidate(algorithm, params, &*m) }?;
     let cache = ns.cache.open_cache()?;
-    let fp = key.fingerprint(ns);
+    let key = key.key(ns);
+    let fp = key.fingerprint();
     // The candidate set stays the one the entry was measured against; a first record starts it.
     let set = cache.get(ns.ns, &fp).map_or_else(
         || {
@@ -130,7 +131,7 @@ unsafe fn record(
         |e| e.candidate_set(),
     );
     let entry = Entry::new(
-        Key::new(key.fields()),
+        key,
         set,
         cache_core::measured_here(),
         now_millis(),

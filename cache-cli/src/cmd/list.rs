@@ -64,7 +64,7 @@ impl ListArgs {
                     key: e.key().fields(),
                     fingerprint: e.fingerprint().to_hex(),
                     candidates: e.candidates().len(),
-                    best: e.candidates().first().map(candidate_json),
+                    best: e.candidates().first().map(|c| candidate_json(c)),
                     entry: e,
                 };
                 if let Err(err) = out.item(&item, ctx.json) {

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use cache_core::cache_migrate::Migrations;
 use cache_core::{Inspection, KeyedEntry, TableWriter};
-use cache_format::{Entry, Limits, Outcome, Scope, now_millis};
+use cache_format::{Candidate, Entry, Limits, Outcome, Scope, now_millis};
 
 use crate::context::Context;
 use crate::damage::Damage;
@@ -249,7 +249,7 @@ impl MergeArgs {
                 Outcome::Measured(s) => s.samples >= min,
                 Outcome::Failed(_) | Outcome::Chosen(_) => true,
             })
-            .cloned()
+            .map(|c| Candidate::clone(c))
             .collect();
         if kept.is_empty() {
             return None;

@@ -174,7 +174,7 @@ impl Shared {
                 now,
             ) {
                 Action::Stop => {
-                    let unsaved = st.dirty.len() + st.other.len();
+                    let unsaved = st.unsaved();
                     st.saver_running = false;
                     self.saving.cv.notify_all();
                     drop(st);

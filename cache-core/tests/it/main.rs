@@ -14,6 +14,7 @@ mod concurrency;
 mod corrupt;
 mod crash;
 mod degrade;
+mod deltas;
 mod examples;
 mod io_promise;
 mod lazy;

@@ -129,7 +129,7 @@ fn the_users_entries_win_over_the_system_tier() {
         .system_files([&bundle])
         .open();
     let mut mine = entry(7, 2);
-    let mut c = mine.candidates()[0].clone();
+    let mut c = (*mine.candidates()[0]).clone();
     c.id.algorithm = "mine".into();
     mine = cache_core::cache_format::Entry::new(
         mine.key().clone(),

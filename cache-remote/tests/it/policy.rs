@@ -355,7 +355,7 @@ fn both_files_converge_to_the_fold_whatever_the_order() {
         let mut files = Vec::new();
         for p in &paths {
             let reopened = builder(p).scope(scope("H100")).open();
-            let mut entries: Vec<(Fingerprint, Vec<Candidate>)> = reopened
+            let mut entries: Vec<(Fingerprint, Vec<std::sync::Arc<Candidate>>)> = reopened
                 .entries()
                 .into_iter()
                 .map(|(_, e)| (e.fingerprint(), e.candidates().to_vec()))

@@ -143,7 +143,7 @@ fn crafted_values_on_the_server_are_misses_with_counters() {
     let mut future = entry(12, "t", 1.0);
     future.clamp_future(u64::MAX);
     let future = {
-        let mut c = future.candidates()[0].clone();
+        let mut c = (*future.candidates()[0]).clone();
         c.measured_at = now + 86_400_000;
         cache_core::cache_format::Entry::new(
             key(12),

@@ -378,7 +378,7 @@ mod tests {
                     Fingerprint::default(),
                     Origin::Measured("t".into()),
                     0,
-                    e.candidates().to_vec(),
+                    e.candidates().iter().map(|c| Candidate::clone(c)),
                 );
                 entries.push(e);
             }

@@ -434,6 +434,7 @@ impl<O: Operation> TunedInner<O> {
             entry
                 .candidates()
                 .iter()
+                .map(|c| &**c)
                 .filter(|c| matches!(c.outcome, Outcome::Chosen(_)) && current.contains(&c.id)),
         )
         .first()

@@ -78,6 +78,7 @@ pub(super) fn plan(
         let all_usable = stored
             .candidates()
             .iter()
+            .map(|c| &**c)
             .filter(|c| current.contains(&c.id))
             .all(usable);
         let complete =
@@ -155,6 +156,7 @@ pub(super) fn ranked_current<'a>(entry: &'a Entry, current: &[CandidateId]) -> V
         entry
             .candidates()
             .iter()
+            .map(|c| &**c)
             .filter(|c| c.stats().is_some() && current.contains(&c.id)),
     )
 }
