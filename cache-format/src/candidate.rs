@@ -90,6 +90,33 @@ pub struct Stats {
     pub samples: u32,
 }
 
+impl Stats {
+    /// What makes a new measurement implausible, said so a front door that records one (C,
+    /// Python) can refuse it where the caller can be told, rather than every reader of a
+    /// shared tier refusing it later: a time that is not finite or is negative, a fastest
+    /// sample slower than the median. `None`: plausible. (Zero samples is not one of them: it
+    /// marks a value recorded rather than measured, which stays off shared tiers. An import
+    /// takes what an export wrote, whatever it holds.)
+    pub fn problem(&self) -> Option<String> {
+        for (what, v) in [
+            ("median_ns", self.median_ns),
+            ("min_ns", self.min_ns),
+            ("spread_ns", self.spread_ns),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Some(format!("{what} is {v}; a time is finite and >= 0"));
+            }
+        }
+        if self.min_ns > self.median_ns {
+            return Some(format!(
+                "min_ns ({}) is greater than median_ns ({}): the fastest sample is at most the median",
+                self.min_ns, self.median_ns
+            ));
+        }
+        None
+    }
+}
+
 /// What happened when a candidate was measured.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -346,6 +373,41 @@ fn rank_refs(all: &[&Candidate]) -> Vec<usize> {
 mod tests {
     use super::*;
     use crate::Value;
+
+    #[test]
+    fn a_measurement_is_implausible_for_bad_times_or_a_min_above_its_median() {
+        let ok = Stats {
+            median_ns: 10.0,
+            min_ns: 9.0,
+            spread_ns: 1.0,
+            samples: 3,
+        };
+        assert_eq!(ok.problem(), None);
+        assert_eq!(
+            Stats {
+                samples: 0,
+                median_ns: 0.0,
+                min_ns: 0.0,
+                ..ok
+            }
+            .problem(),
+            None
+        );
+        for bad in [
+            Stats {
+                median_ns: f64::NAN,
+                ..ok
+            },
+            Stats { min_ns: -1.0, ..ok },
+            Stats {
+                spread_ns: f64::INFINITY,
+                ..ok
+            },
+            Stats { min_ns: 11.0, ..ok },
+        ] {
+            assert!(bad.problem().is_some(), "{bad:?}");
+        }
+    }
 
     fn timed(name: &str, median: f64, at: Millis, policy: Option<(&str, i64)>) -> Candidate {
         let stats = Stats {

@@ -48,12 +48,20 @@ pub(crate) fn new_candidate(
     }
     let outcome = match (failed, median_ns) {
         (Some(reason), None) => Outcome::Failed(reason),
-        (None, Some(median)) => Outcome::Measured(Stats {
-            median_ns: median,
-            min_ns: min_ns.unwrap_or(median),
-            spread_ns,
-            samples,
-        }),
+        (None, Some(median)) => {
+            let stats = Stats {
+                median_ns: median,
+                min_ns: min_ns.unwrap_or(median),
+                spread_ns,
+                samples,
+            };
+            // What every reader of a shared tier refuses is refused here, where the caller
+            // can be told.
+            if let Some(problem) = stats.problem() {
+                return Err(PyValueError::new_err(problem));
+            }
+            Outcome::Measured(stats)
+        }
         (Some(_), Some(_)) => {
             return Err(PyValueError::new_err(
                 "give either median_ns (measured) or failed (a reason), not both",

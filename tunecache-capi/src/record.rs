@@ -52,29 +52,17 @@ unsafe fn candidate(
             } else {
                 m.min_ns
             };
-            for (what, v) in [
-                ("median_ns", m.median_ns),
-                ("min_ns", min),
-                ("spread_ns", m.spread_ns),
-            ] {
-                if !v.is_finite() || v < 0.0 {
-                    return Err(Failure::new(
-                        TC_E_ARG,
-                        format!("measurement.{what} is {v}; a time is finite and >= 0"),
-                    ));
-                }
-            }
+            let stats = Stats {
+                median_ns: m.median_ns,
+                min_ns: min,
+                spread_ns: m.spread_ns,
+                samples: m.samples,
+            };
             // What every reader of a shared tier refuses is refused here, where the caller
-            // can be told: a fastest sample slower than the median, and a measurement of no
-            // samples (0 is what a winner shipped without figures reports).
-            if min > m.median_ns {
-                return Err(Failure::new(
-                    TC_E_ARG,
-                    format!(
-                        "measurement.min_ns ({min}) is greater than median_ns ({}): the fastest sample is at most the median",
-                        m.median_ns
-                    ),
-                ));
+            // can be told: implausible figures, and a measurement of no samples (0 is what a
+            // winner shipped without figures reports).
+            if let Some(problem) = stats.problem() {
+                return Err(Failure::new(TC_E_ARG, format!("measurement.{problem}")));
             }
             if m.samples == 0 {
                 return Err(Failure::new(
@@ -82,12 +70,7 @@ unsafe fn candidate(
                     "measurement.samples is 0; a measurement has at least one sample",
                 ));
             }
-            Outcome::Measured(Stats {
-                median_ns: m.median_ns,
-                min_ns: min,
-                spread_ns: m.spread_ns,
-                samples: m.samples,
-            })
+            Outcome::Measured(stats)
         }
     };
     let mut c = Candidate::new(CandidateId::with_params(algorithm, params), outcome);
