@@ -174,7 +174,7 @@ impl Shared {
                 now,
             ) {
                 Action::Stop => {
-                    let unsaved = st.unsaved();
+                    let unsaved = st.dirty.len() + st.other.len();
                     st.saver_running = false;
                     self.saving.cv.notify_all();
                     drop(st);
