@@ -116,6 +116,20 @@ impl Shared {
         batch
     }
 
+    /// What memory holds for every key this process recorded (to write again into a file
+    /// that may lack them).
+    pub(super) fn own_entries(&self) -> CacheData {
+        let own: Vec<(Namespace, Fingerprint)> =
+            lock(&self.saving.state).own.iter().copied().collect();
+        let mut data = CacheData::new();
+        for (ns, fp) in own {
+            if let Some(entry) = self.memory.get(ns, &fp) {
+                data.insert(&self.scope, ns.name(), Entry::clone(&entry));
+            }
+        }
+        data
+    }
+
     /// Puts a batch that could not be written back in the queue.
     pub(super) fn requeue(&self, st: &mut State, batch: CacheData) {
         for (scope, data) in batch.into_scopes() {

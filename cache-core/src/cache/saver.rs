@@ -358,6 +358,12 @@ impl Shared {
         let salvaged = std::mem::take(&mut inc.salvaged);
         batch.merge(salvaged.clone());
         inc.data.merge(salvaged);
+        // A file replaced by one that may lack what this process recorded gets it again in
+        // this save, so the flush waiting on it returns with it written (not a round later).
+        if inc.replaced {
+            batch.merge(self.own_entries());
+            inc.replaced = false;
+        }
         let rewrite = rewrite || inc.needs_rewrite;
         inc.needs_rewrite = false;
         match disk.write(&batch, rewrite) {
