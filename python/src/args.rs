@@ -55,10 +55,13 @@ pub(crate) fn new_candidate(
                 spread_ns,
                 samples,
             };
-            // What every reader of a shared tier refuses is refused here, where the caller
-            // can be told.
-            if let Some(problem) = stats.problem() {
-                return Err(PyValueError::new_err(problem));
+            // Non-finite and negative times are refused when the entry is checked (as
+            // `RefusedEntryError`); a fastest sample slower than the median, which only a
+            // shared tier's reader would refuse later, is refused here, the same way.
+            if stats.min_ns > stats.median_ns
+                && let Some(problem) = stats.problem()
+            {
+                return Err(errors::refused(problem));
             }
             Outcome::Measured(stats)
         }

@@ -31,6 +31,11 @@ impl Kind {
     }
 }
 
+/// A `RefusedEntryError`: an entry no reader would accept, refused where it enters.
+pub(crate) fn refused(message: String) -> PyErr {
+    raise(Kind::Refused, message)
+}
+
 /// An exception of `kind` with `message`; a plain `CacheError` if the class cannot be found
 /// (the extension imported without its package).
 fn raise(kind: Kind, message: String) -> PyErr {
