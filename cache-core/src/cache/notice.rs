@@ -316,6 +316,14 @@ impl Notice {
                 "tunecache removed the stale journal {}",
                 path.display()
             ))],
+            Event::JournalLost { path, why } => vec![Notice::warn(
+                format!("journal-lost:{}", path.display()),
+                format!(
+                    "tunecache: {} lost records this process had written ({why}); they are \
+                     written again from memory",
+                    path.display()
+                ),
+            )],
             Event::Migrated { path, report } => migrated(path, report),
             Event::Backup { path } => vec![Notice::info(format!(
                 "tunecache kept the pre-migration file as {}",

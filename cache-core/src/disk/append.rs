@@ -49,6 +49,7 @@ impl Disk {
             })),
             journal: None,
             journal_data: super::JournalData::default(),
+            lost: None,
         };
         let record = self.checked_record(batch)?;
         if let Some((bytes, id)) = fsio::read_with_id(&self.paths.journal, limits.max_file_bytes)? {
@@ -72,8 +73,10 @@ impl Disk {
             if (bytes.len() + record.len()) as u64 > self.options.compact_min_bytes {
                 return Ok(Err("a fold is due"));
             }
-            let mut state = JournalState::new(id, jformat, jheader, &bytes[..start]);
-            state.offset = bytes.len() as u64;
+            let epoch = cursor.epoch();
+            let mut state = JournalState::new(id, jformat, jheader, &bytes[..start], epoch);
+            state.advance(&bytes[start..]);
+            state.checked = Some(id);
             cursor.journal = Some(state);
         } else if record.len() as u64 > self.options.compact_min_bytes {
             return Ok(Err("a fold is due"));

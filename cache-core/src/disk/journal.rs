@@ -39,12 +39,20 @@ impl Disk {
                     source: e,
                 })
             })?;
-        cursor.journal = Some(JournalState::new(id, format, header, &bytes[..start]));
+        let epoch = cursor.epoch();
+        cursor.journal = Some(JournalState::new(
+            id,
+            format,
+            header,
+            &bytes[..start],
+            epoch,
+        ));
         self.apply_records(cursor, &bytes[start..], false, inc)
     }
 
     /// Reads what the journal gained since the cursor's offset (all of it if it is new or
-    /// replaced). `base`: what the journal must name to extend the cache file.
+    /// replaced). `base`: what the journal must name to extend the cache file. A journal that
+    /// lost what was read of it (see `journal_state.rs`) is noted in the cursor.
     pub(super) fn read_journal(
         &self,
         cursor: &mut Cursor,
@@ -54,21 +62,21 @@ impl Disk {
     ) -> Result<(), Failure> {
         let path = &self.paths.journal;
         let Some(meta) = fsio::stat(path)? else {
-            if cursor.journal.take().is_some() {
+            if let Some(j) = cursor.journal.take() {
+                cursor.note_lost(&j, "it was removed");
                 self.journal_restarted(cursor, inc);
             }
             return Ok(());
         };
         let id = FileId::of(&meta);
-        let continuing = cursor
-            .journal
-            .as_ref()
-            .is_some_and(|j| j.id.same_file(&id) && id.len >= j.offset);
+        let continuing = cursor.journal.as_ref().is_some_and(|j| {
+            j.id.same_file(&id) && id.len >= j.offset && !(locked && j.needs_check(&id))
+        });
         if continuing {
             // Read the header again and the new bytes, even when the length is the one read:
             // a journal removed and created anew can get the old one's inode number back and
             // reach that same length, and only its header (a nonce per journal) tells it
-            // apart. A different header means the journal was replaced: start over.
+            // apart. A different header means the journal was replaced: read it whole.
             let j = cursor.journal.as_ref().expect("checked above");
             let read = read_range(
                 path,
@@ -79,16 +87,21 @@ impl Disk {
             if let Ok((head, tail)) = read
                 && head == j.header
             {
+                let epoch = cursor.epoch();
+                let j = cursor.journal.as_mut().expect("checked above");
+                j.epoch = epoch;
                 if tail.is_empty() {
                     return Ok(());
                 }
                 return self.apply_records(cursor, &tail, locked, inc);
             }
         }
-        if cursor.journal.take().is_some() {
-            self.journal_restarted(cursor, inc);
-        }
+        let prior = cursor.journal.take();
         let Some((bytes, id)) = read_with_id(path, self.options.limits.max_file_bytes)? else {
+            if let Some(j) = prior {
+                cursor.note_lost(&j, "it was removed");
+                self.journal_restarted(cursor, inc);
+            }
             return Ok(());
         };
         // A file that is not a journal (someone's file at the journal's name) is left alone,
@@ -103,6 +116,28 @@ impl Disk {
                 marker: "tunecache-journal",
             };
             return Err(self.blocked(path, not_ours.into()));
+        }
+        // The journal read before, still whole under what was appended since: only the new
+        // bytes are applied. Anything else lost what was read of it.
+        if let (Ok(b), Some(mut j)) = (&bytes, prior.clone())
+            && j.is_prefix_of(b)
+        {
+            j.id = id;
+            j.epoch = cursor.epoch();
+            let offset = j.offset as usize;
+            cursor.journal = Some(j);
+            return self.apply_records(cursor, &b[offset..], locked, inc);
+        }
+        if let Some(j) = prior {
+            let why = match &bytes {
+                Ok(b) if b.len() < j.offset as usize => "it was cut short",
+                Ok(b) if b.get(..j.header.len()) != Some(&j.header[..]) => {
+                    "another journal took its place"
+                }
+                _ => "bytes already read were written over",
+            };
+            cursor.note_lost(&j, why);
+            self.journal_restarted(cursor, inc);
         }
         let bytes = match bytes {
             Ok(b) => b,
@@ -133,7 +168,14 @@ impl Disk {
             }
             Err(e) => return self.journal_unusable(e.into(), locked, inc),
         }
-        cursor.journal = Some(JournalState::new(id, format, header, &bytes[..start]));
+        let epoch = cursor.epoch();
+        cursor.journal = Some(JournalState::new(
+            id,
+            format,
+            header,
+            &bytes[..start],
+            epoch,
+        ));
         self.apply_records(cursor, &bytes[start..], locked, inc)
     }
 
@@ -248,9 +290,17 @@ impl Disk {
                 kept,
             });
         }
-        j.offset = good_end;
+        j.advance(&bytes[..scan.end]);
         if let Ok(Some(meta)) = fsio::stat(path) {
             j.id = FileId::of(&meta);
+            if locked {
+                // Read under the lock from a journal whose earlier bytes were checked.
+                j.checked = Some(j.id);
+            }
+        }
+        if damaged > 0 {
+            let j = j.clone();
+            cursor.note_lost(&j, "records in it are damaged");
         }
         if table_based && !read.is_empty() {
             cursor.journal_data = cursor.journal_data.with(read.clone());

@@ -20,8 +20,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use cache_format::CacheData;
 use cache_format::table::TKey;
-use cache_format::{CacheData, FormatVersion};
 use cache_migrate::{Migrations, Report};
 
 use crate::error::{Cause, StoreError};
@@ -29,6 +29,7 @@ use crate::fsio::{self, FileId};
 use crate::tablefile::TableFile;
 
 pub(crate) use journal_data::JournalData;
+use journal_state::{JournalState, Lost};
 
 mod append;
 #[cfg(test)]
@@ -37,6 +38,7 @@ mod compact;
 mod fold;
 mod journal;
 mod journal_data;
+mod journal_state;
 mod legacy;
 mod options;
 mod repair;
@@ -94,6 +96,10 @@ pub(crate) enum Event {
     /// A journal that no longer matches its snapshot was removed (its records were already
     /// in the snapshot, or the snapshot was deleted on purpose).
     StaleJournal { path: PathBuf },
+    /// The journal lost records while the cache file stayed at the commit it was read under
+    /// (removed, cut short, replaced, written back, damaged): this process writes what it
+    /// recorded again.
+    JournalLost { path: PathBuf, why: &'static str },
     /// Data was migrated from an older schema.
     Migrated { path: PathBuf, report: Report },
     /// The pre-migration snapshot was kept.
@@ -276,37 +282,6 @@ impl Base {
     }
 }
 
-#[derive(Debug, Clone)]
-struct JournalState {
-    id: FileId,
-    format: FormatVersion,
-    app: String,
-    schema: u32,
-    /// Bytes of the header, to detect a journal replaced by another at the same inode.
-    header: Vec<u8>,
-    /// Bytes read and applied so far (header included); always at a record boundary.
-    offset: u64,
-}
-
-impl JournalState {
-    /// The state of a journal whose header (`head`, its bytes) was just read.
-    fn new(
-        id: FileId,
-        format: FormatVersion,
-        header: cache_format::JournalHeader,
-        head: &[u8],
-    ) -> Self {
-        JournalState {
-            id,
-            format,
-            app: header.app,
-            schema: header.schema,
-            header: head.to_vec(),
-            offset: head.len() as u64,
-        }
-    }
-}
-
 /// What this process has read of the files, so a refresh reads only what changed.
 #[derive(Debug, Clone, Default)]
 struct Cursor {
@@ -314,6 +289,8 @@ struct Cursor {
     journal: Option<JournalState>,
     /// The current journal's records merged (a table's journal only: lookups read it).
     journal_data: JournalData,
+    /// A journal found to have lost records during the read under way.
+    lost: Option<Lost>,
 }
 
 impl Cursor {
@@ -369,6 +346,16 @@ impl Disk {
                 Ok(later) => inc.absorb(later),
                 Err(e) => result = Err(e),
             }
+        }
+        if let Ok(inc) = &mut result
+            && let Some(why) = cursor.take_lost()
+        {
+            // What this process wrote to the journal may be gone: it is written again.
+            inc.replaced = true;
+            inc.events.push(Event::JournalLost {
+                path: self.paths.journal.clone(),
+                why,
+            });
         }
         self.cursor = cursor;
         result

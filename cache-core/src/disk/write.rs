@@ -326,6 +326,7 @@ impl Disk {
             })),
             journal: None,
             journal_data: super::JournalData::default(),
+            lost: None,
         };
         Ok(events)
     }
@@ -378,12 +379,10 @@ impl Disk {
             let id = FileId::of(&fsio::stat(&path)?.ok_or_else(|| {
                 StoreError::io("find", &path, std::io::ErrorKind::NotFound.into())
             })?);
-            self.cursor.journal = Some(JournalState::new(
-                id,
-                FormatVersion::CURRENT,
-                header,
-                &bytes,
-            ));
+            let epoch = self.cursor.epoch();
+            let mut state = JournalState::new(id, FormatVersion::CURRENT, header, &bytes, epoch);
+            state.checked = Some(id);
+            self.cursor.journal = Some(state);
         }
         let j = self.cursor.journal.as_mut().expect("just ensured");
         if j.schema != self.registry.current() || j.app != self.registry.app() {
@@ -406,9 +405,12 @@ impl Disk {
             let _ = file.set_len(before).and_then(|()| file.sync_all());
             return Err(Failure::Retry(StoreError::io("append to", &path, e)));
         }
-        j.offset = before + record.len() as u64;
+        j.advance(record);
+        // Under the lock, nobody else wrote between the read before this save and now: the
+        // journal is what this process read and wrote.
         if let Ok(Some(meta)) = fsio::stat(&path) {
             j.id = FileId::of(&meta);
+            j.checked = Some(j.id);
         }
         // Lookups through this cursor see what was appended.
         if self.cursor.table().is_some()

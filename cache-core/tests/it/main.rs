@@ -16,6 +16,7 @@ mod crash;
 mod degrade;
 mod examples;
 mod io_promise;
+mod journal_lost;
 mod lazy;
 mod lock;
 mod migration;

@@ -1,0 +1,156 @@
+//! A journal that loses records under a running process (removed, cut short, replaced by
+//! another, an older copy put back, bytes damaged where the process already read) while the
+//! cache file stays at the commit it was read under. No fold explains it, so the process's
+//! next save writes everything it recorded again: a flush after the loss returns with the
+//! earlier results on disk, and a new process reads them (found by a hostile review of save
+//! deltas; the same loss hit whole-entry saves for every key not recorded again).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cache_core::cache_migrate::Migrations;
+use cache_core::{Cache, Store};
+
+use crate::support::{APP, capture_logs, entry, key, logs_about, ns, path_in, temp_dir};
+
+/// A cache that saves only when flushed and never folds: results stay in the journal.
+fn open(path: &Path, fold: bool) -> Cache {
+    Cache::builder(Migrations::new(APP, 1))
+        .file(path)
+        .ignore_env()
+        .save_delay(Duration::from_secs(3600))
+        .flush_timeout(Duration::from_secs(30))
+        .refresh_interval(None)
+        .compaction(1e9, if fold { 1 } else { 1 << 30 })
+        .open()
+}
+
+fn journal(path: &Path) -> PathBuf {
+    let mut j = path.as_os_str().to_owned();
+    j.push(".journal");
+    PathBuf::from(j)
+}
+
+/// Which of writer 1's first `n` results a new process reads.
+fn read_back(path: &Path, n: u64) -> Vec<u64> {
+    let cache = open(path, false);
+    (0..n)
+        .filter(|id| cache.lookup(ns(), &key(1, *id)).is_some())
+        .collect()
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Harm {
+    Removed,
+    CutShort,
+    /// Removed, then another writer starts a new journal at the same commit.
+    Replaced,
+    /// The copy taken after the first append written back in place, then another writer's
+    /// records make it longer than what this process read.
+    OlderCopyThenGrown,
+    /// A byte flipped inside the second record (of the journal), the length unchanged.
+    Damaged,
+}
+
+const HARMS: [Harm; 5] = [
+    Harm::Removed,
+    Harm::CutShort,
+    Harm::Replaced,
+    Harm::OlderCopyThenGrown,
+    Harm::Damaged,
+];
+
+fn other_writer_records(path: &Path, ids: std::ops::Range<u64>) {
+    let other = open(path, false);
+    for id in ids {
+        other.put(ns(), entry(2, id));
+    }
+    other.flush().expect("the other writer saves");
+}
+
+#[test]
+fn a_journal_that_lost_records_gets_them_written_again_by_the_next_save() {
+    capture_logs();
+    let mut wrong = Vec::new();
+    for harm in HARMS {
+        let dir = temp_dir();
+        let path = path_in(&dir, "c.tcache");
+        let cache = open(&path, false);
+        // The first save writes the table; the next ones append to the journal.
+        let mut after_first = Vec::new();
+        for id in 0..4 {
+            cache.put(ns(), entry(1, id));
+            cache.flush().expect("acknowledged");
+            if id == 1 {
+                after_first = std::fs::read(journal(&path)).expect("journal");
+            }
+        }
+        let j = journal(&path);
+        let len = std::fs::metadata(&j).expect("journal").len();
+        match harm {
+            Harm::Removed => std::fs::remove_file(&j).expect("remove"),
+            Harm::CutShort => {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&j)
+                    .expect("open");
+                f.set_len(len / 2).expect("cut");
+            }
+            Harm::Replaced => {
+                std::fs::remove_file(&j).expect("remove");
+                other_writer_records(&path, 0..2);
+            }
+            Harm::OlderCopyThenGrown => {
+                std::fs::write(&j, &after_first).expect("written back in place");
+                other_writer_records(&path, 0..40);
+                assert!(
+                    std::fs::metadata(&j).expect("journal").len() > len,
+                    "grown past it"
+                );
+            }
+            Harm::Damaged => {
+                let mut bytes = std::fs::read(&j).expect("journal");
+                let at = after_first.len() + (bytes.len() - after_first.len()) / 4;
+                bytes[at] ^= 0x5a;
+                std::fs::write(&j, &bytes).expect("damaged in place");
+            }
+        }
+        cache.put(ns(), entry(1, 4));
+        cache.flush().expect("flushed");
+        // What another process reads now, before this one saves again or closes.
+        let read = read_back(&path, 5);
+        let said = !logs_about(&format!("{} lost records", j.display())).is_empty();
+        if read != [0, 1, 2, 3, 4] || !said {
+            wrong.push(format!(
+                "{harm:?}: read back {read:?}, the loss said: {said}"
+            ));
+        }
+        drop(cache);
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// Another process's fold empties the journal on purpose (its records went into the table's
+/// next commit): nothing is lost, nothing is said, nothing is written twice.
+#[test]
+fn a_fold_by_another_process_is_not_a_lost_journal() {
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let cache = open(&path, false);
+    for id in 0..3 {
+        cache.put(ns(), entry(1, id));
+        cache.flush().expect("acknowledged");
+    }
+    let folder = open(&path, true);
+    folder.put(ns(), entry(2, 0));
+    folder.flush().expect("folds");
+    drop(folder);
+    assert!(!journal(&path).exists(), "the fold emptied the journal");
+    cache.put(ns(), entry(1, 3));
+    cache.flush().expect("flushed");
+    assert_eq!(read_back(&path, 4), vec![0, 1, 2, 3]);
+    let said = logs_about(&format!("{} lost records", journal(&path).display()));
+    assert!(said.is_empty(), "a fold is not a loss: {said:?}");
+    drop(cache);
+}
