@@ -74,6 +74,19 @@ impl super::Cache {
     }
 }
 
+impl State {
+    /// Results recorded (or queued) and not yet durable: keys queued whole or as recorded,
+    /// each once, and entries of other scopes.
+    pub(super) fn unsaved(&self) -> usize {
+        let recorded = self
+            .deltas
+            .keys()
+            .filter(|k| !self.dirty.contains(k))
+            .count();
+        self.dirty.len() + recorded + self.other.len()
+    }
+}
+
 impl Shared {
     /// Waits for the saver to signal, until `deadline` at most; `FlushTimeout(timeout)` once
     /// the deadline has passed.
@@ -105,13 +118,18 @@ impl Shared {
         }
     }
 
-    /// The entries to write for the queued keys (read from memory now), plus other scopes.
+    /// The entries to write: the whole entry memory holds for a key queued whole, what was
+    /// recorded since the last save for the others, plus other scopes.
     pub(super) fn take_batch(&self, st: &mut State) -> CacheData {
         let mut batch = std::mem::take(&mut st.other);
         for (ns, fp) in st.dirty.drain() {
+            st.deltas.remove(&(ns, fp));
             if let Some(entry) = self.memory.get(ns, &fp) {
                 batch.insert(&self.scope, ns.name(), Entry::clone(&entry));
             }
+        }
+        for ((ns, _), delta) in st.deltas.drain() {
+            batch.insert(&self.scope, ns.name(), delta);
         }
         batch
     }

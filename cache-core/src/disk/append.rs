@@ -49,7 +49,7 @@ impl Disk {
             })),
             journal: None,
             journal_data: super::JournalData::default(),
-            lost: None,
+            lost: Default::default(),
         };
         let record = self.checked_record(batch)?;
         if let Some((bytes, id)) = fsio::read_with_id(&self.paths.journal, limits.max_file_bytes)? {
@@ -73,8 +73,7 @@ impl Disk {
             if (bytes.len() + record.len()) as u64 > self.options.compact_min_bytes {
                 return Ok(Err("a fold is due"));
             }
-            let epoch = cursor.epoch();
-            let mut state = JournalState::new(id, jformat, jheader, &bytes[..start], epoch);
+            let mut state = JournalState::new(id, jformat, jheader, &bytes[..start]);
             state.advance(&bytes[start..]);
             state.checked = Some(id);
             cursor.journal = Some(state);

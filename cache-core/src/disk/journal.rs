@@ -39,14 +39,7 @@ impl Disk {
                     source: e,
                 })
             })?;
-        let epoch = cursor.epoch();
-        cursor.journal = Some(JournalState::new(
-            id,
-            format,
-            header,
-            &bytes[..start],
-            epoch,
-        ));
+        cursor.journal = Some(JournalState::new(id, format, header, &bytes[..start]));
         self.apply_records(cursor, &bytes[start..], false, inc)
     }
 
@@ -87,9 +80,6 @@ impl Disk {
             if let Ok((head, tail)) = read
                 && head == j.header
             {
-                let epoch = cursor.epoch();
-                let j = cursor.journal.as_mut().expect("checked above");
-                j.epoch = epoch;
                 if tail.is_empty() {
                     return Ok(());
                 }
@@ -123,7 +113,6 @@ impl Disk {
             && j.is_prefix_of(b)
         {
             j.id = id;
-            j.epoch = cursor.epoch();
             let offset = j.offset as usize;
             cursor.journal = Some(j);
             return self.apply_records(cursor, &b[offset..], locked, inc);
@@ -139,13 +128,25 @@ impl Disk {
             cursor.note_lost(&j, why);
             self.journal_restarted(cursor, inc);
         }
-        let bytes = match bytes {
-            Ok(b) => b,
-            Err(e) => {
-                return self.journal_unusable(e.into(), locked, inc);
-            }
-        };
-        let (format, header, start) = match read_journal_header(&bytes, &self.options.limits) {
+        match bytes {
+            Ok(b) => self.start_journal(cursor, &b, id, base, locked, inc),
+            Err(e) => self.journal_unusable(e.into(), locked, inc),
+        }
+    }
+
+    /// Reads a journal new to the cursor (`bytes`, all of it) through the gate: a stale one
+    /// removed (under the lock), a newer or foreign one left alone, records applied.
+    fn start_journal(
+        &self,
+        cursor: &mut Cursor,
+        bytes: &[u8],
+        id: FileId,
+        base: u64,
+        locked: bool,
+        inc: &mut Incoming,
+    ) -> Result<(), Failure> {
+        let path = &self.paths.journal;
+        let (format, header, start) = match read_journal_header(bytes, &self.options.limits) {
             Ok(h) => h,
             Err(e @ FormatError::NewerFormat { .. }) => {
                 return Err(self.blocked(path, e.into()));
@@ -168,14 +169,7 @@ impl Disk {
             }
             Err(e) => return self.journal_unusable(e.into(), locked, inc),
         }
-        let epoch = cursor.epoch();
-        cursor.journal = Some(JournalState::new(
-            id,
-            format,
-            header,
-            &bytes[..start],
-            epoch,
-        ));
+        cursor.journal = Some(JournalState::new(id, format, header, &bytes[..start]));
         self.apply_records(cursor, &bytes[start..], locked, inc)
     }
 
@@ -298,10 +292,7 @@ impl Disk {
                 j.checked = Some(j.id);
             }
         }
-        if damaged > 0 {
-            let j = j.clone();
-            cursor.note_lost(&j, "records in it are damaged");
-        }
+
         if table_based && !read.is_empty() {
             cursor.journal_data = cursor.journal_data.with(read.clone());
             self.publish_journal(cursor, inc);

@@ -1,52 +1,27 @@
 //! What this process knows of the journal it reads and appends to, and how it tells a journal
-//! that lost records it had (removed, cut short, replaced, written back to an older copy,
-//! damaged) from one a fold emptied on purpose.
+//! that lost what this process wrote to it (removed, cut short, replaced, an older copy put
+//! back, damaged where this process already read) from one a fold emptied on purpose.
 //!
-//! A fold writes the table's next commit before it removes the journal, so a journal that is
-//! gone, or is no longer the one read, while the table and its commit are still those it was
-//! read under, lost what it held: what this process wrote there must be written again. The
-//! bytes read so far are kept as a running checksum; a locked read that finds the journal
-//! touched since it was last checked reads it whole and compares, so a journal written over
-//! in place (an older copy put back, bytes damaged where this process already read) is caught
-//! before the next save, not only a journal cut or removed.
+//! Each journal state keeps what this process appended to it (merged) and a running CRC-32 of
+//! the bytes read and written. A journal that goes, or is no longer the one read, is checked
+//! once the read ends (after the re-reads a fold racing an unlocked read causes): whatever this
+//! process wrote to it that the file as now read (table and current journal) does not hold was
+//! lost, and is written again. A fold moves records into the table, so it is never a loss. A
+//! locked read that finds the journal touched by someone else since this process's own append
+//! or check reads it whole and compares the prefix, so a journal written over in place is
+//! caught before the next save, not only one cut short or removed.
 
-use super::{Base, Cursor};
+use cache_format::{CacheData, FormatVersion};
+
+use super::{Cursor, View};
 use crate::fsio::FileId;
-use cache_format::FormatVersion;
 
-/// The cache file and its commit as they were when the journal was last read or written.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Epoch {
-    file: FileId,
-    seq: u64,
-}
-
-impl Epoch {
-    /// The epoch of the cache file as `base` read it.
-    pub(super) fn of(base: &Base) -> Epoch {
-        match base {
-            Base::Legacy(s) => Epoch {
-                file: s.id,
-                seq: s.generation,
-            },
-            Base::Table(t) => Epoch {
-                file: t.id,
-                seq: t.table.commit().seq,
-            },
-        }
-    }
-
-    fn same(&self, other: &Epoch) -> bool {
-        self.file.same_file(&other.file) && self.seq == other.seq
-    }
-}
-
-/// A journal found to have lost records, pending the end of the read: if the file's commit is
-/// still the one the journal was read under, no fold explains it.
-#[derive(Debug, Clone, Copy)]
+/// What this process wrote to journals that went while a read was under way, and why the
+/// first of them went.
+#[derive(Debug, Clone, Default)]
 pub(super) struct Lost {
-    pub(super) epoch: Epoch,
-    pub(super) why: &'static str,
+    wrote: CacheData,
+    why: Option<&'static str>,
 }
 
 #[derive(Debug, Clone)]
@@ -65,8 +40,8 @@ pub(super) struct JournalState {
     /// be those `digest` covers: after this process's own append, or a locked read that
     /// checked them. Another identity means someone wrote to it since.
     pub(super) checked: Option<FileId>,
-    /// The cache file's commit when the journal was last read or written.
-    pub(super) epoch: Option<Epoch>,
+    /// What this process appended to this journal, merged.
+    pub(super) wrote: CacheData,
 }
 
 impl JournalState {
@@ -76,7 +51,6 @@ impl JournalState {
         format: FormatVersion,
         header: cache_format::JournalHeader,
         head: &[u8],
-        epoch: Option<Epoch>,
     ) -> Self {
         JournalState {
             id,
@@ -87,7 +61,7 @@ impl JournalState {
             offset: head.len() as u64,
             digest: crc32fast::Hasher::new(),
             checked: None,
-            epoch,
+            wrote: CacheData::new(),
         }
     }
 
@@ -116,29 +90,40 @@ impl JournalState {
 }
 
 impl Cursor {
-    /// The epoch of the cache file as this cursor read it.
-    pub(super) fn epoch(&self) -> Option<Epoch> {
-        self.base.as_ref().map(Epoch::of)
-    }
-
-    /// The journal this cursor read (`j`) lost records, for `why`, unless the cache file moved
-    /// on since it read it (a fold): noted until the read ends (see [`Cursor::take_lost`]).
+    /// The journal this cursor read (`j`) went, for `why`: what this process wrote to it is
+    /// checked against the file once the read ends (see [`Cursor::take_lost`]).
     pub(super) fn note_lost(&mut self, j: &JournalState, why: &'static str) {
-        if let (Some(epoch), Some(now)) = (j.epoch, self.epoch())
-            && epoch.same(&now)
-            && self.lost.is_none()
-        {
-            self.lost = Some(Lost { epoch, why });
+        if j.wrote.is_empty() {
+            return;
         }
+        self.lost.wrote.merge(j.wrote.clone());
+        self.lost.why.get_or_insert(why);
     }
 
-    /// A loss noted during a read, if the cache file is still at the commit the journal was
-    /// read under (a fold that raced the read explains a journal gone).
+    /// Why a journal lost what this process wrote to it, if the file as this cursor now reads
+    /// it (table and journal) lacks any of it; `None` if a fold (or anything else) put all of
+    /// it in the table. A file read whole (an older format) is answered by its own rule
+    /// (`Incoming::whole`); a damaged entry counts as lacking.
     pub(super) fn take_lost(&mut self) -> Option<&'static str> {
-        let lost = self.lost.take()?;
-        self.epoch()
-            .is_some_and(|now| lost.epoch.same(&now))
-            .then_some(lost.why)
+        let Lost { wrote, why } = std::mem::take(&mut self.lost);
+        let why = why?;
+        let Some(t) = self.table() else {
+            return Some(why);
+        };
+        let view = View {
+            table: Some(std::sync::Arc::clone(&t.table)),
+            journal: self.journal_data.clone(),
+            changed: super::Changed::Keys(Default::default()),
+        };
+        let lacking = wrote.entries().any(|(scope, ns, entry)| {
+            let (found, _) = super::lookup(&view, scope, ns, &entry.fingerprint());
+            !found.is_some_and(|on_disk| {
+                let mut merged = on_disk.clone();
+                merged.merge_from(entry);
+                merged == on_disk
+            })
+        });
+        lacking.then_some(why)
     }
 }
 
@@ -154,7 +139,7 @@ mod tests {
             nonce: 1,
         };
         let id = FileId::of(&std::fs::metadata(".").expect("a folder"));
-        let mut j = JournalState::new(id, FormatVersion::CURRENT, header, head, None);
+        let mut j = JournalState::new(id, FormatVersion::CURRENT, header, head);
         j.advance(read);
         j
     }

@@ -289,8 +289,8 @@ struct Cursor {
     journal: Option<JournalState>,
     /// The current journal's records merged (a table's journal only: lookups read it).
     journal_data: JournalData,
-    /// A journal found to have lost records during the read under way.
-    lost: Option<Lost>,
+    /// What this process wrote to journals that went during the read under way.
+    lost: Lost,
 }
 
 impl Cursor {

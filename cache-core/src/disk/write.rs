@@ -326,7 +326,7 @@ impl Disk {
             })),
             journal: None,
             journal_data: super::JournalData::default(),
-            lost: None,
+            lost: Default::default(),
         };
         Ok(events)
     }
@@ -379,8 +379,7 @@ impl Disk {
             let id = FileId::of(&fsio::stat(&path)?.ok_or_else(|| {
                 StoreError::io("find", &path, std::io::ErrorKind::NotFound.into())
             })?);
-            let epoch = self.cursor.epoch();
-            let mut state = JournalState::new(id, FormatVersion::CURRENT, header, &bytes, epoch);
+            let mut state = JournalState::new(id, FormatVersion::CURRENT, header, &bytes);
             state.checked = Some(id);
             self.cursor.journal = Some(state);
         }
@@ -420,6 +419,9 @@ impl Disk {
             && let Ok(data) =
                 cache_format::raw::decode_payload(&record[r.clone()], &self.options.limits)
         {
+            if let Some(j) = self.cursor.journal.as_mut() {
+                j.wrote.merge(data.clone());
+            }
             self.cursor.journal_data = self.cursor.journal_data.with(data);
         }
         Ok(())

@@ -1,13 +1,15 @@
-//! A journal that loses records under a running process (removed, cut short, replaced by
-//! another, an older copy put back, bytes damaged where the process already read) while the
-//! cache file stays at the commit it was read under. No fold explains it, so the process's
-//! next save writes everything it recorded again: a flush after the loss returns with the
-//! earlier results on disk, and a new process reads them (found by a hostile review of save
-//! deltas; the same loss hit whole-entry saves for every key not recorded again).
+//! A journal that loses records a running process wrote to it (removed, cut short, replaced by
+//! another, an older copy put back, bytes damaged where the process already read, removed
+//! before another process's fold). The process's next save writes everything it recorded
+//! again: a flush after the loss returns with the earlier results on disk, and a new process
+//! reads them, the earlier candidates of a key recorded into again included (a save writes
+//! what the puts recorded, so those live only in the lost records). Found by a hostile review
+//! of save deltas; the same loss hit whole-entry saves for every key not recorded again.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use cache_core::cache_format::{Candidate, Entry, Fields, Fingerprint, Origin, Stats, Value};
 use cache_core::cache_migrate::Migrations;
 use cache_core::{Cache, Store};
 
@@ -31,12 +33,39 @@ fn journal(path: &Path) -> PathBuf {
     PathBuf::from(j)
 }
 
-/// Which of writer 1's first `n` results a new process reads.
-fn read_back(path: &Path, n: u64) -> Vec<u64> {
+/// One more measurement of writer 1's hot key: a candidate of its own (`tile` = `step`). A
+/// save writes what the put recorded, so the key's earlier candidates are only in the records
+/// before.
+fn hot(step: i64) -> Entry {
+    let stats = Stats {
+        median_ns: 2000.0 + step as f64,
+        min_ns: 1900.0,
+        spread_ns: 3.0,
+        samples: 9,
+    };
+    let params = Fields::from([("tile".to_owned(), Value::Int(step))]);
+    Entry::new(
+        key(1, HOT),
+        Fingerprint::default(),
+        Origin::Measured("writer 1".into()),
+        cache_core::cache_format::now_millis(),
+        [Candidate::measured("tiled", params, stats)],
+    )
+}
+
+const HOT: u64 = 100;
+
+/// Which of writer 1's first `n` results a new process reads, and how many candidates of the
+/// hot key.
+fn read_back(path: &Path, n: u64) -> (Vec<u64>, usize) {
     let cache = open(path, false);
-    (0..n)
+    let ids = (0..n)
         .filter(|id| cache.lookup(ns(), &key(1, *id)).is_some())
-        .collect()
+        .collect();
+    let hot = cache
+        .lookup(ns(), &key(1, HOT))
+        .map_or(0, |e| e.candidates().len());
+    (ids, hot)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -50,18 +79,26 @@ enum Harm {
     OlderCopyThenGrown,
     /// A byte flipped inside the second record (of the journal), the length unchanged.
     Damaged,
+    /// Removed, then another writer folds a journal of its own into the table: the commit
+    /// moved, and the fold did not hold this process's records.
+    RemovedThenFolded,
 }
 
-const HARMS: [Harm; 5] = [
+const HARMS: [Harm; 6] = [
     Harm::Removed,
     Harm::CutShort,
     Harm::Replaced,
     Harm::OlderCopyThenGrown,
     Harm::Damaged,
+    Harm::RemovedThenFolded,
 ];
 
 fn other_writer_records(path: &Path, ids: std::ops::Range<u64>) {
-    let other = open(path, false);
+    other_writer(path, ids, false);
+}
+
+fn other_writer(path: &Path, ids: std::ops::Range<u64>, fold: bool) {
+    let other = open(path, fold);
     for id in ids {
         other.put(ns(), entry(2, id));
     }
@@ -80,6 +117,7 @@ fn a_journal_that_lost_records_gets_them_written_again_by_the_next_save() {
         let mut after_first = Vec::new();
         for id in 0..4 {
             cache.put(ns(), entry(1, id));
+            cache.put(ns(), hot(id as i64));
             cache.flush().expect("acknowledged");
             if id == 1 {
                 after_first = std::fs::read(journal(&path)).expect("journal");
@@ -114,13 +152,19 @@ fn a_journal_that_lost_records_gets_them_written_again_by_the_next_save() {
                 bytes[at] ^= 0x5a;
                 std::fs::write(&j, &bytes).expect("damaged in place");
             }
+            Harm::RemovedThenFolded => {
+                std::fs::remove_file(&j).expect("remove");
+                other_writer(&path, 0..2, true);
+                assert!(!j.exists(), "the other writer folded");
+            }
         }
         cache.put(ns(), entry(1, 4));
+        cache.put(ns(), hot(4));
         cache.flush().expect("flushed");
         // What another process reads now, before this one saves again or closes.
         let read = read_back(&path, 5);
         let said = !logs_about(&format!("{} lost records", j.display())).is_empty();
-        if read != [0, 1, 2, 3, 4] || !said {
+        if read != (vec![0, 1, 2, 3, 4], 5) || !said {
             wrong.push(format!(
                 "{harm:?}: read back {read:?}, the loss said: {said}"
             ));
@@ -149,8 +193,51 @@ fn a_fold_by_another_process_is_not_a_lost_journal() {
     assert!(!journal(&path).exists(), "the fold emptied the journal");
     cache.put(ns(), entry(1, 3));
     cache.flush().expect("flushed");
-    assert_eq!(read_back(&path, 4), vec![0, 1, 2, 3]);
+    assert_eq!(read_back(&path, 4), (vec![0, 1, 2, 3], 0));
     let said = logs_about(&format!("{} lost records", journal(&path).display()));
     assert!(said.is_empty(), "a fold is not a loss: {said:?}");
+    drop(cache);
+}
+
+/// An entry damaged in the table (a flipped bit) under a running process that records into
+/// it again: the fold replaces what it cannot read with what the save holds, which is only the
+/// new record, so the save writes the rest of what this process holds for it at once.
+#[test]
+fn a_fold_over_a_damaged_entry_writes_what_the_process_holds_for_it() {
+    use cache_core::cache_format::table::{TKey, Table};
+    use std::os::unix::fs::FileExt;
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let cache = open(&path, true);
+    for step in 0..3 {
+        cache.put(ns(), hot(step));
+        cache.flush().expect("folded");
+    }
+    assert!(!journal(&path).exists(), "every save folds");
+    let t = Table::open(
+        std::fs::read(&path).expect("read"),
+        &cache_core::cache_format::Limits::default(),
+    )
+    .expect("a table");
+    let tkey = TKey::of(&Default::default(), ns().name(), &key(1, HOT).fingerprint());
+    let at = t.locate(&tkey).expect("reads").expect("present");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("open");
+    let mut byte = [0u8; 1];
+    file.read_exact_at(&mut byte, at.offset + 10).expect("read");
+    byte[0] ^= 0x04;
+    file.write_all_at(&byte, at.offset + 10).expect("write");
+    drop(file);
+    cache.put(ns(), hot(3));
+    cache.flush().expect("flushed");
+    assert_eq!(
+        read_back(&path, 0),
+        (vec![], 4),
+        "every candidate this process recorded"
+    );
     drop(cache);
 }
