@@ -39,6 +39,7 @@ impl Shared {
         &self,
         disk: &mut Disk,
         mut batch: CacheData,
+        deltas: &[(crate::Namespace, cache_format::Fingerprint)],
         rewrite: bool,
     ) -> Result<Incoming, (Failure, CacheData)> {
         let guard = match self.lock_patiently(disk) {
@@ -60,6 +61,11 @@ impl Shared {
             batch.merge(self.own_entries());
             inc.replaced = false;
         }
+        self.whole_where_lacking(
+            &mut batch,
+            deltas,
+            &disk.view(Changed::Keys(Default::default())),
+        );
         let rewrite = rewrite || inc.needs_rewrite;
         inc.needs_rewrite = false;
         match disk.write(&batch, rewrite) {

@@ -195,7 +195,7 @@ impl Shared {
                     };
                 }
                 Action::Save => {
-                    let batch = self.take_batch(&mut st);
+                    let (batch, deltas) = self.take_batch(&mut st);
                     let job = Job {
                         seq: st.put_seq,
                         rewrite: st.rewrite,
@@ -204,7 +204,7 @@ impl Shared {
                     st.dirty_since = None;
                     st.saving = true;
                     drop(st);
-                    let result = self.save_once(&mut disk, batch, job.rewrite);
+                    let result = self.save_once(&mut disk, batch, &deltas, job.rewrite);
                     let settled = self.settle(job, result);
                     if matches!(settled, Settled::Saved) {
                         self.compactor.maybe_start(&self, &disk);

@@ -63,7 +63,10 @@ impl Disk {
         };
         let id = FileId::of(&meta);
         let continuing = cursor.journal.as_ref().is_some_and(|j| {
-            j.id.same_file(&id) && id.len >= j.offset && !(locked && j.needs_check(&id))
+            j.id.same_file(&id)
+                && id.len >= j.offset
+                && !j.rebased
+                && !(locked && j.needs_check(&id))
         });
         if continuing {
             // Read the header again and the new bytes, even when the length is the one read:
@@ -108,30 +111,38 @@ impl Disk {
             return Err(self.blocked(path, not_ours.into()));
         }
         // The journal read before, still whole under what was appended since: only the new
-        // bytes are applied. Anything else lost what was read of it.
-        if let (Ok(b), Some(mut j)) = (&bytes, prior.clone())
-            && j.is_prefix_of(b)
-        {
-            j.id = id;
-            let offset = j.offset as usize;
-            cursor.journal = Some(j);
-            return self.apply_records(cursor, &b[offset..], locked, inc);
-        }
-        if let Some(j) = prior {
-            let why = match &bytes {
-                Ok(b) if b.len() < j.offset as usize => "it was cut short",
-                Ok(b) if b.get(..j.header.len()) != Some(&j.header[..]) => {
-                    "another journal took its place"
+        // bytes are applied (all of them again under a new table, whose lookups need them),
+        // and what this process wrote to it stays noted. Anything else lost what was read.
+        let mut carried = None;
+        if let Some(mut j) = prior {
+            match &bytes {
+                Ok(b) if j.is_prefix_of(b) && !j.rebased => {
+                    j.id = id;
+                    let offset = j.offset as usize;
+                    cursor.journal = Some(j);
+                    return self.apply_records(cursor, &b[offset..], locked, inc);
                 }
-                _ => "bytes already read were written over",
-            };
-            cursor.note_lost(&j, why);
-            self.journal_restarted(cursor, inc);
+                Ok(b) if j.is_prefix_of(b) => carried = Some(j.wrote),
+                _ => {
+                    let now = bytes.as_deref().ok();
+                    cursor.note_lost(&j, j.why_lost(now));
+                    // The same journal, damaged or cut: what this process wrote to it and
+                    // is still there stays noted (checked again if it is damaged later).
+                    if now.is_some_and(|b| b.starts_with(&j.header)) {
+                        carried = Some(j.wrote);
+                    }
+                    self.journal_restarted(cursor, inc);
+                }
+            }
         }
-        match bytes {
+        let started = match bytes {
             Ok(b) => self.start_journal(cursor, &b, id, base, locked, inc),
             Err(e) => self.journal_unusable(e.into(), locked, inc),
+        };
+        if let (Some(wrote), Some(j)) = (carried, cursor.journal.as_mut()) {
+            j.wrote = wrote;
         }
+        started
     }
 
     /// Reads a journal new to the cursor (`bytes`, all of it) through the gate: a stale one

@@ -8,8 +8,11 @@
 //! process wrote to it that the file as now read (table and current journal) does not hold was
 //! lost, and is written again. A fold moves records into the table, so it is never a loss. A
 //! locked read that finds the journal touched by someone else since this process's own append
-//! or check reads it whole and compares the prefix, so a journal written over in place is
-//! caught before the next save, not only one cut short or removed.
+//! or check (its length, modification or change time; the last cannot be set back) reads it
+//! whole and compares the prefix, so a journal written over in place is caught before the next
+//! save, not only one cut short or removed. What this process wrote stays noted while the
+//! journal does: across a table renamed in (a compaction keeps the journal) and across damage
+//! found in others' records.
 
 use cache_format::{CacheData, FormatVersion};
 
@@ -36,12 +39,15 @@ pub(super) struct JournalState {
     pub(super) offset: u64,
     /// The CRC-32 of the bytes after the header up to `offset`, as read or written.
     digest: crc32fast::Hasher,
-    /// The journal's identity (length, modification time) when its bytes were last known to
+    /// The journal's identity (length, modification and change time) when its bytes were last known to
     /// be those `digest` covers: after this process's own append, or a locked read that
     /// checked them. Another identity means someone wrote to it since.
     pub(super) checked: Option<FileId>,
     /// What this process appended to this journal, merged.
     pub(super) wrote: CacheData,
+    /// The cache file was read afresh since (a compaction renamed in, which keeps the
+    /// journal): the journal is read whole again, and what this process wrote to it is kept.
+    pub(super) rebased: bool,
 }
 
 impl JournalState {
@@ -62,6 +68,7 @@ impl JournalState {
             digest: crc32fast::Hasher::new(),
             checked: None,
             wrote: CacheData::new(),
+            rebased: false,
         }
     }
 
@@ -80,6 +87,15 @@ impl JournalState {
         let mut now = crc32fast::Hasher::new();
         now.update(&whole[head..offset]);
         now.finalize() == self.digest.clone().finalize()
+    }
+
+    /// Why the journal, now `now` (`None`: too large to read), is not the one read.
+    pub(super) fn why_lost(&self, now: Option<&[u8]>) -> &'static str {
+        match now {
+            Some(b) if b.len() < self.offset as usize => "it was cut short",
+            Some(b) if !b.starts_with(&self.header) => "another journal took its place",
+            _ => "bytes already read were written over",
+        }
     }
 
     /// Whether a locked read must check the bytes already read: the journal was touched since
@@ -153,6 +169,15 @@ mod tests {
         assert!(!j.is_prefix_of(b"HEADrecord-1record-X"), "written over");
         assert!(!j.is_prefix_of(b"HEAXrecord-1record-2"), "another header");
         assert!(!j.is_prefix_of(b""), "empty");
+        assert_eq!(j.why_lost(Some(b"HEADrecord-1")), "it was cut short");
+        assert_eq!(
+            j.why_lost(Some(b"HEAXrecord-1record-2")),
+            "another journal took its place"
+        );
+        assert_eq!(
+            j.why_lost(Some(b"HEADrecord-1record-X")),
+            "bytes already read were written over"
+        );
     }
 
     #[test]

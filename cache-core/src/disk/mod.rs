@@ -473,7 +473,12 @@ impl Disk {
         inc: &mut Incoming,
     ) -> Result<bool, Failure> {
         let before = cursor.base.take();
-        cursor.journal = None;
+        // The journal goes on applying to a rewrite of the same lineage (a compaction): it is
+        // read whole again, keeping what this process wrote to it (see `journal_state.rs`).
+        let journal = cursor.journal.take().map(|mut j| {
+            j.rebased = true;
+            j
+        });
         cursor.journal_data = JournalData::default();
         // Another file than the one read before: unless it proves to be a faithful rewrite of
         // it (below), this process's results may be missing from it.
@@ -503,6 +508,7 @@ impl Disk {
         match loaded {
             Loaded::Base(base) => {
                 cursor.base = Some(base);
+                cursor.journal = journal;
                 Ok(true)
             }
             Loaded::Missing => Ok(false),

@@ -24,6 +24,9 @@ pub(crate) struct FileId {
     ino: u64,
     pub(crate) len: u64,
     mtime_ns: i128,
+    /// The inode's change time: moves with every write as the modification time does, and,
+    /// unlike it, cannot be set back (`touch -d` moves it forward).
+    ctime_ns: i128,
 }
 
 impl FileId {
@@ -36,6 +39,7 @@ impl FileId {
                 ino: meta.ino(),
                 len: meta.len(),
                 mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+                ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
             }
         }
         #[cfg(not(unix))]
@@ -51,6 +55,7 @@ impl FileId {
                 ino: 0,
                 len: meta.len(),
                 mtime_ns,
+                ctime_ns: mtime_ns,
             }
         }
     }

@@ -241,3 +241,161 @@ fn a_fold_over_a_damaged_entry_writes_what_the_process_holds_for_it() {
     );
     drop(cache);
 }
+
+fn flip_at(path: &Path, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open");
+    let mut byte = [0u8; 1];
+    file.read_exact_at(&mut byte, at).expect("read");
+    byte[0] ^= 0x5a;
+    file.write_all_at(&byte, at).expect("write");
+}
+
+fn len_of(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+/// Found by a hostile review: the process's own background compaction renamed a rewritten
+/// table in (the journal goes on applying to it) and the process forgot what it had written
+/// to the journal, so a journal removed afterwards lost those results unnoticed.
+#[test]
+fn a_journal_lost_after_a_compaction_renamed_the_table_in_is_still_caught() {
+    use std::os::unix::fs::MetadataExt;
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    {
+        // Commits whose blocks the next ones leave behind: bytes for a compaction to drop.
+        let p = open(&path, true);
+        for id in 0..40 {
+            p.put(ns(), entry(3, id));
+            p.flush().expect("folded");
+        }
+    }
+    let w = open(&path, false);
+    for id in 0..4 {
+        w.put(ns(), entry(1, id));
+        w.flush().expect("appended");
+    }
+    let before = std::fs::metadata(&path).expect("table").ino();
+    // Another process whose save appends and then finds the table worth rewriting.
+    let c = Cache::builder(Migrations::new(APP, 1))
+        .file(&path)
+        .ignore_env()
+        .refresh_interval(None)
+        .compaction(0.0, 4096)
+        .open();
+    c.put(ns(), entry(2, 0));
+    c.flush().expect("appended");
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while std::fs::metadata(&path).expect("table").ino() == before {
+        assert!(std::time::Instant::now() < until, "no compaction ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(c);
+    w.flush().expect("reads the rewritten table");
+    assert!(journal(&path).exists(), "the journal goes on applying");
+    std::fs::remove_file(journal(&path)).expect("remove");
+    w.put(ns(), entry(1, 4));
+    w.flush().expect("flushed");
+    assert_eq!(read_back(&path, 5).0, vec![0, 1, 2, 3, 4]);
+    drop(w);
+}
+
+/// Found by a hostile review: an entry damaged in the table while the process appends what it
+/// records into it (no fold of its own): each save's record is a part, so the save writes the
+/// whole entry once the file, with the record, would lack any of what memory holds.
+#[test]
+fn a_record_into_an_entry_damaged_in_the_table_is_written_whole() {
+    use cache_core::cache_format::table::{TKey, Table};
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let w = open(&path, false);
+    for step in 0..3 {
+        w.put(ns(), hot(step));
+        w.flush().expect("saved");
+    }
+    // Another process folds the journal: the hot key's three candidates are in the table.
+    other_writer(&path, 0..1, true);
+    assert!(!journal(&path).exists());
+    // This process reads the fold (nothing of its own is lost) before the damage.
+    w.refresh().expect("read");
+    let t = Table::open(
+        std::fs::read(&path).expect("read"),
+        &cache_core::cache_format::Limits::default(),
+    )
+    .expect("a table");
+    let tkey = TKey::of(&Default::default(), ns().name(), &key(1, HOT).fingerprint());
+    let at = t.locate(&tkey).expect("reads").expect("present");
+    flip_at(&path, at.offset + 10);
+    w.put(ns(), hot(3));
+    w.flush().expect("flushed");
+    assert_eq!(
+        read_back(&path, 0).1,
+        4,
+        "every candidate this process recorded"
+    );
+    drop(w);
+}
+
+/// Found by a hostile review: once a process had read past damage in another writer's record,
+/// it forgot what it had written to the journal before, so its own record damaged next went
+/// unnoticed.
+#[test]
+fn damage_to_this_processs_record_after_damage_to_anothers_is_caught() {
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let w = open(&path, false);
+    w.put(ns(), hot(0));
+    w.flush().expect("the table");
+    w.put(ns(), hot(1));
+    w.flush().expect("appended");
+    let a = len_of(&journal(&path));
+    other_writer_records(&path, 0..1);
+    let b = len_of(&journal(&path));
+    w.put(ns(), hot(2));
+    w.flush().expect("appended");
+    let c = len_of(&journal(&path));
+    flip_at(&journal(&path), (a + b) / 2);
+    w.put(ns(), entry(1, 0));
+    w.flush().expect("reads past the other's damage");
+    flip_at(&journal(&path), (b + c) / 2);
+    w.put(ns(), entry(1, 1));
+    w.flush().expect("flushed");
+    assert_eq!(read_back(&path, 2), (vec![0, 1], 3));
+    drop(w);
+}
+
+/// Found by a hostile review: a byte of this process's record flipped in place with the
+/// journal's length and modification time put back; the change time cannot be put back.
+#[test]
+fn damage_with_the_modification_time_put_back_is_caught() {
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let w = open(&path, false);
+    for step in 0..3 {
+        w.put(ns(), hot(step));
+        w.flush().expect("saved");
+    }
+    let j = journal(&path);
+    let modified = std::fs::metadata(&j)
+        .and_then(|m| m.modified())
+        .expect("mtime");
+    flip_at(&j, len_of(&j) - 20);
+    std::fs::File::options()
+        .write(true)
+        .open(&j)
+        .and_then(|f| f.set_modified(modified))
+        .expect("mtime put back");
+    w.put(ns(), entry(1, 0));
+    w.flush().expect("flushed");
+    assert_eq!(read_back(&path, 1), (vec![0], 3));
+    drop(w);
+}
