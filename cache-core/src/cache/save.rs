@@ -57,7 +57,8 @@ impl Shared {
         inc.data.merge(salvaged);
         // A file replaced by one that may lack what this process recorded gets it again in
         // this save, so the flush waiting on it returns with it written (not a round later).
-        if inc.replaced {
+        let wrote_own = inc.replaced;
+        if wrote_own {
             batch.merge(self.own_entries());
             inc.replaced = false;
         }
@@ -87,10 +88,13 @@ impl Shared {
                 inc.events.extend(events);
                 // Lookups read what was just written (a new commit, the journal's new record);
                 // memory changes only for what the read before the write found.
-                let changed = inc
-                    .view
-                    .take()
-                    .map_or(Changed::Keys(Default::default()), |v| v.changed);
+                let changed = match inc.view.take().map(|v| v.changed) {
+                    None => Changed::Keys(Default::default()),
+                    // This save wrote what this process recorded into the new file: nothing
+                    // to write again.
+                    Some(Changed::All { .. }) if wrote_own => Changed::All { faithful: true },
+                    Some(changed) => changed,
+                };
                 inc.view = Some(disk.view(changed));
                 Ok(inc)
             }

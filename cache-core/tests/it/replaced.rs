@@ -222,3 +222,32 @@ fn the_flush_after_a_replacement_returns_with_the_earlier_results_written_again(
         }
     }
 }
+
+/// The save that found the file replaced wrote this process's results into it; the view it
+/// published then still said "replaced", and every one of them was written once more at the
+/// next save. Nothing is left to write after that save.
+#[test]
+fn the_save_that_wrote_the_results_again_leaves_nothing_to_write() {
+    capture_logs();
+    for how in HOWS {
+        let dir = temp_dir();
+        let path = path_in(&dir, "c.tcache");
+        let cache = Cache::builder(registry())
+            .file(&path)
+            .ignore_env()
+            .save_delay(Duration::from_secs(3600))
+            .flush_timeout(Duration::from_secs(30))
+            .refresh_interval(None)
+            .compaction(1e9, 1 << 30)
+            .open();
+        for id in 0..3 {
+            cache.put(ns(), entry(1, id));
+            cache.flush().expect("acknowledged");
+        }
+        replace(&path, &table_with(APP, 2, 0..10), how);
+        cache.put(ns(), entry(1, 3));
+        cache.flush().expect("flushed");
+        assert_eq!(cache.health().pending, 0, "{how:?}: nothing queued");
+        drop(cache);
+    }
+}
