@@ -18,7 +18,7 @@
 //! - `flush`, `flush_within`, `close` and drop: at most the flush timeout (and each tier's
 //!   own close budget); `refresh` the flush timeout; `claim` the wait it is given.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -79,15 +79,9 @@ pub struct Health {
 }
 
 struct State {
-    /// Keys of the current scope changed in memory and not yet durable, to be written whole:
-    /// the saver reads their merged entries from memory when it writes.
+    /// Keys of the current scope changed in memory and not yet durable; the saver reads
+    /// their merged entries from memory when it writes, so `put` copies nothing.
     dirty: HashSet<(Namespace, Fingerprint)>,
-    /// What `put` recorded since the last save, merged per key: the saver writes this (not
-    /// the whole entry memory holds) for a key not also in `dirty`. The file merges what it
-    /// is given with what it holds, so a record carries only what changed: one measurement
-    /// recorded into an entry of many candidates is a record of one candidate, and the
-    /// journal fills (and folds) that much more slowly.
-    deltas: HashMap<(Namespace, Fingerprint), Entry>,
     /// Keys of the current scope this process recorded: written again if the file is replaced
     /// by one that may lack them (an old copy restored).
     own: HashSet<(Namespace, Fingerprint)>,
@@ -305,7 +299,7 @@ impl Cache {
             last_error: st.last_error.as_ref().map(ToString::to_string),
             quarantined: diag.quarantined.clone(),
             migration: diag.migration.clone(),
-            pending: st.unsaved(),
+            pending: st.dirty.len() + st.other.len(),
             tiers: self.shared.lower.tiers.iter().map(|t| t.health()).collect(),
         }
     }
@@ -470,7 +464,7 @@ impl Cache {
         while st.saver_running {
             let now = Instant::now();
             if now >= deadline {
-                let pending = st.unsaved();
+                let pending = st.dirty.len() + st.other.len();
                 drop(st);
                 self.shared.diag.notify(Notice::unsaved_at_close(
                     pending,
@@ -545,24 +539,11 @@ impl Store for Cache {
                 }
             }
         }
-        let delta = entry.clone();
         self.shared.memory.merge(ns, entry);
         self.shared.lower.offer(&[(ns, fp)]);
         let mut st = lock(&self.shared.saving.state);
         st.own.insert((ns, fp));
-        if !st.saver_running {
-            // Nothing saves (a cache in memory): the key alone, not a copy of what it holds.
-            st.dirty.insert((ns, fp));
-        } else if !st.dirty.contains(&(ns, fp)) {
-            match st.deltas.entry((ns, fp)) {
-                std::collections::hash_map::Entry::Occupied(mut held) => {
-                    held.get_mut().merge(delta)
-                }
-                std::collections::hash_map::Entry::Vacant(slot) => {
-                    slot.insert(delta);
-                }
-            }
-        }
+        st.dirty.insert((ns, fp));
         self.shared.mark_dirty(&mut st);
         Ok(())
     }

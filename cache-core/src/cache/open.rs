@@ -3,7 +3,7 @@
 //! decision); construction then carries the plan out: the lower tiers, the first read of
 //! the file, and the saver thread.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -328,7 +328,6 @@ impl State {
     fn new() -> Self {
         State {
             dirty: HashSet::new(),
-            deltas: HashMap::new(),
             own: HashSet::new(),
             other: CacheData::new(),
             put_seq: 0,

@@ -74,19 +74,6 @@ impl super::Cache {
     }
 }
 
-impl State {
-    /// Results recorded (or queued) and not yet durable: keys queued whole or as recorded,
-    /// each once, and entries of other scopes.
-    pub(super) fn unsaved(&self) -> usize {
-        let recorded = self
-            .deltas
-            .keys()
-            .filter(|k| !self.dirty.contains(k))
-            .count();
-        self.dirty.len() + recorded + self.other.len()
-    }
-}
-
 impl Shared {
     /// Waits for the saver to signal, until `deadline` at most; `FlushTimeout(timeout)` once
     /// the deadline has passed.
@@ -118,51 +105,15 @@ impl Shared {
         }
     }
 
-    /// The entries to write: the whole entry memory holds for a key queued whole, what was
-    /// recorded since the last save for the others (their keys returned beside: see
-    /// [`Shared::whole_where_lacking`]), plus other scopes.
-    pub(super) fn take_batch(&self, st: &mut State) -> (CacheData, Vec<(Namespace, Fingerprint)>) {
+    /// The entries to write for the queued keys (read from memory now), plus other scopes.
+    pub(super) fn take_batch(&self, st: &mut State) -> CacheData {
         let mut batch = std::mem::take(&mut st.other);
         for (ns, fp) in st.dirty.drain() {
-            st.deltas.remove(&(ns, fp));
             if let Some(entry) = self.memory.get(ns, &fp) {
                 batch.insert(&self.scope, ns.name(), Entry::clone(&entry));
             }
         }
-        let mut keys = Vec::with_capacity(st.deltas.len());
-        for ((ns, fp), delta) in st.deltas.drain() {
-            batch.insert(&self.scope, ns.name(), delta);
-            keys.push((ns, fp));
-        }
-        (batch, keys)
-    }
-
-    /// Under the lock, with `view` the file as just read: a key of `deltas` whose record,
-    /// merged with what the file holds for it, would not hold everything memory holds for it
-    /// is written whole instead. The rest of its entry was on disk when the earlier records
-    /// were written; whatever took it since (a damaged table entry, a journal written over in
-    /// place) is not always seen by the reads, and this catches it for every key recorded
-    /// again, at one lookup a key.
-    pub(super) fn whole_where_lacking(
-        &self,
-        batch: &mut CacheData,
-        deltas: &[(Namespace, Fingerprint)],
-        view: &crate::disk::View,
-    ) {
-        for (ns, fp) in deltas {
-            let Some(held) = self.memory.get(*ns, fp) else {
-                continue;
-            };
-            let Some(delta) = batch.get(&self.scope, ns.name(), fp) else {
-                continue;
-            };
-            let (found, _) = crate::disk::lookup(view, &self.scope, ns.name(), fp);
-            let mut after = found.unwrap_or_else(|| delta.clone());
-            after.merge_from(delta);
-            if !covers(&after, &held) {
-                batch.insert(&self.scope, ns.name(), Entry::clone(&held));
-            }
-        }
+        batch
     }
 
     /// What memory holds for every key this process recorded (to write again into a file

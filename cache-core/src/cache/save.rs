@@ -39,7 +39,6 @@ impl Shared {
         &self,
         disk: &mut Disk,
         mut batch: CacheData,
-        deltas: &[(crate::Namespace, cache_format::Fingerprint)],
         rewrite: bool,
     ) -> Result<Incoming, (Failure, CacheData)> {
         let guard = match self.lock_patiently(disk) {
@@ -62,18 +61,12 @@ impl Shared {
             batch.merge(self.own_entries());
             inc.replaced = false;
         }
-        self.whole_where_lacking(
-            &mut batch,
-            deltas,
-            &disk.view(Changed::Keys(Default::default())),
-        );
         let rewrite = rewrite || inc.needs_rewrite;
         inc.needs_rewrite = false;
         match disk.write(&batch, rewrite) {
             Ok(mut events) => {
-                // A fold that met damaged entries wrote what the batch held for them: a save
-                // writes what puts recorded, so the rest of what this process holds for its
-                // keys is written again at once (one more journal record).
+                // A fold that met damaged entries lost what they held: this process's keys
+                // among them are written again from memory at once (one more journal record).
                 if events
                     .iter()
                     .any(|e| matches!(e, crate::disk::Event::DamagedTable { .. }))

@@ -173,7 +173,7 @@ impl Shared {
                 now,
             ) {
                 Action::Stop => {
-                    let unsaved = st.unsaved();
+                    let unsaved = st.dirty.len() + st.other.len();
                     st.saver_running = false;
                     self.saving.cv.notify_all();
                     drop(st);
@@ -195,7 +195,7 @@ impl Shared {
                     };
                 }
                 Action::Save => {
-                    let (batch, deltas) = self.take_batch(&mut st);
+                    let batch = self.take_batch(&mut st);
                     let job = Job {
                         seq: st.put_seq,
                         rewrite: st.rewrite,
@@ -204,7 +204,7 @@ impl Shared {
                     st.dirty_since = None;
                     st.saving = true;
                     drop(st);
-                    let result = self.save_once(&mut disk, batch, &deltas, job.rewrite);
+                    let result = self.save_once(&mut disk, batch, job.rewrite);
                     let settled = self.settle(job, result);
                     if matches!(settled, Settled::Saved) {
                         self.compactor.maybe_start(&self, &disk);

@@ -1,5 +1,5 @@
-//! What a save writes for a put: what was recorded since the last save, not the whole entry
-//! memory holds, and the file, merged, holds everything every put recorded.
+//! What saves leave in the file: the merge of everything every put recorded, whatever the
+//! order of puts, saves and lookups across threads.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cache_core::cache_format::{Candidate, Entry, Fields, Fingerprint, Origin, Stats, Value};
 use cache_core::{Cache, Store};
 
-use crate::support::{builder, key, ns, path_in, path_in_journal, temp_dir};
+use crate::support::{builder, key, ns, path_in, temp_dir};
 
 fn measured(tile: i64, median: f64, at: u64) -> Candidate {
     let mut c = Candidate::measured(
@@ -32,41 +32,6 @@ fn entry_of(id: u64, candidates: impl IntoIterator<Item = Candidate>, at: u64) -
         at,
         candidates,
     )
-}
-
-fn journal_len(path: &std::path::Path) -> u64 {
-    std::fs::metadata(path_in_journal(path)).map_or(0, |m| m.len())
-}
-
-/// Before, a save wrote each put key's whole entry: one measurement recorded into an entry of
-/// 40 candidates appended all 41 again.
-#[test]
-fn a_record_into_a_large_entry_appends_what_changed_not_the_entry() {
-    let dir = temp_dir();
-    let path = path_in(&dir, "c.tcache");
-    let now = cache_core::cache_format::now_millis();
-    let cache = builder(&path).open();
-    cache.put(ns(), entry_of(0, [measured(0, 10.0, now)], now));
-    cache.flush().expect("the table is written");
-    let start = journal_len(&path);
-    cache.put(
-        ns(),
-        entry_of(1, (0..40).map(|t| measured(t, 100.0 + t as f64, now)), now),
-    );
-    cache.flush().expect("saved");
-    let whole = journal_len(&path) - start;
-    cache.put(ns(), entry_of(1, [measured(99, 5.0, now + 1)], now + 1));
-    cache.flush().expect("saved");
-    let delta = journal_len(&path) - start - whole;
-    assert!(
-        delta * 8 < whole,
-        "a record of one candidate ({delta} bytes) against the entry's 40 ({whole} bytes)"
-    );
-    drop(cache);
-    let reopened = builder(&path).open();
-    let got = reopened.lookup(ns(), &key(1, 1)).expect("on disk");
-    assert_eq!(got.candidates().len(), 41, "every candidate, merged");
-    assert_eq!(got.best().and_then(|c| c.id.int("tile")), Some(99));
 }
 
 /// Puts from several threads, with saves and lookups between them: the file, read by a new
