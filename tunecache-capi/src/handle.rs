@@ -144,7 +144,11 @@ fn init_logging(settings: &Settings) {
             Some(Err(e)) => (tracing_subscriber::EnvFilter::new("warn"), Some(e)),
             None => (tracing_subscriber::EnvFilter::new("warn"), None),
         };
+        // Logging must never take the process down: a stderr that cannot be written (a full
+        // disk) loses the line. tracing-subscriber would otherwise report the failure with
+        // `eprintln!`, which panics, on whichever thread logged (the saver's, too).
         let _ = tracing_subscriber::fmt()
+            .log_internal_errors(false)
             .with_writer(std::io::stderr)
             .with_ansi(std::io::stderr().is_terminal())
             .with_env_filter(filter)

@@ -432,3 +432,30 @@ fn a_child_forked_from_a_threaded_process_opens_its_own_handle_and_nothing_hangs
     let out = run(dir.path(), &exe, &["fork.tcache"]);
     assert!(out.contains("nothing missing"), "{out}");
 }
+
+#[test]
+fn a_stderr_that_cannot_be_written_loses_warnings_not_the_saver() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "tests/c/stderr_full.c", false);
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let out = Command::new(&exe)
+        .current_dir(dir.path())
+        .arg("c.tcache")
+        .env_remove("TUNECACHE_FILE")
+        .env_remove("TUNECACHE_DIR")
+        .env_remove("TUNECACHE_REMOTE")
+        .stderr(Stdio::from(full))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{} ({}): {stdout}",
+        exe.display(),
+        out.status
+    );
+    assert!(stdout.contains("every flush succeeded"), "{stdout}");
+}
