@@ -153,6 +153,13 @@ impl Disk {
         if state.migrated_from.is_some() || now.slot() == old.slot() {
             return Ok(true);
         }
+        // Another commit under the same number, or a chain that does not pass through the
+        // commit read: an older copy written over the file in place and written to since.
+        match now.descends_from(&old.slot(), HISTORY) {
+            Ok(Some(false)) => return Ok(false),
+            Err(TableError::Io(e)) => return Err(StoreError::io("read", path, e).into()),
+            Ok(_) | Err(_) => {}
+        }
         let changed = match now.changes_since(old.commit().seq, HISTORY) {
             Ok(Some(keys)) => Changed::Keys(keys),
             _ => Changed::All { faithful: true },

@@ -251,3 +251,36 @@ fn the_save_that_wrote_the_results_again_leaves_nothing_to_write() {
         drop(cache);
     }
 }
+
+/// Found by a hostile review: an older copy of the table written over the file in place, and
+/// then another process's fold gave it a commit under the same number as the one this process
+/// had read. The number alone made it look like the same table; the commit's place in the
+/// chain tells them apart, so the process writes what it recorded again.
+#[test]
+fn an_older_copy_written_in_place_and_folded_into_since_is_a_replacement() {
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let cache = open(&path, true);
+    cache.put(ns(), entry(1, 0));
+    cache.flush().expect("the table's first commit");
+    let older = std::fs::read(&path).expect("a copy");
+    cache.put(ns(), entry(1, 1));
+    cache.flush().expect("folded: the second commit");
+    replace(&path, &older, How::CopiedInPlace);
+    {
+        let other = open(&path, true);
+        other.put(ns(), entry(5, 0));
+        other.flush().expect("folded: another second commit");
+    }
+    cache.put(ns(), entry(1, 2));
+    cache.flush().expect("flushed");
+    let reader = open(&path, false);
+    let mine: Vec<u64> = (0..3).filter(|id| holds(&reader, 1, *id)).collect();
+    assert_eq!(mine, [0, 1, 2]);
+    assert!(
+        reader.lookup(ns(), &key(5, 0)).is_some(),
+        "the other's result stays"
+    );
+    drop(cache);
+}

@@ -371,6 +371,37 @@ impl<R: ReadAt> Table<R> {
         Cursor::new(self, from)
     }
 
+    /// Whether the commit `slot` names is this table's commit or one before it in its chain
+    /// (the same block at the same place): a later commit of the table read then, not another
+    /// table written over it. `None` if that history is more than `max_commits` back.
+    pub fn descends_from(
+        &self,
+        slot: &Slot,
+        max_commits: usize,
+    ) -> Result<Option<bool>, TableError> {
+        let mut at = self.slot.commit;
+        let mut commit = self.commit.clone();
+        for _ in 0..=max_commits {
+            if commit.seq <= slot.seq {
+                return Ok(Some(commit.seq == slot.seq && at == slot.commit));
+            }
+            let Some(prev) = commit.prev else {
+                return Ok(Some(false));
+            };
+            if prev.len > COMMIT_MAX_BYTES {
+                return Ok(Some(false));
+            }
+            let bytes = self.block("commit", &prev, u64::from(COMMIT_MAX_BYTES))?;
+            let older = Commit::decode(&bytes, &self.limits)?;
+            if older.seq >= commit.seq {
+                return Ok(Some(false));
+            }
+            at = prev;
+            commit = older;
+        }
+        Ok(None)
+    }
+
     /// The keys the commits after `seq` up to this table's wrote or removed, sorted; `None`
     /// if that history is not here to read (`seq` is from before this file's first commit, or
     /// more than `max_commits` back): a caller must then take everything as changed.
