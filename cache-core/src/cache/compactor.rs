@@ -11,6 +11,30 @@ use super::notice::Notice;
 use super::{Shared, lock};
 use crate::disk::{Compacted, Disk};
 
+/// Whether a rewrite failed on bytes of the file that do not read back (not on a bound, a
+/// newer format or I/O).
+fn is_damage(e: &crate::error::StoreError) -> bool {
+    use cache_format::FormatError as F;
+    matches!(
+        e,
+        crate::error::StoreError::Format { source, .. }
+            if !matches!(
+                source,
+                F::TooMany { .. } | F::TooLarge { .. } | F::NewerFormat { .. } | F::NotTunecache { .. }
+            )
+    )
+}
+
+impl Shared {
+    /// The next save rewrites the file (`Disk::write` with `rewrite`), which salvages what can be read
+    /// and reports the damage; the save then writes this process's results again.
+    fn rewrite_after_damage(&self) {
+        let mut st = lock(&self.saving.state);
+        st.rewrite = true;
+        self.mark_dirty(&mut st);
+    }
+}
+
 /// The cache's rewrites: the one in progress, if any.
 #[derive(Debug, Default)]
 pub(super) struct Compactor {
@@ -61,7 +85,15 @@ impl Compactor {
                     Ok(Compacted::Dropped(why)) => {
                         shared.diag.notify(Notice::compaction_dropped(why))
                     }
-                    Err(e) => shared.diag.notify(Notice::compaction_failed(&e)),
+                    Err(e) => {
+                        // Damage the copy met (an entry or a node that does not read back):
+                        // the next save rewrites the table from what can be read, keeping a
+                        // copy of the file, and writes this process's results again.
+                        if is_damage(&e) {
+                            shared.rewrite_after_damage();
+                        }
+                        shared.diag.notify(Notice::compaction_failed(&e))
+                    }
                 }
             }
         });

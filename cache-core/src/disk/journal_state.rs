@@ -92,8 +92,8 @@ impl JournalState {
     /// Why the journal, now `now` (`None`: too large to read), is not the one read.
     pub(super) fn why_lost(&self, now: Option<&[u8]>) -> &'static str {
         match now {
-            Some(b) if b.len() < self.offset as usize => "it was cut short",
             Some(b) if !b.starts_with(&self.header) => "another journal took its place",
+            Some(b) if b.len() < self.offset as usize => "it was cut short",
             _ => "bytes already read were written over",
         }
     }

@@ -387,3 +387,57 @@ fn damage_with_the_modification_time_put_back_is_caught() {
     assert_eq!(read_back(&path, 1), (vec![0], 3));
     drop(w);
 }
+
+/// Found by a hostile review: entries damaged in the table for keys this process recorded once
+/// and never again. Its folds never touch them; its compaction met the damage and gave up, at
+/// every attempt, and the results stayed unreadable. A compaction that fails on damage now has
+/// the next save rewrite the table from what reads back (a copy of the file kept) and write
+/// this process's results again.
+#[test]
+fn a_compaction_that_met_a_damaged_entry_gets_this_processs_results_written_again() {
+    use cache_core::cache_format::table::{TKey, Table};
+    capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    // Every save folds, and a compaction is due after every fold.
+    let w = Cache::builder(Migrations::new(APP, 1))
+        .file(&path)
+        .ignore_env()
+        .save_delay(Duration::from_secs(3600))
+        .flush_timeout(Duration::from_secs(30))
+        .refresh_interval(None)
+        .compaction(0.0, 1)
+        .open();
+    for id in 0..20 {
+        w.put(ns(), entry(1, id));
+    }
+    w.flush().expect("the table");
+    let t = Table::open(
+        std::fs::read(&path).expect("read"),
+        &cache_core::cache_format::Limits::default(),
+    )
+    .expect("a table");
+    let tkey = TKey::of(&Default::default(), ns().name(), &key(1, 3).fingerprint());
+    let at = t.locate(&tkey).expect("reads").expect("present");
+    flip_at(&path, at.offset + 10);
+    // A fold of another key; the compaction after it meets the damaged entry.
+    w.put(ns(), entry(1, 20));
+    w.flush().expect("folded");
+    let said = |what: &str| {
+        logs_about(&path.display().to_string())
+            .iter()
+            .any(|l| l.contains(what))
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while !said("could not rewrite its cache file") {
+        assert!(
+            std::time::Instant::now() < until,
+            "the compaction did not run: {:?}",
+            logs_about(&path.display().to_string())
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    w.flush().expect("the rewrite");
+    assert_eq!(read_back(&path, 21).0, (0..21).collect::<Vec<_>>());
+    drop(w);
+}
