@@ -1,6 +1,8 @@
 //! Tests of the read that a fold lands in the middle of: a hook run between the read of the
 //! cache file and the read of the journal (tests only), so a writer's fold is placed exactly
-//! there, and the reader must still see every result acknowledged before it began.
+//! there, and the reader must still see every result acknowledged before it began. The same
+//! hook runs between a journal append's write and its sync, where another writer's bytes are
+//! placed to check that the append does not take them as its own.
 
 use std::cell::RefCell;
 use std::path::Path;
@@ -115,4 +117,46 @@ fn a_reader_reads_again_only_while_the_file_moves_and_not_for_ever() {
     assert!(!read_again(false, 0, false), "nothing moved");
     assert!(!read_again(true, 0, true), "under the lock nothing moves");
     assert!(!read_again(false, 16, true), "bounded");
+}
+
+/// Found by a hostile review: a byte of this process's earlier record flipped while its next
+/// append was being synced was taken as part of its own write (the journal's identity after
+/// the sync was recorded as checked), so the loss was never noticed.
+#[test]
+fn a_byte_written_over_while_an_append_syncs_is_checked_at_the_next_read() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("c.tcache");
+    let mm = Namespace::new("mm").expect("name");
+    let writer = cache(&path, false);
+    writer.put(mm, entry(1));
+    writer.flush().expect("the table");
+    drop(writer);
+    let mut disk = Disk::new(
+        Paths::new(path.clone()),
+        Arc::new(registry()),
+        DiskOptions::new(Limits::default()),
+    );
+    disk.read_updates(true).expect("read");
+    let one = |id| {
+        let mut data = cache_format::CacheData::new();
+        data.insert(&Scope::default(), "mm", entry(id));
+        data
+    };
+    disk.write(&one(2), false).expect("appended");
+    let journal = dir.path().join("c.tcache.journal");
+    let len = std::fs::metadata(&journal).expect("journal").len();
+    set(move || {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&journal)
+            .expect("open");
+        let mut b = [0u8; 1];
+        f.read_exact_at(&mut b, len - 10).expect("read");
+        f.write_all_at(&[b[0] ^ 0x5a], len - 10).expect("write");
+    });
+    disk.write(&one(3), false).expect("appended");
+    let inc = disk.read_updates(true).expect("read");
+    assert!(inc.replaced, "what this process wrote is written again");
 }

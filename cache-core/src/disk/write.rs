@@ -398,18 +398,28 @@ impl Disk {
             .open(&path)
             .map_err(|e| StoreError::io("open", &path, e))?;
         let before = j.offset;
-        let written = file.write_all(record).and_then(|()| file.sync_data());
+        // The journal as this write left it: if it is another by the time the sync returns,
+        // someone else wrote meanwhile, and the next locked read checks it whole.
+        let mut after_write = None;
+        let written = file.write_all(record).and_then(|()| {
+            after_write = file.metadata().ok().map(|m| FileId::of(&m));
+            #[cfg(test)]
+            super::between_reads::run();
+            file.sync_data()
+        });
         if let Err(e) = written {
             // Leave no partial record behind (we hold the lock, nobody else appends).
             let _ = file.set_len(before).and_then(|()| file.sync_all());
             return Err(Failure::Retry(StoreError::io("append to", &path, e)));
         }
         j.advance(record);
-        // Under the lock, nobody else wrote between the read before this save and now: the
-        // journal is what this process read and wrote.
+        // Under the lock, nobody else appends between the read before this save and now: the
+        // journal is what this process read and wrote, unless it changed during the sync.
         if let Ok(Some(meta)) = fsio::stat(&path) {
             j.id = FileId::of(&meta);
-            j.checked = Some(j.id);
+            if after_write == Some(j.id) {
+                j.checked = Some(j.id);
+            }
         }
         // Lookups through this cursor see what was appended.
         if self.cursor.table().is_some()
