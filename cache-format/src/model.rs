@@ -358,6 +358,14 @@ impl Entry {
         self.rank();
     }
 
+    /// Whether this entry already holds everything of `other`: merging `other` into it
+    /// changes nothing (what a writer checks before writing `other` again).
+    pub fn covers(&self, other: &Entry) -> bool {
+        let mut merged = self.clone();
+        merged.merge_from(other);
+        merged == *self
+    }
+
     /// [`Entry::merge`] of a borrowed entry: the same result as `self.merge(other.clone())`,
     /// copying only what of `other` wins (its header when later, the candidates this entry
     /// lacks or measured earlier). Merging an update into the entry a store holds this way

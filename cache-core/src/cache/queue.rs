@@ -179,7 +179,7 @@ impl Shared {
                         let fp = e.fingerprint();
                         !data
                             .get(&self.scope, ns.name(), &fp)
-                            .is_some_and(|on_disk| covers(on_disk, e))
+                            .is_some_and(|on_disk| on_disk.covers(e))
                     })
                     .map(|(ns, e)| (ns, e.fingerprint()))
                     .collect()
@@ -251,14 +251,6 @@ impl Shared {
 
 /// How far ahead of this machine's clock a timestamp may be before it is called a wrong clock.
 const WRONG_CLOCK_MS: u64 = 60_000;
-
-/// Whether `on_disk` already holds everything of `mine`: merging `mine` into it changes
-/// nothing.
-fn covers(on_disk: &Entry, mine: &Entry) -> bool {
-    let mut merged = on_disk.clone();
-    merged.merge_from(mine);
-    merged == *on_disk
-}
 
 impl Shared {
     /// [`check_entry`] with this cache's limits.

@@ -133,11 +133,7 @@ impl Cursor {
         };
         let lacking = wrote.entries().any(|(scope, ns, entry)| {
             let (found, _) = super::lookup(&view, scope, ns, &entry.fingerprint());
-            !found.is_some_and(|on_disk| {
-                let mut merged = on_disk.clone();
-                merged.merge_from(entry);
-                merged == on_disk
-            })
+            !found.is_some_and(|on_disk| on_disk.covers(entry))
         });
         lacking.then_some(why)
     }

@@ -96,9 +96,8 @@ pub(crate) enum Event {
     /// A journal that no longer matches its snapshot was removed (its records were already
     /// in the snapshot, or the snapshot was deleted on purpose).
     StaleJournal { path: PathBuf },
-    /// The journal lost records while the cache file stayed at the commit it was read under
-    /// (removed, cut short, replaced, written back, damaged): this process writes what it
-    /// recorded again.
+    /// A journal lost records this process wrote to it (removed, cut short, replaced, written
+    /// back, damaged; not folded into the table): this process writes what it recorded again.
     JournalLost { path: PathBuf, why: &'static str },
     /// Data was migrated from an older schema.
     Migrated { path: PathBuf, report: Report },

@@ -243,6 +243,19 @@ fn flip_at(path: &Path, at: u64) {
     file.write_all_at(&byte, at).expect("write");
 }
 
+/// Flips a byte of `k`'s entry where the table at `path` keeps it (as a failing disk would).
+fn damage_entry(path: &Path, k: &cache_core::cache_format::Key) {
+    use cache_core::cache_format::table::{TKey, Table};
+    let t = Table::open(
+        std::fs::read(path).expect("read"),
+        &cache_core::cache_format::Limits::default(),
+    )
+    .expect("a table");
+    let tkey = TKey::of(&Default::default(), ns().name(), &k.fingerprint());
+    let at = t.locate(&tkey).expect("reads").expect("present");
+    flip_at(path, at.offset + 10);
+}
+
 fn len_of(path: &Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len())
 }
@@ -299,7 +312,6 @@ fn a_journal_lost_after_a_compaction_renamed_the_table_in_is_still_caught() {
 /// holds, so the file keeps every candidate.
 #[test]
 fn a_record_into_an_entry_damaged_in_the_table_is_written_whole() {
-    use cache_core::cache_format::table::{TKey, Table};
     capture_logs();
     let dir = temp_dir();
     let path = path_in(&dir, "c.tcache");
@@ -313,14 +325,7 @@ fn a_record_into_an_entry_damaged_in_the_table_is_written_whole() {
     assert!(!journal(&path).exists());
     // This process reads the fold (nothing of its own is lost) before the damage.
     w.refresh().expect("read");
-    let t = Table::open(
-        std::fs::read(&path).expect("read"),
-        &cache_core::cache_format::Limits::default(),
-    )
-    .expect("a table");
-    let tkey = TKey::of(&Default::default(), ns().name(), &key(1, HOT).fingerprint());
-    let at = t.locate(&tkey).expect("reads").expect("present");
-    flip_at(&path, at.offset + 10);
+    damage_entry(&path, &key(1, HOT));
     w.put(ns(), hot(3));
     w.flush().expect("flushed");
     assert_eq!(
@@ -395,7 +400,6 @@ fn damage_with_the_modification_time_put_back_is_caught() {
 /// this process's results again.
 #[test]
 fn a_compaction_that_met_a_damaged_entry_gets_this_processs_results_written_again() {
-    use cache_core::cache_format::table::{TKey, Table};
     capture_logs();
     let dir = temp_dir();
     let path = path_in(&dir, "c.tcache");
@@ -412,14 +416,7 @@ fn a_compaction_that_met_a_damaged_entry_gets_this_processs_results_written_agai
         w.put(ns(), entry(1, id));
     }
     w.flush().expect("the table");
-    let t = Table::open(
-        std::fs::read(&path).expect("read"),
-        &cache_core::cache_format::Limits::default(),
-    )
-    .expect("a table");
-    let tkey = TKey::of(&Default::default(), ns().name(), &key(1, 3).fingerprint());
-    let at = t.locate(&tkey).expect("reads").expect("present");
-    flip_at(&path, at.offset + 10);
+    damage_entry(&path, &key(1, 3));
     // A fold of another key; the compaction after it meets the damaged entry.
     w.put(ns(), entry(1, 20));
     w.flush().expect("folded");

@@ -31,6 +31,18 @@ fn open(path: &Path, fold: bool) -> Cache {
         .open()
 }
 
+/// As [`open`], but saving only when flushed (or closed): what a flush wrote is all there is.
+fn open_saving_on_flush(path: &Path, fold: bool) -> Cache {
+    Cache::builder(registry())
+        .file(path)
+        .ignore_env()
+        .save_delay(Duration::from_secs(3600))
+        .flush_timeout(Duration::from_secs(30))
+        .refresh_interval(None)
+        .compaction(1e9, if fold { 1 } else { 1 << 30 })
+        .open()
+}
+
 /// Whether `cache` holds `entry(writer, id)` (its winner's time is the id's).
 fn holds(cache: &Cache, writer: u64, id: u64) -> bool {
     cache.lookup(ns(), &key(writer, id)).is_some_and(|e| {
@@ -197,14 +209,7 @@ fn the_flush_after_a_replacement_returns_with_the_earlier_results_written_again(
             let dir = temp_dir();
             let path = path_in(&dir, "c.tcache");
             // No save but the flushes' until the end: what the flush wrote is all there is.
-            let cache = Cache::builder(registry())
-                .file(&path)
-                .ignore_env()
-                .save_delay(Duration::from_secs(3600))
-                .flush_timeout(Duration::from_secs(30))
-                .refresh_interval(None)
-                .compaction(1e9, if fold { 1 } else { 1 << 30 })
-                .open();
+            let cache = open_saving_on_flush(&path, fold);
             for id in 0..3 {
                 cache.put(ns(), entry(1, id));
                 cache.flush().expect("acknowledged");
@@ -232,14 +237,7 @@ fn the_save_that_wrote_the_results_again_leaves_nothing_to_write() {
     for how in HOWS {
         let dir = temp_dir();
         let path = path_in(&dir, "c.tcache");
-        let cache = Cache::builder(registry())
-            .file(&path)
-            .ignore_env()
-            .save_delay(Duration::from_secs(3600))
-            .flush_timeout(Duration::from_secs(30))
-            .refresh_interval(None)
-            .compaction(1e9, 1 << 30)
-            .open();
+        let cache = open_saving_on_flush(&path, false);
         for id in 0..3 {
             cache.put(ns(), entry(1, id));
             cache.flush().expect("acknowledged");

@@ -385,21 +385,42 @@ impl<R: ReadAt> Table<R> {
             if commit.seq <= slot.seq {
                 return Ok(Some(commit.seq == slot.seq && at == slot.commit));
             }
-            let Some(prev) = commit.prev else {
+            let Some((prev, older)) = self.commit_before(&commit)? else {
                 return Ok(Some(false));
             };
-            if prev.len > COMMIT_MAX_BYTES {
-                return Ok(Some(false));
-            }
-            let bytes = self.block("commit", &prev, u64::from(COMMIT_MAX_BYTES))?;
-            let older = Commit::decode(&bytes, &self.limits)?;
-            if older.seq >= commit.seq {
-                return Ok(Some(false));
-            }
             at = prev;
             commit = older;
         }
         Ok(None)
+    }
+
+    /// The commit `commit` names as the one before it, and where it is; `None` for a first
+    /// commit. A block over a commit's size, or a commit not older, is refused.
+    fn commit_before(&self, commit: &Commit) -> Result<Option<(BlockRef, Commit)>, TableError> {
+        let Some(prev) = commit.prev else {
+            return Ok(None);
+        };
+        if prev.len > COMMIT_MAX_BYTES {
+            return Err(FormatError::malformed(
+                "commit",
+                prev.offset as usize,
+                "a previous commit over the size of a commit",
+            )
+            .into());
+        }
+        let bytes = self.block("commit", &prev, u64::from(COMMIT_MAX_BYTES))?;
+        let older = Commit::decode(&bytes, &self.limits)?;
+        if older.seq >= commit.seq {
+            return Err(FormatError::invalid(
+                "commit",
+                format!(
+                    "commit {} names {} as the one before it",
+                    commit.seq, older.seq
+                ),
+            )
+            .into());
+        }
+        Ok(Some((prev, older)))
     }
 
     /// The keys the commits after `seq` up to this table's wrote or removed, sorted; `None`
@@ -424,29 +445,9 @@ impl<R: ReadAt> Table<R> {
             };
             let bytes = self.block("change list", changes, self.limits.max_file_bytes)?;
             keys.extend(decode_changes(&bytes, changes.offset)?);
-            let Some(prev) = commit.prev else {
+            let Some((_, older)) = self.commit_before(&commit)? else {
                 return Ok(None);
             };
-            if prev.len > COMMIT_MAX_BYTES {
-                return Err(FormatError::malformed(
-                    "commit",
-                    prev.offset as usize,
-                    "a previous commit over the size of a commit",
-                )
-                .into());
-            }
-            let bytes = self.block("commit", &prev, u64::from(COMMIT_MAX_BYTES))?;
-            let older = Commit::decode(&bytes, &self.limits)?;
-            if older.seq >= commit.seq {
-                return Err(FormatError::invalid(
-                    "commit",
-                    format!(
-                        "commit {} names {} as the one before it",
-                        commit.seq, older.seq
-                    ),
-                )
-                .into());
-            }
             commit = older;
         }
         Ok(None)
