@@ -36,7 +36,7 @@ impl Default for Limits {
             max_depth: 32,
             max_scopes: 4096,
             max_namespaces: 1 << 16,
-            max_candidates: 1 << 16,
+            max_candidates: crate::model::MAX_CANDIDATES as u64,
             max_fields: 256,
         }
     }

@@ -339,8 +339,10 @@ class Cache {
 
 // How a BenchmarkCache stores a value T: the default takes T with members `algo` (an enum or
 // integer) and `time` (milliseconds, as cuDNN's perf structs have), names the candidate
-// "algo=<n>", and keeps T's bytes as the param "pod" so that find() returns T as inserted.
-// Specialize it for other types.
+// "algo=<n>", and keeps T's bytes with `time` zeroed as the param "pod", so that a
+// re-measurement of the same algorithm replaces its time rather than adding a candidate;
+// find() returns T as inserted, its `time` the stored measurement's (set_time). Specialize it
+// for other types (set_time is optional: without it find() returns what from() decodes).
 template <class T, class = void>
 struct value_traits {
   static_assert(sizeof(T) == 0,
@@ -355,7 +357,15 @@ struct value_traits<T, std::void_t<decltype(std::declval<T>().algo), decltype(st
     return "algo=" + std::to_string(static_cast<long long>(v.algo));
   }
   static double time_ns(const T& v) { return static_cast<double>(v.time) * 1e6; }
-  static void params(const T& v, Fields& out) { out.set("pod", detail::hex_of(&v, sizeof v)); }
+  // The candidate's identity: the time is the measurement, not part of what was measured.
+  static void params(const T& v, Fields& out) {
+    T pod = v;
+    pod.time = {};
+    out.set("pod", detail::hex_of(&pod, sizeof pod));
+  }
+  static void set_time(T& v, double time_ns) {
+    v.time = static_cast<decltype(v.time)>(time_ns / 1e6);
+  }
   // T from the params JSON `{"pod":"<hex>"}` that params() made.
   static bool from(std::string_view params_json, T* out) {
     constexpr std::string_view tag = "\"pod\":\"";
@@ -398,10 +408,10 @@ class BenchmarkCache {
       r.params_cap = long_params.size();
       status = tc_get(ns_.get(), &key, sizeof key, &r);
       if (detail::check(status) == TC_MISS || r.failed) return false;
-      return Traits::from(std::string_view(r.params, r.params_len), results);
+      return decode(std::string_view(r.params, r.params_len), r.median_ns, results);
     }
     if (detail::check(status) == TC_MISS || r.failed) return false;
-    return Traits::from(std::string_view(params, r.params_len), results);
+    return decode(std::string_view(params, r.params_len), r.median_ns, results);
   }
 
   void insert(const Key& key, const T& results) {
@@ -415,6 +425,18 @@ class BenchmarkCache {
   const Namespace& ns() const noexcept { return ns_; }
 
  private:
+  template <class Tr, class = void>
+  struct has_set_time : std::false_type {};
+  template <class Tr>
+  struct has_set_time<Tr, std::void_t<decltype(Tr::set_time(std::declval<T&>(), 0.0))>>
+      : std::true_type {};
+
+  static bool decode(std::string_view params_json, double median_ns, T* out) {
+    if (!Traits::from(params_json, out)) return false;
+    if constexpr (has_set_time<Traits>::value) Traits::set_time(*out, median_ns);
+    return true;
+  }
+
   Namespace ns_;
 };
 

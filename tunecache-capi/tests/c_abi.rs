@@ -171,12 +171,24 @@ fn eight_threads_lose_nothing_and_a_second_process_reads_everything() {
     cli_reads_what_cpp_recorded(dir.path(), &exe);
 }
 
+/// `tunecache::BenchmarkCache`: an algorithm measured again (a new time each time, as ATen's
+/// benchmark gives) keeps one candidate whose time is the last one; the time was once part of
+/// the candidate's params, and each re-measurement added a candidate.
+#[test]
+fn a_remeasured_algorithm_replaces_its_time_and_adds_no_candidate() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "tests/c/aten_harness.cpp", false);
+    let out = run(dir.path(), &exe, &["remeasure", "h.tcache"]);
+    assert!(out.contains("remeasure: 2 candidates"), "{out}");
+}
+
 #[test]
 fn the_harness_runs_clean_under_address_and_undefined_behaviour_sanitizers() {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile(dir.path(), "tests/c/aten_harness.cpp", true);
     run(dir.path(), &exe, &["write", "h.tcache"]);
     run(dir.path(), &exe, &["read", "h.tcache"]);
+    run(dir.path(), &exe, &["remeasure", "h.tcache"]);
     run(dir.path(), &exe, &["claims", "h.tcache", "claims.log"]);
 }
 

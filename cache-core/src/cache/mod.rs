@@ -538,6 +538,7 @@ impl Store for Cache {
                         .notify(Notice::lost_merge(&c.id.label(), kept.measured_at));
                 }
             }
+            self.shared.say_if_full(ns, &stored, &entry);
         }
         self.shared.memory.merge(ns, entry);
         self.shared.lower.offer(&[(ns, fp)]);

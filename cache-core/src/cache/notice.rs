@@ -199,6 +199,18 @@ impl Notice {
         )
     }
 
+    /// A put took an entry past the candidates one entry holds: the merge keeps the best by
+    /// rank (FORMAT.md, "Merging"). One warning per key.
+    pub(super) fn entry_full(ns: &str, key: &cache_format::Key, held: usize) -> Self {
+        let max = cache_format::Limits::default().max_candidates;
+        Notice::warn(
+            format!("entry-full:{ns}:{}", key.fingerprint()),
+            format!(
+                "tunecache: the entry for {key} of namespace {ns:?} would hold {held} candidates, over the {max} one entry keeps: the slowest are dropped (a candidate whose params change with every measurement, a time or a counter, makes a new one each time)"
+            ),
+        )
+    }
+
     /// An entry of the cache file could not be read (a damaged block, a file changed in place):
     /// one warning per entry, naming the file and the entry.
     pub(super) fn damaged_entry(

@@ -253,6 +253,27 @@ impl Shared {
 const WRONG_CLOCK_MS: u64 = 60_000;
 
 impl Shared {
+    /// Says when merging `entry` into `stored` unites more candidates than one entry keeps
+    /// (the merge then drops the slowest).
+    pub(super) fn say_if_full(&self, ns: Namespace, stored: &Entry, entry: &Entry) {
+        let max = cache_format::Limits::default().max_candidates as usize;
+        if stored.candidates().len() + entry.candidates().len() <= max {
+            return;
+        }
+        let held: std::collections::HashSet<_> =
+            stored.candidates().iter().map(|c| &c.id).collect();
+        let united = stored.candidates().len()
+            + entry
+                .candidates()
+                .iter()
+                .filter(|c| !held.contains(&c.id))
+                .count();
+        if united > max {
+            self.diag
+                .notify(Notice::entry_full(ns.name(), entry.key(), united));
+        }
+    }
+
     /// [`check_entry`] with this cache's limits.
     pub(super) fn admissible(&self, scope: &Scope, ns: &str, entry: &Entry) -> Result<(), Refusal> {
         check_entry(scope, ns, entry, &self.limits)

@@ -207,3 +207,45 @@ fn any_subset_ranks_with_the_same_rule() {
     .collect();
     assert_eq!(without_fast, ["mid", "slow"]);
 }
+
+/// An entry of `n` candidates `first..first + n` whose median is their number.
+fn numbered(first: i64, n: i64) -> Entry {
+    let candidates = (first..first + n).map(|i| {
+        Candidate::measured(
+            "tiled",
+            Fields::from([("i".to_owned(), i.into())]),
+            stats(1000.0 + i as f64),
+        )
+    });
+    Entry::new(
+        key(),
+        Fingerprint::default(),
+        Origin::Imported("t".into()),
+        1,
+        candidates,
+    )
+}
+
+/// A merge never makes an entry a reader refuses: a union past the format's 65,536 keeps the
+/// fastest 65,536, whichever way round (a merged entry once made every later save fail).
+#[test]
+fn a_union_past_the_candidate_bound_keeps_the_fastest() {
+    let max = cache_format::Limits::default().max_candidates as i64;
+    let (a, b) = (numbered(10, max), numbered(0, 20));
+    for (x, y) in [(a.clone(), b.clone()), (b, a)] {
+        let m = merged(x, y);
+        assert_eq!(m.candidates().len() as i64, max);
+        let first = m.candidates()[0].id.params.get("i").cloned();
+        let last = m.candidates()[max as usize - 1].id.params.get("i").cloned();
+        assert_eq!((first, last), (Some(0.into()), Some((max - 1).into())));
+    }
+    // The same by `record` and `merge_from`.
+    let mut r = numbered(0, max);
+    r.record(numbered(-1, 1).candidates()[0].as_ref().clone());
+    assert_eq!(r.candidates().len() as i64, max);
+    assert_eq!(r.candidates()[0].id.params.get("i"), Some(&(-1).into()));
+    let mut f = numbered(0, max);
+    f.merge_from(&numbered(-5, 5));
+    assert_eq!(f.candidates().len() as i64, max);
+    assert_eq!(f.candidates()[0].id.params.get("i"), Some(&(-5).into()));
+}
