@@ -10,7 +10,6 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-mod args;
 mod cmd;
 mod config;
 mod context;
@@ -32,7 +31,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-pub use args::Cli;
+pub use cmd::Cli;
 pub use config::Config;
 
 /// Runs the CLI on the process arguments; returns the exit code. The `tunecache` binary is

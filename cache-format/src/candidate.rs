@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 use std::fmt;
 
-use crate::model::{Millis, now_millis};
+use crate::clock::{Millis, now_millis};
 use crate::value::{Fields, Value};
 
 /// The identity of a candidate implementation: a stable algorithm name and its parameters.

@@ -10,8 +10,8 @@
 //! `Some` is only ever an entry the decoder accepts (a property test checks it on mutated
 //! entries), and the message for a bad entry always comes from the decoder.
 
+use crate::clock::Millis;
 use crate::fingerprint::{Fingerprint, KEY_TAG};
-use crate::model::Millis;
 
 /// The stored fingerprint of an entry (bytes from [`crate::raw::walk_payload`]), if the entry
 /// is in the written form and the decoder accepts it; `None`: decode it to know.

@@ -12,10 +12,11 @@
 
 use std::ops::Range;
 
-use crate::envelope::{FORMAT_VERSION, FormatVersion, Reader, write_checksummed, write_str};
+use crate::envelope::{Reader, write_checksummed, write_str};
 use crate::error::FormatError;
 use crate::model::CacheData;
 use crate::scan::{Limits, scan_value};
+use crate::version::{FORMAT_VERSION, FormatVersion};
 use crate::wire::{self, JournalHeaderV1};
 
 /// The first element of every journal.

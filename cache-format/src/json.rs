@@ -4,8 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::candidate::{Candidate, Outcome, Stats};
+use crate::clock::Millis;
 use crate::fingerprint::Fingerprint;
-use crate::model::{CacheData, Entry, Key, Millis, Origin, Scope};
+use crate::model::{CacheData, Entry, Key, Origin, Scope};
 use crate::scan::Limits;
 use crate::value::Fields;
 
@@ -378,7 +379,7 @@ impl<'a> LineParser<'a> {
         LineParser {
             source,
             origin_policy,
-            now: crate::model::now_millis(),
+            now: crate::clock::now_millis(),
             limits: Limits::default(),
             scopes: Default::default(),
             namespaces: Default::default(),

@@ -21,6 +21,7 @@ mod build;
 pub mod bundle;
 mod candidate;
 mod census;
+mod clock;
 mod envelope;
 mod error;
 mod fastcheck;
@@ -35,14 +36,16 @@ mod ser;
 mod stream;
 pub mod table;
 mod value;
+mod version;
 mod wire;
 
 pub use build::SnapshotBuilder;
 pub use candidate::{Candidate, CandidateId, Outcome, Stats, comparable, policy_class, rank};
+pub use clock::{Millis, now_millis};
 pub(crate) use envelope::ENVELOPE_VERSION;
 pub use envelope::{
-    FORMAT_VERSION, FormatVersion, Header, Snapshot, check_payload, encode_payload,
-    encode_snapshot, peek_header, read_snapshot, read_snapshot_framing,
+    Header, Snapshot, check_payload, encode_payload, encode_snapshot, peek_header, read_snapshot,
+    read_snapshot_framing,
 };
 pub use error::FormatError;
 pub use fingerprint::{Fingerprint, KEY_TAG, ParseFingerprintError};
@@ -51,10 +54,11 @@ pub use journal::{
     read_journal_header, scan_records,
 };
 pub use loose::{FAMILY_VERSION_PREFIX, differing_fields, loose_match};
-pub use model::{CacheData, Entry, Key, Millis, Origin, Scope, ScopeData, now_millis};
+pub use model::{CacheData, Entry, Key, Origin, Scope, ScopeData};
 pub use scan::Limits;
 pub use ser::{ValueError, to_fields};
 pub use value::{Fields, Value, encode_fields};
+pub use version::{FORMAT_VERSION, FormatVersion};
 
 /// Re-exported so callers of the schema-less API need not depend on rmpv themselves.
 pub use rmpv;

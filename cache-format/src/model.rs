@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::candidate::Candidate;
+use crate::clock::Millis;
 use crate::fingerprint::Fingerprint;
 use crate::ser::{ValueError, to_fields};
 use crate::value::{Fields, write_fields};
@@ -85,17 +86,6 @@ impl Default for Scope {
     fn default() -> Self {
         Scope::new(Fields::new())
     }
-}
-
-/// Milliseconds since the Unix epoch.
-pub type Millis = u64;
-
-/// The current time in [`Millis`] (0 if the clock is before 1970).
-pub fn now_millis() -> Millis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Where an entry came from.

@@ -14,10 +14,11 @@
 //! - xtask's golden-file check: decodes committed expected outputs to compare them.
 
 use crate::census;
-use crate::envelope::{FormatVersion, Snapshot, scan_whole, value_from_bytes};
+use crate::envelope::{Snapshot, scan_whole, value_from_bytes};
 use crate::error::FormatError;
 use crate::model::CacheData;
 use crate::scan::Limits;
+use crate::version::FormatVersion;
 use crate::wire;
 
 /// Decodes the schema-less view of a payload (e.g. after a migration) into the typed model

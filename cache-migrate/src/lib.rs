@@ -24,9 +24,9 @@ pub use ops::{ApplyError, Op};
 pub use registry::{
     FORMAT_STEPS, FormatStep, Gate, MigrationFile, Migrations, Step, StepFn, StepSpec,
 };
-pub use report::{Change, Collision, Report, StepReport};
+pub use report::{Change, Collision, Report, StepReport, Upgraded};
 pub use typed::{EntryMigration, Streamed, upgrade_streamed};
-pub use upgrade::{Upgraded, upgrade, upgrade_snapshot};
+pub use upgrade::{upgrade, upgrade_snapshot};
 
 /// The two appliers `upgrade` chooses between, for the tests that check they agree (the
 /// `testing` feature; never in a normal build: `upgrade` and `upgrade_snapshot` are the way

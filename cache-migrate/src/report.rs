@@ -126,3 +126,12 @@ impl fmt::Display for Report {
         )
     }
 }
+
+/// Data brought to the current format and schema.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upgraded {
+    /// The entries, at the current versions.
+    pub data: cache_format::CacheData,
+    /// What was migrated; `None` when the data was already current.
+    pub report: Option<Report>,
+}

@@ -18,8 +18,8 @@ use cache_format::{CacheData, Entry, Fields, Key, Limits, Scope, SnapshotBuilder
 
 use crate::ops::{Op, in_ns};
 use crate::registry::{Migrations, Step};
+use crate::report::Upgraded;
 use crate::report::{Report, StepReport};
-use crate::upgrade::Upgraded;
 
 /// Why the typed path declines: the caller takes the schema-less view.
 struct Decline;

@@ -3,21 +3,12 @@
 use std::collections::HashMap;
 
 use cache_format::rmpv::Value as Raw;
-use cache_format::{CacheData, Fields, Fingerprint, FormatVersion, Limits, Value};
+use cache_format::{Fields, Fingerprint, FormatVersion, Limits, Value};
 
 use crate::error::MigrateError;
 use crate::registry::{FORMAT_STEPS, Migrations, lift_format};
-use crate::report::{Collision, Report};
+use crate::report::{Collision, Upgraded};
 use crate::view::{PayloadView, field, set_field};
-
-/// Data brought to the current format and schema.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Upgraded {
-    /// The entries, at the current versions.
-    pub data: CacheData,
-    /// What was migrated; `None` when the data was already current.
-    pub report: Option<Report>,
-}
 
 /// Gates, migrates and decodes the payload of a snapshot or journal record.
 ///

@@ -9,7 +9,7 @@
 use cache_core::cache_format::{Fields, Fingerprint, encode_fields};
 use xxhash_rust::xxh3::{Xxh3, xxh3_128};
 
-use crate::value::{ByteOrder, DType};
+use crate::dtype::{ByteOrder, DType};
 
 /// Domain tag of output keys.
 pub(crate) const KEY_TAG: &[u8] = b"tunecache/output/1\0";
@@ -56,7 +56,7 @@ impl<'a> TensorRef<'a> {
 
     /// Whether the byte length matches the shape and element size.
     pub fn is_consistent(&self) -> bool {
-        crate::value::expected_len(self.dtype, self.shape) == Some(self.data.len() as u64)
+        crate::dtype::expected_len(self.dtype, self.shape) == Some(self.data.len() as u64)
     }
 }
 

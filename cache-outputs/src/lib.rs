@@ -17,6 +17,7 @@
 //!   owner, and reaps those of killed processes.
 #![deny(missing_docs)]
 
+mod dtype;
 mod key;
 mod memory;
 mod session;
@@ -34,9 +35,10 @@ use cache_core::{ArtifactStore, Join, SingleFlight, StoreError};
 
 pub use cache_core::cache_format::Fingerprint as OutputKey;
 pub use cache_core::cache_format::{Fields, Value};
+pub use dtype::{ByteOrder, DType};
 pub use key::{Arg, KeyBuilder, TensorRef, content_hash};
 pub use session::{default_root as default_session_root, reap as reap_sessions};
-pub use value::{ByteOrder, Codec, DType, MAX_DIMS, Output, Tensor, ValueError, check_value};
+pub use value::{Codec, MAX_DIMS, Output, Tensor, ValueError, check_value};
 
 use memory::Memory;
 use session::Session;

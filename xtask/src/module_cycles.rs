@@ -1,45 +1,23 @@
 //! Module cycles inside a crate: which top-level modules of a crate reach each other through
 //! `crate::` paths (and `super::` from a file at the crate root), outside comments, strings and
 //! `#[cfg(test)]` code, grouped into strongly connected components. A crate's rooms should
-//! form layers as its crates do; `cargo xtask layering` refuses a new cycle: none at all in the
-//! crates listed in [`ACYCLIC`], and none beyond those in [`KNOWN`] elsewhere (each to be cut,
-//! never to grow).
+//! form layers as its crates do; `cargo xtask layering` refuses any cycle in a library crate.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::size::blank;
 
-/// The crates whose modules form no cycle at all.
-pub(crate) const ACYCLIC: [&str; 4] = ["cache-core", "cache-import", "cache-remote", "gpu-tuner"];
-
-/// The cycles other crates still have (December 2026): a cycle must lie within one of these.
-pub(crate) const KNOWN: [(&str, &[&str]); 5] = [
-    ("cache-format", &["candidate", "model"]),
-    (
-        "cache-format",
-        &["envelope", "fastcheck", "raw", "stream", "table"],
-    ),
-    ("cache-migrate", &["typed", "upgrade"]),
-    ("cache-outputs", &["key", "value"]),
-    ("cache-cli", &["args", "cmd"]),
-];
-
 /// Every violation in the library crates, one line each.
 pub(crate) fn check(root: &Path) -> anyhow::Result<Vec<String>> {
     let mut out = Vec::new();
     for krate in crate::api::LIBRARIES {
         for cycle in cycles(&root.join(krate).join("src"))? {
-            let known = KNOWN
-                .iter()
-                .any(|(k, mods)| *k == krate && cycle.iter().all(|m| mods.contains(&m.as_str())));
-            if ACYCLIC.contains(&krate) || !known {
-                out.push(format!(
-                    "{krate}: its modules {} import each other (a cycle: move what they share \
-                     into a room below them)",
-                    cycle.join(", ")
-                ));
-            }
+            out.push(format!(
+                "{krate}: its modules {} import each other (a cycle: move what they share \
+                 into a room below them)",
+                cycle.join(", ")
+            ));
         }
     }
     Ok(out)
@@ -195,7 +173,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_library_crates_have_no_module_cycle_but_the_known_ones() {
+    fn no_library_crate_has_a_module_cycle() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
             .expect("the workspace");

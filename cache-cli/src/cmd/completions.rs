@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::{Args, CommandFactory};
 use serde::Serialize;
 
-use crate::args::Cli;
+use super::Cli;
 use crate::context::Context;
 use crate::exit;
 use crate::output::{Out, Report, say};

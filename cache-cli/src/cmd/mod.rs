@@ -1,5 +1,6 @@
-//! One module per command: its arguments (`#[derive(Args)]`), its `run(self, ctx, out)`, and
-//! the typed report it renders as text or JSON.
+//! The command line ([`Cli`]: the global options and the command), and one module per command:
+//! its arguments (`#[derive(Args)]`), its `run(self, ctx, out)`, and the typed report it
+//! renders as text or JSON.
 
 pub(crate) mod bundle;
 pub(crate) mod completions;
@@ -27,10 +28,28 @@ pub(crate) mod stats;
 pub(crate) mod tune;
 pub(crate) mod verify;
 
-use clap::Subcommand;
+use clap::{Parser, Subcommand};
 
 use crate::context::Context;
+use crate::options::Global;
 use crate::output::Out;
+
+/// Inspect, edit, verify and ship tunecache autotune caches.
+#[derive(Debug, Parser)]
+#[command(
+    name = "tunecache",
+    version,
+    about,
+    max_term_width = 100,
+    after_long_help = cache_core::settings::text()
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {

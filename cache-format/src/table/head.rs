@@ -145,7 +145,7 @@ pub(crate) fn read_head(
             marker: "tunecache",
         });
     }
-    crate::envelope::FormatVersion::from_number(u64::from(bytes[11]))?;
+    crate::version::FormatVersion::from_number(u64::from(bytes[11]))?;
     let min = HEADER_AT as usize + 4;
     if bytes.len() < min {
         return Ok(Err(min as u64));
