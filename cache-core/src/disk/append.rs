@@ -50,6 +50,7 @@ impl Disk {
             journal: None,
             journal_data: super::JournalData::default(),
             lost: Default::default(),
+            folded: None,
         };
         let record = self.checked_record(batch)?;
         if let Some((bytes, id)) = fsio::read_with_id(&self.paths.journal, limits.max_file_bytes)? {

@@ -31,6 +31,9 @@ pub(crate) struct Compaction {
     options: DiskOptions,
     table: Arc<TableFile>,
     id: FileId,
+    /// The journal this process folded into `table` just before, if it did (see
+    /// `tbl::Dropped::journal`).
+    folded: Option<u64>,
 }
 
 /// How a compaction ended.
@@ -76,7 +79,15 @@ impl Disk {
             options,
             table: Arc::clone(&state.table),
             id: state.id,
+            folded: self.folded_into(state),
         })
+    }
+
+    /// The nonce of the journal this process's last fold emptied, if that fold made the table
+    /// as `state` holds it.
+    fn folded_into(&self, state: &super::TableState) -> Option<u64> {
+        let (nonce, id) = self.cursor.folded?;
+        (id == state.id).then_some(nonce)
     }
 
     /// A rewrite of the table, if one is due: the bytes no commit refers to any more passed
@@ -102,6 +113,7 @@ impl Disk {
             options: self.options,
             table: Arc::clone(t),
             id: state.id,
+            folded: self.folded_into(state),
         })
     }
 }
@@ -164,6 +176,12 @@ impl Compaction {
         let drops = self.retention_drops(stop)?;
         let mut builder = TableBuilder::new(&self.app, self.schema, Some(t.lineage()));
         builder.rewritten_from(from);
+        if !drops.keys.is_empty() {
+            builder.dropped(tbl::Dropped {
+                entries: drops.keys.len() as u64,
+                journal: self.folded,
+            });
+        }
         let mut out = NewTable::create(&path, builder)?;
         let dir = t
             .directory()

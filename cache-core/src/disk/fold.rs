@@ -157,6 +157,7 @@ impl Disk {
             table: Arc::new(table),
             migrated_from: None,
         }));
+        self.cursor.folded = self.cursor.journal.as_ref().map(|j| (j.nonce, id));
         self.remove_journal()?;
         self.cursor.journal = None;
         self.cursor.journal_data = super::JournalData::default();

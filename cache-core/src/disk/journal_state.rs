@@ -25,6 +25,8 @@ use crate::fsio::FileId;
 pub(super) struct Lost {
     wrote: CacheData,
     why: Option<&'static str>,
+    /// The nonces of the journals that went.
+    nonces: Vec<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -35,6 +37,8 @@ pub(super) struct JournalState {
     pub(super) schema: u32,
     /// Bytes of the header, to detect a journal replaced by another at the same inode.
     pub(super) header: Vec<u8>,
+    /// The header's nonce: names this journal in a rewrite that dropped what it held.
+    pub(super) nonce: u64,
     /// Bytes read and applied so far (header included); always at a record boundary.
     pub(super) offset: u64,
     /// The CRC-32 of the bytes after the header up to `offset`, as read or written.
@@ -64,6 +68,7 @@ impl JournalState {
             app: header.app,
             schema: header.schema,
             header: head.to_vec(),
+            nonce: header.nonce,
             offset: head.len() as u64,
             digest: crc32fast::Hasher::new(),
             checked: None,
@@ -114,6 +119,7 @@ impl Cursor {
         }
         self.lost.wrote.merge(j.wrote.clone());
         self.lost.why.get_or_insert(why);
+        self.lost.nonces.push(j.nonce);
     }
 
     /// Why a journal lost what this process wrote to it, if the file as this cursor now reads
@@ -121,11 +127,17 @@ impl Cursor {
     /// it in the table. A file read whole (an older format) is answered by its own rule
     /// (`Incoming::whole`); a damaged entry counts as lacking.
     pub(super) fn take_lost(&mut self) -> Option<&'static str> {
-        let Lost { wrote, why } = std::mem::take(&mut self.lost);
+        let Lost { wrote, why, nonces } = std::mem::take(&mut self.lost);
         let why = why?;
         let Some(t) = self.table() else {
             return Some(why);
         };
+        // A rewrite that dropped entries on purpose (a retention limit) right after folding
+        // one of these journals: what is missing was dropped, not lost, and stays dropped.
+        let dropped_from = t.table.commit().dropped.and_then(|d| d.journal);
+        if dropped_from.is_some_and(|n| nonces.contains(&n)) {
+            return None;
+        }
         let view = View {
             table: Some(std::sync::Arc::clone(&t.table)),
             journal: self.journal_data.clone(),

@@ -290,6 +290,9 @@ struct Cursor {
     journal_data: JournalData,
     /// What this process wrote to journals that went during the read under way.
     lost: Lost,
+    /// The nonce of the journal this process last folded, and the table as the fold left it:
+    /// a rewrite of that very table that drops entries says so (`Dropped::journal`).
+    folded: Option<(u64, FileId)>,
 }
 
 impl Cursor {

@@ -327,6 +327,7 @@ impl Disk {
             journal: None,
             journal_data: super::JournalData::default(),
             lost: Default::default(),
+            folded: None,
         };
         Ok(events)
     }

@@ -15,6 +15,7 @@ mod corrupt;
 mod crash;
 mod degrade;
 mod examples;
+mod gc_beside_writer;
 mod io_promise;
 mod journal_lost;
 mod lazy;

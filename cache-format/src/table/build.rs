@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::head::{SLOT_A, Slot, encode_head, encode_slot};
 use super::node::{INTERNAL_MAX, LEAF_MAX, Node};
-use super::wire::{Commit, Directory, Rewritten};
+use super::wire::{Commit, Directory, Dropped, Rewritten};
 use super::{BlockRef, TKey, namespace_hash};
 use crate::error::FormatError;
 use crate::model::{Entry, Scope};
@@ -28,6 +28,7 @@ pub struct TableBuilder {
     lineage: Option<u64>,
     digest: Sha256,
     from: Option<Rewritten>,
+    dropped: Option<Dropped>,
 }
 
 impl TableBuilder {
@@ -45,6 +46,7 @@ impl TableBuilder {
             lineage,
             digest: Sha256::new(),
             from: None,
+            dropped: None,
             out,
         }
     }
@@ -52,6 +54,11 @@ impl TableBuilder {
     /// Records which file and commit this table is a rewrite of.
     pub fn rewritten_from(&mut self, from: Rewritten) {
         self.from = Some(from);
+    }
+
+    /// Marks the table a rewrite that left entries out on purpose (see [`Dropped`]).
+    pub fn dropped(&mut self, dropped: Dropped) {
+        self.dropped = Some(dropped);
     }
 
     /// Whether a reader with `limits` accepts the directory of the table built so far (its
@@ -200,6 +207,7 @@ impl TableBuilder {
             changes: None,
             live: self.live,
             from: self.from,
+            dropped: self.dropped,
         };
         let bytes = commit.encode();
         let r = BlockRef::of(self.len(), &bytes);

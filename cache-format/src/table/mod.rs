@@ -53,7 +53,7 @@ pub use head::{SLOT_A, SLOT_B, Slot, is_table};
 pub(crate) use node::{INTERNAL_MAX, LEAF_MAX, MAX_HEIGHT, NODE_MAX_BYTES};
 pub use read::{PassedOver, Table, TableError};
 pub use update::{Change, Decide, Item, Update, UpdateOutcome};
-pub use wire::{Commit, DirScope, Directory, Rewritten};
+pub use wire::{Commit, DirScope, Directory, Dropped, Rewritten};
 
 use crate::error::FormatError;
 use crate::fingerprint::Fingerprint;

@@ -212,6 +212,7 @@ impl<R: ReadAt> Table<R> {
             changes: Some(changes),
             live: (commit.live + w.live_added).saturating_sub(t.live_removed),
             from: commit.from,
+            dropped: commit.dropped,
         };
         let bytes = new.encode();
         let r = BlockRef::of(w.at + w.out.len() as u64, &bytes);

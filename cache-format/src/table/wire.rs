@@ -25,6 +25,18 @@ pub struct Rewritten {
     pub seq: u64,
 }
 
+/// A rewrite that left entries out on purpose (a retention limit: `tunecache gc`, a cache's
+/// own retention), carried by every later commit of the same file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dropped {
+    /// How many entries it left out.
+    pub entries: u64,
+    /// The nonce of the journal whose records were folded into the table just before the
+    /// rewrite, if it knows one: a process that wrote to that journal and finds some of its
+    /// results missing knows they were dropped, not lost.
+    pub journal: Option<u64>,
+}
+
 /// A commit: the state of the table after one write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Commit {
@@ -51,6 +63,8 @@ pub struct Commit {
     pub live: u64,
     /// The file a rewrite made this table from, and its commit then (`None`: built afresh).
     pub from: Option<Rewritten>,
+    /// What that rewrite left out on purpose (`None`: nothing, or not a rewrite).
+    pub dropped: Option<Dropped>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -65,6 +79,9 @@ struct CommitWire {
     changes: Option<(u64, u32, u32)>,
     live: u64,
     from: Option<Rewritten>,
+    /// Absent unless a rewrite dropped entries, so other commits encode as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dropped: Option<Dropped>,
 }
 
 fn out(r: &BlockRef) -> (u64, u32, u32) {
@@ -88,6 +105,7 @@ impl Commit {
             changes: self.changes.as_ref().map(out),
             live: self.live,
             from: self.from,
+            dropped: self.dropped,
         })
         .expect("encoding to a Vec cannot fail")
     }
@@ -113,6 +131,7 @@ impl Commit {
             changes: w.changes.map(back),
             live: w.live,
             from: w.from,
+            dropped: w.dropped,
         })
     }
 }
@@ -342,10 +361,25 @@ mod tests {
             changes: None,
             live: 99,
             from: Some(Rewritten { lineage: 5, seq: 6 }),
+            dropped: None,
         };
         assert_eq!(
             Commit::decode(&commit.encode(), &Limits::default()),
-            Ok(commit)
+            Ok(commit.clone())
+        );
+        // `dropped` is written only when set: other commits encode as before it existed.
+        let text = String::from_utf8_lossy(&commit.encode()).into_owned();
+        assert!(!text.contains("dropped"), "{text}");
+        let pruned = Commit {
+            dropped: Some(Dropped {
+                entries: 4,
+                journal: Some(9),
+            }),
+            ..commit
+        };
+        assert_eq!(
+            Commit::decode(&pruned.encode(), &Limits::default()),
+            Ok(pruned)
         );
         let mut dir = Directory::default();
         let scope = Scope::new(Fields::from([("gpu".to_owned(), Value::Str("a".into()))]));
