@@ -127,8 +127,9 @@ unsafe fn record(
 }
 
 /// Records one candidate's measurement (or failure) for the byte key at `key`, merged with
-/// what the entry holds: the candidate's earlier result is replaced, the others kept, and the
-/// entry re-ranked. Durable within the save delay, at once after `tc_flush`.
+/// what the entry holds: the candidate's earlier result is replaced (by the merge rule: of two
+/// measured in the same millisecond the lower median stays), the others kept, and the entry
+/// re-ranked. Durable within the save delay, at once after `tc_flush`.
 ///
 /// # Safety
 /// `ns` was returned by `tc_namespace`; `key` points to `key_len` readable bytes; `algorithm`

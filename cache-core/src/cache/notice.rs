@@ -206,7 +206,7 @@ impl Notice {
         Notice::warn(
             format!("entry-full:{ns}:{}", key.fingerprint()),
             format!(
-                "tunecache: the entry for {key} of namespace {ns:?} would hold {held} candidates, over the {max} one entry keeps: the slowest are dropped (a candidate whose params change with every measurement, a time or a counter, makes a new one each time)"
+                "tunecache: the entry for {key} of namespace {ns:?} would hold {held} candidates, over the {max} one entry keeps: those measured longest ago are dropped, the winner stays (a candidate whose params change with every measurement, a time or a counter, makes a new one each time)"
             ),
         )
     }

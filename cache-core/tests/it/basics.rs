@@ -50,6 +50,49 @@ fn a_hit_returns_the_recorded_ranking_and_a_miss_is_none() {
     );
 }
 
+/// A result recorded again for the same candidate replaces the earlier one when measured
+/// later; of two measured in the same millisecond the lower median stays, whichever came last
+/// (the merge rule: the file is the merge of every put, whatever their order); one measured
+/// before the result held loses the merge, and that is said.
+#[test]
+fn a_result_recorded_again_replaces_the_earlier_one_by_the_merge_rule() {
+    crate::support::capture_logs();
+    let dir = temp_dir();
+    let cache = builder(&path_in(&dir, "c.tcache")).open();
+    let at = |median: f64, measured_at: u64| {
+        let (k, set, origin, recorded_at, mut candidates) = entry(1, 1).into_parts();
+        for c in &mut candidates {
+            c.measured_at = measured_at;
+            if let cache_core::cache_format::Outcome::Measured(s) = &mut c.outcome {
+                s.median_ns = median;
+            }
+        }
+        cache_core::cache_format::Entry::new(k, set, origin, recorded_at, candidates)
+    };
+    let median = |cache: &cache_core::Cache| {
+        let hit = cache.lookup(ns(), &key(1, 1)).expect("hit");
+        hit.best().and_then(|c| c.stats()).map(|s| s.median_ns)
+    };
+    for (m, t, want) in [
+        (1000.0, 1_000, 1000.0),
+        (2000.0, 1_001, 2000.0),
+        (1500.0, 1_001, 1500.0),
+    ] {
+        cache.put(ns(), at(m, t));
+        assert_eq!(median(&cache), Some(want));
+    }
+    cache.put(ns(), at(1800.0, 1_001));
+    assert_eq!(
+        median(&cache),
+        Some(1500.0),
+        "the same millisecond: the lower median"
+    );
+    assert!(crate::support::warnings_about("was not kept").is_empty());
+    cache.put(ns(), at(500.0, 1_000));
+    assert_eq!(median(&cache), Some(1500.0));
+    assert!(!crate::support::warnings_about("was not kept").is_empty());
+}
+
 #[test]
 fn scopes_are_separate_and_all_survive_compaction() {
     let dir = temp_dir();

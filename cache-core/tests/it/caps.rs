@@ -109,7 +109,7 @@ fn wide_on_disk(path: &std::path::Path) -> Vec<i64> {
 /// One entry taken past the format's 65,536 candidates (an import of that many, then one
 /// record in this process and one in another that had not read them) once made every later
 /// save of this process fail ("candidates of an entry: 65538 is over the limit") and lose
-/// what it recorded since: the merge now keeps the best 65,536, and says so.
+/// what it recorded since: the merge now keeps 65,536 (the winner and the newest), and says so.
 #[test]
 fn an_entry_merged_past_the_candidate_cap_keeps_its_best_and_the_file_stays_writable() {
     use cache_core::Store;

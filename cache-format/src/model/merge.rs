@@ -13,19 +13,41 @@ use crate::candidate::{Candidate, CandidateId, rank_indices};
 pub(crate) const MAX_CANDIDATES: usize = 1 << 16;
 
 impl Entry {
-    /// Adds or replaces one candidate's measurement and re-ranks (keeping at most
-    /// 65,536, the format's bound, as [`Entry::merge`] does).
+    /// Adds or replaces one candidate's measurement and re-ranks (keeping at most 65,536, the
+    /// format's bound, as [`Entry::merge`] does).
     pub fn record(&mut self, candidate: Candidate) {
         self.absorb_all([Arc::new(candidate)]);
         self.rank();
         self.cap();
     }
 
-    /// A merge that unites more than `MAX_CANDIDATES` keeps the best of them by rank
-    /// (FORMAT.md, "Merging"): every reader accepts what a merge makes, so no write of a
-    /// merged entry is ever refused.
+    /// A merge that unites more than `MAX_CANDIDATES` keeps the winner and the most recently
+    /// measured of the others (FORMAT.md, "Merging"): every reader accepts what a merge makes,
+    /// so no write of a merged entry is ever refused. What goes is the oldest news: a failure
+    /// or a slower re-measurement just recorded stays, so an older copy's faster version of
+    /// the same candidate cannot come back as the winner.
     fn cap(&mut self) {
-        self.candidates.truncate(MAX_CANDIDATES);
+        let n = self.candidates.len();
+        if n <= MAX_CANDIDATES {
+            return;
+        }
+        // Ranked: index 0 is the winner; among the others, the later measured first, then by
+        // rank (a total order, so the same union keeps the same candidates everywhere).
+        let mut others: Vec<usize> = (1..n).collect();
+        others.sort_by(|&a, &b| {
+            let (ca, cb) = (&self.candidates[a], &self.candidates[b]);
+            cb.measured_at.cmp(&ca.measured_at).then(a.cmp(&b))
+        });
+        let mut keep = vec![false; n];
+        keep[0] = true;
+        for &i in &others[..MAX_CANDIDATES - 1] {
+            keep[i] = true;
+        }
+        let mut at = 0;
+        self.candidates.retain(|_| {
+            at += 1;
+            keep[at - 1]
+        });
     }
 
     /// Unites `incoming` with the candidates by identity (a candidate measured twice keeps
@@ -113,8 +135,8 @@ impl Entry {
     /// the later entry. Ties are broken by comparing every field, so the result does not
     /// depend on the order merges happen in (it is commutative, associative and idempotent).
     /// A union of more than 65,536 candidates (the format's bound on one entry) keeps the
-    /// best that many by rank; only there can which ones depend on the order of merges (a
-    /// candidate dropped before a later version of it arrives).
+    /// winner and the most recently measured of the rest; only there can which ones depend on
+    /// the order of merges (a candidate dropped before another version of it arrives).
     pub fn merge(&mut self, other: Entry) {
         debug_assert_eq!(self.key, other.key, "merging entries of different keys");
         if other.header_cmp(self) == Ordering::Greater {

@@ -208,14 +208,17 @@ fn any_subset_ranks_with_the_same_rule() {
     assert_eq!(without_fast, ["mid", "slow"]);
 }
 
-/// An entry of `n` candidates `first..first + n` whose median is their number.
-fn numbered(first: i64, n: i64) -> Entry {
+/// An entry of `n` candidates `first..first + n`, each measured at `at(i)`, whose median is
+/// their number.
+fn numbered(first: i64, n: i64, at: impl Fn(i64) -> u64) -> Entry {
     let candidates = (first..first + n).map(|i| {
-        Candidate::measured(
+        let mut c = Candidate::measured(
             "tiled",
             Fields::from([("i".to_owned(), i.into())]),
             stats(1000.0 + i as f64),
-        )
+        );
+        c.measured_at = at(i);
+        c
     });
     Entry::new(
         key(),
@@ -226,26 +229,81 @@ fn numbered(first: i64, n: i64) -> Entry {
     )
 }
 
+fn ids(e: &Entry) -> Vec<i64> {
+    e.candidates()
+        .iter()
+        .map(|c| match c.id.params.get("i") {
+            Some(cache_format::Value::Int(i)) => *i,
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+const MAX: i64 = 1 << 16;
+
 /// A merge never makes an entry a reader refuses: a union past the format's 65,536 keeps the
-/// fastest 65,536, whichever way round (a merged entry once made every later save fail).
+/// winner and the most recently measured of the others, whichever way round (a merged entry
+/// once made every later save fail).
 #[test]
-fn a_union_past_the_candidate_bound_keeps_the_fastest() {
-    let max = cache_format::Limits::default().max_candidates as i64;
-    let (a, b) = (numbered(10, max), numbered(0, 20));
+fn a_union_past_the_candidate_bound_keeps_the_winner_and_the_newest() {
+    assert_eq!(MAX as u64, cache_format::Limits::default().max_candidates);
+    // 0..MAX measured at 100 + i (0 is the winner and the oldest); 20 more, measured later.
+    let (a, b) = (
+        numbered(0, MAX, |i| 100 + i as u64),
+        numbered(MAX, 20, |_| 1 << 40),
+    );
     for (x, y) in [(a.clone(), b.clone()), (b, a)] {
-        let m = merged(x, y);
-        assert_eq!(m.candidates().len() as i64, max);
-        let first = m.candidates()[0].id.params.get("i").cloned();
-        let last = m.candidates()[max as usize - 1].id.params.get("i").cloned();
-        assert_eq!((first, last), (Some(0.into()), Some((max - 1).into())));
+        let kept = ids(&merged(x, y));
+        assert_eq!(kept.len() as i64, MAX);
+        assert_eq!(kept[0], 0, "the winner stays, though measured first");
+        assert!(
+            !kept.contains(&1) && kept.contains(&21),
+            "the oldest others go"
+        );
+        assert!(kept.contains(&(MAX + 19)), "what was measured last stays");
     }
     // The same by `record` and `merge_from`.
-    let mut r = numbered(0, max);
-    r.record(numbered(-1, 1).candidates()[0].as_ref().clone());
-    assert_eq!(r.candidates().len() as i64, max);
-    assert_eq!(r.candidates()[0].id.params.get("i"), Some(&(-1).into()));
-    let mut f = numbered(0, max);
-    f.merge_from(&numbered(-5, 5));
-    assert_eq!(f.candidates().len() as i64, max);
-    assert_eq!(f.candidates()[0].id.params.get("i"), Some(&(-5).into()));
+    let mut r = numbered(0, MAX, |i| 100 + i as u64);
+    r.record(
+        numbered(-1, 1, |_| 1 << 40).candidates()[0]
+            .as_ref()
+            .clone(),
+    );
+    assert_eq!((r.candidates().len() as i64, ids(&r)[0]), (MAX, -1));
+    let mut f = numbered(0, MAX, |i| 100 + i as u64);
+    f.merge_from(&numbered(-5, 5, |_| 1 << 40));
+    assert_eq!((f.candidates().len() as i64, ids(&f)[0]), (MAX, -5));
+}
+
+/// At the bound, what was just recorded stays: a failure of the winner (it ranks last) and a
+/// new candidate's failure. An older copy's version of the winner, measured before it failed,
+/// then loses the merge to the failure, as below the bound (a review saw the dropped failure
+/// let a broken kernel come back as the winner).
+#[test]
+fn at_the_candidate_bound_a_failure_just_recorded_stays() {
+    let stale = numbered(0, MAX, |i| 100 + i as u64);
+    let mut now = stale.clone();
+    let winner = now.candidates()[0].as_ref().clone();
+    let mut failed = Candidate::failed("tiled", winner.id.params.clone(), "illegal memory access");
+    failed.measured_at = 1 << 40;
+    now.record(failed);
+    let mut new_failure = Candidate::failed(
+        "tiled",
+        Fields::from([("i".to_owned(), (-7).into())]),
+        "out of resources",
+    );
+    new_failure.measured_at = (1 << 40) + 1;
+    now.record(new_failure);
+    assert_eq!(now.candidates().len() as i64, MAX);
+    let failures = |e: &Entry| {
+        e.candidates()
+            .iter()
+            .filter(|c| matches!(c.outcome, cache_format::Outcome::Failed(_)))
+            .count()
+    };
+    assert_eq!(failures(&now), 2);
+    let back = merged(now.clone(), stale.clone());
+    assert_eq!(failures(&back), 2, "the stale copy brings nothing back");
+    assert_ne!(ids(&back)[0], 0, "the failed winner does not win again");
+    assert_eq!(merged(stale, now.clone()), back, "either way round");
 }

@@ -198,6 +198,17 @@ int remeasure(const char* path) {
   expect(cache.find(key, &best) && best.algo == 1 && best.time == perf.time &&
              best.memory == perf.memory,
          "re-measured: the winner is not the last measurement");
+  // Slower, a few milliseconds later: the last time is taken (within one millisecond the
+  // merge rule keeps the lower median).
+  for (float t : {3.0f, 4.0f, 3.5f}) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    perf.time = t;
+    cache.insert(key, perf);
+  }
+  double algo1 = 0;
+  for (const auto& c : cache.ns().candidates(key))
+    if (c.algorithm == "algo=1") algo1 = c.median_ns;
+  expect(algo1 == 3.5e6, "re-measured slower: algo=1 holds " + std::to_string(algo1) + " ns");
   tc.flush();
   std::printf("remeasure: %zu candidates\n", cands.size());
   return failures.load() ? 1 : 0;
