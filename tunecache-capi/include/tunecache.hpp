@@ -366,6 +366,11 @@ struct value_traits<T, std::void_t<decltype(std::declval<T>().algo), decltype(st
   static void set_time(T& v, double time_ns) {
     v.time = static_cast<decltype(v.time)>(time_ns / 1e6);
   }
+  // A value decoded from a pod written before `time` left it (tunecache before December
+  // 2026): its time is in the pod.
+  static bool time_in_pod(const T& v) { return v.time != decltype(v.time){}; }
+  // That pod, with the time where the old layout kept it (the candidate's identity then).
+  static void old_params(const T& v, Fields& out) { out.set("pod", detail::hex_of(&v, sizeof v)); }
   // T from the params JSON `{"pod":"<hex>"}` that params() made.
   static bool from(std::string_view params_json, T* out) {
     constexpr std::string_view tag = "\"pod\":\"";
@@ -392,26 +397,15 @@ class BenchmarkCache {
 
   // The best value recorded for `key` (the fastest, whichever thread or process inserted it).
   bool find(const Key& key, T* results) const {
-    char name[128];
-    char params[2 * sizeof(T) + 64];
-    tc_result r{};
-    r.algorithm = name;
-    r.algorithm_cap = sizeof name;
-    r.params = params;
-    r.params_cap = sizeof params;
-    int status = tc_get(ns_.get(), &key, sizeof key, &r);
-    if (status == TC_E_BUFFER) {  // a longer name or params than the default layout: again
-      std::string long_name(r.algorithm_len + 1, '\0'), long_params(r.params_len + 1, '\0');
-      r.algorithm = long_name.data();
-      r.algorithm_cap = long_name.size();
-      r.params = long_params.data();
-      r.params_cap = long_params.size();
-      status = tc_get(ns_.get(), &key, sizeof key, &r);
-      if (detail::check(status) == TC_MISS || r.failed) return false;
-      return decode(std::string_view(r.params, r.params_len), r.median_ns, results);
+    // A winner of the old layout (its time in its pod) is superseded and asked again: a round
+    // per such candidate, once.
+    for (int round = 0; round < 64; ++round) {
+      bool old_layout = false;
+      if (!find_once(key, results, &old_layout)) return false;
+      if (!old_layout || !supersede(key, *results)) return true;
     }
-    if (detail::check(status) == TC_MISS || r.failed) return false;
-    return decode(std::string_view(params, r.params_len), r.median_ns, results);
+    bool old_layout = false;
+    return find_once(key, results, &old_layout);
   }
 
   void insert(const Key& key, const T& results) {
@@ -431,10 +425,83 @@ class BenchmarkCache {
   struct has_set_time<Tr, std::void_t<decltype(Tr::set_time(std::declval<T&>(), 0.0))>>
       : std::true_type {};
 
-  static bool decode(std::string_view params_json, double median_ns, T* out) {
+  template <class Tr, class = void>
+  struct has_old_layout : std::false_type {};
+  template <class Tr>
+  struct has_old_layout<Tr, std::void_t<decltype(Tr::time_in_pod(std::declval<const T&>()))>>
+      : std::true_type {};
+
+  // One lookup. `old_layout`: the winner's pod holds its time (written before `time` left
+  // it; its time is then the pod's, which is the measurement's).
+  bool find_once(const Key& key, T* results, bool* old_layout) const {
+    char name[128];
+    char params[2 * sizeof(T) + 64];
+    tc_result r{};
+    r.algorithm = name;
+    r.algorithm_cap = sizeof name;
+    r.params = params;
+    r.params_cap = sizeof params;
+    int status = tc_get(ns_.get(), &key, sizeof key, &r);
+    if (status == TC_E_BUFFER) {  // a longer name or params than the default layout: again
+      std::string long_name(r.algorithm_len + 1, '\0'), long_params(r.params_len + 1, '\0');
+      r.algorithm = long_name.data();
+      r.algorithm_cap = long_name.size();
+      r.params = long_params.data();
+      r.params_cap = long_params.size();
+      status = tc_get(ns_.get(), &key, sizeof key, &r);
+      if (detail::check(status) == TC_MISS || r.failed) return false;
+      return decode(std::string_view(r.params, r.params_len), r.median_ns, results, old_layout);
+    }
+    if (detail::check(status) == TC_MISS || r.failed) return false;
+    return decode(std::string_view(params, r.params_len), r.median_ns, results, old_layout);
+  }
+
+  static bool decode(std::string_view params_json, double median_ns, T* out, bool* old_layout) {
     if (!Traits::from(params_json, out)) return false;
+    if constexpr (has_old_layout<Traits>::value) {
+      if (Traits::time_in_pod(*out)) {
+        *old_layout = true;
+        return true;
+      }
+    }
     if constexpr (has_set_time<Traits>::value) Traits::set_time(*out, median_ns);
     return true;
+  }
+
+  // find() met a winner of the old layout (`old`, its time in the pod). It is recorded as
+  // superseded (a failure, so it ranks last) and find() asks again: by the algorithm's later
+  // result (a candidate of the same value with `time` zeroed), or, with none, by the same
+  // result recorded in this layout. Once per old candidate, so an old entry costs a few slow
+  // finds, then none. False: a value type without the old layout.
+  bool supersede(const Key& key, const T& old) const {
+    if constexpr (has_old_layout<Traits>::value) {
+      T zeroed = old;
+      zeroed.time = {};
+      const std::string pod = "\"pod\":\"" + detail::hex_of(&zeroed, sizeof zeroed) + "\"";
+      const std::string algorithm = Traits::algorithm(old);
+      bool again = false;
+      for (const auto& c : ns_.candidates(key))
+        again |= c.algorithm == algorithm && c.params_json.find(pod) != std::string::npos;
+      if (!again) {
+        // Never measured again: its result moves to this layout, once.
+        Fields now;
+        Traits::params(old, now);
+        Measurement m;
+        m.median_ns = Traits::time_ns(old);
+        ns_.record(key, algorithm, m, &now);
+      }
+      Fields was;
+      Traits::old_params(old, was);
+      ns_.record_failure(key, algorithm,
+                         again ? "superseded: measured again since"
+                               : "superseded: kept without its time in its params",
+                         &was);
+      return true;
+    } else {
+      (void)key;
+      (void)old;
+      return false;
+    }
   }
 
   Namespace ns_;

@@ -182,6 +182,16 @@ fn a_remeasured_algorithm_replaces_its_time_and_adds_no_candidate() {
     assert!(out.contains("remeasure: 2 candidates"), "{out}");
 }
 
+/// A cache written by the earlier `tunecache.hpp` (a candidate per measurement, the time in
+/// its params): `find` serves each algorithm's latest result, not the fastest old one.
+#[test]
+fn a_cache_of_the_old_value_layout_serves_the_latest_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(dir.path(), "tests/c/aten_harness.cpp", false);
+    let out = run(dir.path(), &exe, &["old-layout", "h.tcache"]);
+    assert!(out.contains("old layout: served the latest results"), "{out}");
+}
+
 #[test]
 fn the_harness_runs_clean_under_address_and_undefined_behaviour_sanitizers() {
     let dir = tempfile::tempdir().unwrap();
@@ -189,6 +199,7 @@ fn the_harness_runs_clean_under_address_and_undefined_behaviour_sanitizers() {
     run(dir.path(), &exe, &["write", "h.tcache"]);
     run(dir.path(), &exe, &["read", "h.tcache"]);
     run(dir.path(), &exe, &["remeasure", "h.tcache"]);
+    run(dir.path(), &exe, &["old-layout", "h.tcache"]);
     run(dir.path(), &exe, &["claims", "h.tcache", "claims.log"]);
 }
 

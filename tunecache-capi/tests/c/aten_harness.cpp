@@ -214,6 +214,47 @@ int remeasure(const char* path) {
   return failures.load() ? 1 : 0;
 }
 
+// A cache written before the time left the pod: each measurement of an algorithm was a
+// candidate of its own, its time in its params. find() serves the algorithm's latest result
+// (here slower than the old ones), and an algorithm never measured again keeps its result.
+int old_layout(const char* path) {
+  auto s = scope();
+  tunecache::Cache tc("aten-harness", 1, &s, path);
+  Cache cache(tc, "conv_old_layout");
+  auto key = key_of(9);
+  AlgoPerf perf = perf_of(0, 9);
+  auto record_old = [&](int algo, float time) {  // as the earlier tunecache.hpp did
+    perf.algo = algo;
+    perf.time = time;
+    tunecache::Fields params;
+    params.set("pod", tunecache::detail::hex_of(&perf, sizeof perf));
+    tunecache::Measurement m;
+    m.median_ns = static_cast<double>(time) * 1e6;
+    cache.ns().record(key, "algo=" + std::to_string(algo), m, &params);
+  };
+  record_old(1, 0.25f);
+  record_old(1, 0.5f);
+  record_old(2, 0.75f);
+  perf.algo = 1;
+  perf.time = 0.9f;  // algo 1 measured again, slower: algo 2's old result now wins
+  cache.insert(key, perf);
+  AlgoPerf best;
+  expect(cache.find(key, &best) && best.algo == 2 && best.time == 0.75f,
+         "old layout: the winner is not algo 2's 0.75 ms");
+  perf.algo = 2;
+  perf.time = 1.5f;  // and algo 2 too: algo 1's 0.9 wins
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  cache.insert(key, perf);
+  expect(cache.find(key, &best) && best.algo == 1 && best.time == 0.9f,
+         "old layout: the winner is not algo 1's 0.9 ms");
+  int live = 0;
+  for (const auto& c : cache.ns().candidates(key)) live += !c.failure;
+  expect(live == 2, "old layout: " + std::to_string(live) + " candidates not superseded");
+  tc.flush();
+  std::printf("old layout: served the latest results\n");
+  return failures.load() ? 1 : 0;
+}
+
 // One tuner per key: a thread that misses takes the key's claim, looks again, and measures
 // only if the key is still missing. Each measurement appends one line to the log.
 int claims(const char* path, const char* log) {
@@ -296,6 +337,7 @@ int main(int argc, char** argv) {
     if (mode == "write") return write(argv[2]);
     if (mode == "read") return read(argv[2]);
     if (mode == "remeasure") return remeasure(argv[2]);
+    if (mode == "old-layout") return old_layout(argv[2]);
     if (mode == "claims" && argc > 3) return claims(argv[2], argv[3]);
     if (mode == "killable") return killable(argv[2]);
     if (mode == "fingerprint" && argc > 3) return fingerprint(argv[2], std::atoi(argv[3]));
@@ -304,6 +346,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tunecache error %d: %s\n", e.code(), e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: aten_harness write|read|remeasure|killable FILE | claims FILE LOG | acked FILE N\n");
+  std::fprintf(stderr, "usage: aten_harness write|read|remeasure|old-layout|killable FILE | claims FILE LOG | acked FILE N\n");
   return 2;
 }
