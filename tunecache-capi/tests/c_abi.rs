@@ -189,7 +189,10 @@ fn a_cache_of_the_old_value_layout_serves_the_latest_results() {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile(dir.path(), "tests/c/aten_harness.cpp", false);
     let out = run(dir.path(), &exe, &["old-layout", "h.tcache"]);
-    assert!(out.contains("old layout: served the latest results"), "{out}");
+    assert!(
+        out.contains("old layout: served the latest results"),
+        "{out}"
+    );
 }
 
 #[test]

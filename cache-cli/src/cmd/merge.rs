@@ -68,8 +68,9 @@ struct Conflict {
     key: String,
     /// The winner each input that has the key measured.
     winners: Vec<Winner>,
-    /// The slowest of these winners' medians over the fastest.
-    ratio: f64,
+    /// The slowest of these winners' medians over the fastest; `None` (null) when the fastest
+    /// is 0 ns (a result another tool chose, without figures, or a recorded 0).
+    ratio: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -105,11 +106,7 @@ fn conflict(scope: &Scope, namespace: &str, key: String, winners: Vec<Winner>) -
         scope: scope.to_string(),
         namespace: namespace.to_owned(),
         key,
-        ratio: if fastest > 0.0 {
-            slowest / fastest
-        } else {
-            1.0
-        },
+        ratio: (fastest > 0.0).then(|| slowest / fastest),
         winners,
     })
 }
@@ -272,13 +269,16 @@ impl Report for MergeReport {
                 .iter()
                 .map(|w| format!("#{} {} {}", w.input + 1, w.winner, fmt_ns(w.median_ns)))
                 .collect();
+            let apart = match c.ratio {
+                Some(r) => format!("{r:.2}x apart"),
+                None => "one at 0 ns: no ratio".to_owned(),
+            };
             out.line(format!(
-                "conflict {} {} [{}]: {} ({:.2}x apart)",
+                "conflict {} {} [{}]: {} ({apart})",
                 c.namespace,
                 c.key,
                 c.scope,
                 winners.join(", "),
-                c.ratio
             ))?;
         }
         for (i, (path, n)) in self.inputs.iter().enumerate() {
@@ -297,5 +297,46 @@ impl Report for MergeReport {
             self.output.display(),
             self.conflicts.len()
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn winner(input: usize, name: &str, median_ns: f64) -> Winner {
+        Winner {
+            input,
+            winner: name.to_owned(),
+            median_ns,
+        }
+    }
+
+    /// A winner at 0 ns (chosen without figures, or a recorded 0) has no ratio to the others;
+    /// the report once said "1.00x apart" of 1 µs against 0 ns.
+    #[test]
+    fn a_conflict_with_a_winner_at_zero_has_no_ratio() {
+        let scope = Scope::default();
+        let at = |a: f64, b: f64| {
+            conflict(
+                &scope,
+                "mm",
+                "k".into(),
+                vec![winner(0, "x", a), winner(1, "y", b)],
+            )
+            .expect("the winners differ")
+            .ratio
+        };
+        assert_eq!(at(1000.0, 0.0), None);
+        assert_eq!(at(1000.0, 500.0), Some(2.0));
+        assert!(
+            conflict(
+                &scope,
+                "mm",
+                "k".into(),
+                vec![winner(0, "x", 1.0), winner(1, "x", 2.0)]
+            )
+            .is_none()
+        );
     }
 }
