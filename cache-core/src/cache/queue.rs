@@ -61,6 +61,11 @@ impl super::Cache {
             }
         }
         self.shared.clamp(mine.iter_mut().map(|(_, e)| e));
+        for (ns, e) in &mine {
+            if let Some(stored) = self.shared.memory.get(*ns, &e.fingerprint()) {
+                self.shared.say_if_full(*ns, &stored, e);
+            }
+        }
         let keys: Vec<_> = mine.iter().map(|(ns, e)| (*ns, e.fingerprint())).collect();
         self.shared.lower.offer(&keys);
         self.shared.memory.merge_many(mine);

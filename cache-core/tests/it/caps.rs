@@ -153,3 +153,25 @@ fn an_entry_merged_past_the_candidate_cap_keeps_its_best_and_the_file_stays_writ
     let said = crate::support::warnings_about("over the 65536 one entry keeps");
     assert!(!said.is_empty(), "the drop is said");
 }
+
+/// An import that takes an entry past the bound says so, as a put does (a review saw
+/// `tunecache import` drop candidates without a word).
+#[test]
+fn an_import_past_the_candidate_cap_says_so() {
+    crate::support::capture_logs();
+    let dir = temp_dir();
+    let path = path_in(&dir, "c.tcache");
+    let max = Limits::default().max_candidates;
+    let cache = crate::support::builder(&path).open();
+    let import = |first: u64, n: u64| {
+        let mut data = CacheData::new();
+        data.insert(&Scope::default(), "matmul", wide(first, n, 2000.0));
+        let imported = cache.import(data);
+        assert_eq!(imported.taken, 1, "{:?}", imported.refused);
+    };
+    import(0, max);
+    let said = || crate::support::warnings_about(&format!("would hold {} candidates", max + 3));
+    assert!(said().is_empty());
+    import(max, 3);
+    assert!(!said().is_empty(), "the drop is said");
+}
