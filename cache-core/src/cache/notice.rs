@@ -199,8 +199,8 @@ impl Notice {
         )
     }
 
-    /// A put took an entry past the candidates one entry holds: the merge keeps the best by
-    /// rank (FORMAT.md, "Merging"). One warning per key.
+    /// A put or an import took an entry past the candidates one entry holds: the merge keeps
+    /// the winner and the most recently measured (FORMAT.md, "Merging"). One warning per key.
     pub(super) fn entry_full(ns: &str, key: &cache_format::Key, held: usize) -> Self {
         let max = cache_format::Limits::default().max_candidates;
         Notice::warn(

@@ -259,7 +259,7 @@ const WRONG_CLOCK_MS: u64 = 60_000;
 
 impl Shared {
     /// Says when merging `entry` into `stored` unites more candidates than one entry keeps
-    /// (the merge then drops the slowest).
+    /// (the merge then drops those measured longest ago).
     pub(super) fn say_if_full(&self, ns: Namespace, stored: &Entry, entry: &Entry) {
         let max = cache_format::Limits::default().max_candidates as usize;
         if stored.candidates().len() + entry.candidates().len() <= max {

@@ -9,7 +9,7 @@ use super::Entry;
 use crate::candidate::{Candidate, CandidateId, rank_indices};
 
 /// The most candidates one entry holds (FORMAT.md, "Bounds"): what every reader accepts, and
-/// what a merge keeps (the best by rank).
+/// what a merge keeps (the winner and the most recently measured).
 pub(crate) const MAX_CANDIDATES: usize = 1 << 16;
 
 impl Entry {
