@@ -19,7 +19,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -135,6 +137,7 @@ struct Candidate {
   double min_ns = 0;
   double spread_ns = 0;
   uint32_t samples = 0;
+  uint64_t measured_at_ms = 0;  // when it was measured, milliseconds since the Unix epoch
 };
 
 // A held claim on one key: this caller alone measures it until the claim is destroyed.
@@ -208,6 +211,7 @@ class Namespace {
       cand.min_ns = c.min_ns;
       cand.spread_ns = c.spread_ns;
       cand.samples = c.samples;
+      cand.measured_at_ms = c.measured_at_ms;
       out.push_back(std::move(cand));
     }
     tc_entry_free(entry);
@@ -397,15 +401,12 @@ class BenchmarkCache {
 
   // The best value recorded for `key` (the fastest, whichever thread or process inserted it).
   bool find(const Key& key, T* results) const {
-    // A winner of the old layout (its time in its pod) is superseded and asked again: a round
-    // per such candidate, once.
-    for (int round = 0; round < 64; ++round) {
-      bool old_layout = false;
-      if (!find_once(key, results, &old_layout)) return false;
-      if (!old_layout || !supersede(key, *results)) return true;
-    }
     bool old_layout = false;
-    return find_once(key, results, &old_layout);
+    if (!find_once(key, results, &old_layout)) return false;
+    // A winner of the old layout (its time in its pod): the key is brought over once, then
+    // asked again.
+    if (old_layout && bring_over(key)) return find_once(key, results, &old_layout);
+    return true;
   }
 
   void insert(const Key& key, const T& results) {
@@ -468,38 +469,61 @@ class BenchmarkCache {
     return true;
   }
 
-  // find() met a winner of the old layout (`old`, its time in the pod). It is recorded as
-  // superseded (a failure, so it ranks last) and find() asks again: by the algorithm's later
-  // result (a candidate of the same value with `time` zeroed), or, with none, by the same
-  // result recorded in this layout. Once per old candidate, so an old entry costs a few slow
-  // finds, then none. False: a value type without the old layout.
-  bool supersede(const Key& key, const T& old) const {
+  // find() met a winner of the old layout (a value whose pod holds its time: a candidate per
+  // measurement, written before `time` left the pod). Every old candidate of the key that has
+  // not failed is recorded as superseded (a failure, so it ranks last): by the same value's
+  // result in this layout where there is one (recorded since the upgrade, so later), else by
+  // its latest old result recorded again in this layout. One pass, once per key. False: a
+  // value type without the old layout, or nothing to bring over.
+  bool bring_over(const Key& key) const {
     if constexpr (has_old_layout<Traits>::value) {
-      T zeroed = old;
-      zeroed.time = {};
-      const std::string pod = "\"pod\":\"" + detail::hex_of(&zeroed, sizeof zeroed) + "\"";
-      const std::string algorithm = Traits::algorithm(old);
-      bool again = false;
-      for (const auto& c : ns_.candidates(key))
-        again |= c.algorithm == algorithm && c.params_json.find(pod) != std::string::npos;
-      if (!again) {
-        // Never measured again: its result moves to this layout, once.
-        Fields now;
-        Traits::params(old, now);
-        Measurement m;
-        m.median_ns = Traits::time_ns(old);
-        ns_.record(key, algorithm, m, &now);
+      struct Old {
+        T latest;
+        uint64_t at = 0;
+        std::vector<T> all;
+      };
+      std::map<std::string, Old> old;   // by algorithm and pod without the time
+      std::set<std::string> measured;  // the same, of this layout's candidates
+      for (const auto& c : ns_.candidates(key)) {
+        T v;
+        if (!Traits::from(c.params_json, &v)) continue;
+        bool in_pod = Traits::time_in_pod(v);
+        T zeroed = v;
+        zeroed.time = {};
+        std::string id = c.algorithm + "\n" + detail::hex_of(&zeroed, sizeof zeroed);
+        if (!in_pod) {
+          measured.insert(id);
+        } else if (!c.failure) {
+          Old& o = old[id];
+          if (o.all.empty() || c.measured_at_ms > o.at) {
+            o.latest = v;
+            o.at = c.measured_at_ms;
+          }
+          o.all.push_back(v);
+        }
       }
-      Fields was;
-      Traits::old_params(old, was);
-      ns_.record_failure(key, algorithm,
-                         again ? "superseded: measured again since"
-                               : "superseded: kept without its time in its params",
-                         &was);
-      return true;
+      for (const auto& [id, o] : old) {
+        const std::string algorithm = Traits::algorithm(o.latest);
+        const bool again = measured.count(id) > 0;
+        if (!again) {
+          Fields now;
+          Traits::params(o.latest, now);
+          Measurement m;
+          m.median_ns = Traits::time_ns(o.latest);
+          ns_.record(key, algorithm, m, &now);
+        }
+        for (const T& v : o.all) {
+          Fields was;
+          Traits::old_params(v, was);
+          ns_.record_failure(key, algorithm,
+                             again ? "superseded: measured again since"
+                                   : "superseded: kept without its time in its params",
+                             &was);
+        }
+      }
+      return !old.empty();
     } else {
       (void)key;
-      (void)old;
       return false;
     }
   }

@@ -215,8 +215,9 @@ int remeasure(const char* path) {
 }
 
 // A cache written before the time left the pod: each measurement of an algorithm was a
-// candidate of its own, its time in its params. find() serves the algorithm's latest result
-// (here slower than the old ones), and an algorithm never measured again keeps its result.
+// candidate of its own, its time in its params (100 of algo 1 here: more than a find once
+// went through one at a time). find() serves each algorithm's latest result (here slower
+// than the old ones), and an algorithm never measured again keeps its latest old result.
 int old_layout(const char* path) {
   auto s = scope();
   tunecache::Cache tc("aten-harness", 1, &s, path);
@@ -232,9 +233,10 @@ int old_layout(const char* path) {
     m.median_ns = static_cast<double>(time) * 1e6;
     cache.ns().record(key, "algo=" + std::to_string(algo), m, &params);
   };
-  record_old(1, 0.25f);
-  record_old(1, 0.5f);
-  record_old(2, 0.75f);
+  for (int i = 0; i < 100; ++i) record_old(1, 0.25f + 0.001f * static_cast<float>(i));
+  record_old(2, 0.6f);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  record_old(2, 0.75f);  // algo 2's latest old result: the one brought over
   perf.algo = 1;
   perf.time = 0.9f;  // algo 1 measured again, slower: algo 2's old result now wins
   cache.insert(key, perf);
