@@ -73,6 +73,15 @@ struct Conflict {
     ratio: Option<f64>,
 }
 
+/// A key the merge took past the candidates one entry keeps.
+#[derive(Debug, Serialize)]
+struct Bounded {
+    scope: String,
+    namespace: String,
+    key: String,
+    dropped: usize,
+}
+
 #[derive(Debug, Serialize)]
 struct MergeReport {
     output: PathBuf,
@@ -82,6 +91,9 @@ struct MergeReport {
     entries: usize,
     bytes: u64,
     conflicts: Vec<Conflict>,
+    /// Keys whose inputs together held more candidates than one entry keeps (65,536): how
+    /// many the merge dropped (those measured longest ago; FORMAT.md, "Merging").
+    bounded: Vec<Bounded>,
     /// Entries written, and how fast.
     pace: Pace,
 }
@@ -134,10 +146,12 @@ impl MergeArgs {
         let mut heads: Vec<Option<KeyedEntry>> = walks.iter_mut().map(Iterator::next).collect();
         let mut kept = vec![0usize; walks.len()];
         let mut conflicts = Vec::new();
+        let mut bounded = Vec::new();
         let mut entries = 0usize;
         while let Some(key) = heads.iter().flatten().map(|k| k.0).min() {
             let mut merged: Option<(Scope, String, Entry)> = None;
             let mut winners = Vec::new();
+            let mut dropped = 0usize;
             for (i, (walk, head)) in walks.iter_mut().zip(heads.iter_mut()).enumerate() {
                 if head.as_ref().is_none_or(|k| k.0 != key) {
                     continue;
@@ -159,13 +173,24 @@ impl MergeArgs {
                 }
                 kept[i] += 1;
                 match &mut merged {
-                    Some((_, _, m)) => m.merge(entry),
+                    Some((_, _, m)) => {
+                        dropped += m.dropped_by_merging(&entry);
+                        m.merge(entry);
+                    }
                     None => merged = Some((s, ns, entry)),
                 }
             }
             let Some((scope, ns, entry)) = merged else {
                 continue;
             };
+            if dropped > 0 {
+                bounded.push(Bounded {
+                    scope: scope.to_string(),
+                    namespace: ns.clone(),
+                    key: entry.key().to_string(),
+                    dropped,
+                });
+            }
             conflicts.extend(conflict(&scope, &ns, entry.key().to_string(), winners));
             writer.add(&scope, &ns, &entry).with_context(|| {
                 format!("the merge was not written to {}", self.output.display())
@@ -192,6 +217,7 @@ impl MergeArgs {
             entries,
             bytes,
             conflicts,
+            bounded,
             pace: Pace::since(started, entries as u64),
         };
         out.report(&report, ctx.json)?;
@@ -279,6 +305,13 @@ impl Report for MergeReport {
                 c.key,
                 c.scope,
                 winners.join(", "),
+            ))?;
+        }
+        for b in &self.bounded {
+            out.line(format!(
+                "over the bound {} {} [{}]: {} candidates dropped (one entry keeps 65536: the \
+                 winner and those measured last)",
+                b.namespace, b.key, b.scope, b.dropped
             ))?;
         }
         for (i, (path, n)) in self.inputs.iter().enumerate() {

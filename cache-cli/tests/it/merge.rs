@@ -125,3 +125,42 @@ fn filters_apply_before_the_join_and_an_existing_output_is_refused() {
     assert_eq!(o.status.code(), Some(1), "an existing output");
     assert!(String::from_utf8_lossy(&o.stderr).contains("already there"));
 }
+
+/// Inputs that together hold more candidates for one key than one entry keeps: the merge keeps
+/// 65,536 and says how many it dropped (it once dropped them without a word).
+#[test]
+fn a_merge_past_the_candidate_bound_says_what_it_dropped() {
+    use cache_core::cache_format::{
+        Candidate, CandidateId, Entry, Fields, Fingerprint, Key, Origin, Outcome, Stats, Value,
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let wide = |first: i64| {
+        let key = Key::new(Fields::from([("id".to_owned(), Value::Int(1))]));
+        let candidates = (first..first + 40_000).map(|i| {
+            let stats = Stats {
+                median_ns: 100.0 + i as f64,
+                min_ns: 100.0,
+                spread_ns: 1.0,
+                samples: 5,
+            };
+            let mut c =
+                Candidate::new(CandidateId::new("c", &[("i", i)]), Outcome::Measured(stats));
+            c.measured_at = 1_000 + i as u64;
+            c
+        });
+        Entry::new(
+            key,
+            Fingerprint([0; 16]),
+            Origin::Imported("seed".into()),
+            1_000,
+            candidates,
+        )
+    };
+    let (a, b) = (dir.path().join("a.tcache"), dir.path().join("b.tcache"));
+    write(&a, vec![wide(0)]);
+    write(&b, vec![wide(40_000)]);
+    let report = merge(&dir.path().join("ab.tcache"), &[&a, &b], &[]);
+    let bounded = report["bounded"].as_array().expect("list");
+    assert_eq!(bounded.len(), 1, "{report:#}");
+    assert_eq!(bounded[0]["dropped"], 80_000 - 65_536, "{report:#}");
+}

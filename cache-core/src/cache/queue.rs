@@ -261,21 +261,11 @@ impl Shared {
     /// Says when merging `entry` into `stored` unites more candidates than one entry keeps
     /// (the merge then drops those measured longest ago).
     pub(super) fn say_if_full(&self, ns: Namespace, stored: &Entry, entry: &Entry) {
-        let max = cache_format::Limits::default().max_candidates as usize;
-        if stored.candidates().len() + entry.candidates().len() <= max {
-            return;
-        }
-        let held: std::collections::HashSet<_> =
-            stored.candidates().iter().map(|c| &c.id).collect();
-        let united = stored.candidates().len()
-            + entry
-                .candidates()
-                .iter()
-                .filter(|c| !held.contains(&c.id))
-                .count();
-        if united > max {
+        let dropped = stored.dropped_by_merging(entry);
+        if dropped > 0 {
+            let max = cache_format::Limits::default().max_candidates as usize;
             self.diag
-                .notify(Notice::entry_full(ns.name(), entry.key(), united));
+                .notify(Notice::entry_full(ns.name(), entry.key(), max + dropped));
         }
     }
 

@@ -149,6 +149,24 @@ impl Entry {
         self.cap();
     }
 
+    /// How many candidates merging `other` into this entry drops at the bound on one entry
+    /// (65,536; those measured longest ago go, see [`Entry::merge`]): 0 below it. What a
+    /// writer says when a merge loses candidates.
+    pub fn dropped_by_merging(&self, other: &Entry) -> usize {
+        if self.candidates.len() + other.candidates.len() <= MAX_CANDIDATES {
+            return 0;
+        }
+        let held: std::collections::HashSet<&CandidateId> =
+            self.candidates.iter().map(|c| &c.id).collect();
+        let united = self.candidates.len()
+            + other
+                .candidates
+                .iter()
+                .filter(|c| !held.contains(&c.id))
+                .count();
+        united.saturating_sub(MAX_CANDIDATES)
+    }
+
     /// Whether this entry already holds everything of `other`: merging `other` into it
     /// changes nothing (what a writer checks before writing `other` again).
     pub fn covers(&self, other: &Entry) -> bool {
