@@ -15,16 +15,9 @@ use cache_core::{Cache, Store};
 
 use crate::support::{APP, capture_logs, entry, key, logs_about, ns, path_in, temp_dir};
 
-/// A cache that saves only when flushed and never folds: results stay in the journal.
+/// A cache that saves only when flushed; without `fold`, results stay in the journal.
 fn open(path: &Path, fold: bool) -> Cache {
-    Cache::builder(Migrations::new(APP, 1))
-        .file(path)
-        .ignore_env()
-        .save_delay(Duration::from_secs(3600))
-        .flush_timeout(Duration::from_secs(30))
-        .refresh_interval(None)
-        .compaction(1e9, if fold { 1 } else { 1 << 30 })
-        .open()
+    crate::support::saving_on_flush(Migrations::new(APP, 1), path, fold)
 }
 
 fn journal(path: &Path) -> PathBuf {

@@ -33,14 +33,7 @@ fn open(path: &Path, fold: bool) -> Cache {
 
 /// As [`open`], but saving only when flushed (or closed): what a flush wrote is all there is.
 fn open_saving_on_flush(path: &Path, fold: bool) -> Cache {
-    Cache::builder(registry())
-        .file(path)
-        .ignore_env()
-        .save_delay(Duration::from_secs(3600))
-        .flush_timeout(Duration::from_secs(30))
-        .refresh_interval(None)
-        .compaction(1e9, if fold { 1 } else { 1 << 30 })
-        .open()
+    crate::support::saving_on_flush(registry(), path, fold)
 }
 
 /// Whether `cache` holds `entry(writer, id)` (its winner's time is the id's).

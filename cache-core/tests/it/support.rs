@@ -28,6 +28,19 @@ pub(crate) fn builder(path: &Path) -> CacheBuilder {
         .refresh_interval(None)
 }
 
+/// A cache of `registry` at `path` that saves only when flushed (or closed), so what a flush
+/// wrote is all there is; without `fold`, its results stay in the journal beside the file.
+pub(crate) fn saving_on_flush(registry: Migrations, path: &Path, fold: bool) -> Cache {
+    Cache::builder(registry)
+        .file(path)
+        .ignore_env()
+        .save_delay(Duration::from_secs(3600))
+        .flush_timeout(Duration::from_secs(30))
+        .refresh_interval(None)
+        .compaction(1e9, if fold { 1 } else { 1 << 30 })
+        .open()
+}
+
 pub(crate) fn ns() -> Namespace {
     Namespace::new("matmul").expect("valid name")
 }
